@@ -1,0 +1,6 @@
+//! CDI: the spec model, generation from an inventory, version rules, validation, and the
+//! registry of spec files in the spec directories (CNCF container-device-interface SPEC.md).
+
+pub mod spec;
+
+pub use spec::{ContainerEdits, Device as CdiDevice, DeviceNode as CdiDeviceNode, Hook as CdiHook, Mount as CdiMount, Spec};

@@ -1,0 +1,147 @@
+//! The inventory: what discovery found on a host root, as plain data.
+//!
+//! Shape: one [`Inventory`] per host, holding one [`VendorInventory`] per profile that found at
+//! least one device (a heterogeneous node has several). Each device carries the identity
+//! attributes `actk list` prints and the device nodes a container needs for it; shared (control)
+//! nodes and host files to mount are per vendor. Paths are the paths *as a container sees them*
+//! (`/dev/nvidia0`) plus the host path under the discovery root (`<root>/dev/nvidia0`).
+//!
+//! The JSON form (`actk list --json`) is this structure serialised with serde; field names are
+//! stable (snake_case) and new fields are only ever added.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Everything discovery found under one host root.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Inventory {
+    /// The host root that was scanned (`/` on a real node, a fixture directory in tests).
+    pub root: PathBuf,
+    /// One entry per vendor profile that found devices, in profile order.
+    pub vendors: Vec<VendorInventory>,
+    /// Odd things seen on the host (missing sysfs entry, unreadable attribute, library of another
+    /// driver version). Discovery never fails for these; it records them here.
+    pub warnings: Vec<Warning>,
+}
+
+/// A non-fatal observation made during discovery, naming the path it concerns.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Warning {
+    /// The path (under the host root) the warning is about.
+    pub path: PathBuf,
+    /// What was wrong, in one sentence.
+    pub message: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.message)
+    }
+}
+
+/// Devices of one vendor profile (one CDI kind) on the host.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct VendorInventory {
+    /// Profile name (`nvidia`, `neuron`, `amd`, `gaudi`, `accel`, or a user profile's name).
+    pub profile: String,
+    /// CDI kind, `vendor/class` (`nvidia.com/gpu`), see CDI SPEC.md "Kind".
+    pub kind: String,
+    /// Kernel driver version when the vendor exposes one (`580.95.05` from
+    /// /proc/driver/nvidia/version, `2.19.64.0` from the neuron module's sysfs version).
+    pub driver_version: Option<String>,
+    /// Devices in index order (PCI bus order for NVIDIA, as NVML numbers them).
+    pub devices: Vec<Device>,
+    /// Shared/control nodes every container using this vendor needs (`/dev/nvidiactl`,
+    /// `/dev/nvidia-uvm`, `/dev/kfd`, ...), only those that exist on the host.
+    pub shared_nodes: Vec<DeviceNode>,
+    /// Host files (driver libraries, tools, firmware) to bind-mount, tagged with the capability
+    /// that asks for them (`compute`, `utility`, ...; `base` for always-mounted files).
+    pub host_files: Vec<HostFile>,
+}
+
+/// One accelerator device.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Device {
+    /// Index as the vendor tools number it (nvidia-smi index, neuron-ls id, ...).
+    pub index: u32,
+    /// Marketing/model name (`NVIDIA H100 80GB HBM3`, `Inferentia2`, `AMD Instinct MI300X`).
+    pub model: Option<String>,
+    /// Stable unique id: `GPU-xxxxxxxx-...` for NVIDIA, serial number for Neuron/Gaudi, unique_id for AMD.
+    pub uuid: Option<String>,
+    /// PCI bus id in the long form `0000:18:00.0` (lower-case hex).
+    pub pci_bus_id: Option<String>,
+    /// NUMA node from sysfs `numa_node` (`-1` on a single-node host is reported as `None`).
+    pub numa_node: Option<u32>,
+    /// Device nodes this device needs in the container (per-device only; shared nodes are in
+    /// [`VendorInventory::shared_nodes`]).
+    pub nodes: Vec<DeviceNode>,
+    /// Indexes of devices directly linked to this one (NVLink, NeuronLink, XGMI), ascending.
+    pub links: Vec<u32>,
+    /// Number of cores the device exposes to the runtime (NeuronCores), when the vendor has them.
+    pub cores: Option<u32>,
+    /// Other vendor attributes (`minor`, `architecture`, `module_id`, `render_minor`, ...).
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// A character (or block) device node as a container must see it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeviceNode {
+    /// Path inside the container (`/dev/nvidia0`).
+    pub path: String,
+    /// Path on the host, under the discovery root (`/run/nvidia/driver/dev/nvidia0`).
+    pub host_path: PathBuf,
+    /// `c` for a character device, `b` for a block device.
+    pub node_type: char,
+    /// Major number, read from the node itself (stat) or /proc/devices.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+    /// Permission bits of the host node (`0o666`), when known.
+    pub file_mode: Option<u32>,
+}
+
+/// What a host file is, which decides where it is mounted and whether ldconfig must see it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum HostFileKind {
+    /// A shared library; mounted at the same path, its directory added to the container's ld.so.cache.
+    Library,
+    /// An executable (nvidia-smi, neuron-ls).
+    Binary,
+    /// Firmware (e.g. GSP firmware under /lib/firmware/nvidia/<version>/).
+    Firmware,
+    /// Any other file or directory (configs, IPC sockets).
+    File,
+}
+
+/// A file on the host to bind-mount read-only into containers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HostFile {
+    /// Capability that asks for this file (`utility`, `compute`, `video`, `graphics`, `display`,
+    /// `compat32`, `ngx`, or `base` for always).
+    pub capability: String,
+    /// Kind of file.
+    pub kind: HostFileKind,
+    /// Path on the host, under the discovery root (symlinks resolved *within* the root).
+    pub host_path: PathBuf,
+    /// Path inside the container (the file's path relative to the root, made absolute).
+    pub container_path: String,
+}
+
+impl Inventory {
+    /// The vendor entry for a CDI kind, if that vendor was found.
+    pub fn vendor_by_kind(&self, kind: &str) -> Option<&VendorInventory> {
+        self.vendors.iter().find(|v| v.kind == kind)
+    }
+
+    /// The vendor entry for a profile name, if that vendor was found.
+    pub fn vendor(&self, profile: &str) -> Option<&VendorInventory> {
+        self.vendors.iter().find(|v| v.profile == profile)
+    }
+
+    /// Total number of devices of all vendors.
+    pub fn device_count(&self) -> usize {
+        self.vendors.iter().map(|v| v.devices.len()).sum()
+    }
+}

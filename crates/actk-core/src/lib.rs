@@ -1,0 +1,8 @@
+//! actk-core: the pure part of actk (DESIGN.md "Crates"): vendor profiles, discovery over a
+//! host root, the inventory, the CDI model and generation, request parsing, and applying CDI
+//! edits to an OCI runtime spec. Only file reads; no privileges needed.
+
+pub mod cdi;
+pub mod discover;
+pub mod inventory;
+pub mod profile;

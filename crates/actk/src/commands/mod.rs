@@ -1,0 +1,5 @@
+pub mod cdi;
+pub mod config;
+pub mod info;
+pub mod list;
+pub mod runtime;

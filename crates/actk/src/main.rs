@@ -1,0 +1,56 @@
+//! `actk`: the command-line tool. One file per subcommand under `commands/`, each thin over
+//! actk-core.
+
+mod commands;
+
+use clap::{Parser, Subcommand};
+
+/// actk: one toolkit to give containers the host's accelerators (NVIDIA, AWS Neuron, AMD,
+/// Intel Gaudi, DRM accel) through CDI, an OCI runtime shim, an OCI hook and a device plugin.
+#[derive(Parser, Debug)]
+#[command(name = "actk", version, about, long_about = None)]
+struct Cli {
+    /// Log level (error, warn, info, debug, trace); also ACTK_LOG.
+    #[arg(long, global = true, env = "ACTK_LOG", default_value = "warn")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List accelerator devices, one line each (like `nvidia-smi -L` / `neuron-ls`).
+    List(commands::list::Args),
+    /// Driver versions, CDI kinds, and what a request for each device would inject.
+    Info(commands::info::Args),
+    /// Generate, list and validate CDI specs.
+    #[command(subcommand)]
+    Cdi(commands::cdi::Command),
+    /// Register actk-runtime with a container engine.
+    #[command(subcommand)]
+    Runtime(commands::runtime::Command),
+    /// Show the configuration file.
+    #[command(subcommand)]
+    Config(commands::config::Command),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let result = match cli.command {
+        Command::List(a) => commands::list::run(a),
+        Command::Info(a) => commands::info::run(a),
+        Command::Cdi(c) => commands::cdi::run(c),
+        Command::Runtime(c) => commands::runtime::run(c),
+        Command::Config(c) => commands::config::run(c),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("actk: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Fixture host roots (owner: fixtures helper).

@@ -1,0 +1,8 @@
+//! Test support shared by actk's test suites (never shipped).
+//!
+//! - [`fixture`]: prepare a fixture host root (fixtures/<name>) in a temporary directory with
+//!   real device nodes (mknod, needs root) and a real ld.so.cache.
+//! - [`engines`]: busybox/glibc images and OCI bundles, and access to runc, dockerd and podman.
+
+pub mod engines;
+pub mod fixture;

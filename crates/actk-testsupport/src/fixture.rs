@@ -1,1 +1,257 @@
-//! Fixture host roots (owner: fixtures helper).
+//! Fixture host roots: copies of real node layouts (fixtures/<name>/ in the repository) made
+//! into a scratch directory with what git cannot store: device nodes (mknod, needs root), real
+//! ELF driver libraries built with gcc, and an ld.so.cache written by `ldconfig -r`.
+//!
+//! The work is done by `fixtures/prepare.sh NAME DEST` so that the same trees can be made by
+//! hand (see fixtures/README.md); this module runs it into a [`tempfile::TempDir`].
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! let Some(f) = actk_testsupport::fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+//! assert!(f.root.join("dev/nvidia0").exists());
+//! # Ok(()) }
+//! ```
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tempfile::TempDir;
+
+/// Every fixture in fixtures/, in the order they were built (the heterogeneous and empty hosts
+/// are included). Tests that must hold for every real layout iterate over this.
+pub const ALL: &[&str] = &[
+    "nvidia-dgx-h100",
+    "hetero-nvidia-neuron",
+    "aws-inf2-48xlarge",
+    "aws-trn1-32xlarge",
+    "amd-mi300x",
+    "gaudi2",
+    "empty",
+];
+
+/// Exit status of prepare.sh when it is not run as root (it cannot mknod).
+const EXIT_NEEDS_ROOT: i32 = 3;
+
+/// A prepared fixture host root; the directory is removed when this is dropped.
+#[derive(Debug)]
+pub struct Fixture {
+    /// The host root: pass it as `--root` (contains dev/, proc/, sys/, etc/, usr/).
+    pub root: PathBuf,
+    _dir: TempDir,
+}
+
+impl Fixture {
+    /// `rel` (a path as seen on the host, leading `/` allowed) under this fixture's root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel.trim_start_matches('/'))
+    }
+}
+
+/// The repository's fixtures/ directory, found from this crate's `CARGO_MANIFEST_DIR`
+/// (crates/actk-testsupport -> ../../fixtures).
+pub fn fixtures_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .and_then(Path::parent)
+        .map(|repo| repo.join("fixtures"))
+        .unwrap_or_else(|| manifest.join("../../fixtures"))
+}
+
+/// Prepare fixture `name` (a directory under [`fixtures_dir`]) in a fresh temporary directory.
+///
+/// Returns `Ok(None)` after printing `skipping: fixture NAME needs root for mknod` to stderr
+/// when not running as root, so a test can write
+/// `let Some(f) = prepare("x")? else { return Ok(()) };`.
+///
+/// Errors: an unknown fixture name, or prepare.sh failing (its stderr is in the message).
+pub fn prepare(name: &str) -> Result<Option<Fixture>> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("actk-fixture-{name}-"))
+        .tempdir()
+        .context("creating a temporary directory for a fixture root")?;
+    let root = dir.path().join("root");
+    if !prepare_at(name, &root)? {
+        eprintln!("skipping: fixture {name} needs root for mknod");
+        return Ok(None);
+    }
+    Ok(Some(Fixture { root, _dir: dir }))
+}
+
+/// Run `fixtures/prepare.sh name dest` (for benches and tests that keep their own directory).
+///
+/// Returns `Ok(false)` when prepare.sh reports that it needs root (exit status 3), `Ok(true)`
+/// when `dest` is ready. Errors name the fixture and carry prepare.sh's stderr.
+pub fn prepare_at(name: &str, dest: &Path) -> Result<bool> {
+    let fixtures = fixtures_dir();
+    if name.is_empty() || name.contains('/') || !fixtures.join(name).join("root").is_dir() {
+        bail!(
+            "unknown fixture {name:?}: no directory {}/{name}/root (known: {})",
+            fixtures.display(),
+            ALL.join(", ")
+        );
+    }
+    let script = fixtures.join("prepare.sh");
+    let out = Command::new("sh")
+        .arg(&script)
+        .arg(name)
+        .arg(dest)
+        .output()
+        .with_context(|| format!("running {} {name} {}", script.display(), dest.display()))?;
+    match out.status.code() {
+        Some(0) => Ok(true),
+        Some(EXIT_NEEDS_ROOT) => Ok(false),
+        _ => bail!(
+            "{} {name} {} failed ({}): {}",
+            script.display(),
+            dest.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+
+    /// Major and minor of a device number as the kernel encodes st_rdev (glibc's gnu_dev_major
+    /// and gnu_dev_minor).
+    fn major_minor(rdev: u64) -> (u64, u64) {
+        let major = ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff);
+        let minor = ((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff);
+        (major, minor)
+    }
+
+    fn char_dev(f: &Fixture, rel: &str) -> (u64, u64, u32) {
+        let p = f.path(rel);
+        let md = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(md.file_type().is_char_device(), "{} is not a character device", p.display());
+        let (ma, mi) = major_minor(md.rdev());
+        (ma, mi, md.permissions().mode() & 0o7777)
+    }
+
+    /// Major registered for `name` in the fixture's proc/devices (character section).
+    fn proc_major(f: &Fixture, name: &str) -> u64 {
+        let text = std::fs::read_to_string(f.path("proc/devices")).expect("proc/devices");
+        let chars = text.split("\nBlock devices:").next().unwrap_or("");
+        chars
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                Some((it.next()?.parse::<u64>().ok()?, it.next()?))
+            })
+            .find(|(_, n)| *n == name)
+            .map(|(m, _)| m)
+            .unwrap_or_else(|| panic!("no {name:?} in proc/devices"))
+    }
+
+    /// Library names the fixture's ld.so.cache lists, read back with the host's ldconfig.
+    fn cached_libs(f: &Fixture) -> BTreeSet<String> {
+        let out = Command::new("ldconfig")
+            .arg("-p")
+            .arg("-C")
+            .arg(f.path("etc/ld.so.cache"))
+            .output()
+            .expect("ldconfig -p");
+        assert!(out.status.success(), "ldconfig -p failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().split_whitespace().next().map(str::to_string))
+            .filter(|n| n.contains(".so"))
+            .collect()
+    }
+
+    fn read(f: &Fixture, rel: &str) -> String {
+        std::fs::read_to_string(f.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    /// Every sysfs/procfs symlink stays inside the root (discovery must never need to leave it).
+    fn assert_links_inside(f: &Fixture) {
+        let root = std::fs::canonicalize(&f.root).expect("root");
+        let mut stack = vec![f.root.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).expect("read_dir") {
+                let e = e.expect("entry");
+                let ft = e.file_type().expect("file type");
+                if ft.is_symlink() {
+                    let target = std::fs::read_link(e.path()).expect("readlink");
+                    assert!(target.is_relative(), "{} -> {} is absolute", e.path().display(), target.display());
+                    let resolved = std::fs::canonicalize(e.path())
+                        .unwrap_or_else(|err| panic!("dangling link {}: {err}", e.path().display()));
+                    assert!(resolved.starts_with(&root), "{} leaves the root", e.path().display());
+                } else if ft.is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_fixture_is_an_error_naming_it() {
+        let err = prepare("no-such-host").expect_err("must fail").to_string();
+        assert!(err.contains("no-such-host") && err.contains("nvidia-dgx-h100"), "{err}");
+    }
+
+    #[test]
+    fn fixtures_dir_holds_prepare_sh() {
+        assert!(fixtures_dir().join("prepare.sh").is_file(), "{}", fixtures_dir().display());
+    }
+
+    #[test]
+    fn nvidia_dgx_h100() -> Result<()> {
+        let Some(f) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+        for i in 0..8 {
+            assert_eq!(char_dev(&f, &format!("dev/nvidia{i}")), (195, i, 0o666));
+        }
+        assert_eq!(char_dev(&f, "dev/nvidiactl"), (195, 255, 0o666));
+        assert_eq!(char_dev(&f, "dev/nvidia-modeset"), (195, 254, 0o666));
+        let uvm = proc_major(&f, "nvidia-uvm");
+        assert_eq!(char_dev(&f, "dev/nvidia-uvm"), (uvm, 0, 0o666));
+        assert_eq!(char_dev(&f, "dev/nvidia-uvm-tools"), (uvm, 1, 0o666));
+        let caps = proc_major(&f, "nvidia-caps");
+        assert_eq!(char_dev(&f, "dev/nvidia-caps/nvidia-cap1"), (caps, 1, 0o400));
+        assert_eq!(char_dev(&f, "dev/nvidia-caps/nvidia-cap2"), (caps, 2, 0o444));
+
+        let gpus = std::fs::read_dir(f.path("proc/driver/nvidia/gpus"))?.count();
+        assert_eq!(gpus, 8);
+        let info = read(&f, "proc/driver/nvidia/gpus/0000:9d:00.0/information");
+        assert!(info.contains("Model: \t\t NVIDIA H100 80GB HBM3\n"), "{info}");
+        assert!(info.contains("Bus Location: \t 0000:9d:00.0\n"), "{info}");
+        assert!(info.contains("Device Minor: \t 4\n"), "{info}");
+        let uuid = info.lines().find_map(|l| l.strip_prefix("GPU UUID: \t ")).expect("uuid line");
+        let groups: Vec<usize> = uuid.trim_start_matches("GPU-").split('-').map(str::len).collect();
+        assert!(uuid.starts_with("GPU-") && groups == [8, 4, 4, 4, 12], "{uuid}");
+        assert!(read(&f, "proc/driver/nvidia/version").starts_with(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
+        ));
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:9d:00.0/numa_node"), "1\n");
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:1b:00.0/vendor"), "0x10de\n");
+
+        let libs = cached_libs(&f);
+        for soname in ["libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libGLX_nvidia.so.0"] {
+            assert!(libs.contains(soname), "{soname} missing from ld.so.cache: {libs:?}");
+        }
+        // ldconfig keeps the soname link on the 580 file although a 535 file is still present.
+        let ml = std::fs::read_link(f.path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))?;
+        assert_eq!(ml, Path::new("libnvidia-ml.so.580.95.05"));
+        assert!(f.path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.183.01").is_file());
+        let elf = std::fs::read(f.path("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"))?;
+        assert_eq!(&elf[..4], b"\x7fELF");
+        assert!(f.path("usr/bin/nvidia-smi").metadata()?.permissions().mode() & 0o111 != 0);
+        assert!(f.path("lib/firmware/nvidia/580.95.05/gsp_ga10x.bin").is_file());
+        assert_links_inside(&f);
+        Ok(())
+    }
+
+    #[test]
+    fn prepare_is_idempotent() -> Result<()> {
+        let Some(f) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+        assert!(prepare_at("nvidia-dgx-h100", &f.root)?);
+        assert_eq!(char_dev(&f, "dev/nvidia7"), (195, 7, 0o666));
+        assert!(cached_libs(&f).contains("libcuda.so.1"));
+        Ok(())
+    }
+}

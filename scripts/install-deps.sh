@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Install what building and testing actk needs on Debian 12, only what is missing (idempotent).
+#   system packages: runc, crun, docker.io, podman, busybox-static, debootstrap, jq, gcc, make,
+#                    pkg-config, curl, ca-certificates, procps, kmod-free tools used by tests
+#   Rust: rustup's stable toolchain when cargo is not on PATH (crates.io must be reachable)
+# Needs root. Runs `apt-get update` at most once per call, and only when something is missing.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install-deps: run as root (apt-get and mknod need it)" >&2
+  exit 1
+fi
+
+# package -> a file it installs (dpkg -s would also work; a file check is what the tests need)
+declare -A probe=(
+  [runc]=/usr/sbin/runc
+  [crun]=/usr/bin/crun
+  [docker.io]=/usr/sbin/dockerd
+  [podman]=/usr/bin/podman
+  [busybox-static]=/bin/busybox
+  [debootstrap]=/usr/sbin/debootstrap
+  [jq]=/usr/bin/jq
+  [gcc]=/usr/bin/gcc
+  [make]=/usr/bin/make
+  [pkg-config]=/usr/bin/pkg-config
+  [curl]=/usr/bin/curl
+  [ca-certificates]=/etc/ssl/certs/ca-certificates.crt
+  [procps]=/usr/bin/pgrep
+  [iptables]=/usr/sbin/iptables
+  [libc-bin]=/sbin/ldconfig
+)
+missing=()
+for pkg in "${!probe[@]}"; do
+  [ -e "${probe[$pkg]}" ] || missing+=("$pkg")
+done
+# busybox-static and busybox conflict; a dynamic busybox is no use for a tiny rootfs.
+# (ldd exits 0 only for a dynamic executable.)
+if [ -e /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then
+  missing+=(busybox-static)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: system packages present"
+fi
+
+# Rust toolchain (stable; the workspace sets rust-version).
+if ! command -v cargo >/dev/null 2>&1; then
+  # shellcheck disable=SC1091
+  [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: cargo not found; installing the stable Rust toolchain with rustup"
+  if ! curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal; then
+    echo "install-deps: could not install Rust (https://sh.rustup.rs unreachable?); install Rust >= 1.95" \
+         "and put cargo on PATH, then run this again" >&2
+    exit 1
+  fi
+fi

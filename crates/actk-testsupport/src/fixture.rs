@@ -246,6 +246,93 @@ mod tests {
         Ok(())
     }
 
+    /// Checks shared by every Neuron fixture; returns the `neuron` major.
+    fn assert_neuron_devices(f: &Fixture, count: u32, device_name: &str) -> u64 {
+        let major = proc_major(f, "neuron");
+        let class = f.path("sys/class/neuron_device");
+        assert_eq!(std::fs::read_dir(&class).expect("class dir").count(), count as usize);
+        for i in 0..count {
+            assert_eq!(char_dev(f, &format!("dev/neuron{i}")), (major, u64::from(i), 0o666));
+            let dev = format!("sys/class/neuron_device/neuron{i}");
+            assert_eq!(read(f, &format!("{dev}/core_count")), "2", "core_count has no newline");
+            assert_eq!(read(f, &format!("{dev}/dev")), format!("{major}:{i}\n"));
+            assert_eq!(read(f, &format!("{dev}/info/architecture/device_name")), format!("{device_name}\n"));
+            let serial = read(f, &format!("{dev}/info/serial_number"));
+            assert!(serial.len() == 17 && serial.trim_end().chars().all(|c| c.is_ascii_hexdigit()), "{serial:?}");
+            // As the driver creates it: no parent, so no link to the PCI function.
+            assert!(!f.path(&format!("{dev}/device")).exists());
+        }
+        assert_eq!(read(f, "sys/module/neuron/version"), "2.24.7.0\n");
+        major
+    }
+
+    /// `connected_devices` of neuronN parsed as the driver prints it ("a, b, c\n").
+    fn neuron_links(f: &Fixture, i: u32) -> Vec<u32> {
+        read(f, &format!("sys/class/neuron_device/neuron{i}/connected_devices"))
+            .trim_end()
+            .split(", ")
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().expect("number"))
+            .collect()
+    }
+
+    #[test]
+    fn aws_inf2_48xlarge() -> Result<()> {
+        let Some(f) = prepare("aws-inf2-48xlarge")? else { return Ok(()) };
+        assert_neuron_devices(&f, 12, "Inferentia2");
+        assert_eq!(neuron_links(&f, 0), [11, 1]);
+        assert_eq!(neuron_links(&f, 5), [4, 6]);
+        assert_eq!(neuron_links(&f, 11), [10, 0]);
+        // The ring is symmetric: every link has its way back.
+        for i in 0..12 {
+            for j in neuron_links(&f, i) {
+                assert!(neuron_links(&f, j).contains(&i), "{i} -> {j} has no way back");
+            }
+        }
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:80:1e.0/device"), "0x7264\n");
+        assert!(f.path("sys/bus/pci/drivers/neuron/0000:20:1d.0").exists());
+        assert!(f.path("opt/aws/neuron/bin/neuron-ls").is_file());
+        assert_links_inside(&f);
+        Ok(())
+    }
+
+    #[test]
+    fn aws_trn1_32xlarge() -> Result<()> {
+        let Some(f) = prepare("aws-trn1-32xlarge")? else { return Ok(()) };
+        assert_neuron_devices(&f, 16, "Trainium1");
+        assert_eq!(neuron_links(&f, 0), [12, 3, 4, 1]);
+        // A 4x4 torus: four distinct neighbours each, and the relation is symmetric.
+        for i in 0..16 {
+            let links = neuron_links(&f, i);
+            assert_eq!(links.iter().collect::<BTreeSet<_>>().len(), 4, "neuron{i}: {links:?}");
+            for j in links {
+                assert!(neuron_links(&f, j).contains(&i), "{i} -> {j} has no way back");
+            }
+        }
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:a0:1b.0/numa_node"), "1\n");
+        assert_links_inside(&f);
+        Ok(())
+    }
+
+    #[test]
+    fn hetero_nvidia_neuron() -> Result<()> {
+        let Some(f) = prepare("hetero-nvidia-neuron")? else { return Ok(()) };
+        assert_neuron_devices(&f, 2, "Inferentia2");
+        assert_eq!(read(&f, "sys/class/neuron_device/neuron0/connected_devices"), "\n");
+        // Device Minor is not bus order here: the first GPU by bus id is /dev/nvidia1.
+        let info = read(&f, "proc/driver/nvidia/gpus/0000:00:1b.0/information");
+        assert!(info.contains("Device Minor: \t 1\n"), "{info}");
+        assert_eq!(char_dev(&f, "dev/nvidia1"), (195, 1, 0o666));
+        assert_eq!(char_dev(&f, "dev/nvidia0"), (195, 0, 0o666));
+        assert!(!f.path("dev/nvidia2").exists());
+        let majors = [proc_major(&f, "nvidia-uvm"), proc_major(&f, "nvidia-caps"), proc_major(&f, "neuron")];
+        assert_eq!(majors.iter().collect::<BTreeSet<_>>().len(), 3, "{majors:?}");
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:00:1c.0/numa_node"), "-1\n");
+        assert!(cached_libs(&f).contains("libcuda.so.1"));
+        assert_links_inside(&f);
+        Ok(())
+    }
+
     #[test]
     fn prepare_is_idempotent() -> Result<()> {
         let Some(f) = prepare("nvidia-dgx-h100")? else { return Ok(()) };

@@ -719,3 +719,65 @@ impl Drop for FileRestore {
         }
     }
 }
+
+/// Path of actk's global configuration file, read by every actk binary when `ACTK_CONFIG` is
+/// not set (dockerd's `--gpus` hook and `--runtime actk` registered without a wrapper read it).
+pub const GLOBAL_CONFIG: &str = "/etc/actk/config.toml";
+
+/// Run `f` with `config`'s TOML installed as /etc/actk/config.toml, holding a lock that
+/// serialises all tests touching that file, and put the previous file (or its absence) back
+/// afterwards, also when `f` fails or panics.
+pub fn with_global_actk_config<T>(config: &ActkConfig, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    with_lock_at(Path::new("/run/lock/actk-e2e-global-config.lock"), || {
+        fs::create_dir_all("/etc/actk")?;
+        let _restore = FileRestore::save(Path::new(GLOBAL_CONFIG));
+        fs::write(GLOBAL_CONFIG, config.toml()).with_context(|| format!("writing {GLOBAL_CONFIG}"))?;
+        f()
+    })
+}
+
+/// The names in a `ls -1 /dev`-style listing (one per line, surrounding space trimmed).
+pub fn names(listing: &str) -> std::collections::BTreeSet<String> {
+    listing.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect()
+}
+
+/// Assert that an error message names `var`, the bad `value`, and the NVIDIA devices that exist
+/// on `root`: every index `0..N` as a word, or every UUID (N and the UUIDs from the fixture's
+/// /proc/driver/nvidia/gpus/*/information).
+pub fn assert_names_unknown_device(err: &str, var: &str, value: &str, root: &Path) {
+    use std::collections::BTreeSet;
+    let line = err.lines().filter(|l| l.contains(var)).collect::<Vec<_>>().join("\n");
+    assert!(!line.is_empty(), "the error must name the variable {var}: {err}");
+    let words: BTreeSet<&str> = line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).collect();
+    assert!(words.contains(value), "the error must name the bad value {value}: {line}");
+    let uuids = fixture_gpu_uuids(root);
+    assert!(!uuids.is_empty(), "no GPUs in the fixture at {}", root.display());
+    let by_index = (0..uuids.len()).all(|i| words.contains(i.to_string().as_str()));
+    let by_uuid = uuids.iter().all(|u| line.contains(u.as_str()));
+    assert!(
+        by_index || by_uuid,
+        "the error must list the {} devices that exist (indexes 0..{} or {uuids:?}): {line}",
+        uuids.len(),
+        uuids.len()
+    );
+}
+
+/// GPU UUIDs in the fixture's /proc/driver/nvidia/gpus/*/information.
+pub fn fixture_gpu_uuids(root: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Ok(rd) = fs::read_dir(root.join("proc/driver/nvidia/gpus")) {
+        for e in rd.flatten() {
+            if let Ok(info) = fs::read_to_string(e.path().join("information")) {
+                for l in info.lines() {
+                    if let Some((k, val)) = l.split_once(':') {
+                        if k.trim() == "GPU UUID" {
+                            v.push(val.trim().to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+

@@ -1,0 +1,246 @@
+//! actk-runtime in runc's place, on OCI bundles, with fixture host roots (issue 3, item 4):
+//! what a user of `runc` (or of anything that calls an OCI runtime) sees.
+//!
+//! Each test writes its own actk config (ACTK_CONFIG) with private, empty spec, hooks and profile
+//! directories, so tests never read the machine's /etc/cdi or hooks.d and run in parallel.
+
+use actk_testsupport::engines::{self, ActkConfig, Bundle, actk_runtime, expect_success, text, unique_name};
+use actk_testsupport::fixture;
+use anyhow::{Context, Result};
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+/// Replace the fixture's node `rel` by one with /dev/null's numbers (1:3), so the container can
+/// really open it (a node with the driver's numbers gives ENXIO: no driver here, ENVIRONMENT.md).
+fn make_openable(root: &Path, rel: &str) -> Result<()> {
+    let node = root.join(rel.trim_start_matches('/'));
+    fs::remove_file(&node).with_context(|| format!("removing {}", node.display()))?;
+    let o = Command::new("mknod").args(["-m", "0666"]).arg(&node).args(["c", "1", "3"]).output()?;
+    expect_success(&format!("mknod {} c 1 3", node.display()), &o);
+    Ok(())
+}
+
+/// Regular files in `<root>/usr/lib/x86_64-linux-gnu` whose names start with `prefix`
+/// (the versioned driver libraries, not their symlinks), as container paths.
+fn versioned_libs(root: &Path, prefix: &str) -> Result<Vec<String>> {
+    let dir = root.join("usr/lib/x86_64-linux-gnu");
+    let mut v = Vec::new();
+    for e in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(prefix) && e.file_type()?.is_file() {
+            v.push(format!("/usr/lib/x86_64-linux-gnu/{name}"));
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// md5sum of a host file (the `md5sum` tool, as the container uses busybox's).
+fn md5(path: &Path) -> Result<String> {
+    let o = Command::new("md5sum").arg(path).output()?;
+    let out = expect_success("md5sum", &o);
+    Ok(out.split_whitespace().next().unwrap_or_default().to_string())
+}
+
+/// The section `== NAME` of the container's output (lines until the next `== `).
+fn section<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    let head = format!("== {name}");
+    out.lines().skip_while(|l| l.trim() != head).skip(1).take_while(|l| !l.starts_with("== ")).collect()
+}
+
+#[test]
+fn runc_bundle_asking_nvidia_1_3_sees_exactly_gpus_1_and_3_control_nodes_and_driver_libraries() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    make_openable(&fx.root, "/dev/nvidia3")?;
+    // utility and compute are the default capabilities: libnvidia-ml and libcuda must be there.
+    let mut libs = versioned_libs(&fx.root, "libcuda.so.")?;
+    libs.extend(versioned_libs(&fx.root, "libnvidia-ml.so.")?);
+    assert_eq!(libs.len(), 2, "fixture should have one versioned libcuda and one libnvidia-ml: {libs:?}");
+
+    let script = format!(
+        "echo '== dev'; ls -1 /dev; \
+         echo '== nvidia3'; stat -c '%F %t:%T' /dev/nvidia3; echo hello > /dev/nvidia3 && echo write-ok; \
+         echo '== libs'; md5sum {}; \
+         echo '== env'; env",
+        libs.join(" ")
+    );
+    let bundle = Bundle::busybox(&["sh", "-c", &script], &["NVIDIA_VISIBLE_DEVICES=1,3"])?;
+    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    let id = unique_name("e2e-runc-dgx");
+    let o = actk_runtime(&cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+    let out = expect_success("actk-runtime run --bundle B ID (NVIDIA_VISIBLE_DEVICES=1,3)", &o);
+
+    let dev: BTreeSet<String> = section(&out, "dev").iter().map(|s| s.trim().to_string()).collect();
+    let nvidia: BTreeSet<&str> = dev.iter().map(String::as_str).filter(|n| n.starts_with("nvidia")).collect();
+    // GPU nodes: exactly the two asked for.
+    let gpus: BTreeSet<&str> =
+        nvidia.iter().copied().filter(|n| n[6..].chars().all(|c| c.is_ascii_digit()) && n.len() > 6).collect();
+    assert_eq!(gpus, BTreeSet::from(["nvidia1", "nvidia3"]), "GPU nodes in the container: {dev:?}\n{out}");
+    // Control nodes every CUDA program opens.
+    for ctl in ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"] {
+        assert!(nvidia.contains(ctl), "control node /dev/{ctl} missing in the container: {dev:?}");
+    }
+    // Nothing else of the host's NVIDIA nodes: no NVSwitch, no MIG capability nodes.
+    let allowed = ["nvidia1", "nvidia3", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"];
+    let extra: Vec<&&str> = nvidia.iter().filter(|n| !allowed.contains(n)).collect();
+    assert!(extra.is_empty(), "nodes that were not asked for are in the container: {extra:?}");
+
+    let n3 = section(&out, "nvidia3");
+    assert_eq!(n3.first().map(|s| s.trim()), Some("character special file 1:3"), "/dev/nvidia3 in the container: {n3:?}");
+    assert!(n3.contains(&"write-ok"), "the container could not open /dev/nvidia3 (1:3): {out}");
+
+    let seen: Vec<(String, String)> = section(&out, "libs")
+        .iter()
+        .filter_map(|l| l.split_once("  ").map(|(h, p)| (p.trim().to_string(), h.to_string())))
+        .collect();
+    for lib in &libs {
+        let want = md5(&fx.root.join(lib.trim_start_matches('/')))?;
+        let got = seen.iter().find(|(p, _)| p == lib).map(|(_, h)| h.clone());
+        assert_eq!(got.as_deref(), Some(want.as_str()), "{lib} in the container is not the host's file: {out}");
+    }
+    let env = section(&out, "env");
+    assert!(env.contains(&"NVIDIA_VISIBLE_DEVICES=1,3"), "env in the container: {env:?}");
+    Ok(())
+}
+
+/// The hooks.d file of [`hooks_d_hook_with_when_annotations_runs_only_for_matching_containers`]:
+/// a prestart hook appending the OCI state (which has the container id) to `out`.
+fn annotation_hook(out: &Path) -> String {
+    serde_json::json!({
+        "version": "1.0.0",
+        "hook": {
+            "path": "/bin/sh",
+            "args": ["sh", "-c", format!("cat >> {0}; echo >> {0}", out.display())]
+        },
+        "when": { "annotations": { "^com\\.example\\.actk-e2e$": "^yes$" } },
+        "stages": ["prestart"]
+    })
+    .to_string()
+}
+
+#[test]
+fn hooks_d_hook_with_when_annotations_runs_only_for_matching_containers() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let host = tempfile::tempdir()?;
+    let cfg = ActkConfig::new(host.path())?;
+    let ran = cfg.dir().join("hook-ran.jsonl");
+    fs::write(cfg.hooks_dir().join("50-actk-e2e.json"), annotation_hook(&ran))?;
+    let cfg_path = cfg.write()?;
+
+    let mut ids = Vec::new();
+    for (tag, annotation) in [("match", Some("yes")), ("other-value", Some("no")), ("none", None)] {
+        let bundle = Bundle::busybox(&["echo", "container-ran"], &[])?;
+        if let Some(v) = annotation {
+            bundle.edit(|c| c["annotations"] = serde_json::json!({ "com.example.actk-e2e": v }))?;
+        }
+        let id = unique_name(&format!("e2e-hooksd-{tag}"));
+        let o = actk_runtime(&cfg_path, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+        let out = expect_success(&format!("actk-runtime run ({tag})"), &o);
+        assert!(out.contains("container-ran"), "container {tag} did not run: {out}");
+        ids.push(id);
+    }
+    let log = fs::read_to_string(&ran).unwrap_or_default();
+    let hooked: Vec<String> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["id"].as_str().unwrap_or_default().to_string()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("hook output is not OCI state JSON: {log}"))?;
+    assert_eq!(hooked, vec![ids[0].clone()], "the hook must run for the annotated container only");
+    Ok(())
+}
+
+/// Run `actk-runtime run` on a fresh busybox bundle with config `cfg`, expecting failure.
+/// Returns stderr; asserts that config.json was left untouched and the container never ran.
+fn run_expect_failure(cfg: &Path, env: &[&str], what: &str) -> Result<String> {
+    let bundle = Bundle::busybox(&["echo", "container-ran"], env)?;
+    let before = fs::read(bundle.config_path())?;
+    let id = unique_name("e2e-bad");
+    let o = actk_runtime(cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "{what}: actk-runtime must fail, but it exited 0:\n{out}\n{err}");
+    assert!(!out.contains("container-ran"), "{what}: the container ran anyway: {out}");
+    assert_eq!(fs::read(bundle.config_path())?, before, "{what}: config.json was changed although the start failed");
+    Ok(err)
+}
+
+#[test]
+fn malformed_hooks_d_file_stops_the_start_with_an_error_naming_the_file() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let host = tempfile::tempdir()?;
+    let cfg = ActkConfig::new(host.path())?;
+    let bad = cfg.hooks_dir().join("10-broken.json");
+    // Truncated JSON, as an editor crash or a half-written package file leaves it.
+    fs::write(&bad, "{\n  \"version\": \"1.0.0\",\n  \"hook\": { \"path\": \"/bin/true\" },\n  \"when\": { \"always\": true ")?;
+    let err = run_expect_failure(&cfg.write()?, &[], "malformed hooks.d file")?;
+    assert!(err.contains(&bad.display().to_string()), "the error must name {}: {err}", bad.display());
+    Ok(())
+}
+
+#[test]
+fn malformed_config_toml_gives_an_error_naming_the_file_and_line() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir()?;
+    let cfg = dir.path().join("config.toml");
+    fs::write(&cfg, "runtimes = [\"runc\"]\nspec_dirs = [\"/etc/cdi\"\nroot = \"/\"\n")?;
+    let err = run_expect_failure(&cfg, &[], "malformed config.toml")?;
+    assert!(err.contains(&cfg.display().to_string()), "the error must name {}: {err}", cfg.display());
+    assert!(err.contains("line"), "the error must say which line is wrong: {err}");
+    Ok(())
+}
+
+#[test]
+fn unknown_key_in_config_toml_gives_an_error_naming_the_key() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let host = tempfile::tempdir()?;
+    let mut cfg = ActkConfig::new(host.path())?;
+    cfg.extra = "runtime_path = \"/usr/bin/runc\"\n".into();
+    let path = cfg.write()?;
+    let err = run_expect_failure(&path, &[], "unknown config key")?;
+    assert!(err.contains("runtime_path"), "the error must name the unknown key runtime_path: {err}");
+    assert!(err.contains(&path.display().to_string()), "the error must name {}: {err}", path.display());
+    Ok(())
+}
+
+#[test]
+fn missing_low_level_runtime_names_the_runtime_and_the_path_searched_f02() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let host = tempfile::tempdir()?;
+    let mut cfg = ActkConfig::new(host.path())?;
+    cfg.runtimes = vec!["actk-e2e-no-such-runc".into()];
+    let err = run_expect_failure(&cfg.write()?, &[], "missing low-level runtime")?;
+    assert!(err.contains("actk-e2e-no-such-runc"), "the error must name the runtime it looked for: {err}");
+    assert!(err.contains("PATH"), "the error must say that PATH was searched: {err}");
+    Ok(())
+}
+
+#[test]
+fn unknown_device_through_runc_names_the_variable_the_value_and_the_devices_that_exist() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("hetero-nvidia-neuron")? else { return Ok(()) };
+    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    let err = run_expect_failure(&cfg, &["NVIDIA_VISIBLE_DEVICES=7"], "NVIDIA_VISIBLE_DEVICES=7 on 2 GPUs")?;
+    engines::assert_names_unknown_device(&err, "NVIDIA_VISIBLE_DEVICES", "7", &fx.root);
+    Ok(())
+}
+
+/// An argument list element: `&str` and paths mixed in one slice.
+type OsArg = std::ffi::OsString;

@@ -167,12 +167,13 @@ fn podman_spec_with_cdi_annotation_and_neuron_range_keeps_every_field() -> Resul
     let Some(fx) = fixture::prepare("hetero-nvidia-neuron")? else { return Ok(()) };
     let mut cfg = ActkConfig::new(&fx.root)?;
     // The reference asks for `example.com/accel=0` by annotation (cdi.k8s.io/test): a CDI spec
-    // defining it, with an env edit only, so nothing on the host is needed.
+    // defining it, with an env edit only, so nothing on the host is needed. A device name that
+    // starts with a digit needs cdiVersion 0.5.0 (CDI SPEC.md).
     let spec_file = cfg.spec_dir().join("example-accel.json");
     fs::write(
         &spec_file,
         serde_json::json!({
-            "cdiVersion": "0.3.0",
+            "cdiVersion": "0.5.0",
             "kind": "example.com/accel",
             "devices": [{ "name": "0", "containerEdits": { "env": ["EXAMPLE_ACCEL=0"] } }]
         })

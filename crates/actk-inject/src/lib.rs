@@ -1,0 +1,178 @@
+//! actk-inject: the privileged part of actk (DESIGN.md "Crates"): applying CDI container edits
+//! to a live container from an OCI hook.
+//!
+//! Everything inside the container goes through [`root::ContainerRoot`] (openat2
+//! `RESOLVE_IN_ROOT`), mounts are cloned from the host driver root and attached by fd in the
+//! container's mount namespace ([`mounts`]), device access is granted in the container's device
+//! cgroup ([`cgroup`], [`bpf`]), and the ld.so.cache is rebuilt by the host's verified ldconfig
+//! ([`ldcache`]). Every exec gets [`env::minimal_env`].
+//!
+//! Entry point: [`inject`].
+
+pub mod bpf;
+pub mod cgroup;
+pub mod env;
+pub mod error;
+pub mod ldcache;
+pub mod mounts;
+pub mod nodes;
+pub mod root;
+
+pub use error::{InjectError, Result};
+
+use actk_core::cdi::ContainerEdits;
+use bpf::DeviceRule;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The live container to inject into.
+#[derive(Debug)]
+pub struct Target {
+    /// The container's init pid (OCI state `pid`); used for its cgroup and mount namespace.
+    pub pid: i32,
+    /// The container's root filesystem as its mount namespace sees it.
+    pub root: root::ContainerRoot,
+    /// `/proc/PID/ns/mnt`, or `None` to attach mounts in the caller's own namespace.
+    pub mnt_ns: Option<rustix::fd::OwnedFd>,
+}
+
+impl Target {
+    /// The target for a container of the OCI state `pid` whose bundle rootfs is `rootfs`
+    /// (absolute host path).
+    pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Target> {
+        Ok(Target { pid, root: root::ContainerRoot::for_pid(pid, rootfs)?, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
+    }
+}
+
+/// How to inject.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Host driver root: mount sources must be under it; device nodes without numbers are
+    /// stat'ed under it (`/` on a node).
+    pub host_root: PathBuf,
+    /// The host's ldconfig (`/sbin/ldconfig`); `None` skips the ld.so.cache update.
+    pub ldconfig: Option<PathBuf>,
+    /// Time limit for ldconfig.
+    pub ldconfig_timeout: Duration,
+    /// Whether to add device cgroup rules (false for tests that inject into a plain directory).
+    pub cgroup: bool,
+    /// The container's own device rules (config.json `linux.resources.devices`), kept in a
+    /// cgroup v2 replacement program.
+    pub existing_device_rules: Vec<DeviceRule>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            host_root: PathBuf::from("/"),
+            ldconfig: Some(PathBuf::from("/sbin/ldconfig")),
+            ldconfig_timeout: ldcache::DEFAULT_TIMEOUT,
+            cgroup: true,
+            existing_device_rules: Vec::new(),
+        }
+    }
+}
+
+/// What [`inject`] did, for logs and tests.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Device nodes by container path and what happened.
+    pub nodes: Vec<(String, nodes::NodeOutcome)>,
+    /// Container paths bind-mounted.
+    pub mounts: Vec<String>,
+    /// The device controller written, when cgroup rules were added.
+    pub cgroup: Option<cgroup::DeviceController>,
+    /// The ld.so.cache step.
+    pub ldcache: Option<ldcache::LdcacheOutcome>,
+    /// Edits a live container cannot take (env, additional GIDs, hooks), one line each.
+    pub not_applicable: Vec<String>,
+}
+
+/// Applies `edits` to the live container `target`.
+///
+/// Order: everything that reads the host happens first (node numbers, mount sources cloned,
+/// ldconfig verified), then the container is changed: nodes, mount targets, mounts, cgroup
+/// rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
+/// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
+///
+/// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
+/// container and go away with it).
+pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
+    let mut report = Report::default();
+    let specs: Vec<nodes::NodeSpec> =
+        edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
+    let mut prepared = Vec::new();
+    for m in &edits.mounts {
+        let t = m.mount_type.as_deref().unwrap_or("bind");
+        if t != "bind" && t != "rbind" && !m.options.iter().any(|o| o == "bind" || o == "rbind") {
+            return Err(InjectError::HostRefused {
+                path: m.host_path.clone().into(),
+                reason: format!("mount type {t:?} cannot be injected by a hook; only bind mounts of host files"),
+            });
+        }
+        prepared.push(mounts::PreparedMount::new(&opts.host_root, Path::new(&m.host_path), &m.container_path)?);
+    }
+    let ldconfig = match &opts.ldconfig {
+        Some(p) if !lib_dirs(edits).is_empty() => Some(ldcache::HostLdconfig::open(p)?),
+        _ => None,
+    };
+
+    for s in &specs {
+        report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+    }
+    for p in &mut prepared {
+        p.create_target(&target.root)?;
+    }
+    mounts::attach(target.mnt_ns.as_ref().map(rustix::fd::AsFd::as_fd), target.pid, &prepared)?;
+    report.mounts = prepared.iter().map(|p| p.target.clone()).collect();
+    if opts.cgroup && !specs.is_empty() {
+        let rules: Vec<DeviceRule> = specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
+        report.cgroup = Some(cgroup::allow(target.pid, &opts.existing_device_rules, &rules)?);
+    }
+    if let Some(ld) = &ldconfig {
+        report.ldcache = Some(ldcache::update(&target.root, ld, &lib_dirs(edits), opts.ldconfig_timeout)?);
+    }
+    for e in &edits.env {
+        report.not_applicable.push(format!("env {e}"));
+    }
+    for g in &edits.additional_gids {
+        report.not_applicable.push(format!("additional GID {g}"));
+    }
+    for h in &edits.hooks {
+        report.not_applicable.push(format!("{} hook {}", h.hook_name, h.path));
+    }
+    Ok(report)
+}
+
+/// Container directories that need an ld.so.cache entry: the parents of mounted shared
+/// libraries (`*.so`, `*.so.N...`) and the `--folder` arguments of update-ldcache hooks.
+pub fn lib_dirs(edits: &ContainerEdits) -> Vec<String> {
+    let mut dirs: Vec<String> = Vec::new();
+    let mut add = |d: &str| {
+        if !d.is_empty() && !dirs.iter().any(|x| x == d) {
+            dirs.push(d.to_string());
+        }
+    };
+    for m in &edits.mounts {
+        let p = Path::new(&m.container_path);
+        let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        if name.ends_with(".so") || name.contains(".so.") {
+            if let Some(parent) = p.parent() {
+                add(&parent.to_string_lossy());
+            }
+        }
+    }
+    for h in &edits.hooks {
+        let mut it = h.args.iter();
+        while let Some(a) = it.next() {
+            if a == "--folder" {
+                if let Some(f) = it.next() {
+                    add(f);
+                }
+            } else if let Some(f) = a.strip_prefix("--folder=") {
+                add(f);
+            }
+        }
+    }
+    dirs
+}

@@ -1,0 +1,432 @@
+//! Safe path resolution inside an untrusted container root.
+//!
+//! A [`ContainerRoot`] holds an `O_PATH` directory fd of the container's root filesystem. Every
+//! path inside it is resolved by the kernel with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`
+//! (Linux >= 5.6, openat2(2)): absolute symlinks and `..` in the image are clamped at the root,
+//! and `/proc/PID/root`-style magic links are refused, so a hostile image cannot make actk touch
+//! a host path. Directories and files are created with `mkdirat`/`openat`/`mknodat` relative to a
+//! resolved parent fd and a single name, so no path string is ever re-resolved outside openat2.
+//! The final component of a target is never followed: a symlink there is replaced.
+//!
+//! We use rustix's openat2 directly rather than the `pathrs` crate: the kernel here always has
+//! openat2 (pathrs's value is its userspace fallback for old kernels), pathrs's MPL/LGPL licence
+//! is file-level copyleft, and the few operations actk needs (mkdir -p, create a mount target,
+//! write a small file, mknod) are short on top of openat2.
+
+use crate::error::{InjectError, Result};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use std::path::{Path, PathBuf};
+
+/// Filesystems on which actk never creates anything, even inside the container root: writing a
+/// mount target or node there would mean acting on kernel state, not on the image.
+const REFUSED_FS: &[(u64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x0027_e0eb, "cgroup"),
+    (0x6367_7270, "cgroup2"),
+    (0x7363_6673, "securityfs"),
+    (0x6462_6720, "debugfs"),
+];
+
+/// What a mount target must be: an empty file (for a file source) or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A regular file (or anything that is not a directory, e.g. an existing device node or socket).
+    File,
+    /// A directory.
+    Dir,
+}
+
+/// An open container root. Cheap to keep; all operations go through its fd.
+#[derive(Debug)]
+pub struct ContainerRoot {
+    fd: OwnedFd,
+    shown: PathBuf,
+}
+
+impl ContainerRoot {
+    /// Opens a host directory as a container root (a bundle's rootfs). `path` is a host path
+    /// (trusted: it comes from the engine's bundle, not from the image).
+    ///
+    /// Errors: [`InjectError::Host`] when the directory cannot be opened.
+    pub fn open(path: &Path) -> Result<Self> {
+        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| InjectError::host("open container root", path, e))?;
+        Ok(ContainerRoot { fd, shown: path.to_path_buf() })
+    }
+
+    /// Opens the root filesystem of a live container as its mount namespace sees it:
+    /// `rootfs` (the bundle's `root.path` made absolute) resolved inside `/proc/PID/root`.
+    ///
+    /// At the prestart / createRuntime / createContainer stages the container has not yet
+    /// pivoted (OCI runtime-spec "Lifecycle"), so its mount namespace shows the rootfs at its host
+    /// path with the runtime's /dev, /proc mounts on it; from the host mount namespace the same
+    /// directory lacks them. If the container has already pivoted (the rootfs path does not
+    /// exist there), `/proc/PID/root` itself is the container root.
+    pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Self> {
+        let proc_root = PathBuf::from(format!("/proc/{pid}/root"));
+        let pr = ContainerRoot::open(&proc_root)?;
+        let rel = rootfs.to_string_lossy().to_string();
+        match pr.resolve(&rel, OFlags::DIRECTORY) {
+            Ok(fd) => Ok(ContainerRoot { fd, shown: proc_root.join(rootfs.strip_prefix("/").unwrap_or(rootfs)) }),
+            Err(InjectError::Container { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => Ok(pr),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The root's fd (`O_PATH`, directory).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The root as shown in messages.
+    pub fn shown(&self) -> &Path {
+        &self.shown
+    }
+
+    /// `/proc/self/fd/N` for the root fd: a path that names exactly this directory for a child
+    /// process that inherits the fd (used for `ldconfig -r`).
+    pub fn proc_fd_path(&self) -> String {
+        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
+    }
+
+    fn cerr(&self, op: &'static str, path: &str, e: Errno) -> InjectError {
+        InjectError::Container { op, path: path.to_string(), root: self.shown.clone(), source: e.into() }
+    }
+
+    fn refused(&self, path: &str, reason: impl Into<String>) -> InjectError {
+        InjectError::Refused { path: path.to_string(), root: self.shown.clone(), reason: reason.into() }
+    }
+
+    /// Resolves `path` (container path; absolute or relative to the root) inside the root and
+    /// opens it `O_PATH | O_CLOEXEC | extra`. Symlinks are followed but clamped at the root;
+    /// magic links are refused (ELOOP).
+    pub fn resolve(&self, path: &str, extra: OFlags) -> Result<OwnedFd> {
+        let comps = components(path)?;
+        let rel = if comps.is_empty() { ".".to_string() } else { comps.join("/") };
+        self.resolve_rel(&rel, extra).map_err(|e| self.cerr("resolve", path, e))
+    }
+
+    fn resolve_rel(&self, rel: &str, extra: OFlags) -> rustix::io::Result<OwnedFd> {
+        let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        let mut tries = 0;
+        loop {
+            // openat2 returns EAGAIN when a rename elsewhere raced with a `..` walk; retrying is
+            // what openat2(2) asks callers to do.
+            match rustix::fs::openat2(&self.fd, rel, OFlags::PATH | OFlags::CLOEXEC | extra, Mode::empty(), how) {
+                Err(Errno::AGAIN) if tries < 16 => tries += 1,
+                r => return r,
+            }
+        }
+    }
+
+    fn check_fs(&self, fd: BorrowedFd<'_>, path: &str) -> Result<()> {
+        let st = rustix::fs::fstatfs(fd).map_err(|e| self.cerr("statfs", path, e))?;
+        let t = st.f_type as u64;
+        if let Some((_, name)) = REFUSED_FS.iter().find(|(m, _)| *m == t) {
+            return Err(self.refused(path, format!("resolves onto {name}; actk creates nothing there")));
+        }
+        Ok(())
+    }
+
+    /// `mkdir -p` inside the root; returns an `O_PATH` fd of the directory. Each missing
+    /// component is created with `mkdirat(parent_fd, name, 0755)` where `parent_fd` was resolved
+    /// inside the root. A component that is a dangling symlink or not a directory is refused.
+    pub fn mkdir_all(&self, path: &str) -> Result<OwnedFd> {
+        let comps = components(path)?;
+        let mut cur = self.resolve_rel(".", OFlags::DIRECTORY).map_err(|e| self.cerr("resolve", "/", e))?;
+        for i in 0..comps.len() {
+            let prefix = comps[..=i].join("/");
+            let shown = format!("/{prefix}");
+            match self.resolve_rel(&prefix, OFlags::DIRECTORY) {
+                Ok(fd) => cur = fd,
+                Err(Errno::NOENT) => {
+                    self.check_fs(cur.as_fd(), &shown)?;
+                    match rustix::fs::mkdirat(&cur, comps[i], Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(self.cerr("mkdir", &shown, e)),
+                    }
+                    cur = match self.resolve_rel(&prefix, OFlags::DIRECTORY) {
+                        Ok(fd) => fd,
+                        Err(Errno::NOENT) => {
+                            return Err(self.refused(&shown, "is a dangling symlink; remove it from the image"));
+                        }
+                        Err(Errno::NOTDIR) => return Err(self.refused(&shown, "is not a directory")),
+                        Err(e) => return Err(self.cerr("resolve", &shown, e)),
+                    };
+                }
+                Err(Errno::NOTDIR) => return Err(self.refused(&shown, "is not a directory")),
+                Err(e) => return Err(self.cerr("resolve", &shown, e)),
+            }
+        }
+        Ok(cur)
+    }
+
+    /// The resolved parent directory (created if missing) and the final name of `path`.
+    pub fn parent_of<'p>(&self, path: &'p str) -> Result<(OwnedFd, &'p str)> {
+        let comps = components(path)?;
+        let Some((name, dirs)) = comps.split_last() else {
+            return Err(InjectError::InvalidPath { path: path.to_string(), reason: "names the root itself" });
+        };
+        let parent = self.mkdir_all(&dirs.join("/"))?;
+        self.check_fs(parent.as_fd(), path)?;
+        Ok((parent, name))
+    }
+
+    /// Creates (if needed) a mount target at `path` and returns an `O_PATH` fd of it. The final
+    /// component is never followed: a symlink there is removed and replaced by an empty file
+    /// (mode 0644) or a directory (0755). An existing non-directory is a valid file target; a
+    /// directory where a file is wanted (or the reverse) is refused.
+    pub fn create_target(&self, path: &str, kind: TargetKind) -> Result<OwnedFd> {
+        let (parent, name) = self.parent_of(path)?;
+        for _ in 0..8 {
+            match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Err(Errno::NOENT) => {
+                    let r = match kind {
+                        TargetKind::Dir => rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)),
+                        TargetKind::File => rustix::fs::openat(
+                            &parent,
+                            name,
+                            OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::CLOEXEC,
+                            Mode::from_raw_mode(0o644),
+                        )
+                        .map(drop),
+                    };
+                    match r {
+                        Ok(()) | Err(Errno::EXIST) => continue,
+                        Err(e) => return Err(self.cerr("create mount target", path, e)),
+                    }
+                }
+                Err(e) => return Err(self.cerr("stat", path, e)),
+                Ok(st) => {
+                    let ft = FileType::from_raw_mode(st.st_mode);
+                    match (ft, kind) {
+                        (FileType::Symlink, _) => {
+                            match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+                                Ok(()) | Err(Errno::NOENT) => continue,
+                                Err(e) => return Err(self.cerr("remove symlink at mount target", path, e)),
+                            }
+                        }
+                        (FileType::Directory, TargetKind::File) => {
+                            return Err(self.refused(path, "is a directory in the image, but a file is to be mounted there"));
+                        }
+                        (FileType::Directory, TargetKind::Dir) => {}
+                        (_, TargetKind::Dir) => {
+                            return Err(self.refused(path, "is a file in the image, but a directory is to be mounted there"));
+                        }
+                        (_, TargetKind::File) => {}
+                    }
+                    let fd = rustix::fs::openat(&parent, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                        .map_err(|e| self.cerr("open mount target", path, e))?;
+                    // Someone may have swapped the entry between stat and open: re-check the inode we hold.
+                    let st2 = rustix::fs::fstat(&fd).map_err(|e| self.cerr("stat", path, e))?;
+                    if FileType::from_raw_mode(st2.st_mode) == FileType::Symlink
+                        || (FileType::from_raw_mode(st2.st_mode) == FileType::Directory) != (kind == TargetKind::Dir)
+                    {
+                        continue;
+                    }
+                    return Ok(fd);
+                }
+            }
+        }
+        Err(self.refused(path, "kept changing while actk created the mount target (a racing process in the container?)"))
+    }
+
+    /// Writes a small regular file at `path` (parents created), replacing a symlink at the final
+    /// component instead of following it, and refusing anything that is not a regular file.
+    pub fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
+        let (parent, name) = self.parent_of(path)?;
+        for _ in 0..8 {
+            let fd = match rustix::fs::openat(
+                &parent,
+                name,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::from_raw_mode(mode),
+            ) {
+                Ok(fd) => fd,
+                Err(Errno::LOOP) => {
+                    // O_NOFOLLOW on a symlink: remove the link, write a real file.
+                    match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+                        Ok(()) | Err(Errno::NOENT) => continue,
+                        Err(e) => return Err(self.cerr("remove symlink", path, e)),
+                    }
+                }
+                Err(e) => return Err(self.cerr("open for writing", path, e)),
+            };
+            let st = rustix::fs::fstat(&fd).map_err(|e| self.cerr("stat", path, e))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                return Err(self.refused(path, "exists and is not a regular file"));
+            }
+            rustix::fs::ftruncate(&fd, 0).map_err(|e| self.cerr("truncate", path, e))?;
+            let mut off = 0;
+            while off < contents.len() {
+                off += rustix::io::write(&fd, &contents[off..]).map_err(|e| self.cerr("write", path, e))?;
+            }
+            return Ok(());
+        }
+        Err(self.refused(path, "kept changing while actk wrote it"))
+    }
+
+    /// Whether `path` exists inside the root (following symlinks inside the root).
+    pub fn exists(&self, path: &str) -> bool {
+        self.resolve(path, OFlags::empty()).is_ok()
+    }
+}
+
+/// Splits a container path into its normal components. Refuses `..` (the resolver would clamp
+/// it, but a CDI edit naming `..` is a mistake worth reporting) and NUL.
+pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
+    if path.contains('\0') {
+        return Err(InjectError::InvalidPath { path: path.to_string(), reason: "contains a NUL byte" });
+    }
+    let mut out = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(InjectError::InvalidPath { path: path.to_string(), reason: "contains a `..` component" }),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// `/proc/self/fd/N` for an fd: the only way to chmod an `O_PATH` fd without re-resolving a path.
+pub(crate) fn proc_fd(fd: BorrowedFd<'_>) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn root() -> (tempfile::TempDir, tempfile::TempDir, ContainerRoot) {
+        // `outside` stands for the host: nothing may appear in it.
+        let outside = tempfile::tempdir().unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let r = ContainerRoot::open(base.path()).unwrap();
+        (outside, base, r)
+    }
+
+    fn is_empty(d: &Path) -> bool {
+        std::fs::read_dir(d).unwrap().next().is_none()
+    }
+
+    #[test]
+    fn mkdir_all_creates_nested_dirs_inside_root() {
+        let (_o, base, r) = root();
+        r.mkdir_all("/usr/lib/x86_64-linux-gnu").unwrap();
+        assert!(base.path().join("usr/lib/x86_64-linux-gnu").is_dir());
+    }
+
+    #[test]
+    fn f05_relative_lib_symlink_lands_in_its_target_inside_root() {
+        let (_o, base, r) = root();
+        std::fs::create_dir_all(base.path().join("usr/lib")).unwrap();
+        symlink("usr/lib", base.path().join("lib")).unwrap();
+        r.create_target("/lib/libcuda.so.1", TargetKind::File).unwrap();
+        assert!(base.path().join("usr/lib/libcuda.so.1").is_file());
+    }
+
+    #[test]
+    fn absolute_symlink_to_host_dir_is_clamped_inside_root() {
+        let (outside, base, r) = root();
+        std::fs::create_dir_all(base.path().join("usr")).unwrap();
+        // usr/bin -> <host dir>: an absolute symlink is resolved against the container root.
+        symlink(outside.path(), base.path().join("usr/bin")).unwrap();
+        // The same path does not exist inside the root: refused as dangling, nothing on the host.
+        let e = r.create_target("/usr/bin/nvidia-smi", TargetKind::File).unwrap_err();
+        assert!(e.to_string().contains("dangling"), "{e}");
+        assert!(is_empty(outside.path()), "a file was created on the host");
+        // Once it exists inside the root, the target lands there.
+        let inside_dir = base.path().join(outside.path().strip_prefix("/").unwrap());
+        std::fs::create_dir_all(&inside_dir).unwrap();
+        r.create_target("/usr/bin/nvidia-smi", TargetKind::File).unwrap();
+        assert!(is_empty(outside.path()), "a file was created on the host");
+        let inside = inside_dir.join("nvidia-smi");
+        assert!(inside.is_file(), "expected {inside:?}");
+    }
+
+    #[test]
+    fn dotdot_symlink_chain_stays_inside_root() {
+        let (_o, base, r) = root();
+        std::fs::create_dir_all(base.path().join("usr")).unwrap();
+        symlink("../../../../../../..", base.path().join("usr/bin")).unwrap();
+        r.create_target("/usr/bin/actk-probe", TargetKind::File).unwrap();
+        assert!(base.path().join("actk-probe").is_file());
+        assert!(!Path::new("/actk-probe").exists());
+    }
+
+    #[test]
+    fn proc_self_root_magic_link_is_refused() {
+        let (_o, base, r) = root();
+        // A symlink to the container's /proc, whose `self/root` is a magic link to "/" of the caller.
+        std::fs::create_dir_all(base.path().join("usr")).unwrap();
+        symlink("/proc/self/root/tmp", base.path().join("usr/bin")).unwrap();
+        // Inside the root that is <root>/proc/self/root/tmp: absent here, so refused as dangling.
+        let err = r.create_target("/usr/bin/x", TargetKind::File).unwrap_err();
+        assert!(err.to_string().contains("/usr/bin"), "{err}");
+        // Through a real procfs the same walk meets the magic link `root`: refused (ELOOP).
+        let procroot = ContainerRoot::open(Path::new("/proc/self")).unwrap();
+        let e = procroot.resolve("root/tmp", OFlags::empty()).unwrap_err();
+        assert!(e.to_string().contains("resolve"), "{e}");
+    }
+
+    #[test]
+    fn final_symlink_to_host_file_is_replaced_not_followed() {
+        let (outside, base, r) = root();
+        let host_file = outside.path().join("shadow");
+        std::fs::write(&host_file, b"secret").unwrap();
+        std::fs::create_dir_all(base.path().join("usr/lib")).unwrap();
+        symlink(&host_file, base.path().join("usr/lib/libcuda.so.1")).unwrap();
+        r.write_file("/usr/lib/libcuda.so.1", b"x", 0o644).unwrap();
+        assert_eq!(std::fs::read(&host_file).unwrap(), b"secret");
+        let meta = std::fs::symlink_metadata(base.path().join("usr/lib/libcuda.so.1")).unwrap();
+        assert!(meta.file_type().is_file());
+        symlink(&host_file, base.path().join("usr/lib/libnvidia-ml.so.1")).unwrap();
+        let fd = r.create_target("/usr/lib/libnvidia-ml.so.1", TargetKind::File).unwrap();
+        assert!(FileType::from_raw_mode(rustix::fs::fstat(&fd).unwrap().st_mode) == FileType::RegularFile);
+        assert_eq!(std::fs::read(&host_file).unwrap(), b"secret");
+    }
+
+    #[test]
+    fn directory_where_file_is_wanted_is_refused_with_path() {
+        let (_o, base, r) = root();
+        std::fs::create_dir_all(base.path().join("usr/bin/nvidia-smi")).unwrap();
+        let e = r.create_target("/usr/bin/nvidia-smi", TargetKind::File).unwrap_err();
+        assert!(e.to_string().contains("\"/usr/bin/nvidia-smi\"") && e.to_string().contains("is a directory"), "{e}");
+    }
+
+    #[test]
+    fn dangling_dir_symlink_is_refused() {
+        let (_o, base, r) = root();
+        symlink("/nonexistent/dir", base.path().join("lib64")).unwrap();
+        let e = r.mkdir_all("/lib64/x").unwrap_err();
+        assert!(e.to_string().contains("dangling symlink"), "{e}");
+    }
+
+    #[test]
+    fn dotdot_in_request_is_an_error() {
+        let (_o, _b, r) = root();
+        let e = r.mkdir_all("/usr/../etc").unwrap_err();
+        assert!(e.to_string().contains("`..`"), "{e}");
+    }
+
+    #[test]
+    fn refuses_to_create_on_procfs() {
+        let r = ContainerRoot::open(Path::new("/proc")).unwrap();
+        let e = r.create_target("/actk-x", TargetKind::File).unwrap_err();
+        assert!(e.to_string().contains("procfs"), "{e}");
+    }
+
+    #[test]
+    fn fifo_at_write_target_does_not_block_and_is_refused() {
+        let (_o, base, r) = root();
+        std::fs::create_dir_all(base.path().join("etc")).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, base.path().join("etc/x"), FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
+        let e = r.write_file("/etc/x", b"y", 0o644).unwrap_err();
+        assert!(e.to_string().contains("not a regular file") || e.to_string().contains("open"), "{e}");
+    }
+}

@@ -2,8 +2,11 @@
 //! registry of spec files in the spec directories (CNCF container-device-interface SPEC.md).
 
 pub mod error;
+pub mod generate;
 pub mod name;
 pub mod spec;
+pub mod validate;
+pub mod version;
 
 pub use error::CdiError;
 pub use name::{Kind, QualifiedName};

@@ -1,0 +1,376 @@
+//! Validation of CDI spec documents (JSON or YAML): the JSON schema of CNCF
+//! container-device-interface (schema/schema.json + defs.json, spec 1.1.0, embedded from
+//! `crates/actk-core/schema/`), the fields CDI consumers accept (they reject unknown fields),
+//! and SPEC.md's rules as pkg/cdi applies them:
+//! - `cdiVersion` known and at least what the fields need ([`super::version`]);
+//! - `kind` is `vendor/class` with the name syntax of [`super::name`];
+//! - at least one device; device names valid and unique; each device has some edits;
+//! - env entries are `NAME=value`; device node `type` one of `b c u p`, `permissions` of `rwm`
+//!   (or `none`); hook names are OCI hook stages; hook `timeout` > 0;
+//! - paths absolute: device node `path` and `hostPath`, mount `containerPath`, bind-mount
+//!   `hostPath`, hook `path` (SPEC.md: "path MUST be absolute").
+//!
+//! Every error names the file (when there is one) and the JSON pointer of the offending value
+//! (`/devices/0/containerEdits/hooks/1/path`).
+
+use super::name::{check_device_name, Kind};
+use super::spec::{ContainerEdits, Spec};
+use super::version::check_declared;
+use super::CdiError;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The CDI JSON schema (top level), from cncf-tags/container-device-interface schema/.
+pub const SCHEMA_JSON: &str = include_str!("../../schema/schema.json");
+/// The CDI JSON schema definitions the top level refers to as `defs.json`.
+pub const DEFS_JSON: &str = include_str!("../../schema/defs.json");
+
+/// The OCI hook stages a CDI hook may name (pkg/cdi validHookNames).
+pub const HOOK_NAMES: &[&str] = &["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+
+/// Encoding of a spec document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// JSON (`.json`).
+    Json,
+    /// YAML (`.yaml`, `.yml`).
+    Yaml,
+}
+
+impl Format {
+    /// The format a file name implies: `.json` JSON, `.yaml`/`.yml` YAML, else `None`.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => Some(Format::Json),
+            Some("yaml") | Some("yml") => Some(Format::Yaml),
+            _ => None,
+        }
+    }
+}
+
+fn invalid(file: Option<&Path>, pointer: impl Into<String>, message: impl Into<String>) -> CdiError {
+    CdiError::Invalid { file: file.map(Path::to_path_buf), pointer: pointer.into(), message: message.into() }
+}
+
+/// Parses a spec document into a JSON value. `format` `None`: JSON when the text starts with
+/// `{`, else YAML. Errors: [`CdiError::Parse`] with the parser's line and column.
+pub fn parse_value(text: &str, file: &Path, format: Option<Format>) -> Result<Value, CdiError> {
+    let format = format.unwrap_or(if text.trim_start().starts_with('{') { Format::Json } else { Format::Yaml });
+    match format {
+        Format::Json => serde_json::from_str(text).map_err(|e| CdiError::Parse { file: file.to_path_buf(), format: "JSON", message: e.to_string() }),
+        Format::Yaml => serde_saphyr::from_str(text).map_err(|e| CdiError::Parse { file: file.to_path_buf(), format: "YAML", message: e.to_string() }),
+    }
+}
+
+fn validator() -> Option<&'static jsonschema::Validator> {
+    static VALIDATOR: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
+    VALIDATOR
+        .get_or_init(|| {
+            // Both documents are embedded and checked by a unit test; a failure here is a build
+            // defect, reported once and treated as "no schema" rather than a panic.
+            let build = || -> Result<jsonschema::Validator, String> {
+                let schema: Value = serde_json::from_str(SCHEMA_JSON).map_err(|e| e.to_string())?;
+                let defs: Value = serde_json::from_str(DEFS_JSON).map_err(|e| e.to_string())?;
+                let registry = jsonschema::Registry::new()
+                    .add("file:///actk/cdi/defs.json", defs)
+                    .and_then(|r| r.prepare())
+                    .map_err(|e| e.to_string())?;
+                jsonschema::options()
+                    .with_base_uri("file:///actk/cdi/schema.json")
+                    .with_registry(&registry)
+                    .build(&schema)
+                    .map_err(|e| e.to_string())
+            };
+            build().map_err(|e| tracing::error!("embedded CDI JSON schema does not build: {e}")).ok()
+        })
+        .as_ref()
+}
+
+/// Errors of the JSON schema for a document (empty when it conforms).
+pub fn schema_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError> {
+    let Some(v) = validator() else {
+        return vec![invalid(file, "", "the embedded CDI JSON schema could not be built (a defect in actk)")];
+    };
+    v.iter_errors(value)
+        .map(|e| invalid(file, e.instance_path().to_string(), format!("{e} (CDI JSON schema)")))
+        .collect()
+}
+
+const SPEC_KEYS: &[&str] = &["cdiVersion", "kind", "annotations", "devices", "containerEdits"];
+const DEVICE_KEYS: &[&str] = &["name", "annotations", "containerEdits"];
+const EDITS_KEYS: &[&str] = &["env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"];
+const NODE_KEYS: &[&str] = &["path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"];
+const MOUNT_KEYS: &[&str] = &["hostPath", "containerPath", "type", "options"];
+const HOOK_KEYS: &[&str] = &["hookName", "path", "args", "env", "timeout"];
+
+fn unknown_keys(value: &Value, allowed: &[&str], pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
+    if let Some(obj) = value.as_object() {
+        for k in obj.keys().filter(|k| !allowed.contains(&k.as_str())) {
+            out.push(invalid(
+                file,
+                format!("{pointer}/{}", k.replace('~', "~0").replace('/', "~1")),
+                format!("unknown field {k:?} (CDI consumers such as podman reject unknown fields; known here: {})", allowed.join(", ")),
+            ));
+        }
+    }
+}
+
+fn unknown_edit_keys(edits: &Value, pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
+    unknown_keys(edits, EDITS_KEYS, pointer, file, out);
+    for (field, keys) in [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS)] {
+        if let Some(items) = edits.get(field).and_then(Value::as_array) {
+            for (i, item) in items.iter().enumerate() {
+                unknown_keys(item, keys, &format!("{pointer}/{field}/{i}"), file, out);
+            }
+        }
+    }
+}
+
+/// Fields no CDI version defines, with their JSON pointers.
+pub fn unknown_field_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError> {
+    let mut out = Vec::new();
+    unknown_keys(value, SPEC_KEYS, "", file, &mut out);
+    if let Some(e) = value.get("containerEdits") {
+        unknown_edit_keys(e, "/containerEdits", file, &mut out);
+    }
+    if let Some(devs) = value.get("devices").and_then(Value::as_array) {
+        for (i, d) in devs.iter().enumerate() {
+            unknown_keys(d, DEVICE_KEYS, &format!("/devices/{i}"), file, &mut out);
+            if let Some(e) = d.get("containerEdits") {
+                unknown_edit_keys(e, &format!("/devices/{i}/containerEdits"), file, &mut out);
+            }
+        }
+    }
+    out
+}
+
+fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
+    for (i, env) in e.env.iter().enumerate() {
+        if env.find('=').is_none_or(|p| p == 0) {
+            out.push(invalid(file, format!("{at}/env/{i}"), format!("env entry {env:?} is not NAME=value")));
+        }
+    }
+    for (i, n) in e.device_nodes.iter().enumerate() {
+        let p = format!("{at}/deviceNodes/{i}");
+        if !n.path.starts_with('/') {
+            out.push(invalid(file, format!("{p}/path"), format!("device node path {:?} must be absolute", n.path)));
+        }
+        if let Some(h) = n.host_path.as_deref().filter(|h| !h.starts_with('/')) {
+            out.push(invalid(file, format!("{p}/hostPath"), format!("device node hostPath {h:?} must be absolute")));
+        }
+        if let Some(t) = n.node_type.as_deref().filter(|t| !["", "b", "c", "u", "p"].contains(t)) {
+            out.push(invalid(file, format!("{p}/type"), format!("device node type {t:?} is not one of b, c, u, p")));
+        }
+        if let Some(perm) = n.permissions.as_deref().filter(|x| *x != "none" && x.chars().any(|c| !"rwm".contains(c))) {
+            out.push(invalid(file, format!("{p}/permissions"), format!("permissions {perm:?} may only hold r, w, m (or be \"none\")")));
+        }
+    }
+    for (i, m) in e.mounts.iter().enumerate() {
+        let p = format!("{at}/mounts/{i}");
+        if !m.container_path.starts_with('/') {
+            out.push(invalid(file, format!("{p}/containerPath"), format!("mount containerPath {:?} must be absolute", m.container_path)));
+        }
+        let is_bind = m.options.iter().any(|o| o == "bind" || o == "rbind") || matches!(m.mount_type.as_deref(), None | Some("") | Some("bind"));
+        if m.host_path.is_empty() || (is_bind && !m.host_path.starts_with('/')) {
+            out.push(invalid(file, format!("{p}/hostPath"), format!("bind mount hostPath {:?} must be an absolute host path", m.host_path)));
+        }
+    }
+    for (i, h) in e.hooks.iter().enumerate() {
+        let p = format!("{at}/hooks/{i}");
+        if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
+            out.push(invalid(file, format!("{p}/hookName"), format!("hook name {:?} is not one of {}", h.hook_name, HOOK_NAMES.join(", "))));
+        }
+        if !h.path.starts_with('/') {
+            out.push(invalid(file, format!("{p}/path"), format!("hook path {:?} must be absolute (SPEC.md)", h.path)));
+        }
+        for (j, env) in h.env.iter().enumerate() {
+            if env.find('=').is_none_or(|x| x == 0) {
+                out.push(invalid(file, format!("{p}/env/{j}"), format!("hook env entry {env:?} is not NAME=value")));
+            }
+        }
+        if let Some(t) = h.timeout.filter(|t| *t <= 0) {
+            out.push(invalid(file, format!("{p}/timeout"), format!("hook timeout {t} must be greater than zero")));
+        }
+    }
+    let mut host_names = HashSet::new();
+    let mut names = HashSet::new();
+    for (i, nd) in e.net_devices.iter().enumerate() {
+        let p = format!("{at}/netDevices/{i}");
+        let host = nd.get("hostInterfaceName").and_then(Value::as_str).unwrap_or("");
+        let name = nd.get("name").and_then(Value::as_str).unwrap_or("");
+        if host.is_empty() || name.is_empty() {
+            out.push(invalid(file, p.clone(), "net device needs a non-empty hostInterfaceName and name"));
+        }
+        if !host.is_empty() && !host_names.insert(host.to_string()) {
+            out.push(invalid(file, format!("{p}/hostInterfaceName"), format!("duplicate hostInterfaceName {host:?}")));
+        }
+        if !name.is_empty() && !names.insert(name.to_string()) {
+            out.push(invalid(file, format!("{p}/name"), format!("duplicate net device name {name:?}")));
+        }
+    }
+}
+
+/// SPEC.md rules for a parsed spec (see the module docs). Empty when the spec is valid.
+pub fn rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
+    let mut out = Vec::new();
+    if let Err(e) = check_declared(spec) {
+        out.push(invalid(file, "/cdiVersion", e.to_string()));
+    }
+    if let Err(e) = Kind::parse(&spec.kind) {
+        out.push(invalid(file, "/kind", e.to_string()));
+    }
+    if spec.devices.is_empty() {
+        out.push(invalid(file, "/devices", "a CDI spec needs at least one device"));
+    }
+    check_edits(&spec.container_edits, "/containerEdits", file, &mut out);
+    let mut seen = HashSet::new();
+    for (i, d) in spec.devices.iter().enumerate() {
+        if let Err(e) = check_device_name(&d.name, &d.name) {
+            out.push(invalid(file, format!("/devices/{i}/name"), e.to_string()));
+        }
+        if !seen.insert(d.name.as_str()) {
+            out.push(invalid(file, format!("/devices/{i}/name"), format!("device name {:?} appears more than once", d.name)));
+        }
+        if d.container_edits.is_empty() {
+            out.push(invalid(file, format!("/devices/{i}/containerEdits"), format!("device {:?} has no container edits", d.name)));
+        }
+        check_edits(&d.container_edits, &format!("/devices/{i}/containerEdits"), file, &mut out);
+    }
+    out
+}
+
+/// Turns a JSON value into a [`Spec`], checking fields first so errors carry pointers.
+/// With `schema`, the JSON schema is checked too (the `actk cdi validate` path); without it
+/// only fields and SPEC.md rules (the fast path of the registry and the runtime shim).
+pub fn spec_from_value(value: Value, file: Option<&Path>, schema: bool) -> Result<Spec, Vec<CdiError>> {
+    let mut errors = if schema { schema_errors(&value, file) } else { Vec::new() };
+    errors.extend(unknown_field_errors(&value, file));
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    let spec: Spec = serde_json::from_value(value).map_err(|e| vec![invalid(file, "", e.to_string())])?;
+    let errors = rule_errors(&spec, file);
+    if errors.is_empty() { Ok(spec) } else { Err(errors) }
+}
+
+/// Reads, parses and validates one spec file (format from the extension, else sniffed).
+/// `schema`: also check the JSON schema. Errors name the file and the JSON pointer.
+pub fn read_spec_file(path: &Path, schema: bool) -> Result<Spec, Vec<CdiError>> {
+    let text = std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
+    let value = parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])?;
+    spec_from_value(value, Some(path), schema)
+}
+
+/// Validates a spec file fully: schema, fields and SPEC.md rules (`actk cdi validate`).
+pub fn validate_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
+    read_spec_file(path, true)
+}
+
+/// Validates an in-memory spec (as generated) against the schema and the rules.
+pub fn validate_spec(spec: &Spec) -> Result<(), Vec<CdiError>> {
+    let value = serde_json::to_value(spec).map_err(|e| vec![invalid(None, "", e.to_string())])?;
+    spec_from_value(value, None, true).map(|_| ())
+}
+
+/// A file path for messages when a spec has none.
+pub fn display_file(file: &Option<PathBuf>) -> String {
+    file.as_ref().map(|f| f.display().to_string()).unwrap_or_else(|| "<spec>".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn good() -> Value {
+        json!({
+            "cdiVersion": "0.5.0",
+            "kind": "nvidia.com/gpu",
+            "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}}],
+            "containerEdits": {
+                "env": ["A=b"],
+                "mounts": [{"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1", "options": ["ro", "bind"]}],
+                "hooks": [{"hookName": "createContainer", "path": "/usr/bin/hook", "env": ["PATH=/bin"]}]
+            }
+        })
+    }
+
+    fn errors_of(v: Value) -> Vec<String> {
+        match spec_from_value(v, Some(Path::new("/etc/cdi/x.json")), true) {
+            Ok(_) => vec![],
+            Err(e) => e.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn embedded_schema_builds_and_accepts_a_good_spec() {
+        assert!(validator().is_some());
+        assert_eq!(errors_of(good()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn schema_errors_name_file_and_pointer() {
+        let mut v = good();
+        v["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = json!("195");
+        let errs = errors_of(v);
+        assert!(errs.iter().any(|e| e.starts_with("/etc/cdi/x.json: /devices/0/containerEdits/deviceNodes/0/major: ")), "{errs:?}");
+        let mut v = good();
+        v.as_object_mut().unwrap().remove("kind");
+        let errs = errors_of(v);
+        assert!(errs.iter().any(|e| e.contains("\"kind\" is a required property")), "{errs:?}");
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let mut v = good();
+        v["containerEdits"]["hooks"][0]["argv"] = json!(["x"]);
+        let errs = errors_of(v);
+        assert!(errs.iter().any(|e| e.contains("/containerEdits/hooks/0/argv: unknown field \"argv\"")), "{errs:?}");
+    }
+
+    #[test]
+    fn spec_rules_are_checked() {
+        let cases: Vec<(fn(&mut Value), &str)> = vec![
+            (|v| v["containerEdits"]["hooks"][0]["path"] = json!("hook"), "/containerEdits/hooks/0/path: hook path \"hook\" must be absolute"),
+            (|v| v["containerEdits"]["hooks"][0]["hookName"] = json!("preStart"), "/containerEdits/hooks/0/hookName"),
+            (|v| v["containerEdits"]["env"][0] = json!("=x"), "/containerEdits/env/0"),
+            (|v| v["containerEdits"]["mounts"][0]["containerPath"] = json!("usr/lib"), "/containerEdits/mounts/0/containerPath"),
+            (|v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["path"] = json!("dev/nvidia0"), "/devices/0/containerEdits/deviceNodes/0/path"),
+            (|v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["type"] = json!("x"), "/devices/0/containerEdits/deviceNodes/0/type"),
+            (|v| v["devices"][0]["name"] = json!("a/b"), "/devices/0/name"),
+            (|v| v["devices"] = json!([]), "/devices: a CDI spec needs at least one device"),
+            (|v| { let d = v["devices"][0].clone(); v["devices"].as_array_mut().unwrap().push(d); }, "/devices/1/name: device name \"0\" appears more than once"),
+            (|v| v["devices"][0]["containerEdits"] = json!({}), "/devices/0/containerEdits: device \"0\" has no container edits"),
+            (|v| v["kind"] = json!("nvidia"), "/kind"),
+            (|v| v["cdiVersion"] = json!("0.4.0"), "/cdiVersion: spec declares cdiVersion 0.4.0 but uses a device name starting with a digit"),
+            (|v| v["cdiVersion"] = json!("9.9.9"), "/cdiVersion: unknown cdiVersion"),
+        ];
+        for (edit, expected) in cases {
+            let mut v = good();
+            edit(&mut v);
+            let errs = errors_of(v);
+            assert!(errs.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errs:?}");
+        }
+    }
+
+    #[test]
+    fn f06_additional_gids_with_cdi_version_0_5_0_is_rejected() {
+        let mut v = good();
+        v["devices"][0]["containerEdits"]["additionalGids"] = json!([44]);
+        let errs = errors_of(v);
+        assert!(errs.iter().any(|e| e.contains("/cdiVersion") && e.contains("uses additionalGids") && e.contains(">= 0.7.0")), "{errs:?}");
+    }
+
+    #[test]
+    fn yaml_and_json_parse_to_the_same_spec() {
+        let json_text = serde_json::to_string_pretty(&good()).unwrap();
+        let yaml_text = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: \"0\"\n    containerEdits:\n      deviceNodes:\n        - path: /dev/nvidia0\n          type: c\n          major: 195\n          minor: 0\ncontainerEdits:\n  env: [\"A=b\"]\n  mounts:\n    - hostPath: /usr/lib/libcuda.so.1\n      containerPath: /usr/lib/libcuda.so.1\n      options: [ro, bind]\n  hooks:\n    - hookName: createContainer\n      path: /usr/bin/hook\n      env: [\"PATH=/bin\"]\n";
+        let a = spec_from_value(parse_value(&json_text, Path::new("a.json"), None).unwrap(), None, true).unwrap();
+        let b = spec_from_value(parse_value(yaml_text, Path::new("a.yaml"), Some(Format::Yaml)).unwrap(), None, true).unwrap();
+        assert_eq!(a, b);
+        let err = parse_value("{\"kind\": ", Path::new("/x/bad.json"), None).unwrap_err().to_string();
+        assert!(err.starts_with("/x/bad.json: cannot parse CDI spec as JSON") && err.contains("line 1"), "{err}");
+    }
+}

@@ -25,4 +25,4 @@ demo: build
 # end-to-end tests run the built actk, actk-runtime and actk-hook.
 test: build
 	scripts/start-dockerd.sh
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast

@@ -244,3 +244,26 @@ fn unknown_device_through_runc_names_the_variable_the_value_and_the_devices_that
 
 /// An argument list element: `&str` and paths mixed in one slice.
 type OsArg = std::ffi::OsString;
+
+#[test]
+fn glibc_container_asking_for_a_gpu_finds_libcuda_so_1_with_ldconfig_p() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    // A CUDA program dlopens "libcuda.so.1": the container's ld.so.cache must know the injected
+    // driver libraries, which needs ldconfig run inside the container after the mounts.
+    let bundle = Bundle::glibc(&["/sbin/ldconfig", "-p"], &["NVIDIA_VISIBLE_DEVICES=0"])?;
+    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    let id = unique_name("e2e-runc-ldcache");
+    let o = actk_runtime(&cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+    let out = expect_success("actk-runtime run (glibc image, ldconfig -p)", &o);
+    for soname in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        let line = out.lines().find(|l| l.trim_start().starts_with(&format!("{soname} ")));
+        assert!(
+            line.is_some_and(|l| l.contains("=> /usr/lib/x86_64-linux-gnu/")),
+            "ldconfig -p in the container does not list {soname} in /usr/lib/x86_64-linux-gnu:\n{out}"
+        );
+    }
+    Ok(())
+}

@@ -85,6 +85,14 @@ pub enum CdiError {
         /// The device names that exist for this kind.
         known: String,
     },
+    /// Two spec files of one directory define the same device.
+    #[error("{message}")]
+    Conflict {
+        /// The qualified name.
+        name: String,
+        /// Which files define it and what to do.
+        message: String,
+    },
     /// The profile, inventory or options cannot give a spec.
     #[error("cannot generate CDI spec for {kind}: {message}")]
     Generate {

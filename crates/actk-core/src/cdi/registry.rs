@@ -1,0 +1,290 @@
+//! The registry of CDI specs in the spec directories, and resolution of qualified device names
+//! to container edits (CNCF container-device-interface SPEC.md, pkg/cdi cache semantics).
+//!
+//! - Spec directories are read in order (default `/etc/cdi`, then `/var/run/cdi`); each
+//!   directory's index is its priority. Within a directory, files are read in name order; only
+//!   `*.json` and `*.yaml` files count (as in pkg/cdi), other names and subdirectories are skipped.
+//! - A device defined in a later (higher-priority) directory replaces the same qualified name
+//!   from an earlier one. The same name defined twice in one directory is a conflict: the name
+//!   is dropped and both files are reported.
+//! - A file that does not parse or validate is recorded with its errors and skipped; other
+//!   files are unaffected.
+//! - Resolving adds a spec's spec-level edits once, however many of its devices are asked for,
+//!   then each device's edits, in request order; the result is de-duplicated.
+//!
+//! Loading checks fields and SPEC.md rules but not the JSON schema, which is `actk cdi
+//! validate`'s job: the runtime shim loads the registry for every container.
+
+use super::generate::dedup;
+use super::name::QualifiedName;
+use super::spec::{ContainerEdits, Spec};
+use super::validate::read_spec_file;
+use super::CdiError;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The spec directories engines read, in priority order (lowest first).
+pub const DEFAULT_SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
+/// A spec loaded from a file (or added in memory).
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    /// The file it came from (for in-memory specs, a descriptive path such as `<generated>/nvidia.com-gpu`).
+    pub path: PathBuf,
+    /// Index of its spec directory; higher overrides lower.
+    pub priority: usize,
+    /// The spec.
+    pub spec: Spec,
+}
+
+/// A spec file (or directory) that could not be used, with every error found in it.
+#[derive(Debug)]
+pub struct SpecFileError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub errors: Vec<CdiError>,
+}
+
+impl std::fmt::Display for SpecFileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let msgs: Vec<String> = self.errors.iter().map(|e| e.to_string()).collect();
+        write!(f, "{}", msgs.join("; "))
+    }
+}
+
+/// The specs of a set of spec directories and the devices they define.
+#[derive(Debug, Default)]
+pub struct Registry {
+    dirs: Vec<PathBuf>,
+    specs: Vec<LoadedSpec>,
+    /// Qualified name -> (index into `specs`, index into that spec's devices).
+    devices: BTreeMap<String, (usize, usize)>,
+    /// Qualified names defined more than once at the same priority -> the files.
+    conflicts: BTreeMap<String, Vec<PathBuf>>,
+    errors: Vec<SpecFileError>,
+}
+
+impl Registry {
+    /// Loads every spec file of `dirs` (missing directories are skipped). Never fails: bad files
+    /// and unreadable directories are recorded in [`Registry::errors`].
+    pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Registry {
+        let mut reg = Registry { dirs: dirs.iter().map(|d| d.as_ref().to_path_buf()).collect(), ..Default::default() };
+        for (priority, dir) in dirs.iter().enumerate() {
+            let dir = dir.as_ref();
+            let entries = match std::fs::read_dir(dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    reg.errors.push(SpecFileError { path: dir.to_path_buf(), errors: vec![CdiError::Io { path: dir.to_path_buf(), source }] });
+                    continue;
+                }
+            };
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json") | Some("yaml")))
+                .filter(|p| !p.is_dir())
+                .collect();
+            files.sort();
+            for file in files {
+                match read_spec_file(&file, false) {
+                    Ok(spec) => reg.add(spec, file, priority),
+                    Err(errors) => reg.errors.push(SpecFileError { path: file, errors }),
+                }
+            }
+        }
+        reg
+    }
+
+    /// Loads the default spec directories ([`DEFAULT_SPEC_DIRS`]).
+    pub fn load_default() -> Registry {
+        Registry::load(DEFAULT_SPEC_DIRS)
+    }
+
+    /// Adds a spec (already validated) at a priority, with the override and conflict rules of
+    /// the module docs. The runtime shim adds specs it generated in memory this way, with a
+    /// priority below 0's files when spec files should win (use 0 and load files after, or a
+    /// higher number to override them).
+    pub fn add(&mut self, spec: Spec, path: PathBuf, priority: usize) {
+        let idx = self.specs.len();
+        for (di, d) in spec.devices.iter().enumerate() {
+            let qualified = format!("{}={}", spec.kind, d.name);
+            if let Some(files) = self.conflicts.get_mut(&qualified) {
+                files.push(path.clone());
+                continue;
+            }
+            match self.devices.get(&qualified) {
+                Some(&(other, _)) if self.specs[other].priority > priority => continue,
+                Some(&(other, _)) if self.specs[other].priority == priority => {
+                    let other_path = self.specs[other].path.clone();
+                    self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
+                    self.devices.remove(&qualified);
+                    let msg = format!("CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed", other_path.display(), path.display());
+                    for p in [other_path, path.clone()] {
+                        self.errors.push(SpecFileError { path: p.clone(), errors: vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }] });
+                    }
+                }
+                _ => {
+                    self.devices.insert(qualified, (idx, di));
+                }
+            }
+        }
+        self.specs.push(LoadedSpec { path, priority, spec });
+    }
+
+    /// The spec directories this registry was loaded from.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Files (and directories) that could not be used, with their errors.
+    pub fn errors(&self) -> &[SpecFileError] {
+        &self.errors
+    }
+
+    /// Every loaded spec, in load order.
+    pub fn specs(&self) -> &[LoadedSpec] {
+        &self.specs
+    }
+
+    /// The kinds with at least one usable device, sorted.
+    pub fn kinds(&self) -> Vec<String> {
+        let mut kinds: Vec<String> = self.devices.values().map(|&(s, _)| self.specs[s].spec.kind.clone()).collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
+    /// Whether some spec defines a usable device of `kind` (`vendor/class`).
+    pub fn has_kind(&self, kind: &str) -> bool {
+        self.devices.values().any(|&(s, _)| self.specs[s].spec.kind == kind)
+    }
+
+    /// Every usable qualified device name, sorted by kind then name.
+    pub fn device_names(&self) -> Vec<QualifiedName> {
+        self.devices.keys().filter_map(|k| QualifiedName::parse(k).ok()).collect()
+    }
+
+    /// The container edits for a set of qualified names: each spec's spec-level edits once,
+    /// then each device's edits, de-duplicated.
+    ///
+    /// Errors: [`CdiError::UnknownKind`] naming the device, the spec directories and the kinds
+    /// that exist; [`CdiError::UnknownDevice`] naming the device and the names its kind has;
+    /// [`CdiError::Conflict`] when two files in one directory define it.
+    pub fn resolve(&self, names: &[QualifiedName]) -> Result<ContainerEdits, CdiError> {
+        let mut edits = ContainerEdits::default();
+        let mut specs_done = Vec::new();
+        for name in names {
+            let qualified = name.to_string();
+            let Some(&(si, di)) = self.devices.get(&qualified) else {
+                return Err(self.unresolved(name));
+            };
+            let spec = &self.specs[si].spec;
+            if !specs_done.contains(&si) {
+                specs_done.push(si);
+                edits.append(&spec.container_edits);
+            }
+            edits.append(&spec.devices[di].container_edits);
+        }
+        dedup(&mut edits);
+        Ok(edits)
+    }
+
+    fn unresolved(&self, name: &QualifiedName) -> CdiError {
+        let qualified = name.to_string();
+        if let Some(files) = self.conflicts.get(&qualified) {
+            let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+            return CdiError::Conflict {
+                name: qualified.clone(),
+                message: format!("CDI device {qualified} is defined by more than one spec file in one directory ({}); remove all but one", files.join(", ")),
+            };
+        }
+        let kind = name.kind_string();
+        let prefix = format!("{kind}=");
+        let known: Vec<&str> = self.devices.keys().filter_map(|k| k.strip_prefix(&prefix)).collect();
+        if known.is_empty() {
+            let kinds = self.kinds();
+            CdiError::UnknownKind {
+                name: qualified,
+                kind,
+                dirs: self.dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+                known: if kinds.is_empty() { "none".into() } else { kinds.join(", ") },
+            }
+        } else {
+            CdiError::UnknownDevice { name: qualified, kind, known: known.join(", ") }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn spec_text(kind: &str, names: &[&str], env: &str) -> String {
+        let devices: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"name": "{n}", "containerEdits": {{"deviceNodes": [{{"path": "/dev/x{n}", "type": "c", "major": 1, "minor": 3}}]}}}}"#))
+            .collect();
+        format!(r#"{{"cdiVersion": "0.5.0", "kind": "{kind}", "devices": [{}], "containerEdits": {{"env": ["{env}"]}}}}"#, devices.join(","))
+    }
+
+    #[test]
+    fn later_dir_overrides_and_bad_files_are_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (etc, run) = (tmp.path().join("etc"), tmp.path().join("run"));
+        fs::create_dir_all(&etc).unwrap();
+        fs::create_dir_all(&run).unwrap();
+        fs::write(etc.join("a.json"), spec_text("vendor.com/dev", &["0", "1"], "FROM=etc")).unwrap();
+        fs::write(run.join("b.json"), spec_text("vendor.com/dev", &["1"], "FROM=run")).unwrap();
+        fs::write(run.join("bad.json"), "{ not json").unwrap();
+        fs::write(run.join("ignored.txt"), "x").unwrap();
+        let reg = Registry::load(&[&etc, &run, &tmp.path().join("missing")]);
+        assert_eq!(reg.kinds(), ["vendor.com/dev"]);
+        let names: Vec<String> = reg.device_names().iter().map(|n| n.to_string()).collect();
+        assert_eq!(names, ["vendor.com/dev=0", "vendor.com/dev=1"]);
+        assert_eq!(reg.errors().len(), 1);
+        assert!(reg.errors()[0].path.ends_with("bad.json"));
+        assert!(reg.errors()[0].to_string().contains("bad.json: cannot parse CDI spec as JSON"));
+
+        let one = reg.resolve(&[QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap();
+        assert_eq!(one.env, ["FROM=run"], "device 1 comes from the higher-priority dir");
+        let both = reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap(), QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap();
+        assert_eq!(both.env, ["FROM=etc", "FROM=run"]);
+        assert_eq!(both.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/x0", "/dev/x1"]);
+    }
+
+    #[test]
+    fn unknown_names_are_errors_naming_what_exists() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("a.yaml"), spec_text("vendor.com/dev", &["0", "1"], "A=1")).unwrap();
+        let reg = Registry::load(&[tmp.path()]);
+        let err = reg.resolve(&[QualifiedName::parse("vendor.com/dev=7").unwrap()]).unwrap_err().to_string();
+        assert_eq!(err, "unresolvable CDI device vendor.com/dev=7: kind vendor.com/dev has devices 0, 1");
+        let err = reg.resolve(&[QualifiedName::parse("other.com/gpu=0").unwrap()]).unwrap_err().to_string();
+        assert!(err.contains("no CDI spec for kind other.com/gpu") && err.contains("known kinds: vendor.com/dev"), "{err}");
+    }
+
+    #[test]
+    fn same_dir_conflict_drops_the_name_and_reports_both_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("a.json"), spec_text("vendor.com/dev", &["0", "1"], "A=1")).unwrap();
+        fs::write(tmp.path().join("b.json"), spec_text("vendor.com/dev", &["1"], "B=1")).unwrap();
+        let reg = Registry::load(&[tmp.path()]);
+        assert_eq!(reg.errors().len(), 2);
+        let err = reg.resolve(&[QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap_err().to_string();
+        assert!(err.contains("a.json") && err.contains("b.json"), "{err}");
+        reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap()]).unwrap();
+    }
+
+    #[test]
+    fn invalid_spec_file_is_reported_with_its_rule() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = spec_text("vendor.com/dev", &["0"], "A=1").replace("\"0.5.0\"", "\"0.4.0\"");
+        fs::write(tmp.path().join("old.json"), text).unwrap();
+        let reg = Registry::load(&[tmp.path()]);
+        assert!(reg.device_names().is_empty());
+        let msg = reg.errors()[0].to_string();
+        assert!(msg.contains("old.json: /cdiVersion") && msg.contains(">= 0.5.0"), "{msg}");
+    }
+}

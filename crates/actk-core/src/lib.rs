@@ -5,4 +5,5 @@
 pub mod cdi;
 pub mod discover;
 pub mod inventory;
+pub mod ldcache;
 pub mod profile;

@@ -1,1 +1,381 @@
-//! Discovery: reading a host root into an [`crate::inventory::Inventory`], driven by profiles.
+//! Discovery: reading a host root into an [`Inventory`], driven by profiles (DESIGN.md
+//! "Vendor profiles").
+//!
+//! [`discover`] runs, for each profile in order, the code its `discovery` names: the
+//! profile-driven [`generic`] reader (character nodes matching `devices.node` plus sysfs
+//! attributes) or a small vendor enricher ([`nvidia`], [`neuron`], [`amd`], [`gaudi`]). Then
+//! shared control nodes and host files (driver libraries through the host's ld.so.cache, tools,
+//! firmware; see [`hostfiles`]) are added for each vendor that has devices.
+//!
+//! Every read goes through [`HostRoot`], which resolves symlinks *inside* the root (an absolute
+//! link target restarts at the root, `..` stops at it), so a driver-container root such as
+//! /run/nvidia/driver or a fixture can never make discovery read the real host's files.
+//! Discovery never fails: odd things become [`Warning`]s naming the path.
+
+pub mod amd;
+pub mod gaudi;
+pub mod generic;
+pub mod hostfiles;
+pub mod neuron;
+pub mod nvidia;
+
+use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
+use crate::profile::Profile;
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS is 40).
+const MAX_SYMLINKS: usize = 40;
+
+/// A host root: `/`, a fixture directory, or a driver container's root. Paths given to its
+/// methods are absolute paths *as seen on that host* (`/sys/class/neuron_device`).
+#[derive(Debug, Clone)]
+pub struct HostRoot {
+    root: PathBuf,
+}
+
+impl HostRoot {
+    /// A host root at `root` (not checked here; a missing root simply has no devices).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        HostRoot { root: root.into() }
+    }
+
+    /// The root directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether this is the running system's own root (`/`), where NVML may be loaded.
+    pub fn is_system_root(&self) -> bool {
+        self.root.canonicalize().is_ok_and(|p| p == Path::new("/"))
+    }
+
+    /// The real path of host path `path` without resolving anything (for messages and for
+    /// paths already resolved by [`HostRoot::resolve`]).
+    pub fn host_path(&self, path: impl AsRef<Path>) -> PathBuf {
+        let rel = path.as_ref().strip_prefix("/").unwrap_or(path.as_ref());
+        if rel.as_os_str().is_empty() { self.root.clone() } else { self.root.join(rel) }
+    }
+
+    /// Resolve `path` (absolute, as seen on the host) inside the root, following every
+    /// symlink with the root as `/`, like openat2(RESOLVE_IN_ROOT). Returns the resolved
+    /// absolute host path (`/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05`); join it with
+    /// [`HostRoot::host_path`] to read it.
+    ///
+    /// Errors: `NotFound` when a component is missing, `ELOOP`-like `Other` after
+    /// [`MAX_SYMLINKS`] links. Discovery only reads host and driver roots that the admin
+    /// chose, so the gap between resolving and opening is accepted here (the injection layer,
+    /// which works on container roots, uses O_PATH handles instead).
+    pub fn resolve(&self, path: impl AsRef<Path>) -> io::Result<PathBuf> {
+        self.resolve_inner(path.as_ref(), true)
+    }
+
+    /// Like [`HostRoot::resolve`] but a symlink in the last component is not followed.
+    pub fn resolve_parent(&self, path: impl AsRef<Path>) -> io::Result<PathBuf> {
+        self.resolve_inner(path.as_ref(), false)
+    }
+
+    fn resolve_inner(&self, path: &Path, follow_last: bool) -> io::Result<PathBuf> {
+        let mut todo: VecDeque<PathBuf> = path.components().filter_map(component_name).collect();
+        let mut cur = PathBuf::from("/");
+        let mut links = 0;
+        while let Some(name) = todo.pop_front() {
+            if name == Path::new("..") {
+                cur.pop(); // stops at "/": `..` never leaves the root
+                continue;
+            }
+            let next = cur.join(&name);
+            let meta = std::fs::symlink_metadata(self.host_path(&next))?;
+            if !meta.file_type().is_symlink() || (!follow_last && todo.is_empty()) {
+                cur = next;
+                continue;
+            }
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(io::Error::other(format!("too many levels of symbolic links at {}", next.display())));
+            }
+            let target = std::fs::read_link(self.host_path(&next))?;
+            if target.is_absolute() {
+                cur = PathBuf::from("/");
+            }
+            for c in target.components().rev().filter_map(component_name) {
+                todo.push_front(c);
+            }
+        }
+        Ok(cur)
+    }
+
+    /// Read a text file at host path `path` (resolved in the root).
+    pub fn read_to_string(&self, path: impl AsRef<Path>) -> io::Result<String> {
+        std::fs::read_to_string(self.host_path(self.resolve(path)?))
+    }
+
+    /// Read a whole file at host path `path` (resolved in the root).
+    pub fn read(&self, path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+        std::fs::read(self.host_path(self.resolve(path)?))
+    }
+
+    /// Names of the entries of directory `path`, sorted.
+    pub fn list_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(self.host_path(self.resolve(path)?))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The last component of the target of symlink `path` (sysfs `device` -> PCI bus id,
+    /// `driver` -> driver name). The link itself is not followed beyond reading it.
+    pub fn link_name(&self, path: impl AsRef<Path>) -> io::Result<String> {
+        let link = self.resolve_parent(path)?;
+        let target = std::fs::read_link(self.host_path(&link))?;
+        target
+            .file_name()
+            .and_then(OsStr::to_str)
+            .map(str::to_string)
+            .ok_or_else(|| io::Error::other(format!("link target {} has no name", target.display())))
+    }
+
+    /// Whether host path `path` exists (after resolution in the root).
+    pub fn exists(&self, path: impl AsRef<Path>) -> bool {
+        self.resolve(path).is_ok()
+    }
+
+    /// Stat the device node at host path `path` (resolved in the root) and describe it as
+    /// seen at container path `path`. Errors: missing, or not a character/block device.
+    pub fn device_node(&self, path: &str) -> io::Result<DeviceNode> {
+        use rustix::fs::{FileType, major, minor, stat};
+        let host = self.host_path(self.resolve(path)?);
+        let st = stat(&host)?;
+        let node_type = match FileType::from_raw_mode(st.st_mode) {
+            FileType::CharacterDevice => 'c',
+            FileType::BlockDevice => 'b',
+            _ => return Err(io::Error::other("not a device node")),
+        };
+        Ok(DeviceNode {
+            path: path.to_string(),
+            host_path: host,
+            node_type,
+            major: major(st.st_rdev),
+            minor: minor(st.st_rdev),
+            file_mode: Some(st.st_mode & 0o7777),
+        })
+    }
+
+    /// The majors /proc/devices lists for character driver `name`. Errors: /proc/devices
+    /// unreadable.
+    pub fn proc_devices_major(&self, name: &str) -> io::Result<Option<u32>> {
+        let text = self.read_to_string("/proc/devices")?;
+        let mut in_char = false;
+        for line in text.lines() {
+            if line.starts_with("Character devices") {
+                in_char = true;
+            } else if line.starts_with("Block devices") {
+                in_char = false;
+            } else if in_char
+                && let Some((num, dev)) = line.trim().split_once(char::is_whitespace)
+                && dev.trim() == name
+            {
+                return Ok(num.parse().ok());
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn component_name(c: Component<'_>) -> Option<PathBuf> {
+    match c {
+        Component::Normal(n) => Some(PathBuf::from(n)),
+        Component::ParentDir => Some(PathBuf::from("..")),
+        _ => None,
+    }
+}
+
+/// Collects warnings while discovering; each names the host path it is about.
+#[derive(Debug, Default)]
+pub struct Warnings(pub Vec<Warning>);
+
+impl Warnings {
+    /// Record `message` about host path `path` (as the real path under the root).
+    pub fn add(&mut self, host: &HostRoot, path: impl AsRef<Path>, message: impl Into<String>) {
+        let w = Warning { path: host.host_path(path), message: message.into() };
+        // The same file can be reached twice (merged-/usr aliases); say it once.
+        if !self.0.contains(&w) {
+            tracing::debug!("discovery warning: {w}");
+            self.0.push(w);
+        }
+    }
+}
+
+/// Read `root` into an inventory, one [`VendorInventory`] per profile that finds a device, in
+/// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
+pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
+    let host = HostRoot::new(root);
+    let mut warnings = Warnings::default();
+    let mut vendors = Vec::new();
+    for profile in profiles {
+        let found = match profile.discovery.as_str() {
+            "nvidia" => nvidia::discover(&host, profile, &mut warnings),
+            "neuron" => neuron::discover(&host, profile, &mut warnings),
+            "amd" => amd::discover(&host, profile, &mut warnings),
+            "gaudi" => gaudi::discover(&host, profile, profiles, &mut warnings),
+            _ => generic::discover(&host, profile, profiles, &mut warnings),
+        };
+        let Some(mut vendor) = found else { continue };
+        if vendor.devices.is_empty() {
+            continue;
+        }
+        vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
+        vendor.host_files = hostfiles::find(&host, profile, vendor.driver_version.as_deref(), &mut warnings);
+        vendors.push(vendor);
+    }
+    Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }
+}
+
+/// A fresh [`VendorInventory`] for `profile` with no devices yet.
+pub(crate) fn vendor_for(profile: &Profile) -> VendorInventory {
+    VendorInventory { profile: profile.name.clone(), kind: profile.kind.clone(), ..Default::default() }
+}
+
+/// The profile's control nodes that exist on the host (a `*` in the last component matches
+/// any name there), sorted by path within each entry.
+fn control_nodes(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Vec<DeviceNode> {
+    let mut out: Vec<DeviceNode> = Vec::new();
+    for c in &profile.control_nodes {
+        for path in expand_glob(host, &c.path) {
+            match host.device_node(&path) {
+                Ok(node) if !out.iter().any(|n| n.path == node.path) => out.push(node),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => warnings.add(host, &path, format!("control node skipped: {e}")),
+            }
+        }
+    }
+    out
+}
+
+/// Expand a `*` in the last component of host path `pattern` against the directory listing;
+/// a pattern without `*` is returned as is. Results sorted.
+pub(crate) fn expand_glob(host: &HostRoot, pattern: &str) -> Vec<String> {
+    let Some((dir, last)) = pattern.rsplit_once('/') else { return vec![] };
+    let Some((pre, post)) = last.split_once('*') else { return vec![pattern.to_string()] };
+    let dir = if dir.is_empty() { "/" } else { dir };
+    host.list_dir(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.len() >= pre.len() + post.len() && n.starts_with(pre) && n.ends_with(post))
+        .map(|n| format!("{}/{n}", dir.trim_end_matches('/')))
+        .collect()
+}
+
+/// Parse a sysfs `numa_node` value: `-1` (no NUMA information) gives `None`.
+pub(crate) fn parse_numa(text: &str) -> Result<Option<u32>, String> {
+    let t = text.trim();
+    match t.parse::<i64>() {
+        Ok(n) if n < 0 => Ok(None),
+        Ok(n) => u32::try_from(n).map(Some).map_err(|_| format!("numa_node {t:?} out of range")),
+        Err(_) => Err(format!("numa_node {t:?} is not a number")),
+    }
+}
+
+/// Normalise a PCI bus id to the long lower-case form `0000:18:00.0` (a 2-digit domain-less
+/// `18:00.0` or NVIDIA's 8-digit domain `00000000:18:00.0` are accepted). None if malformed.
+pub(crate) fn normalize_pci(id: &str) -> Option<String> {
+    let id = id.trim().to_ascii_lowercase();
+    let (rest, func) = id.rsplit_once('.')?;
+    let mut parts: Vec<&str> = rest.split(':').collect();
+    if parts.len() == 2 {
+        parts.insert(0, "0");
+    }
+    let [dom, bus, dev] = parts[..] else { return None };
+    let dom = u32::from_str_radix(dom, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let dev = u8::from_str_radix(dev, 16).ok()?;
+    let func = u8::from_str_radix(func, 16).ok()?;
+    Some(format!("{dom:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Small host trees built inside a test (regular files, relative links, real nodes).
+    use std::path::Path;
+
+    /// Write `text` at host path `rel` under `root`, creating directories.
+    pub fn file(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// Create symlink `rel` -> `target` under `root`.
+    pub fn link(root: &Path, rel: &str, target: &str) {
+        let p = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, p).unwrap();
+    }
+
+    /// mknod a character node; returns false (and the caller skips) when not permitted.
+    pub fn node(root: &Path, rel: &str, major: u32, minor: u32) -> bool {
+        use rustix::fs::{FileType, Mode, makedev, mknodat, CWD};
+        let p = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        match mknodat(CWD, &p, FileType::CharacterDevice, Mode::from_raw_mode(0o666), makedev(major, minor)) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("skipping: mknod {} failed ({e}); device node tests need root", p.display());
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn resolution_stays_inside_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        file(r, "/usr/lib/x86_64-linux-gnu/libx.so.1.0", "x");
+        link(r, "/lib", "usr/lib");
+        link(r, "/usr/lib/x86_64-linux-gnu/libx.so.1", "libx.so.1.0");
+        link(r, "/abs", "/usr/lib/x86_64-linux-gnu/libx.so.1");
+        link(r, "/escape", "../../../../../../etc/passwd");
+        link(r, "/escape_abs", "/etc/passwd");
+        link(r, "/loop", "loop");
+        let h = HostRoot::new(r);
+        assert_eq!(h.resolve("/lib/x86_64-linux-gnu/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
+        assert_eq!(h.resolve("/abs").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
+        assert_eq!(h.resolve_parent("/abs").unwrap(), Path::new("/abs"));
+        // The host's /etc/passwd must not be reached through either link: there is none in root.
+        assert_eq!(h.resolve("/escape").unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(h.resolve("/escape_abs").unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert!(h.read_to_string("/escape").is_err());
+        assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
+        assert_eq!(h.link_name("/lib").unwrap(), "lib");
+    }
+
+    #[test]
+    fn numa_and_pci_parsing() {
+        assert_eq!(parse_numa("-1\n"), Ok(None));
+        assert_eq!(parse_numa("1\n"), Ok(Some(1)));
+        assert!(parse_numa("x").is_err());
+        assert_eq!(normalize_pci("00000000:1B:00.0").as_deref(), Some("0000:1b:00.0"));
+        assert_eq!(normalize_pci("1b:00.0").as_deref(), Some("0000:1b:00.0"));
+        assert_eq!(normalize_pci("garbage"), None);
+    }
+
+    #[test]
+    fn proc_devices_majors_are_char_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        file(tmp.path(), "/proc/devices", "Character devices:\n  1 mem\n246 neuron\n\nBlock devices:\n  7 neuron\n");
+        let h = HostRoot::new(tmp.path());
+        assert_eq!(h.proc_devices_major("neuron").unwrap(), Some(246));
+        assert_eq!(h.proc_devices_major("nvidia-uvm").unwrap(), None);
+    }
+}

@@ -1,0 +1,183 @@
+//! AMD enricher: GPUs from the KFD topology (`/sys/class/kfd/kfd/topology/nodes/N/properties`,
+//! `key value` lines; amdkfd's kfd_topology.c). GPU nodes are those with `simd_count` > 0 (CPU
+//! nodes have 0); index = their order by KFD node number, as ROCm numbers GPUs. Per GPU:
+//! `drm_render_minor` gives `/dev/dri/renderD<minor>`, the matching `/dev/dri/cardN` is found
+//! through `/sys/class/drm/renderD<minor>/device/drm/`, `location_id` (bus << 8 | devfn) and
+//! `domain` give the PCI id, `unique_id` the UUID, io_links of type 11 (XGMI) the peers.
+
+use super::{HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
+use crate::inventory::{Device, VendorInventory};
+use crate::profile::Profile;
+use std::collections::BTreeMap;
+
+const TOPOLOGY: &str = "/sys/class/kfd/kfd/topology/nodes";
+/// io_link `type` of an XGMI link (kfd_crat.h CRAT_IOLINK_TYPE_XGMI).
+const IOLINK_XGMI: &str = "11";
+
+/// Discover AMD GPUs; `None` when there is no KFD topology under this root.
+pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Option<VendorInventory> {
+    let mut nodes: Vec<(u32, String)> = host
+        .list_dir(TOPOLOGY)
+        .ok()?
+        .into_iter()
+        .filter_map(|n| Some((n.parse::<u32>().ok()?, n)))
+        .collect();
+    nodes.sort();
+    let mut vendor = vendor_for(profile);
+    vendor.driver_version = host.read_to_string("/sys/module/amdgpu/version").ok().map(|v| v.trim().to_string());
+    // KFD node id -> GPU index, for links.
+    let mut gpu_index: BTreeMap<u32, u32> = BTreeMap::new();
+    let mut links_by_node: Vec<Vec<u32>> = Vec::new();
+    for (node_id, name) in nodes {
+        let props_path = format!("{TOPOLOGY}/{name}/properties");
+        let props = match host.read_to_string(&props_path) {
+            Ok(t) => parse_properties(&t),
+            Err(e) => {
+                warnings.add(host, &props_path, format!("KFD node skipped: {e}"));
+                continue;
+            }
+        };
+        if props.get("simd_count").is_none_or(|&n| n == 0) {
+            continue; // a CPU node
+        }
+        let index = vendor.devices.len() as u32;
+        gpu_index.insert(node_id, index);
+        let mut dev = Device { index, ..Default::default() };
+        if let Some(&uid) = props.get("unique_id").filter(|&&u| u != 0) {
+            dev.uuid = Some(format!("0x{uid:016x}"));
+        }
+        if let Some(&loc) = props.get("location_id") {
+            let domain = props.get("domain").copied().unwrap_or(0);
+            dev.pci_bus_id = normalize_pci(&format!("{domain:04x}:{:02x}:{:02x}.{:x}", (loc >> 8) & 0xff, (loc >> 3) & 0x1f, loc & 7));
+        }
+        for key in ["gfx_target_version", "device_id", "vendor_id"] {
+            if let Some(v) = props.get(key) {
+                dev.attributes.insert(key.into(), if key == "gfx_target_version" { v.to_string() } else { format!("0x{v:04x}") });
+            }
+        }
+        dev.attributes.insert("kfd_node".into(), node_id.to_string());
+        if let Some(bus) = &dev.pci_bus_id {
+            let pci = format!("/sys/bus/pci/devices/{bus}");
+            match host.read_to_string(format!("{pci}/numa_node")) {
+                Ok(t) => match parse_numa(&t) {
+                    Ok(n) => dev.numa_node = n,
+                    Err(why) => warnings.add(host, format!("{pci}/numa_node"), why),
+                },
+                Err(e) => warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}")),
+            }
+            dev.model = host.read_to_string(format!("{pci}/product_name")).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        }
+        if dev.model.is_none() {
+            dev.model = props.get("device_id").and_then(|&id| model_name(id)).map(str::to_string);
+        }
+        match props.get("drm_render_minor") {
+            Some(&minor) => {
+                let render = format!("/dev/dri/renderD{minor}");
+                match host.device_node(&render) {
+                    Ok(n) => dev.nodes.push(n),
+                    Err(e) => warnings.add(host, &render, format!("render node of GPU {index} unusable: {e}")),
+                }
+                let drm = format!("/sys/class/drm/renderD{minor}/device/drm");
+                let cards: Vec<String> = host
+                    .list_dir(&drm)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|n| n.strip_prefix("card").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
+                    .collect();
+                match cards.first() {
+                    Some(card) => match host.device_node(&format!("/dev/dri/{card}")) {
+                        Ok(n) => dev.nodes.push(n),
+                        Err(e) => warnings.add(host, format!("/dev/dri/{card}"), format!("card node of GPU {index} unusable: {e}")),
+                    },
+                    None => warnings.add(host, &drm, format!("no cardN entry for GPU {index}; only its render node is used")),
+                }
+            }
+            None => warnings.add(host, &props_path, "GPU node without drm_render_minor; no device node"),
+        }
+        dev.attributes.insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
+        let links_dir = format!("{TOPOLOGY}/{name}/io_links");
+        let mut peers = Vec::new();
+        for l in host.list_dir(&links_dir).unwrap_or_default() {
+            if let Ok(t) = host.read_to_string(format!("{links_dir}/{l}/properties")) {
+                let p = parse_raw(&t);
+                if p.get("type").map(String::as_str) == Some(IOLINK_XGMI)
+                    && let Some(to) = p.get("node_to").and_then(|v| v.parse::<u32>().ok())
+                {
+                    peers.push(to);
+                }
+            }
+        }
+        links_by_node.push(peers);
+        vendor.devices.push(dev);
+    }
+    for (dev, peers) in vendor.devices.iter_mut().zip(links_by_node) {
+        let mut l: Vec<u32> = peers.iter().filter_map(|p| gpu_index.get(p).copied()).filter(|&i| i != dev.index).collect();
+        l.sort_unstable();
+        l.dedup();
+        dev.links = l;
+    }
+    Some(vendor)
+}
+
+/// `key value` lines with numeric values (KFD properties files).
+fn parse_properties(text: &str) -> BTreeMap<String, u64> {
+    parse_raw(text).into_iter().filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect()
+}
+
+fn parse_raw(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.trim().split_once(char::is_whitespace))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// Marketing names of Instinct parts by PCI device id (amdgpu_drv.c ids; used only when the
+/// board's FRU `product_name` is not in sysfs).
+fn model_name(device_id: u64) -> Option<&'static str> {
+    Some(match device_id {
+        0x74a1 => "AMD Instinct MI300X",
+        0x74a0 => "AMD Instinct MI300A",
+        0x74a5 => "AMD Instinct MI325X",
+        0x740c => "AMD Instinct MI250X/MI250",
+        0x740f => "AMD Instinct MI210",
+        0x738c => "AMD Instinct MI100",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn kfd_topology_gpus_nodes_and_xgmi_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        if !(node(r, "/dev/kfd", 235, 0) && node(r, "/dev/dri/renderD128", 226, 128) && node(r, "/dev/dri/card1", 226, 1)
+            && node(r, "/dev/dri/renderD129", 226, 129) && node(r, "/dev/dri/card2", 226, 2))
+        {
+            return;
+        }
+        file(r, &format!("{TOPOLOGY}/0/properties"), "cpu_cores_count 96\nsimd_count 0\n");
+        for (n, minor, loc, card) in [(1u32, 128, 0x0c00u32, 1), (2, 129, 0x2200, 2)] {
+            file(r, &format!("{TOPOLOGY}/{n}/properties"),
+                &format!("simd_count 1216\ndrm_render_minor {minor}\nlocation_id {loc}\ndomain 0\ndevice_id 29857\nunique_id {}\n", 1000 + n));
+            let bus = format!("0000:{:02x}:00.0", loc >> 8);
+            file(r, &format!("/sys/bus/pci/devices/{bus}/numa_node"), "0\n");
+            file(r, &format!("/sys/class/drm/renderD{minor}/device/drm/card{card}/dev"), "");
+            file(r, &format!("{TOPOLOGY}/{n}/io_links/0/properties"), "type 2\nnode_to 0\n");
+            file(r, &format!("{TOPOLOGY}/{n}/io_links/1/properties"), &format!("type 11\nnode_to {}\n", 3 - n));
+        }
+        let inv = super::super::discover(r, &crate::profile::builtin());
+        let v = inv.vendor("amd").expect("amd found");
+        assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+        assert_eq!(v.devices.len(), 2);
+        let d = &v.devices[1];
+        assert_eq!(d.pci_bus_id.as_deref(), Some("0000:22:00.0"));
+        assert_eq!(d.model.as_deref(), Some("AMD Instinct MI300X"));
+        assert_eq!(d.links, [0]);
+        assert_eq!(d.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/dri/renderD129", "/dev/dri/card2"]);
+        assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
+    }
+}

@@ -1,0 +1,278 @@
+//! Host files a vendor's containers get: driver libraries, tools and firmware, per capability.
+//!
+//! Libraries are found as the dynamic linker finds them: through the host's ld.so.cache
+//! (`<root>/etc/ld.so.cache`, parsed by [`crate::ldcache`]), and only when a library is not
+//! in the cache, by scanning the standard library directories. As libnvidia-container does,
+//! only files whose name ends in the running driver version are taken
+//! (`libcuda.so.580.95.05` for driver 580.95.05); a library of another version is left out
+//! with a warning (a stale install makes CUDA fail with "driver/library version mismatch").
+//! Each library yields the versioned file and, mounted from that same file, its soname path
+//! (`libcuda.so.1`), so the container needs no symlink of its own.
+
+use super::{HostRoot, Warnings, expand_glob};
+use crate::inventory::{HostFile, HostFileKind};
+use crate::ldcache::{self, CacheEntry, LibArch};
+use crate::profile::Profile;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Library directories scanned when ld.so.cache has no entry, x86-64 (Debian/Ubuntu
+/// multiarch first, then RHEL/SUSE lib64, then plain lib).
+const LIB_DIRS_64: &[&str] = &["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"];
+/// The same for the 32-bit (i386) copies.
+const LIB_DIRS_32: &[&str] = &["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"];
+/// Directories searched for executables.
+const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws/neuron/bin"];
+
+/// The host files `profile` asks for that exist under `host`, in capability-name order,
+/// without duplicates (by container path). `driver_version` filters libraries and fills
+/// `{driver_version}` in file patterns (patterns needing it are skipped without one).
+pub fn find(host: &HostRoot, profile: &Profile, driver_version: Option<&str>, warnings: &mut Warnings) -> Vec<HostFile> {
+    let cache = load_cache(host, warnings);
+    let mut out: Vec<HostFile> = Vec::new();
+    let push = |f: HostFile, out: &mut Vec<HostFile>| {
+        if !out.iter().any(|o| o.container_path == f.container_path) {
+            out.push(f);
+        }
+    };
+    for (cap, files) in &profile.capabilities {
+        let arch = if files.arch.as_deref() == Some("i386") { LibArch::I386 } else { LibArch::X86_64 };
+        for lib in &files.libraries {
+            for f in find_library(host, &cache, lib, arch, driver_version, cap, warnings) {
+                push(f, &mut out);
+            }
+        }
+        for bin in &files.binaries {
+            if let Some(f) = find_binary(host, bin, cap) {
+                push(f, &mut out);
+            }
+        }
+        for (patterns, kind) in [(&files.files, HostFileKind::File), (&files.firmware, HostFileKind::Firmware)] {
+            for pattern in patterns {
+                let pattern = match (pattern.contains("{driver_version}"), driver_version) {
+                    (false, _) => pattern.clone(),
+                    (true, Some(v)) => pattern.replace("{driver_version}", v),
+                    (true, None) => continue,
+                };
+                for path in expand_glob(host, &pattern) {
+                    if let Ok(real) = host.resolve(&path)
+                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| m.is_file())
+                    {
+                        // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
+                        // its target do not become two mounts of one file.
+                        let container_path = real.to_string_lossy().into_owned();
+                        push(HostFile { capability: cap.clone(), kind, host_path: host.host_path(&real), container_path }, &mut out);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The parsed host ld.so.cache; empty (with a warning if the file exists but is bad) otherwise.
+fn load_cache(host: &HostRoot, warnings: &mut Warnings) -> Vec<CacheEntry> {
+    const CACHE: &str = "/etc/ld.so.cache";
+    match host.read(CACHE) {
+        Ok(bytes) => ldcache::parse(&bytes).unwrap_or_else(|e| {
+            warnings.add(host, CACHE, format!("{e}; falling back to the standard library directories"));
+            Vec::new()
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            warnings.add(host, CACHE, format!("unreadable: {e}; falling back to the standard library directories"));
+            Vec::new()
+        }
+    }
+}
+
+/// Whether file name `name` is library `lib` (`libcuda.so`) itself or a versioned name of it.
+fn is_name_of(name: &str, lib: &str) -> bool {
+    name == lib || name.strip_prefix(lib).is_some_and(|rest| rest.starts_with('.'))
+}
+
+/// Whether `real` (a resolved file name) belongs to driver `version`; no version: any.
+fn version_matches(real: &Path, version: Option<&str>) -> bool {
+    let name = real.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    version.is_none_or(|v| name.ends_with(&format!(".so.{v}")))
+}
+
+fn find_library(
+    host: &HostRoot,
+    cache: &[CacheEntry],
+    lib: &str,
+    arch: LibArch,
+    version: Option<&str>,
+    cap: &str,
+    warnings: &mut Warnings,
+) -> Vec<HostFile> {
+    // (path as the linker sees it, resolved real path)
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let consider = |path: &str, found: &mut Vec<(String, PathBuf)>, warnings: &mut Warnings| {
+        let Ok(real) = host.resolve(path) else { return };
+        if !std::fs::metadata(host.host_path(&real)).is_ok_and(|m| m.is_file()) {
+            return;
+        }
+        if version_matches(&real, version) {
+            found.push((path.to_string(), real));
+        } else if let Some(v) = version {
+            warnings.add(host, &real, format!("{lib} of another driver version (running driver is {v}); not mounted"));
+        }
+    };
+    for e in cache.iter().filter(|e| e.arch() == arch && is_name_of(&e.key, lib)) {
+        consider(&e.path, &mut found, warnings);
+    }
+    if found.is_empty() && !cache.iter().any(|e| e.arch() == arch && is_name_of(&e.key, lib)) {
+        let dirs = if arch == LibArch::I386 { LIB_DIRS_32 } else { LIB_DIRS_64 };
+        for dir in dirs {
+            // /usr/lib holds only unqualified 64-bit or 32-bit files depending on the distro;
+            // for i386 it is only trusted on distributions without multiarch dirs.
+            for name in host.list_dir(dir).unwrap_or_default() {
+                if is_name_of(&name, lib) && name != lib {
+                    consider(&format!("{dir}/{name}"), &mut found, warnings);
+                }
+            }
+        }
+    }
+    let mut out: Vec<HostFile> = Vec::new();
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for (_, real) in &found {
+        if !seen.contains(real) {
+            seen.push(real.clone());
+            out.push(HostFile {
+                capability: cap.to_string(),
+                kind: HostFileKind::Library,
+                host_path: host.host_path(real),
+                container_path: real.to_string_lossy().into_owned(),
+            });
+        }
+    }
+    // Soname paths (the cache keys' paths, or links found by the scan) mount the same file.
+    for (path, real) in &found {
+        let path = canonical_dir(host, path);
+        if path != real.to_string_lossy() && !out.iter().any(|o| o.container_path == path) {
+            out.push(HostFile { capability: cap.to_string(), kind: HostFileKind::Library, host_path: host.host_path(real), container_path: path });
+        }
+    }
+    out
+}
+
+/// `path` with its directory resolved in the root (so `/lib64/x` on a merged-/usr host is
+/// `/usr/lib64/x`) but its last component kept.
+fn canonical_dir(host: &HostRoot, path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => match host.resolve(if dir.is_empty() { "/" } else { dir }) {
+            Ok(d) => d.join(name).to_string_lossy().into_owned(),
+            Err(_) => path.to_string(),
+        },
+        None => path.to_string(),
+    }
+}
+
+fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
+    BIN_DIRS.iter().find_map(|dir| {
+        let path = format!("{dir}/{name}");
+        let real = host.resolve(&path).ok()?;
+        std::fs::metadata(host.host_path(&real)).ok().filter(|m| m.is_file())?;
+        Some(HostFile {
+            capability: cap.to_string(),
+            kind: HostFileKind::Binary,
+            host_path: host.host_path(&real),
+            container_path: canonical_dir(host, &path),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::*;
+
+    fn profile() -> Profile {
+        crate::profile::parse(
+            Path::new("t.toml"),
+            r#"
+name = "t"
+kind = "example.com/t"
+discovery = "nvidia"
+[capabilities.compute]
+libraries = ["libcuda.so"]
+binaries = ["nvidia-smi"]
+[capabilities.base]
+firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
+"#,
+        )
+        .unwrap()
+    }
+
+    /// Without a cache: the directory scan finds the versioned file and its soname link, skips
+    /// and warns about a library of another version, and resolves merged-/usr links.
+    #[test]
+    fn scan_fallback_versions_and_merged_usr() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        link(r, "/lib", "usr/lib");
+        file(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "elf");
+        link(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.580.95.05");
+        link(r, "/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1");
+        file(r, "/usr/lib64/libcuda.so.535.104.05", "stale");
+        file(r, "/usr/bin/nvidia-smi", "bin");
+        file(r, "/usr/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin", "fw");
+        file(r, "/usr/lib/firmware/nvidia/535.104.05/gsp_ga10x.bin", "old fw");
+        let host = HostRoot::new(r);
+        let mut w = Warnings::default();
+        let files = find(&host, &profile(), Some("580.95.05"), &mut w);
+        let got: Vec<(&str, &str)> = files.iter().map(|f| (f.capability.as_str(), f.container_path.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("base", "/usr/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin"),
+                ("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"),
+                ("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+                ("compute", "/usr/bin/nvidia-smi"),
+            ]
+        );
+        assert!(files.iter().all(|f| f.host_path.starts_with(r)));
+        assert_eq!(files[2].host_path, r.join("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"));
+        assert!(w.0.iter().any(|x| x.path == r.join("usr/lib64/libcuda.so.535.104.05") && x.message.contains("another driver version")), "{:?}", w.0);
+    }
+
+    /// With a cache written by ldconfig: the cache decides, and a stale cache entry warns.
+    #[test]
+    fn cache_lookup_with_ldconfig() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let src = r.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        let dir = r.join("opt/drv/lib");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, soname) in [("libcuda.so.580.95.05", "libcuda.so.1"), ("libnvidia-ml.so.470.1.2", "libnvidia-ml.so.1")] {
+            let ok = std::process::Command::new("gcc")
+                .args(["-shared", "-fPIC", "-nostdlib", &format!("-Wl,-soname,{soname}"), "-o"])
+                .arg(dir.join(file))
+                .arg(&src)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                eprintln!("SKIPPED: gcc unavailable");
+                return;
+            }
+        }
+        file(r, "/etc/ld.so.conf", "/opt/drv/lib\n");
+        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+            eprintln!("SKIPPED: ldconfig unavailable");
+            return;
+        }
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.utility]\nlibraries = [\"libnvidia-ml.so\"]\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let host = HostRoot::new(r);
+        let mut w = Warnings::default();
+        let files = find(&host, &p, Some("580.95.05"), &mut w);
+        let got: Vec<&str> = files.iter().map(|f| f.container_path.as_str()).collect();
+        assert_eq!(got, ["/opt/drv/lib/libcuda.so.580.95.05", "/opt/drv/lib/libcuda.so.1"]);
+        assert!(w.0.iter().any(|x| x.path == r.join("opt/drv/lib/libnvidia-ml.so.470.1.2")), "{:?}", w.0);
+    }
+}

@@ -1,0 +1,338 @@
+//! A reader for glibc's dynamic linker cache, `/etc/ld.so.cache` (written by `ldconfig`).
+//!
+//! Layout (glibc `sysdeps/generic/dl-cache.h`, checked against files written by Debian 12's
+//! `ldconfig -r`): the "new" format starts with the 20-byte magic `glibc-ld.so.cache1.1`, then
+//! `nlibs: u32`, `len_strings: u32`, `flags: u8` (2 = little-endian, 3 = big-endian, 0 =
+//! unspecified), 3 padding bytes, `extension_offset: u32`, 3 unused `u32` (48 bytes in all),
+//! then `nlibs` entries of 24 bytes: `flags: i32, key: u32, value: u32, osversion: u32,
+//! hwcap: u64`. `key` (the soname) and `value` (the path) are offsets of NUL-terminated strings
+//! from the start of that header. Caches from glibc < 2.32 may start with the old
+//! `ld.so-1.7.0` format (16-byte header, 12-byte entries) followed, 8-byte aligned, by the new
+//! one; the new part is used when present, the old part otherwise (its string offsets count
+//! from the end of its entry table).
+//!
+//! Input is untrusted bytes: every offset is bounds-checked and bad input is an error, never a
+//! panic.
+
+/// One library in the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    /// The soname the dynamic linker looks up (`libcuda.so.1`).
+    pub key: String,
+    /// Absolute path of the file providing it, as seen from the cache's root
+    /// (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`; usually the soname symlink).
+    pub path: String,
+    /// ldconfig's flags: low byte = type (3 = ELF libc6), next byte = architecture
+    /// (`0x03` x86-64, `0x00` i386 for libc6 type, ...).
+    pub flags: u32,
+}
+
+/// Architecture of a cache entry, from its flags (glibc `FLAG_*` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibArch {
+    /// `FLAG_X8664_LIB64` set (0x0303 for a libc6 library).
+    X86_64,
+    /// No architecture bits, ELF type 1-3 (0x0003 for libc6): 32-bit x86, what `compat32` mounts.
+    I386,
+    /// Anything else (x32, aarch64, other ELF types); carries the raw flags.
+    Other(u32),
+}
+
+impl CacheEntry {
+    /// The entry's architecture (x86-64 vs i386 tells a library from its compat32 copy).
+    ///
+    /// ldconfig sets the x86-64 bits (0x0300) on every 64-bit entry; 32-bit entries carry no
+    /// architecture bits and an ELF type of 1 (plain ELF, e.g. a library without libc
+    /// dependency) to 3 (libc6), so on an x86-64 host's cache those are i386.
+    pub fn arch(&self) -> LibArch {
+        const FLAG_TYPE_MASK: u32 = 0x00ff;
+        const FLAG_REQUIRED_MASK: u32 = 0xff00;
+        const FLAG_X8664_LIB64: u32 = 0x0300;
+        let elf_type = self.flags & FLAG_TYPE_MASK;
+        match self.flags & FLAG_REQUIRED_MASK {
+            FLAG_X8664_LIB64 => LibArch::X86_64,
+            0 if (1..=3).contains(&elf_type) => LibArch::I386,
+            _ => LibArch::Other(self.flags),
+        }
+    }
+}
+
+/// Why a cache could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LdCacheError {
+    /// The file starts with neither `glibc-ld.so.cache1.1` nor `ld.so-1.7.0`.
+    #[error("not an ld.so.cache: unknown magic (expected glibc-ld.so.cache1.1 or ld.so-1.7.0)")]
+    BadMagic,
+    /// A header, entry table or string lies (partly) outside the file.
+    #[error("truncated ld.so.cache: {what} at byte {offset} lies outside the {len}-byte file")]
+    Truncated {
+        /// What was being read (`entry table`, `string`).
+        what: &'static str,
+        /// Byte offset it was expected at.
+        offset: usize,
+        /// File length.
+        len: usize,
+    },
+    /// The cache was written for a big-endian machine.
+    #[error("ld.so.cache is big-endian (written for another architecture)")]
+    BigEndian,
+    /// A soname or path is not UTF-8.
+    #[error("ld.so.cache string at byte {0} is not UTF-8")]
+    NotUtf8(usize),
+}
+
+const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
+const NEW_HEADER: usize = 48;
+const NEW_ENTRY: usize = 24;
+const OLD_HEADER: usize = 16;
+const OLD_ENTRY: usize = 12;
+
+/// Parse a whole ld.so.cache file. Entries keep the file's order (ldconfig sorts them by
+/// soname, most specific first). Errors: [`LdCacheError`]; never panics.
+pub fn parse(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
+    if bytes.starts_with(NEW_MAGIC) {
+        return parse_new(bytes);
+    }
+    if !bytes.starts_with(OLD_MAGIC) {
+        return Err(LdCacheError::BadMagic);
+    }
+    let nlibs = read_u32(bytes, 12, "header")? as usize;
+    let table_end = nlibs
+        .checked_mul(OLD_ENTRY)
+        .and_then(|n| n.checked_add(OLD_HEADER))
+        .filter(|&end| end <= bytes.len())
+        .ok_or(LdCacheError::Truncated { what: "entry table", offset: OLD_HEADER, len: bytes.len() })?;
+    // The new format, when present, follows the old table at the next 8-byte boundary.
+    let new_start = table_end.next_multiple_of(8);
+    if let Some(rest) = bytes.get(new_start..)
+        && rest.starts_with(NEW_MAGIC)
+    {
+        return parse_new(rest);
+    }
+    let strings = &bytes[table_end..];
+    (0..nlibs)
+        .map(|i| {
+            let at = OLD_HEADER + i * OLD_ENTRY;
+            let flags = read_u32(bytes, at, "entry")?;
+            let key = read_u32(bytes, at + 4, "entry")? as usize;
+            let value = read_u32(bytes, at + 8, "entry")? as usize;
+            Ok(CacheEntry { key: read_str(strings, key)?, path: read_str(strings, value)?, flags })
+        })
+        .collect()
+}
+
+fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
+    let nlibs = read_u32(bytes, 20, "header")? as usize;
+    match bytes.get(28) {
+        Some(3) => return Err(LdCacheError::BigEndian),
+        Some(_) => {}
+        None => return Err(LdCacheError::Truncated { what: "header", offset: 28, len: bytes.len() }),
+    }
+    nlibs
+        .checked_mul(NEW_ENTRY)
+        .and_then(|n| n.checked_add(NEW_HEADER))
+        .filter(|&end| end <= bytes.len())
+        .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
+    (0..nlibs)
+        .map(|i| {
+            let at = NEW_HEADER + i * NEW_ENTRY;
+            let flags = read_u32(bytes, at, "entry")?;
+            let key = read_u32(bytes, at + 4, "entry")? as usize;
+            let value = read_u32(bytes, at + 8, "entry")? as usize;
+            Ok(CacheEntry { key: read_str(bytes, key)?, path: read_str(bytes, value)?, flags })
+        })
+        .collect()
+}
+
+fn read_u32(bytes: &[u8], at: usize, what: &'static str) -> Result<u32, LdCacheError> {
+    at.checked_add(4)
+        .and_then(|end| bytes.get(at..end))
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
+        .ok_or(LdCacheError::Truncated { what, offset: at, len: bytes.len() })
+}
+
+fn read_str(bytes: &[u8], at: usize) -> Result<String, LdCacheError> {
+    let tail = bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len: bytes.len() })?;
+    let nul = tail
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or(LdCacheError::Truncated { what: "string", offset: at, len: bytes.len() })?;
+    String::from_utf8(tail[..nul].to_vec()).map_err(|_| LdCacheError::NotUtf8(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    /// Build a root with real shared objects (gcc) and let the system's `ldconfig -r` write its
+    /// cache. Returns None (test skipped, with a message) when gcc or ldconfig is missing.
+    fn ldconfig_root(libs: &[(&str, &str, &str)]) -> Option<tempfile::TempDir> {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let src = root.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        let mut dirs = Vec::new();
+        for (dir, file, soname) in libs {
+            let d = root.join(dir.trim_start_matches('/'));
+            std::fs::create_dir_all(&d).unwrap();
+            let m32 = dir.contains("i386");
+            let mut gcc = Command::new("gcc");
+            gcc.args(["-shared", "-fPIC", "-nostdlib", &format!("-Wl,-soname,{soname}"), "-o"])
+                .arg(d.join(file))
+                .arg(&src);
+            if m32 {
+                gcc.arg("-m32");
+            }
+            match gcc.status() {
+                Ok(s) if s.success() => {}
+                _ if m32 => {
+                    eprintln!("skipping 32-bit library: gcc -m32 unavailable");
+                    continue;
+                }
+                _ => {
+                    eprintln!("SKIPPED: gcc not available to build test libraries");
+                    return None;
+                }
+            }
+            if !dirs.contains(dir) {
+                dirs.push(*dir);
+            }
+        }
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/ld.so.conf"), dirs.join("\n") + "\n").unwrap();
+        let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"].into_iter().find(|p| Path::new(p).exists());
+        let Some(ldconfig) = ldconfig else {
+            eprintln!("SKIPPED: ldconfig not found");
+            return None;
+        };
+        let st = Command::new(ldconfig).arg("-r").arg(root).status().unwrap();
+        assert!(st.success(), "ldconfig -r failed");
+        Some(tmp)
+    }
+
+    #[test]
+    fn reads_cache_written_by_ldconfig() {
+        let Some(tmp) = ldconfig_root(&[
+            ("/usr/lib/x86_64-linux-gnu", "libcuda.so.580.95.05", "libcuda.so.1"),
+            ("/usr/lib/x86_64-linux-gnu", "libnvidia-ml.so.580.95.05", "libnvidia-ml.so.1"),
+            ("/usr/lib/i386-linux-gnu", "libcuda.so.580.95.05", "libcuda.so.1"),
+        ]) else {
+            return;
+        };
+        let bytes = std::fs::read(tmp.path().join("etc/ld.so.cache")).unwrap();
+        let entries = parse(&bytes).unwrap();
+        let cuda64 = entries
+            .iter()
+            .find(|e| e.key == "libcuda.so.1" && e.arch() == LibArch::X86_64)
+            .expect("libcuda.so.1 (x86-64) in cache");
+        assert_eq!(cuda64.path, "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+        assert!(entries.iter().any(|e| e.key == "libnvidia-ml.so.1" && e.path == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"));
+        if tmp.path().join("usr/lib/i386-linux-gnu/libcuda.so.580.95.05").exists() {
+            let cuda32 = entries.iter().find(|e| e.key == "libcuda.so.1" && e.arch() == LibArch::I386).expect("i386 entry");
+            assert_eq!(cuda32.path, "/usr/lib/i386-linux-gnu/libcuda.so.1");
+        }
+    }
+
+    #[test]
+    fn truncated_or_garbage_input_is_an_error_not_a_panic() {
+        let Some(tmp) = ldconfig_root(&[("/usr/lib/x86_64-linux-gnu", "libcuda.so.580.95.05", "libcuda.so.1")]) else {
+            return;
+        };
+        let bytes = std::fs::read(tmp.path().join("etc/ld.so.cache")).unwrap();
+        assert!(parse(&bytes).is_ok());
+        // Every prefix: either a clean error or (past the strings) a full parse; never a panic.
+        for cut in 0..bytes.len() {
+            let r = parse(&bytes[..cut]);
+            if cut < NEW_HEADER + NEW_ENTRY {
+                assert!(r.is_err(), "prefix of {cut} bytes parsed");
+            }
+        }
+        assert_eq!(parse(b"").unwrap_err(), LdCacheError::BadMagic);
+        assert_eq!(parse(b"\x7fELF garbage").unwrap_err(), LdCacheError::BadMagic);
+        // A huge nlibs must not overflow or allocate.
+        let mut evil = bytes.clone();
+        evil[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(parse(&evil), Err(LdCacheError::Truncated { what: "entry table", .. })));
+        // A string offset past the end.
+        let mut evil = bytes.clone();
+        evil[52..56].copy_from_slice(&0x00ff_ffffu32.to_le_bytes());
+        assert!(matches!(parse(&evil), Err(LdCacheError::Truncated { what: "string", .. })));
+        // Pseudo-random garbage behind a valid magic.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..500 {
+            let mut g = NEW_MAGIC.to_vec();
+            for _ in 0..200 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                g.push(seed as u8);
+            }
+            let _ = parse(&g);
+            g[..OLD_MAGIC.len()].copy_from_slice(OLD_MAGIC);
+            let _ = parse(&g);
+        }
+    }
+
+    /// Encode an old-format cache (optionally followed by the new format) by hand: glibc >= 2.32
+    /// no longer writes it, but hosts upgraded in place can still have one.
+    fn old_format(entries: &[(u32, &str, &str)], with_new: bool) -> Vec<u8> {
+        let mut strings = Vec::new();
+        let mut table = Vec::new();
+        for (flags, key, path) in entries {
+            let k = strings.len() as u32;
+            strings.extend_from_slice(key.as_bytes());
+            strings.push(0);
+            let v = strings.len() as u32;
+            strings.extend_from_slice(path.as_bytes());
+            strings.push(0);
+            table.extend_from_slice(&flags.to_le_bytes());
+            table.extend_from_slice(&k.to_le_bytes());
+            table.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut out = OLD_MAGIC.to_vec();
+        out.push(0);
+        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+        out.extend_from_slice(&table);
+        if with_new {
+            while out.len() % 8 != 0 {
+                out.push(0);
+            }
+            let mut new = NEW_MAGIC.to_vec();
+            new.extend_from_slice(&(entries.len() as u32).to_le_bytes());
+            new.extend_from_slice(&(strings.len() as u32).to_le_bytes());
+            new.extend_from_slice(&[2, 0, 0, 0]);
+            new.extend_from_slice(&[0; 16]);
+            let strings_at = (NEW_HEADER + entries.len() * NEW_ENTRY) as u32;
+            for chunk in table.chunks(12) {
+                let flags = u32::from_le_bytes(chunk[0..4].try_into().unwrap());
+                let k = u32::from_le_bytes(chunk[4..8].try_into().unwrap()) + strings_at;
+                let v = u32::from_le_bytes(chunk[8..12].try_into().unwrap()) + strings_at;
+                for x in [flags, k, v, 0] {
+                    new.extend_from_slice(&x.to_le_bytes());
+                }
+                new.extend_from_slice(&0u64.to_le_bytes());
+            }
+            new.extend_from_slice(&strings);
+            out.extend_from_slice(&new);
+        } else {
+            out.extend_from_slice(&strings);
+        }
+        out
+    }
+
+    #[test]
+    fn old_format_alone_and_followed_by_new_format() {
+        let entries = [(0x0303, "libcuda.so.1", "/usr/lib64/libcuda.so.1"), (0x0003, "libcuda.so.1", "/usr/lib/libcuda.so.1")];
+        for with_new in [false, true] {
+            let got = parse(&old_format(&entries, with_new)).unwrap();
+            assert_eq!(got.len(), 2, "with_new={with_new}");
+            assert_eq!(got[0].path, "/usr/lib64/libcuda.so.1");
+            assert_eq!(got[0].arch(), LibArch::X86_64);
+            assert_eq!(got[1].arch(), LibArch::I386);
+        }
+    }
+}

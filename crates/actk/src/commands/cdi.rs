@@ -1,4 +1,219 @@
-//! `actk cdi` (placeholder until its owner fills it in).
+//! `actk cdi`: generate CDI specs from discovery, list the qualified device names of the spec
+//! directories, validate spec files (CNCF container-device-interface SPEC.md).
+
+use actk_core::cdi::generate::{generate_all, GenerateOptions};
+use actk_core::cdi::validate::{validate_file, validate_spec, Format};
+use actk_core::cdi::write::{to_text, write_spec, write_spec_in_dir};
+use actk_core::cdi::{DeviceNameStrategy, Registry, DEFAULT_SPEC_DIRS};
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+
+/// `actk cdi` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum Command { Placeholder }
-pub fn run(_c: Command) -> anyhow::Result<()> { anyhow::bail!("actk cdi: not built yet") }
+pub enum Command {
+    /// Generate one CDI spec per kind from the devices found on the host.
+    Generate(GenerateArgs),
+    /// List the qualified CDI device names defined in the spec directories, one per line.
+    List(ListArgs),
+    /// Validate CDI spec files (JSON schema and SPEC.md rules); exit 1 when any is invalid.
+    Validate(ValidateArgs),
+}
+
+/// Output encoding of `actk cdi generate`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatArg {
+    /// JSON (default).
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// `--device-name-strategy` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyArg {
+    /// `vendor/class=0`, `=1`, ...
+    Index,
+    /// `vendor/class=GPU-…` (devices without a UUID get no entry).
+    Uuid,
+    /// Both names for each device.
+    Both,
+}
+
+/// Arguments of `actk cdi generate`.
+#[derive(clap::Args, Debug)]
+pub struct GenerateArgs {
+    /// Host root to discover devices under (a driver container's root, or a fixture).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Only this vendor: a profile name (`nvidia`) or a CDI kind (`nvidia.com/gpu`).
+    #[arg(long)]
+    pub vendor: Option<String>,
+    /// Write here instead of stdout: a FILE (`.json`/`.yaml`; one kind only) or a DIR (one
+    /// `<vendor>-<class>.<ext>` file per kind; created when missing).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Output format; default: from the output file's extension, else json.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// How devices are named in the spec.
+    #[arg(long, value_enum, default_value = "both")]
+    pub device_name_strategy: StrategyArg,
+    /// Directory of user vendor profiles (`*.toml`) added to the built-in ones.
+    #[arg(long, default_value = actk_core::profile::DEFAULT_PROFILES_DIR)]
+    pub profiles_dir: PathBuf,
+    /// Only the host files of these capabilities (comma separated, e.g. `utility,compute`);
+    /// default: every capability whose files exist on the host.
+    #[arg(long, value_delimiter = ',')]
+    pub capabilities: Option<Vec<String>>,
+    /// Absolute path of an executable added as a createContainer hook that refreshes the
+    /// container's ld.so.cache (`<exe> update-ldcache --folder DIR...`).
+    #[arg(long)]
+    pub ldcache_hook: Option<String>,
+}
+
+/// Arguments of `actk cdi list`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Spec directory, repeatable, in priority order (later wins); default /etc/cdi and /var/run/cdi.
+    #[arg(long = "spec-dir")]
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+/// Arguments of `actk cdi validate`.
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    /// Spec files (`.json` or `.yaml`).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Runs an `actk cdi` subcommand.
+pub fn run(c: Command) -> anyhow::Result<()> {
+    match c {
+        Command::Generate(a) => generate(a),
+        Command::List(a) => list(a),
+        Command::Validate(a) => validate(a),
+    }
+}
+
+/// Where `--output` points: a single file or a directory.
+enum Output {
+    Stdout,
+    File(PathBuf),
+    Dir(PathBuf),
+}
+
+fn output_kind(path: Option<&Path>) -> Output {
+    match path {
+        None => Output::Stdout,
+        Some(p) if p.is_dir() => Output::Dir(p.to_path_buf()),
+        Some(p) if Format::from_path(p).is_some() => Output::File(p.to_path_buf()),
+        Some(p) => Output::Dir(p.to_path_buf()),
+    }
+}
+
+fn generate(a: GenerateArgs) -> anyhow::Result<()> {
+    let profiles = actk_core::profile::load(Some(&a.profiles_dir)).context("loading vendor profiles")?;
+    let inventory = actk_core::discover::discover(&a.root, &profiles);
+    for w in &inventory.warnings {
+        tracing::warn!("{w}");
+    }
+    let opts = GenerateOptions {
+        device_name_strategy: match a.device_name_strategy {
+            StrategyArg::Index => DeviceNameStrategy::Index,
+            StrategyArg::Uuid => DeviceNameStrategy::Uuid,
+            StrategyArg::Both => DeviceNameStrategy::Both,
+        },
+        capabilities: a.capabilities.clone(),
+        ldcache_hook: a.ldcache_hook.clone(),
+    };
+    let specs = generate_all(&profiles, &inventory, a.vendor.as_deref(), &opts)?;
+    if specs.is_empty() {
+        let found: Vec<&str> = inventory.vendors.iter().map(|v| v.kind.as_str()).collect();
+        match &a.vendor {
+            Some(v) => bail!(
+                "no devices of vendor {v:?} under {} (found: {}); --vendor takes a profile name such as nvidia or a kind such as nvidia.com/gpu",
+                a.root.display(),
+                if found.is_empty() { "none".to_string() } else { found.join(", ") }
+            ),
+            None => {
+                eprintln!("actk: no accelerator devices found under {}; no CDI spec generated", a.root.display());
+                return Ok(());
+            }
+        }
+    }
+    for spec in &specs {
+        if let Err(errors) = validate_spec(spec) {
+            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            bail!("generated spec for {} is invalid (a defect in actk): {}", spec.kind, msgs.join("; "));
+        }
+    }
+    let output = output_kind(a.output.as_deref());
+    let format = match (a.format, &output) {
+        (Some(FormatArg::Json), _) => Format::Json,
+        (Some(FormatArg::Yaml), _) => Format::Yaml,
+        (None, Output::File(p)) => Format::from_path(p).unwrap_or(Format::Json),
+        (None, _) => Format::Json,
+    };
+    match output {
+        Output::Stdout => {
+            for (i, spec) in specs.iter().enumerate() {
+                if format == Format::Yaml && i > 0 {
+                    print!("---\n");
+                }
+                print!("{}", to_text(spec, format)?);
+            }
+        }
+        Output::File(path) => {
+            if specs.len() > 1 {
+                let kinds: Vec<&str> = specs.iter().map(|s| s.kind.as_str()).collect();
+                bail!(
+                    "{} kinds were found ({}), but --output {} is one file; give a directory to --output (one file per kind) or choose one with --vendor",
+                    specs.len(),
+                    kinds.join(", "),
+                    path.display()
+                );
+            }
+            write_spec(&specs[0], &path, format)?;
+            println!("wrote {} ({}, {} devices, cdiVersion {})", path.display(), specs[0].kind, specs[0].devices.len(), specs[0].cdi_version);
+        }
+        Output::Dir(dir) => {
+            for spec in &specs {
+                let path = write_spec_in_dir(spec, &dir, format)?;
+                println!("wrote {} ({}, {} devices, cdiVersion {})", path.display(), spec.kind, spec.devices.len(), spec.cdi_version);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn list(a: ListArgs) -> anyhow::Result<()> {
+    let dirs: Vec<PathBuf> = if a.spec_dirs.is_empty() { DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect() } else { a.spec_dirs };
+    let registry = Registry::load(&dirs);
+    for e in registry.errors() {
+        eprintln!("actk: warning: skipped {}: {e}", e.path.display());
+    }
+    for name in registry.device_names() {
+        println!("{name}");
+    }
+    Ok(())
+}
+
+fn validate(a: ValidateArgs) -> anyhow::Result<()> {
+    let mut bad = 0;
+    for file in &a.files {
+        match validate_file(file) {
+            Ok(spec) => println!("{}: valid ({}, {} devices, cdiVersion {})", file.display(), spec.kind, spec.devices.len(), spec.cdi_version),
+            Err(errors) => {
+                bad += 1;
+                for e in errors {
+                    eprintln!("{e}");
+                }
+            }
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} of {} CDI spec files are invalid", a.files.len());
+    }
+    Ok(())
+}

@@ -3,7 +3,12 @@
 //! edits to an OCI runtime spec. Only file reads; no privileges needed.
 
 pub mod cdi;
+pub mod config;
 pub mod discover;
+pub mod edits;
+pub mod hooksd;
 pub mod inventory;
+pub mod plan;
 pub mod ldcache;
 pub mod profile;
+pub mod request;

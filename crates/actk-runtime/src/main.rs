@@ -1,1 +1,153 @@
-fn main() {}
+//! actk-runtime: an OCI runtime shim. Engines call it exactly like runc (dockerd through
+//! containerd's runc shim, podman through conmon, CRI-O, containerd with `BinaryName`).
+//!
+//! Every call execs the configured low-level runtime (config `runtimes`, first found) with the
+//! argv unchanged. Only `create` and `run` do more first: read the bundle's config.json, plan the
+//! CDI edits its requests need (env variables, `cdi.k8s.io/` annotations), apply them, merge the
+//! oci-hooks(5) hooks.d files, and write config.json back atomically. Any failure before the
+//! exec exits 1 with the message on stderr and, when `--log FILE` was given, in runc's log
+//! format in that file (containerd shows its last error line to the Docker user); config.json
+//! is then untouched.
+
+mod args;
+mod bundle;
+mod log;
+
+use actk_core::config::Config;
+use actk_core::plan::{PlanContext, plan};
+use actk_core::{edits, hooksd, profile};
+use anyhow::{Context, Result, anyhow};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// PATH searched when the environment has none (the usual default of execvp-like lookups).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn main() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let rest = argv.get(1..).unwrap_or_default().to_vec();
+    let inv = args::parse(&rest);
+    let err = match run(&rest, &inv) {
+        // `run` only returns on failure: success replaces this process.
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    let msg = format!("actk-runtime: {err:#}");
+    eprintln!("{msg}");
+    tracing::error!("{msg}");
+    if let Some(path) = &inv.log {
+        log::append_runc_log(path, inv.log_format.as_deref(), &msg);
+    }
+    std::process::exit(1);
+}
+
+enum Never {}
+
+fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
+    let config_path = Config::path_from_env();
+    let config = Config::load(&config_path)?;
+    log::init(&config);
+    let runtime = find_runtime(&config.runtimes)?;
+    if inv.creates() {
+        let bundle = match &inv.bundle {
+            Some(b) => b.clone(),
+            None => std::env::current_dir().context("cannot read the working directory (the bundle when no --bundle is given)")?,
+        };
+        prepare_bundle(&bundle, &config)?;
+    }
+    let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
+    let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
+    Err(anyhow!("cannot execute the low-level runtime {}: {e}", runtime.display()))
+}
+
+/// Plans and applies the edits for the bundle's config.json, merges hooks.d, and writes the file
+/// back when anything changed.
+fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
+    let config_json = bundle.join("config.json");
+    let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
+    let original: serde_json::Value =
+        serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", config_json.display()))?;
+    let mut spec = original.clone();
+
+    let profiles = profile::load(Some(&config.profiles_dir)).context("cannot load vendor profiles")?;
+    let mut default_capabilities = BTreeMap::new();
+    if let Some(c) = &config.nvidia.default_capabilities {
+        default_capabilities.insert("nvidia".to_string(), c.clone());
+    }
+    let ctx = PlanContext {
+        profiles,
+        root: config.root.clone(),
+        spec_dirs: config.spec_dirs.clone(),
+        default_capabilities,
+        inventory: None,
+    };
+    let p = plan(&spec, &ctx)?;
+    for w in &p.warnings {
+        tracing::warn!("{w}");
+    }
+    if !p.is_empty() {
+        edits::apply(&mut spec, &p.edits).with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
+        if p.serves_nvidia() {
+            let n = edits::remove_legacy_nvidia_hook(&mut spec);
+            if n > 0 {
+                tracing::info!("removed {n} {} prestart hook(s): actk served the request", edits::LEGACY_NVIDIA_HOOK);
+            }
+        }
+        edits::mark_applied(&mut spec, &p.summary())?;
+        tracing::info!("{}: {}", bundle.display(), p.summary());
+    }
+
+    let hooks = hooksd::load(&config.hooks_dirs)?;
+    let added = hooksd::merge(&mut spec, &hooks)?;
+    for f in &added {
+        tracing::info!("{}: hooks from {}", bundle.display(), f.display());
+    }
+
+    if spec != original {
+        bundle::write_atomic(&config_json, &spec)?;
+    }
+    Ok(())
+}
+
+/// The first of `runtimes` that exists: an absolute (or relative with `/`) path as is, a bare
+/// name searched on `PATH`. This executable itself is skipped (a `runc` symlink to actk-runtime
+/// would otherwise exec itself forever). Error (field case F02): the names and the PATH searched.
+fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
+    let path_var = std::env::var("PATH").ok().filter(|p| !p.is_empty());
+    let path = path_var.as_deref().unwrap_or(DEFAULT_PATH);
+    let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
+    let usable = |p: &Path| {
+        is_executable(p) && (me.is_none() || p.canonicalize().ok() != me)
+    };
+    for name in runtimes {
+        if name.contains('/') {
+            let p = PathBuf::from(name);
+            if usable(&p) {
+                return Ok(p);
+            }
+            continue;
+        }
+        for dir in path.split(':').filter(|d| !d.is_empty()) {
+            let p = Path::new(dir).join(name);
+            if usable(&p) {
+                return Ok(p);
+            }
+        }
+    }
+    if runtimes.is_empty() {
+        return Err(anyhow!("no low-level runtime configured: set runtimes = [\"runc\"] in {}", Config::path_from_env().display()));
+    }
+    Err(anyhow!(
+        "low-level runtime not found: looked for {} in PATH={path}{}; install runc or crun, or set runtimes in {} to an absolute path",
+        runtimes.join(", "),
+        if path_var.is_none() { " (PATH unset, default used)" } else { "" },
+        Config::path_from_env().display()
+    ))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,240 @@
+//! The actk configuration file, `/etc/actk/config.toml` (path overridable with `ACTK_CONFIG`).
+//!
+//! Shape (TOML, every key optional; a missing file means all defaults):
+//!
+//! ```toml
+//! runtimes = ["runc", "crun"]          # low-level OCI runtimes: bare names searched on PATH, or absolute paths
+//! spec_dirs = ["/etc/cdi", "/var/run/cdi"]   # CDI spec directories, later ones win on the same device
+//! hooks_dirs = ["/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d", "/etc/actk/hooks.d"]
+//! root = "/"                           # host root that discovery reads (a driver container: /run/nvidia/driver)
+//! profiles_dir = "/etc/actk/profiles.d"
+//! log_file = "/var/log/actk-runtime.log"   # unset: actk-runtime logs nowhere (stderr only on errors)
+//! log_level = "info"
+//! [nvidia]
+//! default_capabilities = ["utility", "compute"]
+//! ```
+//!
+//! Unknown keys are errors (`deny_unknown_fields`): a typo must not silently fall back to a
+//! default. The error names the file, the line and column, and the key.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Default location of the configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/actk/config.toml";
+/// Environment variable that overrides [`DEFAULT_CONFIG_PATH`].
+pub const CONFIG_ENV: &str = "ACTK_CONFIG";
+
+/// The effective configuration. [`Config::default`] is what a missing file means.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Low-level OCI runtimes in order of preference; the first one found is exec'd by
+    /// actk-runtime. A bare name is searched on `PATH`; a name with a `/` is used as is.
+    pub runtimes: Vec<String>,
+    /// CDI spec directories (CDI SPEC.md: /etc/cdi, then /var/run/cdi, which has priority).
+    pub spec_dirs: Vec<PathBuf>,
+    /// oci-hooks(5) directories in increasing precedence: a file name in a later directory masks
+    /// the same name in an earlier one.
+    pub hooks_dirs: Vec<PathBuf>,
+    /// Host root for discovery (`/`; a fixture or a driver container's root otherwise).
+    pub root: PathBuf,
+    /// Directory of user vendor profiles (`*.toml`).
+    pub profiles_dir: PathBuf,
+    /// File actk-runtime appends its log to; `None`: no log file.
+    pub log_file: Option<PathBuf>,
+    /// tracing level filter (`error`, `warn`, `info`, `debug`, `trace`).
+    pub log_level: String,
+    /// NVIDIA-specific settings.
+    pub nvidia: VendorConfig,
+}
+
+/// Per-vendor settings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct VendorConfig {
+    /// Driver capabilities used when the container does not set the capabilities variable;
+    /// `None`: the profile's default (`utility`, `compute` for NVIDIA).
+    pub default_capabilities: Option<Vec<String>>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            runtimes: vec!["runc".into(), "crun".into()],
+            spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            hooks_dirs: vec![
+                "/usr/share/containers/oci/hooks.d".into(),
+                "/etc/containers/oci/hooks.d".into(),
+                "/etc/actk/hooks.d".into(),
+            ],
+            root: "/".into(),
+            profiles_dir: "/etc/actk/profiles.d".into(),
+            log_file: None,
+            log_level: "info".into(),
+            nvidia: VendorConfig::default(),
+        }
+    }
+}
+
+/// Errors reading the configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown key or a wrong type. `message` comes from
+    /// the TOML parser and names the line, column and key.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Parser message (line, column, offending key, expected keys).
+        message: String,
+    },
+}
+
+impl Config {
+    /// The config path: `$ACTK_CONFIG` when set and non-empty, else [`DEFAULT_CONFIG_PATH`].
+    pub fn path_from_env() -> PathBuf {
+        match std::env::var_os(CONFIG_ENV) {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => PathBuf::from(DEFAULT_CONFIG_PATH),
+        }
+    }
+
+    /// Loads the file named by [`Config::path_from_env`].
+    pub fn load_default() -> Result<Config, ConfigError> {
+        Config::load(&Config::path_from_env())
+    }
+
+    /// Loads `path`; a missing file gives [`Config::default`]. Errors: unreadable file,
+    /// invalid TOML, unknown key, wrong type (each naming `path`, line and column).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read { path: path.to_owned(), source }),
+        }
+    }
+
+    /// Parses TOML text; `path` is only used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// The effective configuration as TOML (`actk config show`).
+    pub fn to_toml(&self) -> String {
+        // Serialising plain strings, paths and lists cannot fail; fall back to Debug form rather
+        // than panic if a future field ever makes it fail.
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render config as TOML: {e}\n# {self:?}\n"))
+    }
+}
+
+/// The commented default configuration (`actk config default`); parses to [`Config::default`].
+pub fn default_toml() -> String {
+    let d = Config::default();
+    let list = |v: &[String]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
+    let paths = |v: &[PathBuf]| v.iter().map(|p| format!("{:?}", p.display().to_string())).collect::<Vec<_>>().join(", ");
+    format!(
+        r#"# actk configuration (/etc/actk/config.toml; another path with ACTK_CONFIG=FILE).
+# Every key is optional; the values below are the defaults. Unknown keys are errors.
+
+# Low-level OCI runtimes actk-runtime passes containers on to, first found wins.
+# A bare name is searched on PATH; an absolute path is used as is.
+runtimes = [{runtimes}]
+
+# CDI spec directories (CDI SPEC.md); a device defined in a later directory wins.
+spec_dirs = [{spec_dirs}]
+
+# oci-hooks(5) directories; a file in a later directory masks the same file name in an earlier one.
+hooks_dirs = [{hooks_dirs}]
+
+# Host root that discovery reads: "/" on a node, the driver root when the driver runs in a
+# container (e.g. "/run/nvidia/driver").
+root = {root:?}
+
+# Directory of user vendor profiles (*.toml); a profile named like a built-in replaces it.
+profiles_dir = {profiles_dir:?}
+
+# File actk-runtime appends its log to (unset: no log file; errors still go to stderr).
+# log_file = "/var/log/actk-runtime.log"
+
+# Log level: error, warn, info, debug or trace.
+log_level = {log_level:?}
+
+[nvidia]
+# Driver capabilities when a container does not set NVIDIA_DRIVER_CAPABILITIES
+# (unset: the profile's default, utility and compute).
+# default_capabilities = ["utility", "compute"]
+"#,
+        runtimes = list(&d.runtimes),
+        spec_dirs = paths(&d.spec_dirs),
+        hooks_dirs = paths(&d.hooks_dirs),
+        root = d.root.display().to_string(),
+        profiles_dir = d.profiles_dir.display().to_string(),
+        log_level = d.log_level,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_toml_parses_back_to_defaults() {
+        let parsed = Config::parse(&default_toml(), Path::new("default")).unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn show_output_parses_back() {
+        let mut c = Config::default();
+        c.log_file = Some("/var/log/a.log".into());
+        c.nvidia.default_capabilities = Some(vec!["all".into()]);
+        assert_eq!(Config::parse(&c.to_toml(), Path::new("x")).unwrap(), c);
+    }
+
+    #[test]
+    fn missing_file_gives_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Config::load(&dir.path().join("nope.toml")).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let c = Config::parse("runtimes = [\"/usr/bin/crun\"]\n[nvidia]\ndefault_capabilities = [\"all\"]\n", Path::new("c")).unwrap();
+        assert_eq!(c.runtimes, vec!["/usr/bin/crun"]);
+        assert_eq!(c.spec_dirs, Config::default().spec_dirs);
+        assert_eq!(c.nvidia.default_capabilities, Some(vec!["all".to_string()]));
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_file_and_line() {
+        let text = "root = \"/\"\nruntime = [\"runc\"]\n";
+        let err = Config::parse(text, Path::new("/etc/actk/config.toml")).unwrap_err().to_string();
+        assert!(err.contains("/etc/actk/config.toml"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("`runtime`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_key_in_section_is_named() {
+        let err = Config::parse("[nvidia]\ndefault_caps = []\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("default_caps") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_an_error() {
+        let err = Config::parse("runtimes = \"runc\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("c.toml") && err.contains("line 1"), "{err}");
+    }
+}

@@ -1,0 +1,655 @@
+//! Requests: which devices a container asks for, read from its environment and annotations
+//! (DESIGN.md "Compatibility contracts").
+//!
+//! Two steps, so that the common container start (nothing requested) costs nothing:
+//! 1. [`collect`] reads `process.env` and `annotations` of the OCI runtime spec, with only the
+//!    profiles as context (no discovery): it returns an empty [`Request`] when no selection
+//!    variable is set, and rejects what is wrong whatever the host has (`3-1`, `0,,1`, `0-`, an
+//!    unknown capability).
+//! 2. [`VendorRequest::resolve`] maps the selection onto what discovery found, rejecting devices
+//!    the node does not have, with the devices that exist in the message.
+//!
+//! Which variable belongs to which vendor comes from each profile's `selection` table, so a user
+//! profile's variable works like the built-in ones.
+//!
+//! Semantics of a device variable's value (the same for every vendor):
+//! | value | meaning |
+//! |---|---|
+//! | unset, `void`, empty | nothing requested for this vendor |
+//! | `none` | no devices, but the vendor's control nodes and driver files (as nvidia-container-toolkit: a container can run nvidia-smi-less CUDA tools that only need the driver) |
+//! | `all` (any case: Neuron documents `ALL`) | every device of the vendor (zero devices on a node without any: not an error) |
+//! | `0,2` | device indexes |
+//! | `0-3` | a range, only for profiles with `selection.ranges` (Neuron); `3-1`, `0-` are errors |
+//! | `GPU-8f6a...` | a device UUID (serial), exact or a unique prefix, case-insensitive |
+//! | `MIG-...`, `0:1` | MIG devices: an error "not supported yet" unless a CDI spec on the node defines the name |
+//! | `vendor.com/class=name` | a fully qualified CDI device name, resolved through the CDI registry |
+//!
+//! Duplicates: when a variable appears several times in `process.env`, the LAST one wins (Docker
+//! appends its own values after the image's; field case F01).
+
+use crate::cdi::name::QualifiedName;
+use crate::inventory::VendorInventory;
+use crate::profile::Profile;
+use std::collections::BTreeMap;
+
+/// Annotation key prefix whose values are comma-separated qualified CDI names (CDI SPEC.md,
+/// "cdi.k8s.io/" annotations as kubelet and CRI runtimes use them).
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// Everything a container asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    /// One entry per vendor whose selection variable is set to something other than `void`/empty.
+    pub vendors: Vec<VendorRequest>,
+    /// Fully qualified CDI names, from annotations or given in a selection variable, in order.
+    pub cdi_names: Vec<CdiNameRequest>,
+}
+
+/// A fully qualified CDI device name and where it was asked for (for error messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CdiNameRequest {
+    /// `vendor.com/class=name`.
+    pub name: String,
+    /// `NVIDIA_VISIBLE_DEVICES` or `annotation cdi.k8s.io/foo`.
+    pub source: String,
+}
+
+/// The request for one vendor profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VendorRequest {
+    /// Profile name (`nvidia`).
+    pub profile: String,
+    /// CDI kind (`nvidia.com/gpu`).
+    pub kind: String,
+    /// The variable that selected the devices (`NVIDIA_VISIBLE_DEVICES`, or the cores variable).
+    pub variable: String,
+    /// Its value as given.
+    pub value: String,
+    /// What was selected.
+    pub selection: Selection,
+    /// Driver capabilities, validated, in the order given, without duplicates.
+    pub capabilities: Vec<String>,
+}
+
+/// What a device variable selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// `none`: no devices, only the vendor's control nodes and driver files.
+    DriverOnly,
+    /// `all`.
+    All,
+    /// Listed devices, in the order given (duplicates removed at resolution).
+    Devices(Vec<DeviceRef>),
+    /// Cores (`NEURON_RT_VISIBLE_CORES`): the devices holding them are selected.
+    Cores(Vec<u32>),
+}
+
+/// One listed device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceRef {
+    /// A device index (nvidia-smi index, neuron-ls id).
+    Index(u32),
+    /// A UUID or serial (or a prefix of one).
+    Uuid(String),
+    /// A MIG device (`MIG-...` or `gpu:instance`).
+    Mig(String),
+}
+
+/// A request that cannot be served. Displays as `VARIABLE=value: problem`, e.g.
+/// `NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0-1`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{variable}={value}: {problem}")]
+pub struct RequestError {
+    /// Variable or `annotation KEY`.
+    pub variable: String,
+    /// The value as given.
+    pub value: String,
+    /// What is wrong and what would be right.
+    pub problem: String,
+}
+
+/// Capability vocabulary of the NVIDIA driver (nvidia-container-toolkit's
+/// NVIDIA_DRIVER_CAPABILITIES); accepted for any profile that has a capabilities variable, on
+/// top of the capability names the profile itself lists.
+pub const DRIVER_CAPABILITIES: &[&str] = &["compute", "utility", "graphics", "video", "display", "compat32", "ngx"];
+
+/// The value of `name` in an OCI `process.env` list (`NAME=value` strings): the LAST entry wins.
+pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter().rev().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
+}
+
+/// Collects the requests of one container from its env (`NAME=value`) and annotations.
+///
+/// `default_capabilities` overrides a profile's default capabilities, keyed by profile name
+/// (from the config file's `[nvidia] default_capabilities`). Returns an empty request, doing no
+/// work beyond string comparisons, when nothing is requested. Errors: syntax errors in a
+/// selection or capabilities variable, or a `cdi.k8s.io/` annotation that is not a qualified name.
+pub fn collect(
+    env: &[String],
+    annotations: &BTreeMap<String, String>,
+    profiles: &[Profile],
+    default_capabilities: &BTreeMap<String, Vec<String>>,
+) -> Result<Request, RequestError> {
+    let mut req = Request::default();
+    for profile in profiles {
+        let sel = &profile.selection;
+        let devices_var = sel.env.iter().find_map(|v| env_value(env, v).map(|val| (v.as_str(), val)));
+        let cores_var = sel.cores_env.as_deref().and_then(|v| env_value(env, v).map(|val| (v, val)));
+        let (variable, value, selection) = match (devices_var, cores_var) {
+            (Some((var, val)), _) => match parse_devices(var, val, sel.ranges, &mut req.cdi_names)? {
+                Some(s) => (var, val, s),
+                None => continue,
+            },
+            // The cores variable selects devices only when the devices variable is unset; it stays
+            // in the env either way, for the vendor runtime to read.
+            (None, Some((var, val))) => match parse_cores(var, val)? {
+                Some(s) => (var, val, s),
+                None => continue,
+            },
+            (None, None) => continue,
+        };
+        if let Selection::Devices(d) = &selection {
+            if d.is_empty() {
+                // Only CDI names were listed: they go through the registry, no vendor request.
+                continue;
+            }
+        }
+        let capabilities = capabilities(profile, env, default_capabilities)?;
+        req.vendors.push(VendorRequest {
+            profile: profile.name.clone(),
+            kind: profile.kind.clone(),
+            variable: variable.to_string(),
+            value: value.to_string(),
+            selection,
+            capabilities,
+        });
+    }
+    for (key, value) in annotations {
+        if !key.starts_with(CDI_ANNOTATION_PREFIX) {
+            continue;
+        }
+        let source = format!("annotation {key}");
+        for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if let Err(problem) = check_qualified(item) {
+                return Err(RequestError { variable: source, value: value.clone(), problem });
+            }
+            push_name(&mut req.cdi_names, item, &source);
+        }
+    }
+    Ok(req)
+}
+
+fn push_name(names: &mut Vec<CdiNameRequest>, name: &str, source: &str) {
+    if !names.iter().any(|n| n.name == name) {
+        names.push(CdiNameRequest { name: name.to_string(), source: source.to_string() });
+    }
+}
+
+/// Checks a qualified CDI name with the CDI SPEC.md syntax rules; `Err` is the problem text.
+fn check_qualified(item: &str) -> Result<(), String> {
+    QualifiedName::parse(item).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn err(variable: &str, value: &str, problem: impl Into<String>) -> RequestError {
+    RequestError { variable: variable.to_string(), value: value.to_string(), problem: problem.into() }
+}
+
+/// Parses a device variable. `Ok(None)`: nothing requested (`void`, empty).
+fn parse_devices(
+    var: &str,
+    value: &str,
+    ranges: bool,
+    cdi_names: &mut Vec<CdiNameRequest>,
+) -> Result<Option<Selection>, RequestError> {
+    let v = value.trim();
+    if v.is_empty() || v.eq_ignore_ascii_case("void") {
+        return Ok(None);
+    }
+    if v.eq_ignore_ascii_case("none") {
+        return Ok(Some(Selection::DriverOnly));
+    }
+    if v.eq_ignore_ascii_case("all") {
+        return Ok(Some(Selection::All));
+    }
+    let mut refs = Vec::new();
+    for item in v.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(err(var, value, "empty entry in the list; separate device ids with single commas"));
+        }
+        if item.contains('=') {
+            check_qualified(item).map_err(|problem| err(var, value, problem))?;
+            push_name(cdi_names, item, var);
+        } else if item.bytes().all(|b| b.is_ascii_digit()) {
+            refs.push(DeviceRef::Index(parse_index(var, value, item)?));
+        } else if item.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mig")) || is_mig_pair(item) {
+            refs.push(DeviceRef::Mig(item.to_string()));
+        } else if let Some((a, b)) = item.split_once('-').filter(|(a, _)| a.bytes().all(|c| c.is_ascii_digit())) {
+            if !ranges {
+                return Err(err(var, value, format!("{item:?}: ranges are not accepted for {var}; list the indexes (0,1,2)")));
+            }
+            for i in parse_range(var, value, a, b)? {
+                refs.push(DeviceRef::Index(i));
+            }
+        } else {
+            // Anything else is a UUID/serial; resolution rejects it when no device has it.
+            refs.push(DeviceRef::Uuid(item.to_string()));
+        }
+    }
+    Ok(Some(Selection::Devices(refs)))
+}
+
+fn is_mig_pair(item: &str) -> bool {
+    matches!(item.split_once(':'), Some((a, b)) if !a.is_empty() && !b.is_empty()
+        && a.bytes().all(|c| c.is_ascii_digit()) && b.bytes().all(|c| c.is_ascii_digit()))
+}
+
+fn parse_index(var: &str, value: &str, item: &str) -> Result<u32, RequestError> {
+    item.parse::<u32>().map_err(|_| err(var, value, format!("{item:?} is not a device index")))
+}
+
+fn parse_range(var: &str, value: &str, a: &str, b: &str) -> Result<std::ops::RangeInclusive<u32>, RequestError> {
+    let item = format!("{a}-{b}");
+    if a.is_empty() || b.is_empty() || !b.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(err(var, value, format!("{item:?} is not a range; write FIRST-LAST, e.g. 0-3")));
+    }
+    let (lo, hi) = (parse_index(var, value, a)?, parse_index(var, value, b)?);
+    if lo > hi {
+        return Err(err(var, value, format!("range {item:?} runs backwards; write {hi}-{lo}")));
+    }
+    Ok(lo..=hi)
+}
+
+/// Parses a cores variable (`0-3`, `0,2`, ranges always accepted). `Ok(None)`: empty.
+fn parse_cores(var: &str, value: &str) -> Result<Option<Selection>, RequestError> {
+    let v = value.trim();
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let mut cores = Vec::new();
+    for item in v.split(',').map(str::trim) {
+        if item.is_empty() {
+            return Err(err(var, value, "empty entry in the list; separate core ids with single commas"));
+        }
+        match item.split_once('-') {
+            Some((a, b)) => cores.extend(parse_range(var, value, a, b)?),
+            None if item.bytes().all(|b| b.is_ascii_digit()) => cores.push(parse_index(var, value, item)?),
+            None => return Err(err(var, value, format!("{item:?} is not a core index"))),
+        }
+    }
+    Ok(Some(Selection::Cores(cores)))
+}
+
+/// Capabilities of a profile's request: the capabilities variable (last duplicate wins), else the
+/// config override, else the profile default; a profile without a capabilities variable gets its
+/// defaults, or every capability it lists when it has no defaults.
+fn capabilities(
+    profile: &Profile,
+    env: &[String],
+    overrides: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<String>, RequestError> {
+    let sel = &profile.selection;
+    let known: Vec<String> = {
+        let mut k: Vec<String> = profile.capabilities.keys().filter(|c| c.as_str() != "base").cloned().collect();
+        if sel.capabilities_env.is_some() {
+            k.extend(DRIVER_CAPABILITIES.iter().map(|s| s.to_string()));
+        }
+        k.extend(sel.default_capabilities.iter().cloned());
+        k.sort();
+        k.dedup();
+        k
+    };
+    let defaults = || -> Vec<String> {
+        if let Some(o) = overrides.get(&profile.name) {
+            return o.clone();
+        }
+        if !sel.default_capabilities.is_empty() || sel.capabilities_env.is_some() {
+            return sel.default_capabilities.clone();
+        }
+        known.clone()
+    };
+    let Some(var) = sel.capabilities_env.as_deref() else {
+        return Ok(defaults());
+    };
+    let value = match env_value(env, var) {
+        Some(v) if !v.trim().is_empty() => v,
+        // Unset or empty: the default set (as nvidia-container-toolkit treats an empty value).
+        _ => return Ok(defaults()),
+    };
+    let mut caps: Vec<String> = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item.eq_ignore_ascii_case("all") {
+            return Ok(known);
+        }
+        if !known.iter().any(|k| k == item) {
+            return Err(err(var, value, format!("unknown capability {item:?}; known: {}, all", known.join(", "))));
+        }
+        if !caps.iter().any(|c| c == item) {
+            caps.push(item.to_string());
+        }
+    }
+    Ok(caps)
+}
+
+/// Device indexes as a short list: `0-7`, `0,2,5-6`, or `none`.
+pub fn format_indexes(indexes: &[u32]) -> String {
+    let mut v = indexes.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        return "none".into();
+    }
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j == i { v[i].to_string() } else { format!("{}-{}", v[i], v[j]) });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+impl VendorRequest {
+    fn err(&self, problem: impl Into<String>) -> RequestError {
+        err(&self.variable, &self.value, problem)
+    }
+
+    fn available(&self, vendor: Option<&VendorInventory>) -> String {
+        let idx: Vec<u32> = vendor.map(|v| v.devices.iter().map(|d| d.index).collect()).unwrap_or_default();
+        if idx.is_empty() {
+            format!("this node has no {} devices", self.kind)
+        } else {
+            format!("this node has {} {}", self.kind, format_indexes(&idx))
+        }
+    }
+
+    /// Maps the selection onto discovered devices: the selected device indexes, ascending and
+    /// without duplicates (`DriverOnly` gives none; `All` gives every device, possibly none).
+    /// Errors name the variable, the value, and the devices that exist: an index or UUID the node
+    /// lacks, an ambiguous UUID prefix, a core beyond the cores the devices have, any MIG id.
+    pub fn resolve(&self, vendor: Option<&VendorInventory>) -> Result<Vec<u32>, RequestError> {
+        let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or(&[]);
+        let mut out = Vec::new();
+        match &self.selection {
+            Selection::DriverOnly => {}
+            Selection::All => out.extend(devices.iter().map(|d| d.index)),
+            Selection::Devices(refs) => {
+                for r in refs {
+                    match r {
+                        DeviceRef::Index(i) => {
+                            if !devices.iter().any(|d| d.index == *i) {
+                                return Err(self.err(format!("no such device {i}; {}", self.available(vendor))));
+                            }
+                            out.push(*i);
+                        }
+                        DeviceRef::Uuid(u) => out.push(self.resolve_uuid(u, vendor)?),
+                        DeviceRef::Mig(m) => {
+                            return Err(self.err(format!(
+                                "{m:?} is a MIG device; MIG is not supported yet (request whole GPUs by index or UUID; {})",
+                                self.available(vendor)
+                            )));
+                        }
+                    }
+                }
+            }
+            Selection::Cores(cores) => {
+                let mut first = 0u32;
+                let mut spans = Vec::new();
+                for d in devices {
+                    let n = d.cores.ok_or_else(|| {
+                        self.err(format!("device {} does not report its core count, so cores cannot be mapped to devices", d.index))
+                    })?;
+                    spans.push((first, first + n, d.index));
+                    first += n;
+                }
+                for c in cores {
+                    match spans.iter().find(|(lo, hi, _)| c >= lo && c < hi) {
+                        Some((_, _, idx)) => out.push(*idx),
+                        None => {
+                            let have = if first == 0 { "none".to_string() } else { format!("0-{}", first - 1) };
+                            return Err(self.err(format!(
+                                "no such core {c}; this node has cores {have} on {} {}",
+                                self.kind,
+                                format_indexes(&devices.iter().map(|d| d.index).collect::<Vec<_>>())
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn resolve_uuid(&self, u: &str, vendor: Option<&VendorInventory>) -> Result<u32, RequestError> {
+        let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or(&[]);
+        let lower = u.to_ascii_lowercase();
+        let with_uuid = || devices.iter().filter_map(|d| d.uuid.as_ref().map(|id| (d.index, id.to_ascii_lowercase())));
+        if let Some((i, _)) = with_uuid().find(|(_, id)| *id == lower) {
+            return Ok(i);
+        }
+        let prefixed: Vec<u32> = with_uuid().filter(|(_, id)| id.starts_with(&lower)).map(|(i, _)| i).collect();
+        match prefixed.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(self.err(format!("no device has the id {u:?}; {}", self.available(vendor)))),
+            many => Err(self.err(format!("{u:?} is a prefix of the ids of devices {}; give more of the id", format_indexes(many)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Device;
+    use crate::profile::{CapabilityFiles, Selection as ProfileSelection};
+
+    fn nvidia() -> Profile {
+        let mut caps = BTreeMap::new();
+        for c in ["base", "utility", "compute", "video"] {
+            caps.insert(c.to_string(), CapabilityFiles::default());
+        }
+        Profile {
+            name: "nvidia".into(),
+            kind: "nvidia.com/gpu".into(),
+            selection: ProfileSelection {
+                env: vec!["NVIDIA_VISIBLE_DEVICES".into()],
+                capabilities_env: Some("NVIDIA_DRIVER_CAPABILITIES".into()),
+                default_capabilities: vec!["utility".into(), "compute".into()],
+                ..Default::default()
+            },
+            capabilities: caps,
+            ..Default::default()
+        }
+    }
+
+    fn neuron() -> Profile {
+        Profile {
+            name: "neuron".into(),
+            kind: "aws.amazon.com/neuron".into(),
+            selection: ProfileSelection {
+                env: vec!["AWS_NEURON_VISIBLE_DEVICES".into()],
+                cores_env: Some("NEURON_RT_VISIBLE_CORES".into()),
+                ranges: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn inv(kind: &str, n: u32, cores: Option<u32>) -> VendorInventory {
+        VendorInventory {
+            kind: kind.into(),
+            devices: (0..n)
+                .map(|i| Device { index: i, uuid: Some(format!("GPU-{i}{i}aa0000-1111")), cores, ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn env(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn req(e: &[&str]) -> Result<Request, RequestError> {
+        collect(&env(e), &BTreeMap::new(), &[nvidia(), neuron()], &BTreeMap::new())
+    }
+
+    fn nv_indexes(e: &[&str], n: u32) -> Result<Vec<u32>, RequestError> {
+        let r = req(e)?;
+        let v = r.vendors.iter().find(|v| v.profile == "nvidia").expect("an nvidia request");
+        v.resolve(Some(&inv("nvidia.com/gpu", n, None)))
+    }
+
+    fn neuron_indexes(value: &str) -> Result<Vec<u32>, RequestError> {
+        let r = req(&[&format!("AWS_NEURON_VISIBLE_DEVICES={value}")])?;
+        r.vendors[0].resolve(Some(&inv("aws.amazon.com/neuron", 12, Some(2))))
+    }
+
+    #[test]
+    fn f01_last_duplicate_wins_void_after_all() {
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=all", "PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void"]).unwrap();
+        assert_eq!(r, Request::default(), "void after all must request nothing");
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=1"]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(1)]));
+    }
+
+    #[test]
+    fn unset_void_and_empty_request_nothing() {
+        for e in [&[][..], &["NVIDIA_VISIBLE_DEVICES=void"][..], &["NVIDIA_VISIBLE_DEVICES="][..], &["NVIDIA_VISIBLE_DEVICES= "][..]] {
+            assert_eq!(req(e).unwrap(), Request::default(), "{e:?}");
+        }
+        // A variable whose name only starts like the selection variable is not it.
+        assert_eq!(req(&["NVIDIA_VISIBLE_DEVICES_X=1"]).unwrap(), Request::default());
+    }
+
+    #[test]
+    fn none_is_driver_only() {
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=none"]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::DriverOnly);
+        assert_eq!(r.vendors[0].resolve(Some(&inv("nvidia.com/gpu", 2, None))).unwrap(), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn all_indexes_and_uuids() {
+        assert_eq!(nv_indexes(&["NVIDIA_VISIBLE_DEVICES=all"], 8).unwrap(), (0..8).collect::<Vec<_>>());
+        assert_eq!(nv_indexes(&["NVIDIA_VISIBLE_DEVICES=3,1,3"], 8).unwrap(), vec![1, 3]);
+        assert_eq!(nv_indexes(&["NVIDIA_VISIBLE_DEVICES=GPU-22aa0000-1111"], 8).unwrap(), vec![2]);
+        assert_eq!(nv_indexes(&["NVIDIA_VISIBLE_DEVICES=gpu-55AA"], 8).unwrap(), vec![5], "unique prefix, any case");
+        let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=GPU-"], 8).unwrap_err().to_string();
+        assert!(e.contains("prefix of the ids of devices 0-7"), "{e}");
+        // `all` on a node without such devices selects nothing rather than failing.
+        assert_eq!(nv_indexes(&["NVIDIA_VISIBLE_DEVICES=all"], 0).unwrap(), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn unknown_device_names_variable_value_and_existing_devices() {
+        let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=7"], 2).unwrap_err().to_string();
+        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0-1");
+        let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=banana"], 2).unwrap_err().to_string();
+        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=banana: no device has the id \"banana\"; this node has nvidia.com/gpu 0-1");
+        let e = req(&["NVIDIA_VISIBLE_DEVICES=0,,banana"]).unwrap_err().to_string();
+        assert!(e.starts_with("NVIDIA_VISIBLE_DEVICES=0,,banana: empty entry"), "{e}");
+        let e = req(&["NVIDIA_VISIBLE_DEVICES=99999999999"]).unwrap_err().to_string();
+        assert!(e.contains("not a device index"), "{e}");
+    }
+
+    #[test]
+    fn mig_ids_are_rejected_as_not_supported() {
+        for v in ["MIG-6f3a1c0e-0000", "0:1"] {
+            let e = nv_indexes(&[&format!("NVIDIA_VISIBLE_DEVICES={v}")], 2).unwrap_err().to_string();
+            assert!(e.contains("MIG is not supported yet"), "{e}");
+        }
+    }
+
+    #[test]
+    fn nvidia_does_not_take_ranges() {
+        let e = req(&["NVIDIA_VISIBLE_DEVICES=0-3"]).unwrap_err().to_string();
+        assert!(e.contains("ranges are not accepted"), "{e}");
+    }
+
+    #[test]
+    fn cdi_names_in_variables_and_annotations() {
+        let mut ann = BTreeMap::new();
+        ann.insert("cdi.k8s.io/test".to_string(), "example.com/accel=0, nvidia.com/gpu=1".to_string());
+        ann.insert("other".to_string(), "x".to_string());
+        let r = collect(&env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"]), &ann, &[nvidia()], &BTreeMap::new()).unwrap();
+        assert!(r.vendors.is_empty(), "only CDI names were listed");
+        let names: Vec<_> = r.cdi_names.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, vec!["nvidia.com/gpu=1", "nvidia.com/gpu=all", "example.com/accel=0"]);
+        ann.insert("cdi.k8s.io/bad".to_string(), "gpu0".to_string());
+        let e = collect(&[], &ann, &[nvidia()], &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.starts_with("annotation cdi.k8s.io/bad=gpu0:") && e.contains("gpu0"), "{e}");
+    }
+
+    #[test]
+    fn capabilities_default_list_all_and_unknown() {
+        let caps = |e: &[&str]| req(e).map(|r| r.vendors[0].capabilities.clone());
+        assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0"]).unwrap(), vec!["utility", "compute"]);
+        assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="]).unwrap(), vec!["utility", "compute"]);
+        assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,compute,video"]).unwrap(), vec!["video", "compute"]);
+        let all = caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,all"]).unwrap();
+        for c in DRIVER_CAPABILITIES {
+            assert!(all.iter().any(|a| a == c), "{c} missing from all: {all:?}");
+        }
+        assert!(!all.iter().any(|a| a == "base"));
+        let e = caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,warp"]).unwrap_err().to_string();
+        assert!(e.starts_with("NVIDIA_DRIVER_CAPABILITIES=compute,warp: unknown capability \"warp\""), "{e}");
+        // Config override of the default.
+        let mut o = BTreeMap::new();
+        o.insert("nvidia".to_string(), vec!["utility".to_string()]);
+        let r = collect(&env(&["NVIDIA_VISIBLE_DEVICES=0"]), &BTreeMap::new(), &[nvidia()], &o).unwrap();
+        assert_eq!(r.vendors[0].capabilities, vec!["utility"]);
+    }
+
+    #[test]
+    fn f08_neuron_lists_ranges_and_all_on_12_devices() {
+        assert_eq!(neuron_indexes("0-3").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(neuron_indexes("0,1,2,3").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(neuron_indexes("ALL").unwrap(), (0..12).collect::<Vec<_>>());
+        assert_eq!(neuron_indexes("all").unwrap(), (0..12).collect::<Vec<_>>());
+        assert_eq!(neuron_indexes("0-1,4,6-7").unwrap(), vec![0, 1, 4, 6, 7]);
+        let e = neuron_indexes("3-1").unwrap_err().to_string();
+        assert!(e.starts_with("AWS_NEURON_VISIBLE_DEVICES=3-1: range \"3-1\" runs backwards"), "{e}");
+        let e = neuron_indexes("0-").unwrap_err().to_string();
+        assert!(e.starts_with("AWS_NEURON_VISIBLE_DEVICES=0-: \"0-\" is not a range"), "{e}");
+        let e = neuron_indexes("64").unwrap_err().to_string();
+        assert_eq!(e, "AWS_NEURON_VISIBLE_DEVICES=64: no such device 64; this node has aws.amazon.com/neuron 0-11");
+    }
+
+    #[test]
+    fn neuron_cores_select_the_devices_holding_them() {
+        let r = req(&["NEURON_RT_VISIBLE_CORES=2-5"]).unwrap();
+        let v = &r.vendors[0];
+        assert_eq!(v.variable, "NEURON_RT_VISIBLE_CORES");
+        assert_eq!(v.resolve(Some(&inv("aws.amazon.com/neuron", 12, Some(2)))).unwrap(), vec![1, 2]);
+        assert_eq!(v.resolve(Some(&inv("aws.amazon.com/neuron", 12, Some(8)))).unwrap(), vec![0]);
+        let r = req(&["NEURON_RT_VISIBLE_CORES=24"]).unwrap();
+        let e = r.vendors[0].resolve(Some(&inv("aws.amazon.com/neuron", 12, Some(2)))).unwrap_err().to_string();
+        assert!(e.contains("no such core 24; this node has cores 0-23"), "{e}");
+        // The devices variable wins over the cores variable for device selection.
+        let r = req(&["NEURON_RT_VISIBLE_CORES=0", "AWS_NEURON_VISIBLE_DEVICES=5"]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(5)]));
+    }
+
+    #[test]
+    fn user_profile_variable_works() {
+        let p = Profile {
+            name: "acme".into(),
+            kind: "acme.com/npu".into(),
+            selection: ProfileSelection { env: vec!["ACME_VISIBLE_NPUS".into()], ranges: true, ..Default::default() },
+            ..Default::default()
+        };
+        let r = collect(&env(&["ACME_VISIBLE_NPUS=1-2"]), &BTreeMap::new(), &[p], &BTreeMap::new()).unwrap();
+        assert_eq!(r.vendors[0].kind, "acme.com/npu");
+        assert_eq!(r.vendors[0].resolve(Some(&inv("acme.com/npu", 4, None))).unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn format_indexes_compacts_runs() {
+        assert_eq!(format_indexes(&[3, 0, 1, 2, 7, 5]), "0-3,5,7");
+        assert_eq!(format_indexes(&[]), "none");
+    }
+}

@@ -1,0 +1,207 @@
+//! `actk cdi generate | list | validate` as a user runs them, on fixture host roots.
+
+use actk_testsupport::fixture;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn actk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_actk")).args(args).env("ACTK_LOG", "error").output().expect("run actk")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn root_arg(f: &fixture::Fixture) -> String {
+    f.root.display().to_string()
+}
+
+#[test]
+fn generate_then_validate_round_trip_on_dgx() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("cdi");
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file = dir.join("nvidia.com-gpu.json");
+    assert!(stdout(&o).contains(&format!("wrote {}", file.display())), "{}", stdout(&o));
+
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    // podman 4.3 (CDI 0.5.x) must accept it: version <= 0.5.0, no annotations anywhere.
+    assert_eq!(spec["cdiVersion"], "0.5.0");
+    assert!(spec.get("annotations").is_none());
+    let names: Vec<&str> = spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 8 * 2 + 1, "{names:?}");
+    assert_eq!(names[0], "0");
+    assert!(names[1].starts_with("GPU-"), "{names:?}");
+    assert_eq!(*names.last().unwrap(), "all");
+    let node = &spec["devices"][2]["containerEdits"]["deviceNodes"][0];
+    assert_eq!(node["path"], "/dev/nvidia1");
+    assert_eq!(node["hostPath"], format!("{}/dev/nvidia1", f.root.display()));
+    assert_eq!((node["type"].as_str(), node["major"].as_i64(), node["minor"].as_i64()), (Some("c"), Some(195), Some(1)));
+    let shared: Vec<&str> = spec["containerEdits"]["deviceNodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap()).collect();
+    assert!(shared.contains(&"/dev/nvidiactl"), "{shared:?}");
+    let mounts = spec["containerEdits"]["mounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["containerPath"].as_str().unwrap().ends_with("/libcuda.so.580.95.05")));
+    assert!(mounts.iter().all(|m| m["options"] == serde_json::json!(["ro", "nosuid", "nodev", "bind"])));
+
+    let v = actk(&["cdi", "validate", file.to_str().unwrap()]);
+    assert!(v.status.success(), "{}", stderr(&v));
+    assert_eq!(stdout(&v), format!("{}: valid (nvidia.com/gpu, 17 devices, cdiVersion 0.5.0)\n", file.display()));
+
+    let l = actk(&["cdi", "list", "--spec-dir", dir.to_str().unwrap()]);
+    assert!(l.status.success());
+    let listed: Vec<String> = stdout(&l).lines().map(String::from).collect();
+    assert_eq!(listed.len(), 17);
+    assert!(listed.contains(&"nvidia.com/gpu=all".to_string()));
+    assert!(listed.contains(&"nvidia.com/gpu=7".to_string()));
+}
+
+#[test]
+fn yaml_output_validates_and_matches_json() {
+    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let yaml = out.path().join("neuron.yaml");
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", yaml.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&yaml).unwrap();
+    assert!(text.contains("kind: aws.amazon.com/neuron"), "{text}");
+    let v = actk(&["cdi", "validate", yaml.to_str().unwrap()]);
+    assert!(v.status.success(), "{}", stderr(&v));
+    assert!(stdout(&v).contains("(aws.amazon.com/neuron, 25 devices,"), "{}", stdout(&v));
+
+    let json = actk(&["cdi", "generate", "--root", &root_arg(&f), "--format", "json"]);
+    let from_json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let from_yaml: Value = serde_saphyr_value(&text);
+    assert_eq!(from_json, from_yaml);
+}
+
+fn serde_saphyr_value(text: &str) -> Value {
+    // Parse through actk's own reader so this test also covers YAML input.
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("x.yaml");
+    std::fs::write(&p, text).unwrap();
+    let spec = actk_core::cdi::validate::validate_file(&p).unwrap();
+    serde_json::to_value(spec).unwrap()
+}
+
+#[test]
+fn several_kinds_need_a_directory_output() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("one.json");
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("2 kinds were found (nvidia.com/gpu, aws.amazon.com/neuron)") && err.contains("give a directory to --output"), "{err}");
+    assert!(!file.exists());
+
+    let dir = out.path().join("specs");
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.join("nvidia.com-gpu.json").is_file() && dir.join("aws.amazon.com-neuron.json").is_file());
+
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--vendor", "neuron", "--output", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(spec["kind"], "aws.amazon.com/neuron");
+
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--vendor", "amd"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no devices of vendor \"amd\""), "{}", stderr(&o));
+}
+
+#[test]
+fn every_fixture_generates_specs_podman_4_3_accepts() {
+    for name in fixture::ALL {
+        let Some(f) = fixture::prepare(name).unwrap() else { return };
+        let out = tempfile::tempdir().unwrap();
+        let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", out.path().to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        for entry in std::fs::read_dir(out.path()).unwrap() {
+            let path = entry.unwrap().path();
+            let spec: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let version = spec["cdiVersion"].as_str().unwrap();
+            assert!(["0.3.0", "0.4.0", "0.5.0"].contains(&version), "{name}: {} declares {version}", path.display());
+            let v = actk(&["cdi", "validate", path.to_str().unwrap()]);
+            assert!(v.status.success(), "{name}: {}", stderr(&v));
+        }
+    }
+}
+
+#[test]
+fn host_without_accelerators_generates_nothing_and_succeeds() {
+    let Some(f) = fixture::prepare("empty").unwrap() else { return };
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&f)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "");
+    assert!(stderr(&o).contains("no accelerator devices found"), "{}", stderr(&o));
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn validate_f06_additional_gids_with_0_5_0_fails_naming_field_and_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = write(
+        tmp.path(),
+        "f06.json",
+        r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev",
+            "devices": [{"name": "dev0", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}], "additionalGids": [44]}}]}"#,
+    );
+    let o = actk(&["cdi", "validate", &bad]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("{bad}: /cdiVersion: spec declares cdiVersion 0.5.0 but uses additionalGids (at devices[0] (dev0) containerEdits), which needs cdiVersion >= 0.7.0")),
+        "{err}"
+    );
+    assert!(err.contains("1 of 1 CDI spec files are invalid"), "{err}");
+}
+
+#[test]
+fn validate_reports_every_bad_file_and_keeps_going() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = write(tmp.path(), "good.yaml", "cdiVersion: 0.3.0\nkind: vendor.com/dev\ndevices:\n  - name: dev0\n    containerEdits:\n      deviceNodes:\n        - path: /dev/null\n");
+    let hook = write(
+        tmp.path(),
+        "hook.json",
+        r#"{"cdiVersion": "0.3.0", "kind": "vendor.com/dev",
+            "devices": [{"name": "dev0", "containerEdits": {"hooks": [{"hookName": "createContainer", "path": "my-hook"}]}}]}"#,
+    );
+    let broken = write(tmp.path(), "broken.json", "{\"cdiVersion\": ");
+    let o = actk(&["cdi", "validate", &good, &hook, &broken]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains(&format!("{good}: valid (vendor.com/dev, 1 devices, cdiVersion 0.3.0)")), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("{hook}: /devices/0/containerEdits/hooks/0/path: hook path \"my-hook\" must be absolute")), "{err}");
+    assert!(err.contains(&format!("{broken}: cannot parse CDI spec as JSON")), "{err}");
+    assert!(err.contains("2 of 3 CDI spec files are invalid"), "{err}");
+}
+
+#[test]
+fn list_later_spec_dir_wins_and_bad_files_are_warned() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (etc, run) = (tmp.path().join("etc"), tmp.path().join("run"));
+    let spec = |names: &[&str]| {
+        let devs: Vec<String> = names.iter().map(|n| format!(r#"{{"name": "{n}", "containerEdits": {{"deviceNodes": [{{"path": "/dev/null"}}]}}}}"#)).collect();
+        format!(r#"{{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "devices": [{}]}}"#, devs.join(","))
+    };
+    write(&etc, "a.json", &spec(&["0", "1"]));
+    write(&run, "b.json", &spec(&["1", "2"]));
+    write(&run, "c.json", "not: [valid");
+    let o = actk(&["cdi", "list", "--spec-dir", etc.to_str().unwrap(), "--spec-dir", run.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), "vendor.com/dev=0\nvendor.com/dev=1\nvendor.com/dev=2\n");
+    assert!(stderr(&o).contains(&format!("skipped {}", run.join("c.json").display())), "{}", stderr(&o));
+}

@@ -1,0 +1,51 @@
+//! actk-hook: an OCI hook (runtime-spec "POSIX-platform Hooks") that injects requested
+//! accelerators into a live container.
+//!
+//! Invocations (argv[0] may be `actk-hook` or `nvidia-container-runtime-hook`: Docker's
+//! `--gpus` runs the executable of that name with args `["nvidia-container-runtime-hook",
+//! "prestart"]`):
+//! - `prestart` | `createRuntime` | `createContainer` `[--edits FILE]`: reads the OCI state from
+//!   stdin, plans the container's requests with the same code as actk-runtime
+//!   (`actk_core::plan`) or takes the CDI container edits in FILE, and injects them
+//!   ([`actk_inject::inject`]). Does nothing when actk-runtime already applied the edits
+//!   (annotation `io.actk.applied`).
+//! - `poststart` | `poststop` | `startContainer`: nothing to do; exits 0 (old configs call the
+//!   NVIDIA hook at these stages too).
+//! - `update-ldcache --folder DIR...`: a CDI createContainer hook that refreshes the container's
+//!   ld.so.cache with the host's ldconfig.
+//!
+//! Errors go to stderr with exit status 1; runc shows them to the user.
+
+mod prestart;
+mod state;
+mod update_ldcache;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "usage: actk-hook prestart|createRuntime|createContainer [--edits FILE]\n       actk-hook update-ldcache --folder DIR [--folder DIR...]\n(the OCI state JSON is read from stdin)";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args) {
+        eprintln!("actk-hook: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &[String]) -> Result<()> {
+    // Leading `-x` flags of NVIDIA's hook (`-debug`, `-config=FILE`) are accepted and ignored:
+    // configs written for it keep working.
+    let mut rest = args.iter().skip_while(|a| a.starts_with('-') && !a.starts_with("--"));
+    let Some(cmd) = rest.next() else { bail!("no hook stage given\n{USAGE}") };
+    let rest: Vec<String> = rest.cloned().collect();
+    match cmd.as_str() {
+        "prestart" | "createRuntime" | "createContainer" => prestart::run(cmd, &rest),
+        "poststart" | "poststop" | "startContainer" => Ok(()),
+        "update-ldcache" => update_ldcache::run(&rest),
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown hook stage {other:?}\n{USAGE}"),
+    }
+}

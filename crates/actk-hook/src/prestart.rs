@@ -1,0 +1,81 @@
+//! `actk-hook prestart` (and createRuntime / createContainer): plan and inject.
+
+use crate::state;
+use actk_core::config::Config;
+use actk_core::plan::{PlanContext, plan};
+use actk_core::{cdi::ContainerEdits, edits, profile};
+use actk_inject::bpf::DeviceRule;
+use actk_inject::{Options, Target, inject};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Runs the stage `stage`; `args` follow it (`--edits FILE`).
+pub fn run(stage: &str, args: &[String]) -> Result<()> {
+    let mut edits_file = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--edits" => edits_file = Some(PathBuf::from(it.next().context("--edits needs a file")?)),
+            other => bail!("{stage}: unknown argument {other:?} (expected --edits FILE)"),
+        }
+    }
+    let st = state::read_stdin()?;
+    let spec = read_config(&st.bundle)?;
+    if edits::is_applied(&spec) {
+        // actk-runtime already put everything into config.json: injecting again would double it.
+        return Ok(());
+    }
+    let config_path = Config::path_from_env();
+    let config = Config::load(&config_path)?;
+    let container_edits: ContainerEdits = match &edits_file {
+        Some(f) => {
+            let text = std::fs::read(f).with_context(|| format!("cannot read the edits file {}", f.display()))?;
+            serde_json::from_slice(&text)
+                .with_context(|| format!("{} is not CDI container edits JSON (CDI SPEC.md \"containerEdits\")", f.display()))?
+        }
+        None => {
+            let profiles = profile::load(Some(&config.profiles_dir)).context("cannot load vendor profiles")?;
+            let mut default_capabilities = BTreeMap::new();
+            if let Some(c) = &config.nvidia.default_capabilities {
+                default_capabilities.insert("nvidia".to_string(), c.clone());
+            }
+            let ctx = PlanContext { profiles, root: config.root.clone(), spec_dirs: config.spec_dirs.clone(), default_capabilities, inventory: None };
+            let p = plan(&spec, &ctx).with_context(|| format!("container {}", st.id))?;
+            for w in &p.warnings {
+                eprintln!("actk-hook: warning: {w}");
+            }
+            p.edits
+        }
+    };
+    if container_edits.device_nodes.is_empty() && container_edits.mounts.is_empty() {
+        return Ok(());
+    }
+    let rootfs = rootfs_of(&spec, &st.bundle)?;
+    let target = Target::for_pid(st.pid, &rootfs).with_context(|| format!("container {} (pid {})", st.id, st.pid))?;
+    let existing: Vec<DeviceRule> = spec
+        .pointer("/linux/resources/devices")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(DeviceRule::from_oci).collect())
+        .unwrap_or_default();
+    let opts = Options { host_root: config.root.clone(), existing_device_rules: existing, ..Options::default() };
+    inject(&target, &container_edits, &opts).with_context(|| format!("cannot inject devices into container {}", st.id))?;
+    Ok(())
+}
+
+/// Reads `<bundle>/config.json`.
+pub fn read_config(bundle: &Path) -> Result<Value> {
+    let p = bundle.join("config.json");
+    let text = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", p.display()))
+}
+
+/// The container's rootfs as an absolute host path: `root.path`, relative to the bundle unless
+/// absolute (runtime-spec "Root").
+pub fn rootfs_of(spec: &Value, bundle: &Path) -> Result<PathBuf> {
+    let Some(p) = spec.pointer("/root/path").and_then(Value::as_str) else {
+        bail!("{}/config.json has no root.path", bundle.display());
+    };
+    Ok(if p.starts_with('/') { PathBuf::from(p) } else { bundle.join(p) })
+}

@@ -1,4 +1,106 @@
-//! `actk list` (placeholder until its owner fills it in).
+//! `actk list`: one line per accelerator device, like `nvidia-smi -L` or `neuron-ls`.
+
+use actk_core::discover::discover;
+use actk_core::inventory::{Device, Inventory};
+use actk_core::profile::{self, Profile};
+use anyhow::Context;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Where to discover and with which profiles; shared by `actk list` and `actk info`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Source {
+    /// Host root to discover devices under: `/`, a driver container's root such as
+    /// /run/nvidia/driver, or a fixture directory.
+    #[arg(long, env = "ACTK_ROOT", default_value = "/")]
+    pub root: PathBuf,
+    /// Directory of user vendor profiles (`*.toml`); a missing directory means built-ins only.
+    #[arg(long, env = "ACTK_PROFILES_DIR", default_value = profile::DEFAULT_PROFILES_DIR)]
+    pub profiles_dir: PathBuf,
+}
+
+impl Source {
+    /// Load the profiles and discover the host. Warnings are printed to stderr, one per line
+    /// (`actk: warning: PATH: MESSAGE`). Errors: a profile file that does not load.
+    pub fn inventory(&self) -> anyhow::Result<(Vec<Profile>, Inventory)> {
+        let profiles = profile::load(Some(&self.profiles_dir))
+            .with_context(|| format!("loading vendor profiles from {}", self.profiles_dir.display()))?;
+        let inv = discover(&self.root, &profiles);
+        print_warnings(&inv);
+        Ok((profiles, inv))
+    }
+}
+
+/// Print discovery warnings to stderr.
+pub fn print_warnings(inv: &Inventory) {
+    let mut err = std::io::stderr().lock();
+    for w in &inv.warnings {
+        let _ = writeln!(err, "actk: warning: {w}");
+    }
+}
+
+/// Arguments of `actk list`.
 #[derive(clap::Args, Debug)]
-pub struct Args {}
-pub fn run(_a: Args) -> anyhow::Result<()> { anyhow::bail!("actk list: not built yet") }
+#[command(after_long_help = "\
+Output: one line per device, vendors in profile order, devices in index order:
+  KIND INDEX: MODEL (UUID: ID) bus PCI-BUS-ID numa NODE [cores N] nodes DEVICE-NODES
+Parts the host does not report are left out. A host without accelerators prints nothing and
+exits 0. Discovery warnings (odd host state) go to stderr.
+
+--json prints the inventory as one JSON object (documented in docs/inventory-json.md):
+  {root, vendors: [{profile, kind, driver_version, devices: [{index, model, uuid,
+   pci_bus_id, numa_node, nodes: [{path, host_path, node_type, major, minor, file_mode}],
+   links, cores, attributes}], shared_nodes, host_files: [{capability, kind, host_path,
+   container_path}]}], warnings: [{path, message}]}
+Field names are stable; new fields may be added.")]
+pub struct Args {
+    /// Print the whole inventory as JSON instead of one line per device.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: Source,
+}
+
+/// Run `actk list`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let (_, inv) = a.source.inventory()?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &inv).context("writing JSON")?;
+        writeln!(out)?;
+    } else {
+        for v in &inv.vendors {
+            for d in &v.devices {
+                writeln!(out, "{}", device_line(&v.kind, d))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One `actk list` line for device `d` of kind `kind`.
+pub fn device_line(kind: &str, d: &Device) -> String {
+    let mut s = format!("{kind} {}: {}", d.index, d.model.as_deref().unwrap_or("(unknown model)"));
+    if let Some(u) = &d.uuid {
+        s.push_str(&format!(" (UUID: {u})"));
+    }
+    if let Some(b) = &d.pci_bus_id {
+        s.push_str(&format!(" bus {b}"));
+    }
+    if let Some(n) = d.numa_node {
+        s.push_str(&format!(" numa {n}"));
+    }
+    if let Some(c) = d.cores {
+        s.push_str(&format!(" cores {c}"));
+    }
+    if !d.nodes.is_empty() {
+        let nodes: Vec<&str> = d.nodes.iter().map(|n| n.path.as_str()).collect();
+        s.push_str(&format!(" nodes {}", nodes.join(" ")));
+    }
+    s
+}
+
+/// The root as given, for messages.
+pub fn show_root(root: &Path) -> String {
+    root.display().to_string()
+}

@@ -332,7 +332,8 @@ mod tests {
 
     #[test]
     fn spec_rules_are_checked() {
-        let cases: Vec<(fn(&mut Value), &str)> = vec![
+        type Case = (fn(&mut Value), &'static str);
+        let cases: Vec<Case> = vec![
             (|v| v["containerEdits"]["hooks"][0]["path"] = json!("hook"), "/containerEdits/hooks/0/path: hook path \"hook\" must be absolute"),
             (|v| v["containerEdits"]["hooks"][0]["hookName"] = json!("preStart"), "/containerEdits/hooks/0/hookName"),
             (|v| v["containerEdits"]["env"][0] = json!("=x"), "/containerEdits/env/0"),

@@ -159,7 +159,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         Output::Stdout => {
             for (i, spec) in specs.iter().enumerate() {
                 if format == Format::Yaml && i > 0 {
-                    print!("---\n");
+                    println!("---");
                 }
                 print!("{}", to_text(spec, format)?);
             }

@@ -205,3 +205,19 @@ fn list_later_spec_dir_wins_and_bad_files_are_warned() {
     assert_eq!(stdout(&o), "vendor.com/dev=0\nvendor.com/dev=1\nvendor.com/dev=2\n");
     assert!(stderr(&o).contains(&format!("skipped {}", run.join("c.json").display())), "{}", stderr(&o));
 }
+
+#[test]
+fn config_file_gives_root_and_spec_dirs() {
+    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let specs = tmp.path().join("specs");
+    let cfg = tmp.path().join("config.toml");
+    std::fs::write(&cfg, format!("root = {:?}\nspec_dirs = [{:?}]\n", f.root.display().to_string(), specs.display().to_string())).unwrap();
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_actk")).args(args).env("ACTK_CONFIG", &cfg).env_remove("ACTK_ROOT").output().unwrap();
+    let o = run(&["cdi", "generate", "--output", specs.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&["cdi", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let names = stdout(&o);
+    assert!(names.lines().any(|l| l == "aws.amazon.com/neuron=11") && names.lines().any(|l| l == "aws.amazon.com/neuron=all"), "{names}");
+}

@@ -4,7 +4,8 @@
 use actk_core::cdi::generate::{generate_all, GenerateOptions};
 use actk_core::cdi::validate::{validate_file, validate_spec, Format};
 use actk_core::cdi::write::{to_text, write_spec, write_spec_in_dir};
-use actk_core::cdi::{DeviceNameStrategy, Registry, DEFAULT_SPEC_DIRS};
+use actk_core::cdi::{DeviceNameStrategy, Registry};
+use actk_core::config::Config;
 use anyhow::{bail, Context};
 use std::path::{Path, PathBuf};
 
@@ -42,9 +43,10 @@ pub enum StrategyArg {
 /// Arguments of `actk cdi generate`.
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
-    /// Host root to discover devices under (a driver container's root, or a fixture).
-    #[arg(long, default_value = "/")]
-    pub root: PathBuf,
+    /// Host root to discover devices under (a driver container's root, or a fixture);
+    /// default: `root` of the config file (ACTK_CONFIG, /etc/actk/config.toml), else `/`.
+    #[arg(long, env = "ACTK_ROOT")]
+    pub root: Option<PathBuf>,
     /// Only this vendor: a profile name (`nvidia`) or a CDI kind (`nvidia.com/gpu`).
     #[arg(long)]
     pub vendor: Option<String>,
@@ -58,9 +60,10 @@ pub struct GenerateArgs {
     /// How devices are named in the spec.
     #[arg(long, value_enum, default_value = "both")]
     pub device_name_strategy: StrategyArg,
-    /// Directory of user vendor profiles (`*.toml`) added to the built-in ones.
-    #[arg(long, default_value = actk_core::profile::DEFAULT_PROFILES_DIR)]
-    pub profiles_dir: PathBuf,
+    /// Directory of user vendor profiles (`*.toml`) added to the built-in ones; default:
+    /// `profiles_dir` of the config file, else /etc/actk/profiles.d.
+    #[arg(long, env = "ACTK_PROFILES_DIR")]
+    pub profiles_dir: Option<PathBuf>,
     /// Only the host files of these capabilities (comma separated, e.g. `utility,compute`);
     /// default: every capability whose files exist on the host.
     #[arg(long, value_delimiter = ',')]
@@ -74,7 +77,8 @@ pub struct GenerateArgs {
 /// Arguments of `actk cdi list`.
 #[derive(clap::Args, Debug)]
 pub struct ListArgs {
-    /// Spec directory, repeatable, in priority order (later wins); default /etc/cdi and /var/run/cdi.
+    /// Spec directory, repeatable, in priority order (later wins); default: `spec_dirs` of the
+    /// config file, else /etc/cdi and /var/run/cdi.
     #[arg(long = "spec-dir")]
     pub spec_dirs: Vec<PathBuf>,
 }
@@ -112,9 +116,20 @@ fn output_kind(path: Option<&Path>) -> Output {
     }
 }
 
-fn generate(a: GenerateArgs) -> anyhow::Result<()> {
-    let profiles = actk_core::profile::load(Some(&a.profiles_dir)).context("loading vendor profiles")?;
-    let inventory = actk_core::discover::discover(&a.root, &profiles);
+fn config() -> anyhow::Result<Config> {
+    let path = Config::path_from_env();
+    Config::load(&path).with_context(|| format!("loading the actk config file {}", path.display()))
+}
+
+fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
+    if a.root.is_none() || a.profiles_dir.is_none() {
+        let c = config()?;
+        a.root.get_or_insert(c.root);
+        a.profiles_dir.get_or_insert(c.profiles_dir);
+    }
+    let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let profiles = actk_core::profile::load(a.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    let inventory = actk_core::discover::discover(&root, &profiles);
     for w in &inventory.warnings {
         tracing::warn!("{w}");
     }
@@ -133,11 +148,11 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         match &a.vendor {
             Some(v) => bail!(
                 "no devices of vendor {v:?} under {} (found: {}); --vendor takes a profile name such as nvidia or a kind such as nvidia.com/gpu",
-                a.root.display(),
+                root.display(),
                 if found.is_empty() { "none".to_string() } else { found.join(", ") }
             ),
             None => {
-                eprintln!("actk: no accelerator devices found under {}; no CDI spec generated", a.root.display());
+                eprintln!("actk: no accelerator devices found under {}; no CDI spec generated", root.display());
                 return Ok(());
             }
         }
@@ -188,7 +203,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
 }
 
 fn list(a: ListArgs) -> anyhow::Result<()> {
-    let dirs: Vec<PathBuf> = if a.spec_dirs.is_empty() { DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect() } else { a.spec_dirs };
+    let dirs: Vec<PathBuf> = if a.spec_dirs.is_empty() { config()?.spec_dirs } else { a.spec_dirs };
     let registry = Registry::load(&dirs);
     for e in registry.errors() {
         eprintln!("actk: warning: skipped {}: {e}", e.path.display());

@@ -104,6 +104,8 @@ const EDITS_KEYS: &[&str] = &["env", "deviceNodes", "hooks", "mounts", "intelRdt
 const NODE_KEYS: &[&str] = &["path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"];
 const MOUNT_KEYS: &[&str] = &["hostPath", "containerPath", "type", "options"];
 const HOOK_KEYS: &[&str] = &["hookName", "path", "args", "env", "timeout"];
+const RDT_KEYS: &[&str] = &["closID", "l3CacheSchema", "memBwSchema", "schemata", "enableMonitoring"];
+const NET_KEYS: &[&str] = &["hostInterfaceName", "name"];
 
 fn unknown_keys(value: &Value, allowed: &[&str], pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
     if let Some(obj) = value.as_object() {
@@ -119,7 +121,10 @@ fn unknown_keys(value: &Value, allowed: &[&str], pointer: &str, file: Option<&Pa
 
 fn unknown_edit_keys(edits: &Value, pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
     unknown_keys(edits, EDITS_KEYS, pointer, file, out);
-    for (field, keys) in [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS)] {
+    if let Some(rdt) = edits.get("intelRdt") {
+        unknown_keys(rdt, RDT_KEYS, &format!("{pointer}/intelRdt"), file, out);
+    }
+    for (field, keys) in [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS), ("netDevices", NET_KEYS)] {
         if let Some(items) = edits.get(field).and_then(Value::as_array) {
             for (i, item) in items.iter().enumerate() {
                 unknown_keys(item, keys, &format!("{pointer}/{field}/{i}"), file, out);
@@ -326,8 +331,10 @@ mod tests {
     fn unknown_fields_are_named() {
         let mut v = good();
         v["containerEdits"]["hooks"][0]["argv"] = json!(["x"]);
+        v["containerEdits"]["intelRdt"] = json!({"closID": "a", "enableCMT": true});
         let errs = errors_of(v);
         assert!(errs.iter().any(|e| e.contains("/containerEdits/hooks/0/argv: unknown field \"argv\"")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.contains("/containerEdits/intelRdt/enableCMT: unknown field")), "{errs:?}");
     }
 
     #[test]

@@ -5,16 +5,18 @@
 //! access_type; u32 major; u32 minor; }` of linux/bpf.h, access_type = access << 16 | type):
 //! load type, access, major, minor into r2..r5; then one block per rule, **last rule first**
 //! (OCI semantics: later rules override earlier ones), each "if every given field matches and
-//! the requested access is a subset of the rule's: return allow(1)/deny(0)"; finally return 0.
+//! the requested access is a subset of the rule's: return allow(1)/deny(0)"; finally return 0
+//! (omitted when a rule without conditions ends the program: the verifier rejects dead code).
 //!
 //! Attaching: the kernel ANDs all programs attached with `BPF_F_ALLOW_MULTI`, so adding an allow
 //! program next to runc's cannot grant anything. [`replace_program`] therefore loads a program
 //! made of the container's own rules plus actk's (a superset), attaches it, then detaches every
 //! program that was there before.
 //!
-//! This development host has hybrid cgroups (v1 devices controller in force), so the v2 path is
-//! unit-tested on the instruction sequence and exercised on the unified mount only where the
-//! test can create a cgroup there.
+//! This development host has hybrid cgroups (the v1 devices controller governs containers), so
+//! the v2 path is not reached by runc here; it is unit-tested on the instruction sequence and a
+//! test loads, attaches and replaces programs on a cgroup of the unified mount (device programs
+//! apply there even on a hybrid host) and checks that access really changes.
 
 use rustix::fd::{AsRawFd, OwnedFd};
 
@@ -54,6 +56,19 @@ impl DeviceRule {
         let access = v.get("access").and_then(|a| a.as_str()).unwrap_or("rwm").to_string();
         Some(DeviceRule { allow, kind, major: num("major"), minor: num("minor"), access })
     }
+}
+
+/// The device rules runc appends after the spec's own (`AllowedDevices` in runc's specconv,
+/// 1.1): mknod of any node; /dev/null, zero, full, random, urandom, tty, console, ptmx, pts/*,
+/// net/tun. A replacement program must keep them or the container loses /dev/null.
+pub fn runtime_default_rules() -> Vec<DeviceRule> {
+    let any = |kind: char| DeviceRule { allow: true, kind, major: None, minor: None, access: "m".into() };
+    let mut v = vec![any('c'), any('b')];
+    for (ma, mi) in [(1, 3), (1, 8), (1, 7), (5, 0), (1, 5), (1, 9), (5, 1), (5, 2), (10, 200)] {
+        v.push(DeviceRule::allow_node('c', ma, mi, "rwm"));
+    }
+    v.push(DeviceRule { allow: true, kind: 'c', major: Some(136), minor: None, access: "rwm".into() });
+    v
 }
 
 /// One eBPF instruction (`struct bpf_insn`, 8 bytes).
@@ -119,6 +134,7 @@ pub fn program(rules: &[DeviceRule]) -> Vec<Insn> {
         if let Some(m) = r.minor {
             checks.push(vec![ins(JNE_K, 5, 0, 0, m as i32)]);
         }
+        let unconditional = checks.is_empty();
         let mut block: Vec<Insn> = checks.into_iter().flatten().collect();
         block.push(ins(MOV64_K, 0, 0, 0, r.allow as i32));
         block.push(ins(EXIT, 0, 0, 0, 0));
@@ -130,6 +146,11 @@ pub fn program(rules: &[DeviceRule]) -> Vec<Insn> {
             }
         }
         p.extend(block);
+        if unconditional {
+            // This rule matches everything: nothing after it is reachable (and the verifier
+            // rejects unreachable instructions).
+            return p;
+        }
     }
     p.push(ins(MOV64_K, 0, 0, 0, 0));
     p.push(ins(EXIT, 0, 0, 0, 0));
@@ -207,7 +228,21 @@ pub fn replace_program(dir: &std::path::Path, rules: &[DeviceRule]) -> Result<()
     put32(&mut a, 4, insns.len() as u32);
     put64(&mut a, 8, raw.as_ptr() as u64);
     put64(&mut a, 16, license.as_ptr() as u64);
-    let prog = own(bpf(BPF_PROG_LOAD, &mut a).map_err(|e| format!("bpf(BPF_PROG_LOAD) of the device program: {e}"))?);
+    let prog = match bpf(BPF_PROG_LOAD, &mut a) {
+        Ok(fd) => own(fd),
+        Err(e) => {
+            // Load again with the verifier log, so the error says why.
+            let mut log = vec![0u8; 1 << 16];
+            put32(&mut a, 24, 1);
+            put32(&mut a, 28, log.len() as u32);
+            put64(&mut a, 32, log.as_mut_ptr() as u64);
+            let _ = bpf(BPF_PROG_LOAD, &mut a);
+            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
+            let text = String::from_utf8_lossy(&log[..end]);
+            let tail: Vec<&str> = text.lines().rev().take(6).collect();
+            return Err(format!("bpf(BPF_PROG_LOAD) of the device program: {e}; verifier: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")));
+        }
+    };
     let cg = rustix::fs::open(dir, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
         .map_err(|e| format!("open cgroup {}: {e}", dir.display()))?;
     // Programs attached before ours (the runtime's).
@@ -281,7 +316,8 @@ mod tests {
     #[test]
     fn wildcard_rule_has_no_checks() {
         let p = program(&[DeviceRule { allow: false, kind: 'a', major: None, minor: None, access: "rwm".into() }]);
-        assert_eq!(&p[6..], &[ins(MOV64_K, 0, 0, 0, 0), ins(EXIT, 0, 0, 0, 0), ins(MOV64_K, 0, 0, 0, 0), ins(EXIT, 0, 0, 0, 0)]);
+        // Matches everything, so it ends the program: no unreachable default after it.
+        assert_eq!(&p[6..], &[ins(MOV64_K, 0, 0, 0, 0), ins(EXIT, 0, 0, 0, 0)]);
     }
 
     #[test]
@@ -313,5 +349,68 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(r#"{"allow":true,"type":"c","major":195,"access":"rw"}"#).unwrap();
         assert_eq!(DeviceRule::from_oci(&v).unwrap(), DeviceRule { allow: true, kind: 'c', major: Some(195), minor: None, access: "rw".into() });
         assert_eq!(DeviceRule::from_oci(&v).unwrap().v1_line(), "c 195:* rw");
+    }
+
+    /// Runs `sh` inside the cgroup2 directory `cg` and reads one byte from `dev`.
+    fn read_in_cgroup(cg: &std::path::Path, dev: &str) -> std::process::Output {
+        let script = format!("echo $$ > {}/cgroup.procs && head -c 1 {dev} | wc -c", cg.display());
+        std::process::Command::new("/bin/sh").args(["-c", &script]).stdin(std::process::Stdio::piped()).output().unwrap()
+    }
+
+    #[test]
+    fn replace_program_on_a_real_cgroup2_directory() {
+        // Hybrid hosts (this one) still run cgroup2 device programs for the unified hierarchy.
+        let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .iter()
+            .map(std::path::Path::new)
+            .find(|p| p.join("cgroup.procs").exists() && rustix::fs::statfs(*p).map(|s| s.f_type as u64 == 0x6367_7270).unwrap_or(false));
+        let Some(unified) = unified else {
+            eprintln!("skipping: no cgroup2 mount");
+            return;
+        };
+        let cg = unified.join(format!("actk-bpf-test-{}", std::process::id()));
+        if std::fs::create_dir(&cg).is_err() {
+            eprintln!("skipping: cannot create a cgroup under {} (not root?)", unified.display());
+            return;
+        }
+        // The "runtime's" program: runc-like defaults, /dev/zero (1:5) not allowed... except it is in
+        // runc's list, so take it out to have something to grant.
+        let base: Vec<DeviceRule> = runc_defaults().into_iter().filter(|r| r.minor != Some(5)).collect();
+        let r1 = replace_program(&cg, &base);
+        let denied = read_in_cgroup(&cg, "/dev/zero");
+        let mut more = base.clone();
+        more.push(DeviceRule::allow_node('c', 1, 5, "rwm"));
+        let r2 = replace_program(&cg, &more);
+        let allowed = read_in_cgroup(&cg, "/dev/zero");
+        // Count the programs left attached: the replacement must have detached the first.
+        let cgfd = rustix::fs::open(&cg, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty()).unwrap();
+        let mut ids = [0u32; 8];
+        let mut a = [0u8; 128];
+        put32(&mut a, 0, cgfd.as_raw_fd() as u32);
+        put32(&mut a, 4, BPF_CGROUP_DEVICE);
+        put64(&mut a, 16, ids.as_mut_ptr() as u64);
+        put32(&mut a, 24, ids.len() as u32);
+        let q = bpf(BPF_PROG_QUERY, &mut a);
+        let count = u32::from_ne_bytes([a[24], a[25], a[26], a[27]]);
+        let _ = std::fs::remove_dir(&cg);
+        r1.unwrap();
+        r2.unwrap();
+        q.unwrap();
+        assert!(!denied.status.success() || String::from_utf8_lossy(&denied.stdout).trim() == "0",
+            "/dev/zero readable before the rule: {denied:?}");
+        assert!(String::from_utf8_lossy(&denied.stderr).contains("ermitted"), "{denied:?}");
+        assert_eq!(String::from_utf8_lossy(&allowed.stdout).trim(), "1", "{allowed:?}");
+        assert_eq!(count, 1, "old device programs left attached");
+    }
+
+    #[test]
+    fn runtime_defaults_keep_dev_null_after_a_deny_all_spec() {
+        let mut rules = vec![DeviceRule { allow: false, kind: 'a', major: None, minor: None, access: "rwm".into() }];
+        rules.extend(runtime_default_rules());
+        rules.push(DeviceRule::allow_node('c', 195, 0, "rwm"));
+        let p = program(&rules);
+        assert!(evaluate(&p, 'c', 1, 3, "rw") && evaluate(&p, 'c', 136, 2, "rw") && evaluate(&p, 'b', 8, 0, "m"));
+        assert!(evaluate(&p, 'c', 195, 0, "rw"));
+        assert!(!evaluate(&p, 'b', 8, 0, "r") && !evaluate(&p, 'c', 195, 1, "r"));
     }
 }

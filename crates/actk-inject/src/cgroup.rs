@@ -91,8 +91,9 @@ fn unescape(s: &str) -> String {
 /// Allows `rules` (allow rules only) for the container process `pid`.
 ///
 /// `existing` are the container's own rules (config.json `linux.resources.devices`, in order):
-/// on cgroup v2 they are kept in the replacement program, which makes it a superset of the
-/// runtime's; on v1 they are already in force and only the new lines are appended.
+/// on cgroup v2 they are kept in the replacement program together with
+/// [`bpf::runtime_default_rules`], which makes it a superset of the runtime's; on v1 they are
+/// already in force and only the new lines are appended.
 ///
 /// Errors: [`InjectError::Cgroup`] naming the file or what was not found.
 pub fn allow(pid: i32, existing: &[DeviceRule], rules: &[DeviceRule]) -> Result<DeviceController> {
@@ -103,7 +104,9 @@ pub fn allow(pid: i32, existing: &[DeviceRule], rules: &[DeviceRule]) -> Result<
     match &ctl {
         DeviceController::V1(dir) => write_v1(dir, rules).map_err(err)?,
         DeviceController::V2(dir) => {
+            // The runtime's program = the spec's rules followed by its defaults; ours come last.
             let mut all = existing.to_vec();
+            all.extend(bpf::runtime_default_rules());
             all.extend_from_slice(rules);
             bpf::replace_program(dir, &all).map_err(err)?;
         }

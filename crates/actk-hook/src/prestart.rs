@@ -53,7 +53,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         return Ok(());
     }
     let rootfs = rootfs_of(&spec, &st.bundle)?;
-    let target = Target::for_pid(st.pid, &rootfs).with_context(|| format!("container {} (pid {})", st.id, st.pid))?;
+    let target = target_for(&st, &rootfs)?;
     let existing: Vec<DeviceRule> = spec
         .pointer("/linux/resources/devices")
         .and_then(Value::as_array)
@@ -78,4 +78,13 @@ pub fn rootfs_of(spec: &Value, bundle: &Path) -> Result<PathBuf> {
         bail!("{}/config.json has no root.path", bundle.display());
     };
     Ok(if p.starts_with('/') { PathBuf::from(p) } else { bundle.join(p) })
+}
+
+/// The container to inject into: from the host side by its pid (prestart, createRuntime), or
+/// the caller's own namespaces when the hook runs inside the container (runc's createContainer,
+/// where the state's pid is the container-namespace pid 1 and /proc is still the host's).
+pub fn target_for(st: &state::State, rootfs: &Path) -> Result<Target> {
+    let inside = actk_inject::in_child_pid_namespace()?;
+    let t = if inside { Target::current(rootfs) } else { Target::for_pid(st.pid, rootfs) };
+    t.with_context(|| format!("container {} (pid {})", st.id, st.pid))
 }

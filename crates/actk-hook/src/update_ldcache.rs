@@ -3,7 +3,6 @@
 
 use crate::state;
 use actk_inject::ldcache::{self, HostLdconfig};
-use actk_inject::root::ContainerRoot;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 
@@ -28,8 +27,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let st = state::read_stdin()?;
     let config = crate::prestart::read_config(&st.bundle)?;
     let rootfs = crate::prestart::rootfs_of(&config, &st.bundle)?;
-    let root = ContainerRoot::for_pid(st.pid, &rootfs)?;
+    let target = crate::prestart::target_for(&st, &rootfs)?;
+    let root = &target.root;
     let ld = HostLdconfig::open(Path::new(&ldconfig))?;
-    ldcache::update(&root, &ld, &folders, ldcache::DEFAULT_TIMEOUT)?;
+    ldcache::update(root, &ld, &folders, ldcache::DEFAULT_TIMEOUT)?;
     Ok(())
 }

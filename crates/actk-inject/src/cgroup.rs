@@ -88,7 +88,7 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Allows `rules` (allow rules only) for the container process `pid`.
+/// Allows `rules` (allow rules only) for the container process `pid` (0: the caller's own cgroup).
 ///
 /// `existing` are the container's own rules (config.json `linux.resources.devices`, in order):
 /// on cgroup v2 they are kept in the replacement program together with
@@ -98,7 +98,8 @@ fn unescape(s: &str) -> String {
 /// Errors: [`InjectError::Cgroup`] naming the file or what was not found.
 pub fn allow(pid: i32, existing: &[DeviceRule], rules: &[DeviceRule]) -> Result<DeviceController> {
     let err = |reason: String| InjectError::Cgroup { pid, reason };
-    let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).map_err(|e| err(format!("read /proc/{pid}/cgroup: {e}")))?;
+    let proc_cgroup = if pid == 0 { "/proc/self/cgroup".to_string() } else { format!("/proc/{pid}/cgroup") };
+    let pc = std::fs::read_to_string(&proc_cgroup).map_err(|e| err(format!("read {proc_cgroup}: {e}")))?;
     let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| err(format!("read /proc/self/mountinfo: {e}")))?;
     let ctl = find_controller(&pc, &mi).map_err(err)?;
     match &ctl {

@@ -28,7 +28,8 @@ use std::time::Duration;
 /// The live container to inject into.
 #[derive(Debug)]
 pub struct Target {
-    /// The container's init pid (OCI state `pid`); used for its cgroup and mount namespace.
+    /// The container's init pid on the host (OCI state `pid`), used for its cgroup; 0 = the
+    /// caller's own cgroup ([`Target::current`]).
     pub pid: i32,
     /// The container's root filesystem as its mount namespace sees it.
     pub root: root::ContainerRoot,
@@ -38,10 +39,52 @@ pub struct Target {
 
 impl Target {
     /// The target for a container of the OCI state `pid` whose bundle rootfs is `rootfs`
-    /// (absolute host path).
+    /// (absolute host path), for hooks the runtime runs in its own namespaces (prestart,
+    /// createRuntime).
+    ///
+    /// Errors: the root cannot be opened, or it is the caller's own root directory (a `pid`
+    /// that is not the container's, e.g. a pid of another pid namespace: never inject into the host).
     pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Target> {
-        Ok(Target { pid, root: root::ContainerRoot::for_pid(pid, rootfs)?, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
+        let root = root::ContainerRoot::for_pid(pid, rootfs)?;
+        refuse_own_root(&root)?;
+        Ok(Target { pid, root, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
     }
+
+    /// The target for a hook that runs inside the container's mount and pid namespaces before
+    /// pivot_root (runc runs createContainer hooks there, and the state's `pid` is then the
+    /// container-namespace pid, useless against the host's /proc): the rootfs is opened in the
+    /// caller's own mount namespace, mounts are attached there, and the device cgroup is the
+    /// caller's (a hook is a child of the container's init, in its cgroup). `pid` is 0.
+    pub fn current(rootfs: &Path) -> Result<Target> {
+        let root = root::ContainerRoot::open(rootfs)?;
+        refuse_own_root(&root)?;
+        Ok(Target { pid: 0, root, mnt_ns: None })
+    }
+}
+
+/// True when the caller runs in a pid namespace below that of the mounted /proc: its pid as
+/// /proc names it (`/proc/self`) differs from getpid(). That is the case of a hook run inside
+/// the container (createContainer with runc).
+pub fn in_child_pid_namespace() -> Result<bool> {
+    let link = std::fs::read_link("/proc/self").map_err(|e| InjectError::host("readlink", "/proc/self", e))?;
+    let procs_pid: i32 = link.to_string_lossy().parse().map_err(|_| InjectError::HostRefused {
+        path: "/proc/self".into(),
+        reason: format!("points to {link:?}, not a pid; is /proc a procfs?"),
+    })?;
+    Ok(procs_pid != rustix::process::getpid().as_raw_nonzero().get())
+}
+
+fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
+    let mine = rustix::fs::stat("/").map_err(|e| InjectError::host("stat", "/", e))?;
+    let theirs = rustix::fs::fstat(root.as_fd()).map_err(|e| InjectError::host("stat", root.shown(), e))?;
+    if (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) {
+        return Err(InjectError::Refused {
+            path: "/".into(),
+            root: root.shown().to_path_buf(),
+            reason: "the container root is this process's own root directory; refusing to inject into the host (wrong pid in the OCI state?)".into(),
+        });
+    }
+    Ok(())
 }
 
 /// How to inject.

@@ -254,6 +254,40 @@ path = "/dev/npu_ctl"
         assert_eq!(v.devices[0].uuid.as_deref(), Some("S0"));
     }
 
+    /// A DRM accel node of a driver no profile claims goes to the generic `accel` profile;
+    /// one bound to habanalabs goes to `gaudi` only.
+    #[test]
+    fn accel_devices_split_by_claimed_driver() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        if !(node(r, "/dev/accel/accel0", 261, 0) && node(r, "/dev/accel/accel_controlD0", 239, 0) && node(r, "/dev/accel/accel1", 261, 1)) {
+            return;
+        }
+        for (i, bus, driver) in [(0, "0000:33:00.0", "habanalabs"), (1, "0000:00:0b.0", "intel_vpu")] {
+            let dev = format!("/sys/devices/pci0000:00/{bus}");
+            file(r, &format!("{dev}/numa_node"), "0\n");
+            file(r, &format!("/sys/bus/pci/drivers/{driver}/.keep"), "");
+            link(r, &format!("{dev}/driver"), &format!("../../../bus/pci/drivers/{driver}"));
+            link(r, &format!("/sys/class/accel/accel{i}/device"), &format!("../../../devices/pci0000:00/{bus}"));
+        }
+        let hl = "/sys/devices/pci0000:00/0000:33:00.0";
+        file(r, &format!("{hl}/device_type"), "GAUDI2\n");
+        file(r, &format!("{hl}/pci_addr"), "0000:33:00.0\n");
+        file(r, &format!("{hl}/module_id"), "3\n");
+        let inv = discover(r, &profile::builtin());
+        assert!(inv.warnings.is_empty(), "{:#?}", inv.warnings);
+        let kinds: Vec<(&str, Vec<u32>)> =
+            inv.vendors.iter().map(|v| (v.kind.as_str(), v.devices.iter().map(|d| d.index).collect())).collect();
+        assert_eq!(kinds, [("habana.ai/gaudi", vec![0]), ("kernel.org/accel", vec![1])]);
+        let vpu = &inv.vendor("accel").unwrap().devices[0];
+        assert_eq!(vpu.attributes.get("driver").map(String::as_str), Some("intel_vpu"));
+        assert_eq!(vpu.pci_bus_id.as_deref(), Some("0000:00:0b.0"));
+        assert_eq!(vpu.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/accel/accel1"]);
+        let hl = &inv.vendor("gaudi").unwrap().devices[0];
+        assert_eq!(hl.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/accel/accel0", "/dev/accel/accel_controlD0"]);
+        assert_eq!(hl.attributes.get("module_id").map(String::as_str), Some("3"));
+    }
+
     #[test]
     fn links_lists() {
         assert_eq!(parse_links("3, 1"), Some(vec![1, 3]));

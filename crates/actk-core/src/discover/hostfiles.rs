@@ -237,6 +237,50 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         assert!(w.0.iter().any(|x| x.path == r.join("usr/lib64/libcuda.so.535.104.05") && x.message.contains("another driver version")), "{:?}", w.0);
     }
 
+    /// compat32 takes the i386 copy from the cache, compute the x86-64 one; same soname.
+    #[test]
+    fn compat32_picks_i386_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let src = r.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        for (dir, m32) in [("usr/lib/x86_64-linux-gnu", false), ("usr/lib/i386-linux-gnu", true)] {
+            std::fs::create_dir_all(r.join(dir)).unwrap();
+            let mut gcc = std::process::Command::new("gcc");
+            gcc.args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"]).arg(r.join(dir).join("libcuda.so.580.95.05")).arg(&src);
+            if m32 {
+                gcc.arg("-m32");
+            }
+            if !gcc.status().is_ok_and(|s| s.success()) {
+                eprintln!("SKIPPED: gcc (with -m32) unavailable");
+                return;
+            }
+        }
+        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n/usr/lib/i386-linux-gnu\n");
+        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+            eprintln!("SKIPPED: ldconfig unavailable");
+            return;
+        }
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let mut w = Warnings::default();
+        let files = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut w);
+        let got: Vec<(&str, &str)> = files.iter().map(|f| (f.capability.as_str(), f.container_path.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("compat32", "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05"),
+                ("compat32", "/usr/lib/i386-linux-gnu/libcuda.so.1"),
+                ("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"),
+                ("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            ]
+        );
+        assert!(w.0.is_empty(), "{:?}", w.0);
+    }
+
     /// With a cache written by ldconfig: the cache decides, and a stale cache entry warns.
     #[test]
     fn cache_lookup_with_ldconfig() {

@@ -1,4 +1,27 @@
-//! `actk config` (placeholder until its owner fills it in).
+//! `actk config default` and `actk config show`: the configuration file
+//! (/etc/actk/config.toml, or `$ACTK_CONFIG`), see `actk_core::config`.
+
+use actk_core::config::{Config, default_toml};
+
+/// `actk config` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum Command { Placeholder }
-pub fn run(_c: Command) -> anyhow::Result<()> { anyhow::bail!("actk config: not built yet") }
+pub enum Command {
+    /// Print a commented configuration with every default (a starting /etc/actk/config.toml).
+    Default,
+    /// Print the effective configuration: the file (ACTK_CONFIG or /etc/actk/config.toml) over the defaults.
+    Show,
+}
+
+/// Runs an `actk config` subcommand. Errors: a config file that cannot be read or parsed (`show`).
+pub fn run(c: Command) -> anyhow::Result<()> {
+    match c {
+        Command::Default => print!("{}", default_toml()),
+        Command::Show => {
+            let path = Config::path_from_env();
+            let config = Config::load(&path)?;
+            let source = if path.exists() { format!("{}", path.display()) } else { format!("{} (absent: defaults)", path.display()) };
+            print!("# effective actk configuration from {source}\n{}", config.to_toml());
+        }
+    }
+    Ok(())
+}

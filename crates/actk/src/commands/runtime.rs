@@ -1,4 +1,322 @@
-//! `actk runtime` (placeholder until its owner fills it in).
+//! `actk runtime configure`: registers actk-runtime with a container engine by editing the
+//! engine's own configuration file, keeping every other key, value, comment and (for JSON) key
+//! order. One module per engine (`runtime/docker.rs`, ...), each a pure text-to-text edit; this
+//! file does the file handling common to all: a `.bak` copy of the original (made once), an
+//! atomic write, `--dry-run`, and `--remove`.
+//!
+//! `--remove` undoes exactly what configure added: it removes the entry (and the default it set),
+//! and when the result means the same as the `.bak` original, it writes the original's bytes
+//! back, so even formatting is as before (field case F11). A file that did not exist before
+//! configure (no `.bak`) is deleted again when nothing else was added to it.
+
+mod containerd;
+mod crio;
+mod docker;
+mod podman;
+
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// `actk runtime` subcommands.
 #[derive(clap::Subcommand, Debug)]
-pub enum Command { Placeholder }
-pub fn run(_c: Command) -> anyhow::Result<()> { anyhow::bail!("actk runtime: not built yet") }
+pub enum Command {
+    /// Register actk-runtime with a container engine (docker, containerd, crio, podman).
+    Configure(ConfigureArgs),
+}
+
+/// The container engines `configure` knows.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// dockerd: /etc/docker/daemon.json `runtimes`.
+    Docker,
+    /// containerd's CRI plugin: /etc/containerd/config.toml, a runc-v2 runtime with `BinaryName`.
+    Containerd,
+    /// CRI-O: a drop-in /etc/crio/crio.conf.d/99-actk.conf.
+    Crio,
+    /// podman: /etc/containers/containers.conf `[engine.runtimes]`.
+    Podman,
+}
+
+/// Arguments of `actk runtime configure`.
+#[derive(clap::Args, Debug)]
+pub struct ConfigureArgs {
+    /// The engine to configure.
+    #[arg(long, value_enum)]
+    pub runtime: Engine,
+    /// The engine's config file (default: the engine's standard path).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Runtime name to register (`--name nvidia` keeps `--runtime=nvidia` scripts working).
+    #[arg(long, default_value = "actk")]
+    pub name: String,
+    /// Path of the actk-runtime binary (default: next to this actk, else found on PATH).
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+    /// Also make it the engine's default runtime.
+    #[arg(long)]
+    pub set_as_default: bool,
+    /// Print the resulting file instead of writing it.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Remove the registration instead (and the default, if configure set it).
+    #[arg(long)]
+    pub remove: bool,
+}
+
+/// What an engine module adds: a named runtime at a path, optionally as the default.
+pub struct Entry<'a> {
+    /// Runtime name (`actk`).
+    pub name: &'a str,
+    /// Absolute path of actk-runtime.
+    pub path: &'a str,
+    /// Make it the default runtime.
+    pub set_as_default: bool,
+}
+
+/// Runs an `actk runtime` subcommand.
+pub fn run(c: Command) -> Result<()> {
+    match c {
+        Command::Configure(a) => configure(&a),
+    }
+}
+
+fn default_config(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Docker => "/etc/docker/daemon.json",
+        Engine::Containerd => "/etc/containerd/config.toml",
+        Engine::Crio => "/etc/crio/crio.conf.d/99-actk.conf",
+        Engine::Podman => "/etc/containers/containers.conf",
+    }
+}
+
+fn reload_hint(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Docker => "reload dockerd: kill -HUP $(pidof dockerd) (or systemctl reload docker)",
+        Engine::Containerd => "restart containerd: systemctl restart containerd",
+        Engine::Crio => "restart CRI-O: systemctl restart crio",
+        Engine::Podman => "podman reads it on its next run",
+    }
+}
+
+/// The actk-runtime to register: `--path`, else next to this executable, else on PATH.
+fn runtime_path(given: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        if !p.is_absolute() {
+            bail!("--path {} must be absolute: engines start the runtime from their own working directory", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("actk-runtime"))) {
+        if sibling.is_file() {
+            return Ok(sibling);
+        }
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    for dir in path.split(':').filter(|d| d.starts_with('/')) {
+        let p = Path::new(dir).join("actk-runtime");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("actk-runtime not found next to {} nor on PATH={path}; give it with --path", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default())
+}
+
+fn backup_path(file: &Path) -> PathBuf {
+    let mut s = file.as_os_str().to_owned();
+    s.push(".bak");
+    PathBuf::from(s)
+}
+
+/// The engine module's functions.
+struct Ops {
+    add: fn(&str, &Entry) -> Result<String>,
+    remove: fn(&str, &str, Option<&str>) -> Result<String>,
+    same: fn(&str, &str) -> bool,
+    is_empty: fn(&str) -> bool,
+}
+
+fn ops(engine: Engine) -> Ops {
+    match engine {
+        Engine::Docker => Ops { add: docker::add, remove: docker::remove, same: docker::same, is_empty: docker::is_empty },
+        Engine::Containerd => Ops { add: containerd::add, remove: containerd::remove, same: toml_same, is_empty: toml_is_empty },
+        Engine::Crio => Ops { add: crio::add, remove: crio::remove, same: toml_same, is_empty: toml_is_empty },
+        Engine::Podman => Ops { add: podman::add, remove: podman::remove, same: toml_same, is_empty: toml_is_empty },
+    }
+}
+
+fn configure(a: &ConfigureArgs) -> Result<()> {
+    if a.name.is_empty() || !a.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        bail!("--name {:?}: use letters, digits, '-', '_' or '.'", a.name);
+    }
+    let file = a.config.clone().unwrap_or_else(|| PathBuf::from(default_config(a.runtime)));
+    let ops = ops(a.runtime);
+    let current = match std::fs::read_to_string(&file) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let bak = backup_path(&file);
+    let original = std::fs::read_to_string(&bak).ok();
+
+    if a.remove {
+        let Some(current) = current else {
+            println!("{} does not exist: nothing to remove", file.display());
+            return Ok(());
+        };
+        let edited = (ops.remove)(&current, &a.name, original.as_deref()).with_context(|| format!("in {}", file.display()))?;
+        // Back to what the `.bak` holds (nothing else changed since configure, and no other
+        // name registered by configure is left): the original bytes, formatting and all.
+        let restored = original.as_ref().is_some_and(|o| (ops.same)(&edited, o));
+        let result = match &original {
+            Some(o) if restored => Some(o.clone()),
+            Some(_) => Some(edited),
+            None if (ops.is_empty)(&edited) => None,
+            None => Some(edited),
+        };
+        if a.dry_run {
+            print!("{}", result.as_deref().unwrap_or(""));
+            return Ok(());
+        }
+        match result {
+            Some(text) => write_atomic(&file, &text)?,
+            None => std::fs::remove_file(&file).with_context(|| format!("cannot remove {}", file.display()))?,
+        }
+        if restored {
+            let _ = std::fs::remove_file(&bak);
+        }
+        println!("removed runtime {} from {}; {}", a.name, file.display(), reload_hint(a.runtime));
+        return Ok(());
+    }
+
+    let path = runtime_path(a.path.as_deref())?;
+    let path_s = path.to_str().with_context(|| format!("--path {} is not UTF-8", path.display()))?;
+    let entry = Entry { name: &a.name, path: path_s, set_as_default: a.set_as_default };
+    let edited = (ops.add)(current.as_deref().unwrap_or(""), &entry).with_context(|| format!("in {}", file.display()))?;
+    if a.dry_run {
+        print!("{edited}");
+        return Ok(());
+    }
+    if let Some(cur) = &current {
+        if !bak.exists() {
+            std::fs::write(&bak, cur).with_context(|| format!("cannot write the backup {}", bak.display()))?;
+        }
+    }
+    write_atomic(&file, &edited)?;
+    println!(
+        "registered runtime {} = {} in {}{}; {}",
+        a.name,
+        path_s,
+        file.display(),
+        if a.set_as_default { " (default runtime)" } else { "" },
+        reload_hint(a.runtime)
+    );
+    Ok(())
+}
+
+/// Writes `text` to `file` atomically (temporary file in the same directory, fsync, rename),
+/// keeping the old file's permissions; creates the directory when missing.
+fn write_atomic(file: &Path, text: &str) -> Result<()> {
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let perms = std::fs::metadata(file).ok().map(|m| m.permissions());
+    let mut tmp = tempfile::Builder::new().prefix(".actk-").tempfile_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes()).and_then(|_| tmp.as_file().sync_all()).with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    let perms = perms.unwrap_or_else(|| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::Permissions::from_mode(0o644)
+    });
+    tmp.as_file().set_permissions(perms)?;
+    tmp.persist(file).map_err(|e| e.error).with_context(|| format!("cannot replace {}", file.display()))?;
+    Ok(())
+}
+
+/// Same meaning as TOML (comments and layout aside).
+fn toml_same(a: &str, b: &str) -> bool {
+    match (a.parse::<toml::Table>(), b.parse::<toml::Table>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// No key at all (only comments, blank lines, or empty tables).
+fn toml_is_empty(text: &str) -> bool {
+    fn empty(t: &toml::Table) -> bool {
+        t.values().all(|v| v.as_table().is_some_and(empty))
+    }
+    text.parse::<toml::Table>().is_ok_and(|t| empty(&t))
+}
+
+/// Shared TOML helpers for the engine modules (toml_edit keeps comments and layout).
+pub(crate) mod tomlx {
+    use anyhow::{Result, bail};
+    use toml_edit::{DocumentMut, Item, Table};
+
+    /// Parses `text` (empty: an empty document). Errors name line and column.
+    pub fn parse(text: &str) -> Result<DocumentMut> {
+        text.parse::<DocumentMut>().map_err(|e| anyhow::anyhow!("not valid TOML: {e}"))
+    }
+
+    /// The table at `path`, created as implicit (header-less) tables where missing.
+    pub fn table_at<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> Result<&'a mut Table> {
+        let mut cur = doc.as_table_mut();
+        for (i, k) in path.iter().enumerate() {
+            let item = cur.entry(k).or_insert_with(|| {
+                let mut t = Table::new();
+                t.set_implicit(true);
+                Item::Table(t)
+            });
+            if let Some(inline) = item.as_inline_table().cloned() {
+                *item = Item::Table(inline.into_table());
+            }
+            match item.as_table_mut() {
+                Some(t) => cur = t,
+                None => bail!("{} is not a table", path[..=i].join(".")),
+            }
+        }
+        Ok(cur)
+    }
+
+    /// Sets `key` to `item` in `t`, keeping the key's comments and position when it exists.
+    pub fn set(t: &mut Table, key: &str, item: Item) {
+        match t.get_mut(key) {
+            Some(slot) => *slot = item,
+            None => {
+                t.insert(key, item);
+            }
+        }
+    }
+
+    /// The table at `path` if it exists.
+    pub fn get_table<'a>(doc: &'a mut DocumentMut, path: &[&str]) -> Option<&'a mut Table> {
+        let mut cur = doc.as_table_mut();
+        for k in path {
+            cur = cur.get_mut(k)?.as_table_mut()?;
+        }
+        Some(cur)
+    }
+
+    /// Removes tables along `path` (deepest first) that have become empty, down to `keep` levels.
+    pub fn prune(doc: &mut DocumentMut, path: &[&str], keep: usize) {
+        for depth in (keep..path.len()).rev() {
+            let (parent, last) = (&path[..depth], path[depth]);
+            let Some(t) = get_table(doc, parent) else { continue };
+            if t.get(last).and_then(Item::as_table).is_some_and(|c| c.is_empty()) {
+                t.remove(last);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_meaning_and_emptiness() {
+        assert!(toml_same("a = 1 # c\n[b]\nx = 2\n", "a=1\n\n[b]\n  x=2\n"));
+        assert!(!toml_same("a = 1\n", "a = 2\n"));
+        assert!(toml_is_empty("# only a comment\n[x]\n[x.y]\n"));
+        assert!(!toml_is_empty("[x]\ny = 1\n"));
+    }
+}

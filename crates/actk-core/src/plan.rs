@@ -260,12 +260,12 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
     Ok(out)
 }
 
-/// Names as a short list: numeric ones compacted (`0-7`), then the others.
+/// Names as a list: numeric ones ascending (`0,1,2`), then the others.
 fn compact_names(names: &[String]) -> String {
     let nums: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
     let mut parts = Vec::new();
     if !nums.is_empty() {
-        parts.push(request::format_indexes(&nums));
+        parts.push(request::list_indexes(&nums));
     }
     parts.extend(names.iter().filter(|n| n.parse::<u32>().is_err()).cloned());
     if parts.is_empty() { "no devices".into() } else { parts.join(", ") }
@@ -397,7 +397,7 @@ mod tests {
         let p = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=none"]), &ctx(None)).unwrap();
         assert_eq!(paths(&p), vec!["/dev/nvidiactl"]);
         let e = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=7"]), &ctx(None)).unwrap_err().to_string();
-        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0-3");
+        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0,1,2,3");
     }
 
     fn write_spec(dir: &Path) {

@@ -330,6 +330,18 @@ fn capabilities(
     Ok(caps)
 }
 
+/// Every index, ascending, comma-separated (`0,1,2,3`), or `none`: the form error messages use
+/// for "the devices that exist", so that each index can be read (and matched) on its own.
+pub fn list_indexes(indexes: &[u32]) -> String {
+    let mut v = indexes.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 /// Device indexes as a short list: `0-7`, `0,2,5-6`, or `none`.
 pub fn format_indexes(indexes: &[u32]) -> String {
     let mut v = indexes.to_vec();
@@ -361,7 +373,7 @@ impl VendorRequest {
         if idx.is_empty() {
             format!("this node has no {} devices", self.kind)
         } else {
-            format!("this node has {} {}", self.kind, format_indexes(&idx))
+            format!("this node has {} {}", self.kind, list_indexes(&idx))
         }
     }
 
@@ -412,7 +424,7 @@ impl VendorRequest {
                             return Err(self.err(format!(
                                 "no such core {c}; this node has cores {have} on {} {}",
                                 self.kind,
-                                format_indexes(&devices.iter().map(|d| d.index).collect::<Vec<_>>())
+                                list_indexes(&devices.iter().map(|d| d.index).collect::<Vec<_>>())
                             )));
                         }
                     }
@@ -547,9 +559,9 @@ mod tests {
     #[test]
     fn unknown_device_names_variable_value_and_existing_devices() {
         let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=7"], 2).unwrap_err().to_string();
-        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0-1");
+        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0,1");
         let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=banana"], 2).unwrap_err().to_string();
-        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=banana: no device has the id \"banana\"; this node has nvidia.com/gpu 0-1");
+        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=banana: no device has the id \"banana\"; this node has nvidia.com/gpu 0,1");
         let e = req(&["NVIDIA_VISIBLE_DEVICES=0,,banana"]).unwrap_err().to_string();
         assert!(e.starts_with("NVIDIA_VISIBLE_DEVICES=0,,banana: empty entry"), "{e}");
         let e = req(&["NVIDIA_VISIBLE_DEVICES=99999999999"]).unwrap_err().to_string();
@@ -616,7 +628,7 @@ mod tests {
         let e = neuron_indexes("0-").unwrap_err().to_string();
         assert!(e.starts_with("AWS_NEURON_VISIBLE_DEVICES=0-: \"0-\" is not a range"), "{e}");
         let e = neuron_indexes("64").unwrap_err().to_string();
-        assert_eq!(e, "AWS_NEURON_VISIBLE_DEVICES=64: no such device 64; this node has aws.amazon.com/neuron 0-11");
+        assert_eq!(e, "AWS_NEURON_VISIBLE_DEVICES=64: no such device 64; this node has aws.amazon.com/neuron 0,1,2,3,4,5,6,7,8,9,10,11");
     }
 
     #[test]
@@ -651,5 +663,6 @@ mod tests {
     fn format_indexes_compacts_runs() {
         assert_eq!(format_indexes(&[3, 0, 1, 2, 7, 5]), "0-3,5,7");
         assert_eq!(format_indexes(&[]), "none");
+        assert_eq!(list_indexes(&[3, 1, 0, 1]), "0,1,3");
     }
 }

@@ -188,7 +188,7 @@ fn unknown_device_fails_before_exec_naming_variable_value_and_devices_and_leaves
     let e = Env::new();
     e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
     for (env, want) in [
-        ("NVIDIA_VISIBLE_DEVICES=7", "NVIDIA_VISIBLE_DEVICES=7: no such device 7; the CDI specs on this node define nvidia.com/gpu 0-1, all"),
+        ("NVIDIA_VISIBLE_DEVICES=7", "NVIDIA_VISIBLE_DEVICES=7: no such device 7; the CDI specs on this node define nvidia.com/gpu 0,1, all"),
         ("NVIDIA_VISIBLE_DEVICES=0,,banana", "NVIDIA_VISIBLE_DEVICES=0,,banana: empty entry"),
     ] {
         let b = e.bundle("b", &minimal(&[env]));
@@ -363,4 +363,32 @@ fn runc_run_through_shim_on_dgx_fixture_sees_exactly_gpus_1_and_3() {
     got.sort();
     assert_eq!(got, want, "{out}");
     assert!(out.contains("write-ok"), "{out}");
+}
+
+#[test]
+fn f07_two_containers_started_at_the_same_moment_both_get_all_devices() {
+    let e = Env::new();
+    e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 8);
+    let bundles: Vec<PathBuf> = (0..2).map(|i| e.bundle(&format!("c{i}"), &minimal(&["NVIDIA_VISIBLE_DEVICES=all"]))).collect();
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = bundles
+            .iter()
+            .map(|b| {
+                let (e, barrier) = (&e, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    e.run(&["create", "--bundle", b.to_str().unwrap(), "id"], None)
+                })
+            })
+            .collect();
+        for h in handles {
+            let o = h.join().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    });
+    let want: Vec<String> = (0..8).map(|i| format!("/dev/nvidia{i}")).collect();
+    for b in &bundles {
+        assert_eq!(device_paths(&read_json(&b.join("config.json"))), want, "{}", b.display());
+    }
 }

@@ -1,0 +1,240 @@
+//! Allocate answers as pure functions: from a resource and the kubelet device IDs of one
+//! container to a `ContainerAllocateResponse`, per combinable [`Strategy`]:
+//!
+//! - `cdi-cri`: `cdi_devices` with the qualified CDI names (`nvidia.com/gpu=0`), which the
+//!   kubelet passes to the runtime through CRI (kubelet 1.28+, containerd 1.7+, CRI-O 1.23+);
+//! - `cdi-annotations`: the same names in the annotation `cdi.k8s.io/actk_<resource>` (CDI
+//!   SPEC.md annotation form `cdi.k8s.io/<plugin>_<id>`), for runtimes that read CDI
+//!   annotations but not the CRI field;
+//! - `envvar`: the vendor's selection variable (`NVIDIA_VISIBLE_DEVICES=<UUIDs>`,
+//!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook;
+//! - `device-specs`: kubelet DeviceSpecs, mounts and env taken from the CDI container edits
+//!   actk generates (actk_core::cdi::edits_for), which work with any runtime.
+//!
+//! A core resource (`aws.amazon.com/neuroncore`) always sets the cores variable
+//! (`NEURON_RT_VISIBLE_CORES`): no CDI name or device node can select part of a device, so
+//! without it the container would use every core of the devices it gets.
+
+use crate::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
+use crate::resources::Resource;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// Prefix of the CDI annotation keys (CDI SPEC.md "annotations").
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// One way of telling the runtime which devices a container gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// `cdi_devices` in the response.
+    CdiCri,
+    /// `cdi.k8s.io/...` annotations.
+    CdiAnnotations,
+    /// The vendor's selection variable.
+    EnvVar,
+    /// Device specs, mounts and env from the CDI edits.
+    DeviceSpecs,
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    /// Parses `cdi-cri`, `cdi-annotations`, `envvar` or `device-specs`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cdi-cri" => Ok(Strategy::CdiCri),
+            "cdi-annotations" => Ok(Strategy::CdiAnnotations),
+            "envvar" => Ok(Strategy::EnvVar),
+            "device-specs" => Ok(Strategy::DeviceSpecs),
+            other => Err(format!("unknown allocate strategy {other:?}: use one or more of cdi-cri, cdi-annotations, envvar, device-specs")),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Strategy::CdiCri => "cdi-cri",
+            Strategy::CdiAnnotations => "cdi-annotations",
+            Strategy::EnvVar => "envvar",
+            Strategy::DeviceSpecs => "device-specs",
+        })
+    }
+}
+
+/// Options of [`container_response`].
+#[derive(Debug, Clone)]
+pub struct AllocateOptions {
+    /// Strategies, all applied.
+    pub strategies: Vec<Strategy>,
+    /// Where the node's `/` is mounted for the plugin: removed from host paths in device specs
+    /// and mounts, since the kubelet reads them on the node (`/` when the plugin sees the node's
+    /// root as its own).
+    pub host_mount: PathBuf,
+    /// Capabilities whose host files device specs mount (`None`: the profile's defaults, or
+    /// every capability when the profile has none).
+    pub capabilities: Option<Vec<String>>,
+}
+
+/// Why an Allocate cannot be answered; the gRPC layer maps it to `InvalidArgument`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// Device IDs the resource does not have.
+    #[error("unknown device ID(s) for {resource}: {}; this node has {known}", .ids.join(", "))]
+    UnknownIds {
+        /// The resource name.
+        resource: String,
+        /// The IDs not found, as given.
+        ids: Vec<String>,
+        /// The IDs the resource has (abbreviated when long).
+        known: String,
+    },
+    /// An empty request.
+    #[error("allocate request for {0} names no device IDs")]
+    Empty(String),
+}
+
+fn known_ids(res: &Resource) -> String {
+    let ids: Vec<&str> = res.units.iter().map(|u| u.id.as_str()).collect();
+    if ids.len() > 8 {
+        format!("{} IDs: {}, ..., {}", ids.len(), ids[..4].join(", "), ids[ids.len() - 1])
+    } else if ids.is_empty() {
+        "no devices".into()
+    } else {
+        ids.join(", ")
+    }
+}
+
+/// The annotation key for a resource's CDI names: `cdi.k8s.io/actk_<resource>` with `/`
+/// replaced by `_` (an annotation name allows letters, digits, `-`, `_`, `.`).
+pub fn annotation_key(resource: &str) -> String {
+    let name: String = resource.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    format!("{CDI_ANNOTATION_PREFIX}actk_{name}")
+}
+
+/// Removes `host_mount` from the front of `p` (`/host/dev/nvidia0` -> `/dev/nvidia0`).
+pub fn node_path(host_mount: &Path, p: &Path) -> String {
+    match p.strip_prefix(host_mount) {
+        Ok(rel) if host_mount != Path::new("/") => format!("/{}", rel.display()),
+        _ => p.display().to_string(),
+    }
+}
+
+/// The answer for one container asking for `ids` of `res`.
+///
+/// Devices are de-duplicated and taken in inventory order (so the same IDs in another order
+/// give the same answer). Errors: [`AllocateError::UnknownIds`] naming every unknown ID and
+/// the IDs that exist; [`AllocateError::Empty`].
+pub fn container_response(res: &Resource, ids: &[String], opts: &AllocateOptions) -> Result<ContainerAllocateResponse, AllocateError> {
+    if ids.is_empty() {
+        return Err(AllocateError::Empty(res.name.clone()));
+    }
+    let unknown: Vec<String> = ids.iter().filter(|id| res.unit(id).is_none()).cloned().collect();
+    if !unknown.is_empty() {
+        return Err(AllocateError::UnknownIds { resource: res.name.clone(), ids: unknown, known: known_ids(res) });
+    }
+    let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    let units: Vec<_> = res.units.iter().filter(|u| wanted.contains(u.id.as_str())).collect();
+    let mut devices: Vec<u32> = Vec::new();
+    for u in &units {
+        if !devices.contains(&u.device) {
+            devices.push(u.device);
+        }
+    }
+    let mut resp = ContainerAllocateResponse::default();
+    let names: Vec<String> = devices.iter().map(|d| format!("{}={d}", res.vendor.kind)).collect();
+    let sel = &res.profile.selection;
+    if res.per_core
+        && let Some(var) = &sel.cores_env
+    {
+        let cores: Vec<String> = units.iter().filter_map(|u| u.core).map(|c| c.to_string()).collect();
+        resp.envs.insert(var.clone(), cores.join(","));
+    }
+    for s in &opts.strategies {
+        match s {
+            Strategy::CdiCri => resp.cdi_devices.extend(names.iter().map(|n| CdiDevice { name: n.clone() })),
+            Strategy::CdiAnnotations => {
+                resp.annotations.insert(annotation_key(&res.name), names.join(","));
+            }
+            Strategy::EnvVar => {
+                if let Some(var) = sel.env.first() {
+                    resp.envs.insert(var.clone(), env_value(res, &devices));
+                }
+            }
+            Strategy::DeviceSpecs => device_specs(res, &devices, opts, &mut resp),
+        }
+    }
+    Ok(resp)
+}
+
+/// The selection variable's value: UUIDs for NVIDIA (NVIDIA_VISIBLE_DEVICES takes GPU UUIDs,
+/// which do not change when indexes do), device indexes for others (AWS_NEURON_VISIBLE_DEVICES
+/// and the other vendors' variables take indexes, not serial numbers).
+fn env_value(res: &Resource, devices: &[u32]) -> String {
+    let uuids = res.profile.discovery == "nvidia";
+    devices
+        .iter()
+        .map(|idx| {
+            let dev = res.vendor.devices.iter().find(|d| d.index == *idx);
+            match dev.and_then(|d| d.uuid.clone()).filter(|_| uuids) {
+                Some(u) => u,
+                None => idx.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &mut ContainerAllocateResponse) {
+    let caps: Vec<String> = match &opts.capabilities {
+        Some(c) => c.clone(),
+        None if !res.profile.selection.default_capabilities.is_empty() => res.profile.selection.default_capabilities.clone(),
+        None => vec!["all".into()],
+    };
+    let edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
+    for n in &edits.device_nodes {
+        let host = n.host_path.as_deref().unwrap_or(&n.path);
+        resp.devices.push(DeviceSpec {
+            container_path: n.path.clone(),
+            host_path: node_path(&opts.host_mount, Path::new(host)),
+            permissions: n.permissions.clone().unwrap_or_else(|| "rw".into()),
+        });
+    }
+    for m in &edits.mounts {
+        resp.mounts.push(Mount {
+            container_path: m.container_path.clone(),
+            host_path: node_path(&opts.host_mount, Path::new(&m.host_path)),
+            read_only: m.options.iter().any(|o| o == "ro"),
+        });
+    }
+    for e in &edits.env {
+        if let Some((k, v)) = e.split_once('=') {
+            resp.envs.entry(k.to_string()).or_insert_with(|| v.to_string());
+        }
+    }
+    if !edits.hooks.is_empty() {
+        tracing::debug!("{}: {} CDI hook(s) cannot be expressed as device specs; use a CDI strategy for them", res.name, edits.hooks.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_parse_and_print() {
+        for s in ["cdi-cri", "cdi-annotations", "envvar", "device-specs"] {
+            assert_eq!(s.parse::<Strategy>().unwrap().to_string(), s);
+        }
+        assert!("cdi".parse::<Strategy>().unwrap_err().contains("\"cdi\""));
+    }
+
+    #[test]
+    fn annotation_keys_and_host_paths() {
+        assert_eq!(annotation_key("nvidia.com/gpu"), "cdi.k8s.io/actk_nvidia.com_gpu");
+        assert_eq!(node_path(Path::new("/host"), Path::new("/host/dev/nvidia0")), "/dev/nvidia0");
+        assert_eq!(node_path(Path::new("/"), Path::new("/fx/dev/nvidia0")), "/fx/dev/nvidia0");
+        assert_eq!(node_path(Path::new("/host"), Path::new("/other/dev/x")), "/other/dev/x");
+    }
+}

@@ -1,0 +1,143 @@
+//! actk-device-plugin: the Kubernetes device plugin of actk. Discovers the node's accelerators
+//! with the vendor profiles, serves one kubelet device plugin socket per extended resource
+//! (`nvidia.com/gpu`, `aws.amazon.com/neuron`, `aws.amazon.com/neuroncore`, `amd.com/gpu`,
+//! `habana.ai/gaudi`, ...), and keeps serving across kubelet restarts until SIGTERM/SIGINT.
+//!
+//! Configuration: flags > environment variables > config file > defaults (see `--help`).
+
+use actk_device_plugin::allocate::AllocateOptions;
+use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
+use actk_device_plugin::manager::{self, ManagerConfig};
+use actk_device_plugin::metrics::{self, Metrics};
+use actk_device_plugin::{health, resources};
+use anyhow::{Context, Result};
+use clap::Parser;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, Parser)]
+#[command(name = "actk-device-plugin", version, about = "Kubernetes device plugin for every accelerator vendor actk knows")]
+struct Cli {
+    /// Config file (TOML); default /etc/actk/device-plugin.toml when it exists.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_CONFIG")]
+    config: Option<PathBuf>,
+    /// Host root to discover devices in (where the node's / is visible).
+    #[arg(long, env = "ACTK_ROOT")]
+    root: Option<PathBuf>,
+    /// Where the node's / is mounted in this container; removed from host paths sent to the kubelet.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_HOST_MOUNT")]
+    host_mount: Option<PathBuf>,
+    /// Directory of user vendor profiles.
+    #[arg(long, env = "ACTK_PROFILES_DIR")]
+    profiles_dir: Option<PathBuf>,
+    /// Device plugin socket directory.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_SOCKET_DIR")]
+    socket_dir: Option<PathBuf>,
+    /// The kubelet's Registration socket (default <socket-dir>/kubelet.sock).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_KUBELET_SOCKET")]
+    kubelet_socket: Option<PathBuf>,
+    /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRATEGIES", value_delimiter = ',')]
+    strategies: Option<Vec<String>>,
+    /// Only serve these resource names (comma-separated).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
+    resources: Option<Vec<String>>,
+    /// Kubelet device IDs: uuid (default; stable across reboots) or index.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_DEVICE_IDS")]
+    device_ids: Option<String>,
+    /// Driver capabilities whose files device specs mount (comma-separated).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_CAPABILITIES", value_delimiter = ',')]
+    capabilities: Option<Vec<String>>,
+    /// Health poll interval in milliseconds (10-1500).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_HEALTH_INTERVAL_MS")]
+    health_interval_ms: Option<u64>,
+    /// Serve Prometheus metrics on host:port (e.g. 0.0.0.0:9400).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_METRICS_ADDRESS")]
+    metrics_address: Option<String>,
+    /// Refuse GetPreferredAllocation sizes that cannot be placed well instead of warning.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRICT_TOPOLOGY", num_args = 0..=1, default_missing_value = "true")]
+    strict_topology: Option<bool>,
+}
+
+fn settings(cli: Cli) -> Result<Settings> {
+    let (file, origin) = match &cli.config {
+        Some(p) => (FileConfig::load(p, true)?, p.display().to_string()),
+        None => (FileConfig::load(std::path::Path::new(DEFAULT_CONFIG), false)?, DEFAULT_CONFIG.to_string()),
+    };
+    let o = Overrides {
+        root: cli.root,
+        host_mount: cli.host_mount,
+        profiles_dir: cli.profiles_dir,
+        socket_dir: cli.socket_dir,
+        kubelet_socket: cli.kubelet_socket,
+        strategies: cli.strategies,
+        resources: cli.resources,
+        device_ids: cli.device_ids,
+        capabilities: cli.capabilities,
+        health_interval_ms: cli.health_interval_ms,
+        metrics_address: cli.metrics_address,
+        strict_topology: cli.strict_topology,
+    };
+    Ok(Settings::merge(o, file, &origin)?)
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ACTK_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let s = settings(Cli::parse())?;
+    // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    rt.block_on(run(s))
+}
+
+async fn run(s: Settings) -> Result<()> {
+    let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    let inventory = actk_core::discover::discover(&s.root, &profiles);
+    for w in &inventory.warnings {
+        tracing::warn!("discovery: {w}");
+    }
+    let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+    let metrics = Arc::new(Metrics::default());
+    if let Some(addr) = s.metrics_address {
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(addr, m).await {
+                tracing::error!("metrics endpoint disabled: {e}");
+            }
+        });
+    }
+    if res.is_empty() {
+        tracing::warn!("no accelerators found under {} (or none selected); nothing to serve, idling", s.root.display());
+    }
+    let cfg = Arc::new(ManagerConfig {
+        socket_dir: s.socket_dir.clone(),
+        kubelet_socket: s.kubelet_socket.clone(),
+        allocate: Arc::new(AllocateOptions { strategies: s.strategies.clone(), host_mount: s.host_mount.clone(), capabilities: s.capabilities.clone() }),
+        strict_topology: s.strict_topology,
+    });
+    // One health loop per vendor, shared by its resources (neuron and neuroncore).
+    let mut health_rx = BTreeMap::new();
+    let mut sockets = Vec::new();
+    for r in res {
+        let rx = health_rx
+            .entry(r.vendor.profile.clone())
+            .or_insert_with(|| health::spawn(r.vendor.kind.clone(), health::probes(&s.root, &r.vendor), s.health_interval))
+            .clone();
+        tracing::info!("serving {} ({} devices) on {}", r.name, r.units.len(), s.socket_dir.join(r.socket_name()).display());
+        sockets.push(s.socket_dir.join(r.socket_name()));
+        tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone()));
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    for p in sockets {
+        let _ = std::fs::remove_file(p);
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

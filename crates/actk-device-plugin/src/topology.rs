@@ -1,0 +1,499 @@
+//! Preferred allocation (kubelet `GetPreferredAllocation`) as pure functions over a device
+//! topology: which `size` devices, among the available ones and including the must-include
+//! ones, a container should get.
+//!
+//! The topology is read from the inventory's links (NVLink, NeuronLink, XGMI peers) and NUMA
+//! nodes, and its shape is recognised from the link graph, not from the vendor name:
+//! - [`Shape::Ring`]: every device has two peers and they form one cycle (Inferentia2 on
+//!   inf2.48xlarge): a container gets a contiguous arc of the ring (F10);
+//! - [`Shape::Torus`]: `side x side` devices numbered row-major, each linked to its four torus
+//!   neighbours (Trainium on trn1.32xlarge, 4x4): only aligned blocks of 1, side, 2*side, ...
+//!   devices (1, 4, 8, 16 on trn1) are connected rings; other sizes are placed in the smallest
+//!   block that holds them, with a note saying why that is poor (F09);
+//! - [`Shape::Links`]: anything else (NVLink or XGMI meshes, or no links): a greedy choice of the
+//!   most interlinked set.
+//!
+//! In every shape the first criterion is NUMA: a set on one NUMA node beats a set spanning two.
+//! Ties are broken towards leaving large free groups intact (best fit), then lowest indexes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One device as the topology sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Device index.
+    pub index: u32,
+    /// NUMA node, when known.
+    pub numa: Option<u32>,
+    /// Indexes of directly linked peers.
+    pub links: Vec<u32>,
+}
+
+/// The recognised shape of a link graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// One cycle through every device; the indexes in ring order starting at the lowest.
+    Ring(Vec<u32>),
+    /// A `side x side` 2D torus over indexes `0..side*side`, row-major.
+    Torus {
+        /// Devices per row.
+        side: u32,
+    },
+    /// Any other graph (including no links at all).
+    Links,
+}
+
+/// A preferred allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// Device indexes, ascending.
+    pub devices: Vec<u32>,
+    /// Why the choice is not a good placement, when it is not (logged by the plugin; an error
+    /// with `strict_topology`).
+    pub note: Option<String>,
+}
+
+/// A request that cannot be answered at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    /// More devices asked for than are available.
+    #[error("allocation size {size} exceeds the {available} available devices")]
+    TooFewAvailable {
+        /// Requested size.
+        size: usize,
+        /// Available count.
+        available: usize,
+    },
+    /// More must-include devices than the allocation size.
+    #[error("{must} must-include devices do not fit in an allocation of {size}")]
+    MustExceedsSize {
+        /// Must-include count.
+        must: usize,
+        /// Requested size.
+        size: usize,
+    },
+    /// A must-include or available device is not a device of this node.
+    #[error("device {0} is not a device of this node")]
+    Unknown(u32),
+    /// A must-include device is not among the available ones.
+    #[error("must-include device {0} is not among the available devices")]
+    MustNotAvailable(u32),
+}
+
+fn link_map(nodes: &[Node]) -> BTreeMap<u32, BTreeSet<u32>> {
+    nodes
+        .iter()
+        .map(|n| (n.index, n.links.iter().copied().filter(|l| *l != n.index).collect()))
+        .collect()
+}
+
+/// Recognise the shape of `nodes`' link graph (see the module docs).
+pub fn shape(nodes: &[Node]) -> Shape {
+    let links = link_map(nodes);
+    if let Some(side) = torus_side(&links) {
+        return Shape::Torus { side };
+    }
+    if let Some(order) = ring_order(&links) {
+        return Shape::Ring(order);
+    }
+    Shape::Links
+}
+
+fn ring_order(links: &BTreeMap<u32, BTreeSet<u32>>) -> Option<Vec<u32>> {
+    let n = links.len();
+    if n < 3 || links.values().any(|l| l.len() != 2) {
+        return None;
+    }
+    for (a, peers) in links {
+        if peers.iter().any(|b| !links.get(b).is_some_and(|bp| bp.contains(a))) {
+            return None;
+        }
+    }
+    let start = *links.keys().next()?;
+    let mut order = vec![start];
+    let mut prev = start;
+    let mut cur = *links[&start].iter().next()?; // towards the smaller neighbour first
+    while cur != start {
+        if order.len() >= n {
+            return None;
+        }
+        order.push(cur);
+        let next = *links[&cur].iter().find(|x| **x != prev)?;
+        prev = cur;
+        cur = next;
+    }
+    (order.len() == n).then_some(order)
+}
+
+fn torus_side(links: &BTreeMap<u32, BTreeSet<u32>>) -> Option<u32> {
+    let n = u32::try_from(links.len()).ok()?;
+    let side = (1..=n).find(|s| s * s >= n)?;
+    if side < 3 || side * side != n || links.keys().copied().ne(0..n) {
+        return None;
+    }
+    for (&i, peers) in links {
+        let (r, c) = (i / side, i % side);
+        let expected: BTreeSet<u32> = [
+            r * side + (c + 1) % side,
+            r * side + (c + side - 1) % side,
+            ((r + 1) % side) * side + c,
+            ((r + side - 1) % side) * side + c,
+        ]
+        .into_iter()
+        .collect();
+        if *peers != expected {
+            return None;
+        }
+    }
+    Some(side)
+}
+
+/// Valid block sizes of a `side x side` torus: 1, then side * 2^k dividing the device count.
+pub fn torus_block_sizes(side: u32) -> Vec<u32> {
+    let n = side * side;
+    let mut sizes = vec![1];
+    let mut b = side;
+    while b < n {
+        if n % b == 0 {
+            sizes.push(b);
+        }
+        b *= 2;
+    }
+    sizes.push(n);
+    sizes
+}
+
+/// Number of distinct NUMA nodes in `set` (unknown counts as one node of its own).
+fn numa_span(set: &[u32], numa: &BTreeMap<u32, Option<u32>>) -> usize {
+    set.iter().map(|d| numa.get(d).copied().flatten()).collect::<BTreeSet<_>>().len()
+}
+
+fn list(set: &[u32]) -> String {
+    set.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// The preferred `size` devices of `nodes` among `available`, including every `must` device.
+///
+/// Errors: an unknown device, a must-include device that is not available, more must-include
+/// devices than `size`, or `size` above the available count. A poor but possible placement is
+/// not an error: it comes with a [`Choice::note`].
+pub fn preferred(nodes: &[Node], available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
+    let known: BTreeSet<u32> = nodes.iter().map(|n| n.index).collect();
+    let avail: BTreeSet<u32> = available.iter().copied().collect();
+    let must: BTreeSet<u32> = must.iter().copied().collect();
+    if let Some(d) = avail.iter().chain(must.iter()).find(|d| !known.contains(d)) {
+        return Err(TopologyError::Unknown(*d));
+    }
+    if let Some(d) = must.iter().find(|d| !avail.contains(d)) {
+        return Err(TopologyError::MustNotAvailable(*d));
+    }
+    if must.len() > size {
+        return Err(TopologyError::MustExceedsSize { must: must.len(), size });
+    }
+    if size > avail.len() {
+        return Err(TopologyError::TooFewAvailable { size, available: avail.len() });
+    }
+    if size == must.len() {
+        return Ok(Choice { devices: must.into_iter().collect(), note: None });
+    }
+    let links = link_map(nodes);
+    let numa: BTreeMap<u32, Option<u32>> = nodes.iter().map(|n| (n.index, n.numa)).collect();
+    let ctx = Ctx { links: &links, numa: &numa, avail: &avail, must: &must, size };
+    Ok(match shape(nodes) {
+        Shape::Ring(order) => ring_choice(&ctx, &order),
+        Shape::Torus { side } => torus_choice(&ctx, side),
+        Shape::Links => Choice { devices: graph_choice(&ctx), note: None },
+    })
+}
+
+struct Ctx<'a> {
+    links: &'a BTreeMap<u32, BTreeSet<u32>>,
+    numa: &'a BTreeMap<u32, Option<u32>>,
+    avail: &'a BTreeSet<u32>,
+    must: &'a BTreeSet<u32>,
+    size: usize,
+}
+
+fn ring_choice(ctx: &Ctx<'_>, order: &[u32]) -> Choice {
+    let n = order.len();
+    let size = ctx.size;
+    let mut best: Option<((usize, usize, usize), Vec<u32>)> = None;
+    let starts = if size >= n { 1 } else { n };
+    for start in 0..starts {
+        let arc: Vec<u32> = (0..size).map(|k| order[(start + k) % n]).collect();
+        if !arc.iter().all(|d| ctx.avail.contains(d)) || !ctx.must.iter().all(|m| arc.contains(m)) {
+            continue;
+        }
+        // Best fit: an arc next to taken devices leaves the longer free runs whole.
+        let free_edges = [order[(start + n - 1) % n], order[(start + size) % n]]
+            .iter()
+            .filter(|d| ctx.avail.contains(d) && !arc.contains(d))
+            .count();
+        let score = (numa_span(&arc, ctx.numa), free_edges, start);
+        if best.as_ref().is_none_or(|(s, _)| score < *s) {
+            best = Some((score, arc));
+        }
+    }
+    match best {
+        Some((_, mut arc)) => {
+            arc.sort_unstable();
+            Choice { devices: arc, note: None }
+        }
+        None => {
+            let devices = graph_choice(ctx);
+            let note = format!(
+                "no {size} contiguous free devices on the device ring ({}); chose {}, which are not all neighbours, so collectives among them take extra hops",
+                list(order),
+                list(&devices)
+            );
+            Choice { devices, note: Some(note) }
+        }
+    }
+}
+
+/// The best fully available aligned block of `b` devices holding every must device.
+fn best_block(ctx: &Ctx<'_>, n: u32, b: u32, sizes: &[u32]) -> Option<Vec<u32>> {
+    let parent = sizes.iter().copied().find(|p| *p > b);
+    let mut best: Option<((usize, usize, u32), Vec<u32>)> = None;
+    for k in 0..n / b {
+        let blk: Vec<u32> = (k * b..(k + 1) * b).collect();
+        if !blk.iter().all(|d| ctx.avail.contains(d)) || !ctx.must.iter().all(|m| blk.contains(m)) {
+            continue;
+        }
+        // Best fit: prefer the block whose enclosing larger block is already most used.
+        let free_in_parent = parent.map_or(0, |p| {
+            let lo = (k * b / p) * p;
+            (lo..lo + p).filter(|d| !blk.contains(d) && ctx.avail.contains(d)).count()
+        });
+        let score = (numa_span(&blk, ctx.numa), free_in_parent, k);
+        if best.as_ref().is_none_or(|(s, _)| score < *s) {
+            best = Some((score, blk));
+        }
+    }
+    best.map(|(_, b)| b)
+}
+
+fn torus_choice(ctx: &Ctx<'_>, side: u32) -> Choice {
+    let n = side * side;
+    let sizes = torus_block_sizes(side);
+    let size = ctx.size;
+    let valid = sizes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let size_u32 = u32::try_from(size).unwrap_or(u32::MAX);
+    if sizes.contains(&size_u32) {
+        if let Some(block) = best_block(ctx, n, size_u32, &sizes) {
+            return Choice { devices: block, note: None };
+        }
+        let devices = graph_choice(ctx);
+        let note = format!(
+            "no free aligned block of {size} devices on this {side}x{side} torus (blocks of {valid} devices are connected rings); chose {}, which is not a block",
+            list(&devices)
+        );
+        return Choice { devices, note: Some(note) };
+    }
+    let lower = sizes.iter().copied().filter(|b| *b < size_u32).max().unwrap_or(1);
+    let why = format!(
+        "{size} devices cannot be placed well on this {side}x{side} torus of {n} devices: only blocks of {valid} devices are connected rings with full link bandwidth"
+    );
+    let bigger = sizes.iter().copied().find(|b| *b > size_u32);
+    if let Some(b) = bigger
+        && let Some(block) = best_block(ctx, n, b, &sizes)
+    {
+        let mut devices: Vec<u32> = ctx.must.iter().copied().collect();
+        for d in &block {
+            if devices.len() == size {
+                break;
+            }
+            if !devices.contains(d) {
+                devices.push(*d);
+            }
+        }
+        devices.sort_unstable();
+        let stranded = block.len() - size;
+        let note = format!(
+            "{why}; chose {} inside the {b}-device block {}-{}, leaving {stranded} device(s) of that block unusable as a block; ask for {b} or {lower} instead",
+            list(&devices),
+            block[0],
+            block[block.len() - 1]
+        );
+        return Choice { devices, note: Some(note) };
+    }
+    let devices = graph_choice(ctx);
+    let note = format!("{why}; no free block holds them either, so chose {}; ask for {lower} instead", list(&devices));
+    Choice { devices, note: Some(note) }
+}
+
+/// Greedy: within each single NUMA node that can hold the request (and across all available
+/// devices), grow a set from each seed by the device with most links into it; keep the set with
+/// the fewest NUMA nodes, then most internal links, then lowest indexes.
+fn graph_choice(ctx: &Ctx<'_>) -> Vec<u32> {
+    let size = ctx.size;
+    let mut scopes: Vec<Vec<u32>> = Vec::new();
+    let numas: BTreeSet<Option<u32>> = ctx.avail.iter().map(|d| ctx.numa.get(d).copied().flatten()).collect();
+    for nn in numas.iter().filter(|n| n.is_some()) {
+        let scope: Vec<u32> = ctx.avail.iter().copied().filter(|d| ctx.numa.get(d).copied().flatten() == *nn).collect();
+        if scope.len() >= size && ctx.must.iter().all(|m| scope.contains(m)) {
+            scopes.push(scope);
+        }
+    }
+    scopes.push(ctx.avail.iter().copied().collect());
+    let any_links = ctx.avail.iter().any(|d| ctx.links.get(d).is_some_and(|l| l.iter().any(|p| ctx.avail.contains(p))));
+    let mut best: Option<((usize, std::cmp::Reverse<usize>, Vec<u32>), Vec<u32>)> = None;
+    for scope in &scopes {
+        let seeds: Vec<Vec<u32>> = if !ctx.must.is_empty() {
+            vec![ctx.must.iter().copied().collect()]
+        } else if any_links {
+            scope.iter().map(|d| vec![*d]).collect()
+        } else {
+            vec![Vec::new()] // no links: lowest indexes of the scope are as good as any
+        };
+        for seed in seeds {
+            let set = grow(ctx, scope, seed);
+            let mut sorted = set.clone();
+            sorted.sort_unstable();
+            let internal = internal_links(ctx, &sorted);
+            let score = (numa_span(&sorted, ctx.numa), std::cmp::Reverse(internal), sorted.clone());
+            if best.as_ref().is_none_or(|(s, _)| score < *s) {
+                best = Some((score, sorted));
+            }
+        }
+    }
+    best.map(|(_, s)| s).unwrap_or_default()
+}
+
+fn grow(ctx: &Ctx<'_>, scope: &[u32], mut set: Vec<u32>) -> Vec<u32> {
+    let mut into: BTreeMap<u32, usize> = scope.iter().map(|d| (*d, 0)).collect();
+    let bump = |into: &mut BTreeMap<u32, usize>, d: u32| {
+        for p in ctx.links.get(&d).into_iter().flatten() {
+            if let Some(c) = into.get_mut(p) {
+                *c += 1;
+            }
+        }
+    };
+    for d in &set {
+        bump(&mut into, *d);
+    }
+    while set.len() < ctx.size {
+        let pick = into
+            .iter()
+            .filter(|(d, _)| !set.contains(d))
+            .max_by_key(|(d, c)| (**c, std::cmp::Reverse(**d)))
+            .map(|(d, _)| *d);
+        let Some(d) = pick else { break };
+        set.push(d);
+        bump(&mut into, d);
+    }
+    set
+}
+
+fn internal_links(ctx: &Ctx<'_>, set: &[u32]) -> usize {
+    set.iter().map(|d| ctx.links.get(d).map_or(0, |l| l.iter().filter(|p| set.contains(p)).count())).sum::<usize>() / 2
+}
+
+/// Preferred cores of a per-core resource: `cores` maps each core to its device. Chooses a run
+/// of consecutive cores on as few devices as possible (a NeuronCore group the runtime can use
+/// as one), best fit, lowest first; without such a run, the must cores then the lowest free.
+///
+/// Errors as [`preferred`] (core numbers in place of device indexes).
+pub fn preferred_cores(cores: &BTreeMap<u32, u32>, available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
+    let avail: BTreeSet<u32> = available.iter().copied().collect();
+    let must: BTreeSet<u32> = must.iter().copied().collect();
+    if let Some(c) = avail.iter().chain(must.iter()).find(|c| !cores.contains_key(c)) {
+        return Err(TopologyError::Unknown(*c));
+    }
+    if let Some(c) = must.iter().find(|c| !avail.contains(c)) {
+        return Err(TopologyError::MustNotAvailable(*c));
+    }
+    if must.len() > size {
+        return Err(TopologyError::MustExceedsSize { must: must.len(), size });
+    }
+    if size > avail.len() {
+        return Err(TopologyError::TooFewAvailable { size, available: avail.len() });
+    }
+    if size == must.len() {
+        return Ok(Choice { devices: must.into_iter().collect(), note: None });
+    }
+    let free_on = |dev: u32| cores.iter().filter(|(c, d)| **d == dev && avail.contains(c)).count();
+    let all: Vec<u32> = cores.keys().copied().collect();
+    let mut best: Option<((usize, usize, u32), Vec<u32>)> = None;
+    for w in all.windows(size) {
+        let consecutive = w.windows(2).all(|p| p[1] == p[0] + 1);
+        if !consecutive || !w.iter().all(|c| avail.contains(c)) || !must.iter().all(|m| w.contains(m)) {
+            continue;
+        }
+        let devs: BTreeSet<u32> = w.iter().map(|c| cores[c]).collect();
+        let left: usize = devs.iter().map(|d| free_on(*d)).sum::<usize>() - size;
+        let score = (devs.len(), left, w[0]);
+        if best.as_ref().is_none_or(|(s, _)| score < *s) {
+            best = Some((score, w.to_vec()));
+        }
+    }
+    if let Some((_, w)) = best {
+        return Ok(Choice { devices: w, note: None });
+    }
+    let mut out: Vec<u32> = must.iter().copied().collect();
+    out.extend(avail.iter().copied().filter(|c| !must.contains(c)).take(size - must.len()));
+    out.sort_unstable();
+    Ok(Choice { note: Some(format!("no {size} consecutive free cores; chose cores {}", list(&out))), devices: out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(n: u32) -> Vec<Node> {
+        (0..n).map(|i| Node { index: i, numa: Some(i * 2 / n), links: vec![(i + n - 1) % n, (i + 1) % n] }).collect()
+    }
+
+    #[test]
+    fn shapes_are_recognised_from_links() {
+        assert_eq!(shape(&ring(12)), Shape::Ring((0..12).collect()));
+        let torus: Vec<Node> = (0..16)
+            .map(|i| Node { index: i, numa: None, links: vec![(i + 12) % 16, i / 4 * 4 + (i + 3) % 4, (i + 4) % 16, i / 4 * 4 + (i + 1) % 4] })
+            .collect();
+        assert_eq!(shape(&torus), Shape::Torus { side: 4 });
+        assert_eq!(torus_block_sizes(4), [1, 4, 8, 16]);
+        let none: Vec<Node> = (0..4).map(|i| Node { index: i, numa: None, links: vec![] }).collect();
+        assert_eq!(shape(&none), Shape::Links);
+        // A broken ring (one missing way back) is not a ring.
+        let mut r = ring(6);
+        r[3].links = vec![2, 5];
+        assert_ne!(shape(&r), Shape::Ring((0..6).collect()));
+    }
+
+    #[test]
+    fn numa_local_first_without_links() {
+        let nodes: Vec<Node> = (0..8).map(|i| Node { index: i, numa: Some(u32::from(i >= 4)), links: vec![] }).collect();
+        // 0 and 1 taken: a pair fits on node 0 (2,3); four do not fit on node 0 any more.
+        assert_eq!(preferred(&nodes, &[2, 3, 4, 5, 6, 7], &[], 2).unwrap().devices, [2, 3]);
+        assert_eq!(preferred(&nodes, &[2, 3, 4, 5, 6, 7], &[], 4).unwrap().devices, [4, 5, 6, 7]);
+        assert_eq!(preferred(&nodes, &[2, 3, 4, 5, 6, 7], &[3], 2).unwrap().devices, [2, 3]);
+    }
+
+    #[test]
+    fn linked_sets_beat_index_order() {
+        // Two NVLink islands {0,2,4,6} and {1,3,5,7} (full mesh each), one NUMA node.
+        let nodes: Vec<Node> = (0..8)
+            .map(|i| Node { index: i, numa: Some(0), links: (0..8).filter(|j| *j != i && j % 2 == i % 2).collect() })
+            .collect();
+        assert_eq!(preferred(&nodes, &(0..8).collect::<Vec<_>>(), &[], 4).unwrap().devices, [0, 2, 4, 6]);
+        assert_eq!(preferred(&nodes, &(0..8).collect::<Vec<_>>(), &[1], 2).unwrap().devices, [1, 3]);
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let nodes = ring(4);
+        assert_eq!(preferred(&nodes, &[0, 1], &[], 3), Err(TopologyError::TooFewAvailable { size: 3, available: 2 }));
+        assert_eq!(preferred(&nodes, &[0, 1], &[2], 1), Err(TopologyError::MustNotAvailable(2)));
+        assert_eq!(preferred(&nodes, &[0, 9], &[], 1), Err(TopologyError::Unknown(9)));
+        assert_eq!(preferred(&nodes, &[0, 1, 2], &[0, 1], 1), Err(TopologyError::MustExceedsSize { must: 2, size: 1 }));
+    }
+
+    #[test]
+    fn cores_stay_on_few_devices() {
+        let cores: BTreeMap<u32, u32> = (0..8).map(|c| (c, c / 2)).collect();
+        // Core 1 taken: a pair should be a whole device (2,3), not straddle 0 and 1.
+        assert_eq!(preferred_cores(&cores, &[0, 2, 3, 4, 5, 6, 7], &[], 2).unwrap().devices, [2, 3]);
+        // Best fit: core 0 is alone on device 0, so one core comes from there.
+        assert_eq!(preferred_cores(&cores, &[0, 2, 3, 4, 5, 6, 7], &[], 1).unwrap().devices, [0]);
+    }
+}

@@ -91,6 +91,9 @@ fn inf2_twelve_devices_numbered_by_node_with_ring_links() {
         assert_eq!(d.uuid.as_deref(), Some(serial.trim()));
     }
     links_symmetric(v);
+    let tools: Vec<(&str, &str)> = v.host_files.iter().map(|h| (h.capability.as_str(), h.container_path.as_str())).collect();
+    assert_eq!(tools, [("utility", "/opt/aws/neuron/bin/neuron-ls"), ("utility", "/opt/aws/neuron/bin/neuron-top")]);
+    assert!(v.host_files.iter().all(|h| h.kind == HostFileKind::Binary && h.host_path.starts_with(&f.root)));
 }
 
 #[test]

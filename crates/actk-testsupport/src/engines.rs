@@ -762,22 +762,50 @@ pub fn assert_names_unknown_device(err: &str, var: &str, value: &str, root: &Pat
     );
 }
 
-/// GPU UUIDs in the fixture's /proc/driver/nvidia/gpus/*/information.
-pub fn fixture_gpu_uuids(root: &Path) -> Vec<String> {
+/// One NVIDIA GPU as a fixture's /proc/driver/nvidia/gpus/<bus>/information describes it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FixtureGpu {
+    /// `Bus Location`, e.g. `0000:18:00.0`.
+    pub bus: String,
+    /// `GPU UUID`.
+    pub uuid: String,
+    /// `Device Minor`: the GPU's node is `/dev/nvidia<minor>`.
+    pub minor: u32,
+}
+
+impl FixtureGpu {
+    /// The device node name in /dev (`nvidia<minor>`).
+    pub fn node(&self) -> String {
+        format!("nvidia{}", self.minor)
+    }
+}
+
+/// The NVIDIA GPUs of a fixture root in index order: PCI bus order, as NVML and
+/// `NVIDIA_VISIBLE_DEVICES` number them. Index `i` is not always `/dev/nvidia<i>` (the
+/// heterogeneous fixture has its minors out of bus order).
+pub fn fixture_gpus(root: &Path) -> Vec<FixtureGpu> {
     let mut v = Vec::new();
     if let Ok(rd) = fs::read_dir(root.join("proc/driver/nvidia/gpus")) {
         for e in rd.flatten() {
-            if let Ok(info) = fs::read_to_string(e.path().join("information")) {
-                for l in info.lines() {
-                    if let Some((k, val)) = l.split_once(':') {
-                        if k.trim() == "GPU UUID" {
-                            v.push(val.trim().to_string());
-                        }
-                    }
-                }
-            }
+            let Ok(info) = fs::read_to_string(e.path().join("information")) else { continue };
+            let field = |name: &str| {
+                info.lines()
+                    .filter_map(|l| l.split_once(':'))
+                    .find(|(k, _)| k.trim() == name)
+                    .map(|(_, val)| val.trim().to_string())
+            };
+            v.push(FixtureGpu {
+                bus: field("Bus Location").unwrap_or_else(|| e.file_name().to_string_lossy().into_owned()).to_lowercase(),
+                uuid: field("GPU UUID").unwrap_or_default(),
+                minor: field("Device Minor").and_then(|m| m.parse().ok()).unwrap_or(u32::MAX),
+            });
         }
     }
+    v.sort();
     v
 }
 
+/// GPU UUIDs of a fixture root in index order (see [`fixture_gpus`]).
+pub fn fixture_gpu_uuids(root: &Path) -> Vec<String> {
+    fixture_gpus(root).into_iter().map(|g| g.uuid).collect()
+}

@@ -105,10 +105,13 @@ fn docker_run_asking_nvidia_and_neuron_at_once_on_heterogeneous_node_sees_both()
     let rt = DockerRuntime::register(&cfg.write_wrapper()?)?;
     let dev = ls_dev(&rt.name, &["NVIDIA_VISIBLE_DEVICES=1", "AWS_NEURON_VISIBLE_DEVICES=0"])?;
     let got = accel(&dev);
-    for want in ["nvidia1", "nvidiactl", "neuron0"] {
+    // GPU index 1 is the second in PCI bus order; on this fixture its node is /dev/nvidia0.
+    let gpus = engines::fixture_gpus(&fx.root);
+    let (second, first) = (gpus[1].node(), gpus[0].node());
+    for want in [second.as_str(), "nvidiactl", "neuron0"] {
         assert!(got.contains(want), "/dev/{want} missing: {dev:?}");
     }
-    for unwanted in ["nvidia0", "neuron1"] {
+    for unwanted in [first.as_str(), "neuron1"] {
         assert!(!got.contains(unwanted), "/dev/{unwanted} was not asked for: {dev:?}");
     }
     Ok(())

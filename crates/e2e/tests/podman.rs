@@ -30,10 +30,13 @@ fn podman_run_with_runtime_actk_runtime_sees_the_requested_gpu_and_neuron_device
     let dev = names(&expect_success("podman run --runtime actk-runtime", &o));
     let got: BTreeSet<&str> =
         dev.iter().map(String::as_str).filter(|n| n.starts_with("nvidia") || n.starts_with("neuron")).collect();
-    for want in ["nvidia1", "nvidiactl", "neuron1"] {
+    // GPU index 1 is the second in PCI bus order; on this fixture its node is /dev/nvidia0.
+    let gpus = engines::fixture_gpus(&fx.root);
+    let (second, first) = (gpus[1].node(), gpus[0].node());
+    for want in [second.as_str(), "nvidiactl", "neuron1"] {
         assert!(got.contains(want), "/dev/{want} missing: {dev:?}");
     }
-    for unwanted in ["nvidia0", "neuron0"] {
+    for unwanted in [first.as_str(), "neuron0"] {
         assert!(!got.contains(unwanted), "/dev/{unwanted} was not asked for: {dev:?}");
     }
     Ok(())

@@ -22,15 +22,28 @@ fn make_openable(root: &Path, rel: &str) -> Result<()> {
     Ok(())
 }
 
-/// Regular files in `<root>/usr/lib/x86_64-linux-gnu` whose names start with `prefix`
-/// (the versioned driver libraries, not their symlinks), as container paths.
+/// The running driver's version from the fixture's /proc/driver/nvidia/version
+/// (`NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build ...`).
+fn driver_version(root: &Path) -> Result<String> {
+    let p = root.join("proc/driver/nvidia/version");
+    let text = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    text.split_whitespace()
+        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit())))
+        .map(String::from)
+        .with_context(|| format!("no driver version in {}", p.display()))
+}
+
+/// The running driver's library `<prefix><driver version>` in `<root>/usr/lib/x86_64-linux-gnu`
+/// (a regular file, not a symlink), as container paths. Libraries of another driver version
+/// (the DGX fixture keeps a stale 535 one) are not the container's business.
 fn versioned_libs(root: &Path, prefix: &str) -> Result<Vec<String>> {
     let dir = root.join("usr/lib/x86_64-linux-gnu");
+    let version = driver_version(root)?;
     let mut v = Vec::new();
     for e in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(prefix) && e.file_type()?.is_file() {
+        if name == format!("{prefix}{version}") && e.file_type()?.is_file() {
             v.push(format!("/usr/lib/x86_64-linux-gnu/{name}"));
         }
     }
@@ -57,7 +70,9 @@ fn runc_bundle_asking_nvidia_1_3_sees_exactly_gpus_1_and_3_control_nodes_and_dri
         return Ok(());
     }
     let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
-    make_openable(&fx.root, "/dev/nvidia3")?;
+    // The control node every CUDA program opens first. (A GPU node cannot be swapped: discovery
+    // checks that /dev/nvidiaN is 195:N and drops it otherwise.)
+    make_openable(&fx.root, "/dev/nvidiactl")?;
     // utility and compute are the default capabilities: libnvidia-ml and libcuda must be there.
     let mut libs = versioned_libs(&fx.root, "libcuda.so.")?;
     libs.extend(versioned_libs(&fx.root, "libnvidia-ml.so.")?);
@@ -65,13 +80,15 @@ fn runc_bundle_asking_nvidia_1_3_sees_exactly_gpus_1_and_3_control_nodes_and_dri
 
     let script = format!(
         "echo '== dev'; ls -1 /dev; \
-         echo '== nvidia3'; stat -c '%F %t:%T' /dev/nvidia3; echo hello > /dev/nvidia3 && echo write-ok; \
+         echo '== nvidiactl'; stat -c '%F %t:%T' /dev/nvidiactl; echo hello > /dev/nvidiactl && echo write-ok; \
          echo '== libs'; md5sum {}; \
          echo '== env'; env",
         libs.join(" ")
     );
     let bundle = Bundle::busybox(&["sh", "-c", &script], &["NVIDIA_VISIBLE_DEVICES=1,3"])?;
-    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    // Keep the ActkConfig alive: dropping it deletes the config file.
+    let actk_config = ActkConfig::new(&fx.root)?;
+    let cfg = actk_config.write()?;
     let id = unique_name("e2e-runc-dgx");
     let o = actk_runtime(&cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
     let out = expect_success("actk-runtime run --bundle B ID (NVIDIA_VISIBLE_DEVICES=1,3)", &o);
@@ -91,9 +108,9 @@ fn runc_bundle_asking_nvidia_1_3_sees_exactly_gpus_1_and_3_control_nodes_and_dri
     let extra: Vec<&&str> = nvidia.iter().filter(|n| !allowed.contains(n)).collect();
     assert!(extra.is_empty(), "nodes that were not asked for are in the container: {extra:?}");
 
-    let n3 = section(&out, "nvidia3");
-    assert_eq!(n3.first().map(|s| s.trim()), Some("character special file 1:3"), "/dev/nvidia3 in the container: {n3:?}");
-    assert!(n3.contains(&"write-ok"), "the container could not open /dev/nvidia3 (1:3): {out}");
+    let ctl = section(&out, "nvidiactl");
+    assert_eq!(ctl.first().map(|s| s.trim()), Some("character special file 1:3"), "/dev/nvidiactl in the container: {ctl:?}");
+    assert!(ctl.contains(&"write-ok"), "the container could not open /dev/nvidiactl (1:3): {out}");
 
     let seen: Vec<(String, String)> = section(&out, "libs")
         .iter()
@@ -236,7 +253,9 @@ fn unknown_device_through_runc_names_the_variable_the_value_and_the_devices_that
         return Ok(());
     }
     let Some(fx) = fixture::prepare("hetero-nvidia-neuron")? else { return Ok(()) };
-    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    // Keep the ActkConfig alive: dropping it deletes the config file.
+    let actk_config = ActkConfig::new(&fx.root)?;
+    let cfg = actk_config.write()?;
     let err = run_expect_failure(&cfg, &["NVIDIA_VISIBLE_DEVICES=7"], "NVIDIA_VISIBLE_DEVICES=7 on 2 GPUs")?;
     engines::assert_names_unknown_device(&err, "NVIDIA_VISIBLE_DEVICES", "7", &fx.root);
     Ok(())
@@ -254,7 +273,9 @@ fn glibc_container_asking_for_a_gpu_finds_libcuda_so_1_with_ldconfig_p() -> Resu
     // A CUDA program dlopens "libcuda.so.1": the container's ld.so.cache must know the injected
     // driver libraries, which needs ldconfig run inside the container after the mounts.
     let bundle = Bundle::glibc(&["/sbin/ldconfig", "-p"], &["NVIDIA_VISIBLE_DEVICES=0"])?;
-    let cfg = ActkConfig::new(&fx.root)?.write()?;
+    // Keep the ActkConfig alive: dropping it deletes the config file.
+    let actk_config = ActkConfig::new(&fx.root)?;
+    let cfg = actk_config.write()?;
     let id = unique_name("e2e-runc-ldcache");
     let o = actk_runtime(&cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
     let out = expect_success("actk-runtime run (glibc image, ldconfig -p)", &o);

@@ -10,6 +10,7 @@
 //! profiles_dir = "/etc/actk/profiles.d"
 //! log_file = "/var/log/actk-runtime.log"   # unset: actk-runtime logs nowhere (stderr only on errors)
 //! log_level = "info"
+//! hook_path = "/usr/bin/actk-hook"     # unset: the actk-hook next to actk-runtime
 //! [nvidia]
 //! default_capabilities = ["utility", "compute"]
 //! ```
@@ -45,6 +46,9 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     /// tracing level filter (`error`, `warn`, `info`, `debug`, `trace`).
     pub log_level: String,
+    /// actk-hook executable, used for the ld.so.cache refresh hook of generated edits;
+    /// `None`: the `actk-hook` next to actk-runtime, else none (then no refresh).
+    pub hook_path: Option<PathBuf>,
     /// NVIDIA-specific settings.
     pub nvidia: VendorConfig,
 }
@@ -72,6 +76,7 @@ impl Default for Config {
             profiles_dir: "/etc/actk/profiles.d".into(),
             log_file: None,
             log_level: "info".into(),
+            hook_path: None,
             nvidia: VendorConfig::default(),
         }
     }
@@ -170,6 +175,10 @@ profiles_dir = {profiles_dir:?}
 
 # Log level: error, warn, info, debug or trace.
 log_level = {log_level:?}
+
+# actk-hook, run as a createContainer hook to add the mounted driver libraries to the
+# container's ld.so.cache (unset: the actk-hook next to actk-runtime).
+# hook_path = "/usr/bin/actk-hook"
 
 [nvidia]
 # Driver capabilities when a container does not set NVIDIA_DRIVER_CAPABILITIES

@@ -23,7 +23,7 @@
 
 use crate::cdi::name::QualifiedName;
 use crate::cdi::registry::Registry;
-use crate::cdi::spec::ContainerEdits;
+use crate::cdi::spec::{ContainerEdits, Hook};
 use crate::inventory::Inventory;
 use crate::profile::Profile;
 use crate::request::{self, CdiNameRequest, DeviceRef, RequestError, Selection, VendorRequest};
@@ -44,6 +44,17 @@ pub struct PlanContext {
     pub default_capabilities: BTreeMap<String, Vec<String>>,
     /// An inventory to use instead of discovering `root` (tests; callers that already discovered).
     pub inventory: Option<Inventory>,
+}
+
+/// Options of [`plan_with`] (kept apart from [`PlanContext`] so that adding one does not change
+/// every caller's struct literal).
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// Absolute path of actk-hook: generated edits then get a createContainer hook
+    /// `actk-hook update-ldcache --folder DIR...` for the directories of the mounted driver
+    /// libraries, so the container's ld.so.cache finds them (`dlopen("libcuda.so.1")`).
+    /// `None`: no such hook (actk-hook, which injects into a live container, refreshes the cache itself).
+    pub ldcache_hook: Option<String>,
 }
 
 /// The edits that serve a container's requests, and what they serve (for logs and annotations).
@@ -124,8 +135,14 @@ impl Plan {
     }
 }
 
-/// Plans the edits for `config_json` (a whole OCI runtime spec). See the module docs.
+/// Plans the edits for `config_json` (a whole OCI runtime spec) with default [`PlanOptions`].
+/// See the module docs.
 pub fn plan(config_json: &Value, ctx: &PlanContext) -> Result<Plan, PlanError> {
+    plan_with(config_json, ctx, &PlanOptions::default())
+}
+
+/// [`plan`] with options (actk-runtime asks for the ld.so.cache hook).
+pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> Result<Plan, PlanError> {
     let env: Vec<String> = config_json
         .pointer("/process/env")
         .and_then(Value::as_array)
@@ -158,7 +175,10 @@ pub fn plan(config_json: &Value, ctx: &PlanContext) -> Result<Plan, PlanError> {
             let indexes = vr.resolve(vendor)?;
             match (profile, vendor) {
                 (Some(p), Some(v)) => {
-                    let edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);
+                    let mut edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);
+                    if let Some(hook) = &opts.ldcache_hook {
+                        edits.hooks.extend(ldcache_hook(hook, v, &edits));
+                    }
                     plan.edits.append(&edits);
                 }
                 _ => plan.warnings.push(format!("{}={}: this node has no {} devices; nothing injected", vr.variable, vr.value, vr.kind)),
@@ -193,6 +213,35 @@ pub fn plan(config_json: &Value, ctx: &PlanContext) -> Result<Plan, PlanError> {
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     Ok(plan)
+}
+
+/// The createContainer hook that adds the directories of the driver libraries mounted by `edits`
+/// to the container's ld.so.cache (the same shape `actk cdi generate` writes into specs).
+fn ldcache_hook(hook: &str, vendor: &crate::inventory::VendorInventory, edits: &ContainerEdits) -> Option<Hook> {
+    use crate::inventory::HostFileKind;
+    let mut dirs: Vec<&str> = vendor
+        .host_files
+        .iter()
+        .filter(|f| f.kind == HostFileKind::Library && edits.mounts.iter().any(|m| m.container_path == f.container_path))
+        .filter_map(|f| f.container_path.rsplit_once('/').map(|(d, _)| if d.is_empty() { "/" } else { d }))
+        .collect();
+    dirs.sort_unstable();
+    dirs.dedup();
+    if dirs.is_empty() {
+        return None;
+    }
+    let mut args = vec![hook.rsplit('/').next().unwrap_or(hook).to_string(), "update-ldcache".to_string()];
+    for d in dirs {
+        args.push("--folder".into());
+        args.push(d.to_string());
+    }
+    Some(Hook {
+        hook_name: "createContainer".into(),
+        path: hook.to_string(),
+        args,
+        env: crate::cdi::generate::HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+        timeout: None,
+    })
 }
 
 /// Lazily loaded inputs: spec files and the inventory are read at most once, and only if needed.
@@ -396,8 +445,29 @@ mod tests {
         assert_eq!(p.summary(), "nvidia.com/gpu=1,3 (NVIDIA_VISIBLE_DEVICES, generated)");
         let p = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=none"]), &ctx(None)).unwrap();
         assert_eq!(paths(&p), vec!["/dev/nvidiactl"]);
+        assert!(p.edits.hooks.is_empty(), "no ldcache hook without a hook path");
         let e = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=7"]), &ctx(None)).unwrap_err().to_string();
         assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0,1,2,3");
+    }
+
+    #[test]
+    fn ldcache_hook_for_mounted_library_directories() {
+        use crate::inventory::{HostFile, HostFileKind};
+        let mut c = ctx(None);
+        let lib = |cap: &str, path: &str, kind| HostFile { capability: cap.into(), kind, host_path: path.into(), container_path: path.into() };
+        c.inventory.as_mut().unwrap().vendors[0].host_files = vec![
+            lib("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", HostFileKind::Library),
+            lib("utility", "/usr/bin/nvidia-smi", HostFileKind::Binary),
+            lib("video", "/opt/video/libnvcuvid.so.580.95.05", HostFileKind::Library),
+        ];
+        c.profiles[0].capabilities = ["compute", "utility", "video"].iter().map(|k| (k.to_string(), Default::default())).collect();
+        let opts = PlanOptions { ldcache_hook: Some("/usr/bin/actk-hook".into()) };
+        let p = plan_with(&spec(&["NVIDIA_VISIBLE_DEVICES=0"]), &c, &opts).unwrap();
+        assert_eq!(p.edits.hooks.len(), 1, "{:?}", p.edits.hooks);
+        let h = &p.edits.hooks[0];
+        assert_eq!((h.hook_name.as_str(), h.path.as_str()), ("createContainer", "/usr/bin/actk-hook"));
+        assert_eq!(h.args, ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"], "video was not asked for");
+        assert!(!h.env.is_empty());
     }
 
     fn write_spec(dir: &Path) {

@@ -14,7 +14,7 @@ mod bundle;
 mod log;
 
 use actk_core::config::Config;
-use actk_core::plan::{PlanContext, plan};
+use actk_core::plan::{PlanContext, PlanOptions, plan_with};
 use actk_core::{edits, hooksd, profile};
 use anyhow::{Context, Result, anyhow};
 use std::collections::BTreeMap;
@@ -83,7 +83,7 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         default_capabilities,
         inventory: None,
     };
-    let p = plan(&spec, &ctx)?;
+    let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config) })?;
     for w in &p.warnings {
         tracing::warn!("{w}");
     }
@@ -109,6 +109,21 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         bundle::write_atomic(&config_json, &spec)?;
     }
     Ok(())
+}
+
+/// actk-hook for the ld.so.cache hook: the config's `hook_path`, else the `actk-hook` installed
+/// next to this executable; `None` (with a debug note) when there is none.
+fn hook_path(config: &Config) -> Option<String> {
+    let p = match &config.hook_path {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().ok()?.parent()?.join("actk-hook"),
+    };
+    if p.is_absolute() && is_executable(&p) {
+        p.to_str().map(str::to_string)
+    } else {
+        tracing::debug!("no actk-hook at {}: injected libraries are not added to the container's ld.so.cache", p.display());
+        None
+    }
 }
 
 /// The first of `runtimes` that exists: an absolute (or relative with `/`) path as is, a bare

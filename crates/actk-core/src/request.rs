@@ -234,6 +234,7 @@ fn parse_devices(
             // Anything else is a UUID/serial; resolution rejects it when no device has it.
             refs.push(DeviceRef::Uuid(item.to_string()));
         }
+        check_count(var, value, refs.len())?;
     }
     Ok(Some(Selection::Devices(refs)))
 }
@@ -256,7 +257,20 @@ fn parse_range(var: &str, value: &str, a: &str, b: &str) -> Result<std::ops::Ran
     if lo > hi {
         return Err(err(var, value, format!("range {item:?} runs backwards; write {hi}-{lo}")));
     }
+    check_count(var, value, (hi - lo) as usize + 1)?;
     Ok(lo..=hi)
+}
+
+/// Most entries one variable may select. The value comes from the container image: without a
+/// bound, `0-4294967295` would expand into billions of entries (minutes and tens of GiB on
+/// every container start). No node has this many devices or cores.
+const MAX_SELECTED: usize = 65536;
+
+fn check_count(var: &str, value: &str, n: usize) -> Result<(), RequestError> {
+    if n > MAX_SELECTED {
+        return Err(err(var, value, format!("selects {n} or more entries; no node has more than {MAX_SELECTED}")));
+    }
+    Ok(())
 }
 
 /// Parses a cores variable (`0-3`, `0,2`, ranges always accepted). `Ok(None)`: empty.
@@ -275,6 +289,7 @@ fn parse_cores(var: &str, value: &str) -> Result<Option<Selection>, RequestError
             None if item.bytes().all(|b| b.is_ascii_digit()) => cores.push(parse_index(var, value, item)?),
             None => return Err(err(var, value, format!("{item:?} is not a core index"))),
         }
+        check_count(var, value, cores.len())?;
     }
     Ok(Some(Selection::Cores(cores)))
 }

@@ -1,0 +1,448 @@
+//! The device plugin binary against a kubelet emulator: no kubelet can be installed here, so
+//! these tests play its part over the same proto (kubelet device plugin API v1beta1): a
+//! Registration server on a temporary kubelet.sock, and a DevicePlugin client that dials the
+//! endpoint the plugin registered. Host roots are the repository's fixtures (device nodes need
+//! root; the tests skip with a message otherwise).
+//!
+//! Covered: register (serving before Register), ListAndWatch with NUMA topology, Allocate with
+//! every strategy and unknown IDs, GetPreferredAllocation (F10), health (a node removed and
+//! re-created), a kubelet restart that wipes the socket directory (F12), a late kubelet.sock,
+//! and a real runc container started from an Allocate answer.
+
+use actk_device_plugin::api::device_plugin_client::DevicePluginClient;
+use actk_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use actk_device_plugin::api::{
+    AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest, Empty,
+    ListAndWatchResponse, PreferredAllocationRequest, RegisterRequest,
+};
+use actk_testsupport::fixture::{self, Fixture};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The Registration service of the emulated kubelet: it records every RegisterRequest.
+struct Kubelet {
+    dir: PathBuf,
+    tx: mpsc::UnboundedSender<RegisterRequest>,
+}
+
+#[tonic::async_trait]
+impl Registration for Kubelet {
+    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let req = req.into_inner();
+        if req.version != "v1beta1" {
+            return Err(Status::invalid_argument(format!("unsupported version {:?}", req.version)));
+        }
+        // The kubelet dials the endpoint as soon as Register arrives: it must already answer.
+        let sock = self.dir.join(&req.endpoint);
+        let serving = async {
+            let ch = actk_device_plugin::uds::connect(&sock).await.ok()?;
+            DevicePluginClient::new(ch).get_device_plugin_options(Empty {}).await.ok()
+        };
+        if tokio::time::timeout(Duration::from_secs(2), serving).await.ok().flatten().is_none() {
+            return Err(Status::failed_precondition(format!("endpoint {} does not answer", sock.display())));
+        }
+        let _ = self.tx.send(req);
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// An emulated kubelet: its socket directory and the Registration server on kubelet.sock.
+struct Emulator {
+    dir: PathBuf,
+    registered: mpsc::UnboundedReceiver<RegisterRequest>,
+    tx: mpsc::UnboundedSender<RegisterRequest>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Emulator {
+    fn new(dir: &Path) -> Emulator {
+        let (tx, registered) = mpsc::unbounded_channel();
+        Emulator { dir: dir.to_path_buf(), registered, tx, stop: None }
+    }
+
+    /// Start serving kubelet.sock, as a kubelet does when it starts.
+    fn start(&mut self) {
+        let sock = self.dir.join("kubelet.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = tokio::net::UnixListener::bind(&sock).expect("bind kubelet.sock");
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        self.stop = Some(stop_tx);
+        let svc = RegistrationServer::new(Kubelet { dir: self.dir.clone(), tx: self.tx.clone() });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
+                    let _ = stop_rx.await;
+                }),
+        );
+    }
+
+    /// A kubelet restart as kubelet does it: stop, wipe the device-plugins directory (every
+    /// socket in it), and come back with a new kubelet.sock after `down`.
+    async fn restart_wiping_dir(&mut self, down: Duration) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        for e in std::fs::read_dir(&self.dir).unwrap() {
+            let _ = std::fs::remove_file(e.unwrap().path());
+        }
+        tokio::time::sleep(down).await;
+        self.start();
+    }
+
+    /// The next RegisterRequest within `limit`.
+    async fn next_register(&mut self, limit: Duration) -> RegisterRequest {
+        tokio::time::timeout(limit, self.registered.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no Register within {limit:?}"))
+            .expect("channel open")
+    }
+
+    /// Asserts that no Register arrives within `quiet` (the plugin is calm, not looping).
+    async fn assert_no_register(&mut self, quiet: Duration) {
+        if let Ok(Some(r)) = tokio::time::timeout(quiet, self.registered.recv()).await {
+            panic!("unexpected Register of {} ({})", r.resource_name, r.endpoint);
+        }
+    }
+
+    /// A DevicePlugin client to the endpoint of `reg`, as the kubelet dials it.
+    async fn dial(&self, reg: &RegisterRequest) -> DevicePluginClient<tonic::transport::Channel> {
+        let ch = actk_device_plugin::uds::connect(&self.dir.join(&reg.endpoint)).await.expect("dial the plugin endpoint");
+        DevicePluginClient::new(ch)
+    }
+}
+
+/// The plugin binary, killed when dropped.
+struct PluginProcess {
+    child: Child,
+    _config: tempfile::TempDir,
+}
+
+impl PluginProcess {
+    fn start(root: &Path, socket_dir: &Path, args: &[&str]) -> PluginProcess {
+        let config = tempfile::tempdir().unwrap();
+        std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
+        std::fs::create_dir_all(config.path().join("profiles.d")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
+            .arg("--config")
+            .arg(config.path().join("dp.toml"))
+            .arg("--root")
+            .arg(root)
+            .arg("--socket-dir")
+            .arg(socket_dir)
+            .arg("--profiles-dir")
+            .arg(config.path().join("profiles.d"))
+            .args(args)
+            .env("ACTK_LOG", "actk_device_plugin=debug,info")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start actk-device-plugin");
+        PluginProcess { child, _config: config }
+    }
+
+    fn assert_running(&mut self) {
+        assert!(self.child.try_wait().unwrap().is_none(), "the plugin exited: {:?}", self.child.try_wait());
+    }
+}
+
+impl Drop for PluginProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn prepare(name: &str) -> Option<Fixture> {
+    fixture::prepare(name).expect("fixture prepares")
+}
+
+fn one(ids: &[&str]) -> AllocateRequest {
+    AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: ids.iter().map(|s| s.to_string()).collect() }] }
+}
+
+async fn next_list(stream: &mut Streaming<ListAndWatchResponse>, limit: Duration) -> ListAndWatchResponse {
+    tokio::time::timeout(limit, stream.message())
+        .await
+        .unwrap_or_else(|_| panic!("no ListAndWatch update within {limit:?}"))
+        .expect("stream ok")
+        .expect("stream open")
+}
+
+fn health_of(list: &ListAndWatchResponse, id: &str) -> String {
+    list.devices.iter().find(|d| d.id == id).map(|d| d.health.clone()).unwrap_or_else(|| panic!("{id} not listed"))
+}
+
+/// GPU UUIDs of the fixture in index (PCI bus) order, read from procfs.
+fn gpu_uuids(root: &Path) -> Vec<String> {
+    let inv = actk_core::discover::discover(root, &actk_core::profile::builtin());
+    inv.vendor_by_kind("nvidia.com/gpu").unwrap().devices.iter().map(|d| d.uuid.clone().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn register_stream_allocate_and_errors_on_dgx() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "cdi-cri,cdi-annotations,envvar,device-specs"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!((reg.version.as_str(), reg.resource_name.as_str()), ("v1beta1", "nvidia.com/gpu"));
+    assert!(dir.path().join(&reg.endpoint).exists(), "endpoint {} is a file in the socket dir", reg.endpoint);
+    assert!(reg.options.unwrap().get_preferred_allocation_available);
+    let mut client = kubelet.dial(&reg).await;
+    let opts = client.get_device_plugin_options(Empty {}).await.unwrap().into_inner();
+    assert!(opts.get_preferred_allocation_available && !opts.pre_start_required);
+
+    let uuids = gpu_uuids(&f.root);
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut stream, Duration::from_secs(5)).await;
+    let ids: Vec<&str> = list.devices.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, uuids.iter().map(String::as_str).collect::<Vec<_>>(), "device IDs are the GPU UUIDs");
+    assert!(list.devices.iter().all(|d| d.health == "Healthy"));
+    let numa: Vec<i64> = list.devices.iter().map(|d| d.topology.as_ref().unwrap().nodes[0].id).collect();
+    assert_eq!(numa, [0, 0, 0, 0, 1, 1, 1, 1], "NUMA nodes from the fixture's sysfs");
+
+    let resp = client.allocate(one(&[&uuids[1], &uuids[0]])).await.unwrap().into_inner();
+    let c: &ContainerAllocateResponse = &resp.container_responses[0];
+    let cdi: Vec<&str> = c.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(cdi, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]);
+    assert_eq!(c.annotations["cdi.k8s.io/actk_nvidia.com_gpu"], "nvidia.com/gpu=0,nvidia.com/gpu=1");
+    assert_eq!(c.envs["NVIDIA_VISIBLE_DEVICES"], format!("{},{}", uuids[0], uuids[1]));
+    let specs: Vec<(&str, &str)> = c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.as_str())).collect();
+    let host = |p: &str| f.root.join(p.trim_start_matches('/')).display().to_string();
+    assert!(specs.contains(&("/dev/nvidia0", host("/dev/nvidia0").as_str())), "{specs:?}");
+    assert!(specs.contains(&("/dev/nvidia1", host("/dev/nvidia1").as_str())), "{specs:?}");
+    assert!(specs.contains(&("/dev/nvidiactl", host("/dev/nvidiactl").as_str())), "{specs:?}");
+    assert!(!specs.iter().any(|(p, _)| *p == "/dev/nvidia2"), "{specs:?}");
+    assert!(c.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05") && m.read_only), "{:?}", c.mounts);
+
+    let err = client.allocate(one(&[&uuids[0], "GPU-nope", "7x"])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("GPU-nope, 7x") && err.message().contains("nvidia.com/gpu"), "{}", err.message());
+}
+
+#[tokio::test]
+async fn f10_preferred_allocation_over_grpc_is_a_contiguous_pair() {
+    let Some(f) = prepare("aws-inf2-48xlarge") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "envvar,cdi-cri"]);
+    let mut regs = Vec::new();
+    for _ in 0..3 {
+        regs.push(kubelet.next_register(Duration::from_secs(10)).await);
+    }
+    let names: std::collections::BTreeSet<&str> = regs.iter().map(|r| r.resource_name.as_str()).collect();
+    assert_eq!(names, ["aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "aws.amazon.com/neurondevice"].into());
+    let neuron = regs.iter().find(|r| r.resource_name == "aws.amazon.com/neuron").unwrap();
+    let mut client = kubelet.dial(neuron).await;
+    let available: Vec<String> = (0..12).filter(|d| *d != 1 && *d != 2).map(|d| d.to_string()).collect();
+    let req = PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest { available_device_i_ds: available, must_include_device_i_ds: vec![], allocation_size: 2 }],
+    };
+    let resp = client.get_preferred_allocation(req).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].device_i_ds, ["3", "4"]);
+    let alloc = client.allocate(one(&["4", "3"])).await.unwrap().into_inner();
+    assert_eq!(alloc.container_responses[0].envs["AWS_NEURON_VISIBLE_DEVICES"], "3,4");
+
+    // neuroncore: global core numbers; the cores variable is always set.
+    let cores = regs.iter().find(|r| r.resource_name == "aws.amazon.com/neuroncore").unwrap();
+    let mut client = kubelet.dial(cores).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut stream, Duration::from_secs(5)).await.devices.len(), 24, "12 devices x 2 cores");
+    let alloc = client.allocate(one(&["6", "7"])).await.unwrap().into_inner();
+    let c = &alloc.container_responses[0];
+    assert_eq!(c.envs["NEURON_RT_VISIBLE_CORES"], "6,7");
+    assert_eq!(c.envs["AWS_NEURON_VISIBLE_DEVICES"], "3");
+    assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["aws.amazon.com/neuron=3"]);
+}
+
+#[tokio::test]
+async fn health_goes_unhealthy_within_2s_and_recovers() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(health_of(&first, "3"), "Healthy");
+
+    let node = f.path("dev/nvidia3");
+    let meta = std::fs::metadata(&node).unwrap();
+    std::fs::remove_file(&node).unwrap();
+    let t = Instant::now();
+    let update = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert_eq!(health_of(&update, "3"), "Unhealthy", "after {:?}", t.elapsed());
+    assert_eq!(health_of(&update, "2"), "Healthy");
+    assert_eq!(update.devices.len(), 8, "an unhealthy device stays listed");
+
+    use std::os::unix::fs::MetadataExt;
+    let st = Command::new("mknod")
+        .arg(&node)
+        .arg("c")
+        .arg(((meta.rdev() >> 8) & 0xfff).to_string())
+        .arg((meta.rdev() & 0xff).to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let back = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert_eq!(health_of(&back, "3"), "Healthy", "the device recovers without a restart");
+}
+
+#[tokio::test]
+async fn f12_kubelet_restart_wiping_socket_dir_reregisters_within_5s() {
+    let Some(f) = prepare("hetero-nvidia-neuron") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let mut plugin = PluginProcess::start(&f.root, dir.path(), &["--resources", "nvidia.com/gpu,aws.amazon.com/neuron"]);
+    let mut before = Vec::new();
+    for _ in 0..2 {
+        before.push(kubelet.next_register(Duration::from_secs(10)).await);
+    }
+    before.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+    // The kubelet holds one ListAndWatch stream per plugin for as long as it lives.
+    let mut streams = Vec::new();
+    let mut devices_before = Vec::new();
+    for r in &before {
+        let mut s = kubelet.dial(r).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+        devices_before.push(next_list(&mut s, Duration::from_secs(5)).await.devices);
+        streams.push(s);
+    }
+    kubelet.assert_no_register(Duration::from_secs(1)).await;
+
+    for round in 0..2 {
+        streams.clear(); // the old kubelet's connections die with it
+        kubelet.restart_wiping_dir(Duration::from_millis(300)).await;
+        let t = Instant::now();
+        let mut after = Vec::new();
+        for _ in 0..2 {
+            after.push(kubelet.next_register(Duration::from_secs(5)).await);
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "round {round}: re-registered after {:?}", t.elapsed());
+        after.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+        assert_eq!(after, before, "round {round}: same resources and endpoints");
+        for (r, want) in after.iter().zip(&devices_before) {
+            assert!(dir.path().join(&r.endpoint).exists(), "{} serves again", r.endpoint);
+            let mut s = kubelet.dial(r).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+            assert_eq!(&next_list(&mut s, Duration::from_secs(5)).await.devices, want, "round {round}: same devices");
+            streams.push(s);
+        }
+        kubelet.assert_no_register(Duration::from_secs(1)).await;
+        plugin.assert_running();
+    }
+}
+
+#[tokio::test]
+async fn late_kubelet_socket_plugin_waits_serving_then_registers() {
+    let Some(f) = prepare("gaudi2") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    let mut plugin = PluginProcess::start(&f.root, dir.path(), &[]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    plugin.assert_running();
+    let sock = dir.path().join("actk-habana_ai_gaudi.sock");
+    assert!(sock.exists(), "the plugin serves before any kubelet is there");
+    // Serving already: the DevicePlugin answers although nobody registered it yet.
+    let ch = actk_device_plugin::uds::connect(&sock).await.unwrap();
+    let opts = DevicePluginClient::new(ch).get_device_plugin_options(Empty {}).await.unwrap().into_inner();
+    assert!(opts.get_preferred_allocation_available);
+    kubelet.start();
+    let t = Instant::now();
+    let reg = kubelet.next_register(Duration::from_secs(5)).await;
+    assert_eq!(reg.resource_name, "habana.ai/gaudi");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let mut s = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 8);
+    plugin.assert_running();
+}
+
+/// Device nodes a container sees under /dev matching `nvidia*`, as "name major minor" lines.
+const LIST_NODES: &str = "cd /dev && for f in nvidia*; do [ -c \"$f\" ] && stat -c '%n %t %T' \"$f\"; done; test -e /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05 && echo libcuda";
+
+fn run_bundle(b: &actk_testsupport::engines::Bundle, what: &str) -> String {
+    let id = actk_testsupport::engines::unique_name(what);
+    let o = actk_testsupport::engines::runc(&["run".as_ref(), "--bundle".as_ref(), b.path().as_os_str(), std::ffi::OsStr::new(&id)]);
+    actk_testsupport::engines::expect_success(&format!("runc run ({what})"), &o)
+}
+
+#[tokio::test]
+async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
+    if !actk_testsupport::engines::require_root() {
+        return;
+    }
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    // The node's CDI spec, written by actk's generator into a private spec directory.
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(&f.root, &profiles);
+    let specs = actk_core::cdi::generate::generate_all(&profiles, &inv, None, &Default::default()).unwrap();
+    let spec_dir = tempfile::tempdir().unwrap();
+    for spec in &specs {
+        actk_core::cdi::write::write_spec_in_dir(spec, spec_dir.path(), actk_core::cdi::Format::Json).unwrap();
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "cdi-cri,device-specs"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let resp = kubelet.dial(&reg).await.allocate(one(&["2", "5"])).await.unwrap().into_inner();
+    let c = &resp.container_responses[0];
+
+    // 1. What a CDI-enabled runtime does with cdi_devices: resolve the names, apply the edits.
+    let names: Vec<actk_core::cdi::QualifiedName> =
+        c.cdi_devices.iter().map(|d| actk_core::cdi::QualifiedName::parse(&d.name).unwrap()).collect();
+    let edits = actk_core::cdi::Registry::load(&[spec_dir.path()]).resolve(&names).unwrap();
+    let cdi_bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", LIST_NODES], &[]).unwrap();
+    cdi_bundle.edit(|cfg| actk_core::edits::apply(cfg, &edits).unwrap()).unwrap();
+    let via_cdi = run_bundle(&cdi_bundle, "dp-cdi");
+
+    // 2. What the kubelet does with device specs and mounts: OCI devices (numbers from the
+    //    host node), cgroup allow rules, read-only bind mounts.
+    let spec_bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", LIST_NODES], &[]).unwrap();
+    spec_bundle
+        .edit(|cfg| {
+            use std::os::unix::fs::MetadataExt;
+            for d in &c.devices {
+                let rdev = std::fs::metadata(&d.host_path).unwrap().rdev();
+                let (major, minor) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+                let dev = serde_json::json!({"path": d.container_path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666});
+                if cfg["linux"]["devices"].is_null() {
+                    cfg["linux"]["devices"] = serde_json::json!([]);
+                }
+                cfg["linux"]["devices"].as_array_mut().unwrap().push(dev);
+                cfg["linux"]["resources"]["devices"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": d.permissions}));
+            }
+            for m in &c.mounts {
+                let opts = if m.read_only { serde_json::json!(["rbind", "ro"]) } else { serde_json::json!(["rbind"]) };
+                cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!({"destination": m.container_path, "source": m.host_path, "type": "bind", "options": opts}));
+            }
+        })
+        .unwrap();
+    let via_specs = run_bundle(&spec_bundle, "dp-specs");
+
+    let expect_gpu = |i: usize| {
+        let node = &inv.vendors[0].devices[i].nodes[0];
+        format!("{} {:x} {:x}", node.path.trim_start_matches("/dev/"), node.major, node.minor)
+    };
+    for out in [&via_cdi, &via_specs] {
+        assert!(out.lines().any(|l| l == expect_gpu(2)), "GPU 2 in the container: {out}");
+        assert!(out.lines().any(|l| l == expect_gpu(5)), "GPU 5 in the container: {out}");
+        for other in [0, 1, 3, 4, 6, 7] {
+            assert!(!out.lines().any(|l| l == expect_gpu(other)), "GPU {other} must not be there: {out}");
+        }
+        assert!(out.contains("nvidiactl c3 ff"), "control node: {out}");
+        assert!(out.lines().any(|l| l == "libcuda"), "driver library mounted: {out}");
+    }
+    let nodes = |out: &str| out.lines().filter(|l| *l != "libcuda").map(str::to_string).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(nodes(&via_cdi), nodes(&via_specs), "CDI names and device specs give the same device nodes");
+}

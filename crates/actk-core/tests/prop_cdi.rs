@@ -1,0 +1,202 @@
+//! Property tests of the CDI parsers (cdi/validate.rs, cdi/name.rs, cdi/write.rs): spec files
+//! in /etc/cdi and /var/run/cdi are read by actk-runtime on every container start that asks for
+//! a device, and qualified names come from container env and annotations.
+//!
+//! Invariants:
+//! - any text, as JSON or YAML, gives a spec or errors; every error names the file;
+//! - a valid spec with one field mutated (any JSON at any place, or a field removed) is either
+//!   still valid or rejected with errors naming the file (and a JSON pointer for rule errors);
+//! - a valid spec written as JSON or YAML reads back equal;
+//! - any string given as a qualified name or kind parses or errors naming it; a parsed name
+//!   prints back as the input.
+//!
+//! Cases per property: `PROPTEST_CASES` (default 256); counts go to `$ACTK_VERIFY_COUNTS`.
+
+use actk_core::cdi::validate::{parse_value, spec_from_value};
+use actk_core::cdi::write::to_text;
+use actk_core::cdi::{CdiError, Format, Kind, QualifiedName};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
+    let config = Config { failure_persistence: None, ..Config::default() };
+    let tried = AtomicU64::new(0);
+    let result = TestRunner::new(config).run(&strategy, |v| {
+        tried.fetch_add(1, Ordering::Relaxed);
+        test(v)
+    });
+    if let Err(e) = result {
+        panic!("{parser}: {e}");
+    }
+    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{parser} {}", tried.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// A spec as `actk cdi generate` writes one for two GPUs: every kind of edit, spec-level and
+/// per device.
+fn good() -> Value {
+    json!({
+        "cdiVersion": "0.6.0",
+        "kind": "nvidia.com/gpu",
+        "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]}},
+            {"name": "GPU-8f6a2c1e-0000", "annotations": {"a": "b"}, "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1", "type": "c", "major": 195, "minor": 1, "permissions": "rw"}]}},
+            {"name": "all", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}]}}
+        ],
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+            "deviceNodes": [{"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255}],
+            "mounts": [{"hostPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "options": ["ro", "nosuid", "nodev", "bind"]}],
+            "hooks": [{"hookName": "createContainer", "path": "/usr/bin/actk-hook", "args": ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"], "env": ["PATH=/bin"]}]
+        }
+    })
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        prop::sample::select(vec!["", "c", "b", "rwm", "x", "/dev/x", "rel/path", "prestart", "1.1.0", "0.2.0", "a=b", "=", "nvidia.com/gpu"]).prop_map(Value::from),
+        ".{0,10}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(2, 12, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::vec(("[a-zA-Z]{0,8}", inner), 0..3).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// Every JSON pointer in `v`.
+fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
+    out.push(at.clone());
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, c)| pointers(c, format!("{at}/{k}"), out)),
+        Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
+        _ => {}
+    }
+}
+
+/// The file every error must name, and each error does.
+fn errors_name_file(errors: &[CdiError], file: &Path) -> Result<(), TestCaseError> {
+    prop_assert!(!errors.is_empty(), "rejected without an error");
+    for e in errors {
+        let shown = e.to_string();
+        prop_assert!(shown.contains(&file.display().to_string()), "error does not name {}: {}", file.display(), shown);
+    }
+    Ok(())
+}
+
+/// Parse + validate, as `actk cdi validate` does (with the schema) or the registry (without).
+fn read(text: &str, file: &Path, format: Option<Format>, schema: bool) -> Result<actk_core::cdi::Spec, Vec<CdiError>> {
+    let v = parse_value(text, file, format).map_err(|e| vec![e])?;
+    spec_from_value(v, Some(file), schema)
+}
+
+#[test]
+fn arbitrary_text_as_json_or_yaml_never_panics_and_errors_name_the_file() {
+    let text = prop_oneof![
+        any::<String>(),
+        "[{}\\[\\]:,\"a-z0-9 \n-]{0,64}",
+        json_value().prop_map(|v| v.to_string()),
+        // YAML structure: indentation, lists, anchors and aliases, tags, documents.
+        prop::collection::vec(prop::sample::select(vec!["a: ", "- ", "  ", "\n", "&x ", "*x", "!!str ", "---\n", "{", "}", "[", "]", "cdiVersion: 0.5.0\n", "kind: nvidia.com/gpu\n", "devices:\n", "'", "\"", "#", "? ", "<<: *x\n"]), 0..24).prop_map(|t| t.concat()),
+    ];
+    let format = prop::sample::select(vec![None, Some(Format::Json), Some(Format::Yaml)]);
+    check("cdi-spec-text", (text, format, any::<bool>()), |(text, format, schema)| {
+        let file = Path::new("/etc/cdi/fuzz-input.yaml");
+        if let Err(errors) = read(&text, file, format, schema) {
+            errors_name_file(&errors, file)?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn mutated_valid_specs_are_accepted_or_rejected_naming_file_and_field() {
+    let base = good();
+    let file = Path::new("/var/run/cdi/nvidia.com-gpu.json");
+    if let Err(e) = spec_from_value(base.clone(), Some(file), true) {
+        panic!("the base spec must be valid: {e:?}");
+    }
+    let mut ptrs = Vec::new();
+    pointers(&base, String::new(), &mut ptrs);
+    let strategy = (prop::sample::select(ptrs), json_value(), 0u8..3, "[a-zA-Z]{1,8}", any::<bool>());
+    check("cdi-spec-mutated", strategy, |(at, value, how, key, schema)| {
+        let mut doc = base.clone();
+        match how {
+            // Replace the value at `at`.
+            0 => {
+                if let Some(slot) = doc.pointer_mut(&at) {
+                    *slot = value;
+                }
+            }
+            // Remove it from its parent.
+            1 => {
+                if let Some((parent, last)) = at.rsplit_once('/') {
+                    match doc.pointer_mut(parent) {
+                        Some(Value::Object(m)) => {
+                            m.shift_remove(last);
+                        }
+                        Some(Value::Array(a)) => {
+                            if let Ok(i) = last.parse::<usize>() {
+                                a.remove(i);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            // Add a field to it (when it is an object).
+            _ => {
+                if let Some(Value::Object(m)) = doc.pointer_mut(&at) {
+                    m.insert(key, value);
+                }
+            }
+        }
+        for (text, format) in [(doc.to_string(), Format::Json), (serde_json::to_string_pretty(&doc).unwrap_or_default(), Format::Yaml)] {
+            // JSON is valid YAML: the YAML reader must reach the same verdict.
+            match read(&text, file, Some(format), schema) {
+                Ok(spec) => {
+                    // What validates also writes back and reads back to the same spec.
+                    for f in [Format::Json, Format::Yaml] {
+                        let out = to_text(&spec, f).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                        let back = read(&out, file, Some(f), true).map_err(|e| TestCaseError::fail(format!("{e:?}\n{out}")))?;
+                        prop_assert_eq!(&back, &spec);
+                    }
+                }
+                Err(errors) => errors_name_file(&errors, file)?,
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn qualified_names_and_kinds_parse_or_name_the_input() {
+    let part = prop_oneof!["[a-z][a-z0-9.-]{0,10}[a-z0-9]", ".{0,6}", Just(String::new())];
+    let name = prop_oneof![
+        (part.clone(), part.clone(), part.clone()).prop_map(|(v, c, n)| format!("{v}/{c}={n}")),
+        (part.clone(), part).prop_map(|(v, c)| format!("{v}/{c}")),
+        any::<String>(),
+    ];
+    check("cdi-names", name, |input| {
+        match QualifiedName::parse(&input) {
+            Ok(q) => prop_assert_eq!(q.to_string(), input.clone()),
+            Err(e) => prop_assert!(e.to_string().contains(&format!("{input:?}")), "{}", e),
+        }
+        match Kind::parse(&input) {
+            Ok(k) => prop_assert_eq!(format!("{}/{}", k.vendor, k.class), input.clone()),
+            Err(e) => prop_assert!(e.to_string().contains(&format!("{input:?}")), "{}", e),
+        }
+        Ok(())
+    });
+}

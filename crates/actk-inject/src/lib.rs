@@ -145,6 +145,7 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
     let specs: Vec<nodes::NodeSpec> =
         edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
     let mut prepared = Vec::new();
+    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(&opts.host_root)?) };
     for m in &edits.mounts {
         let t = m.mount_type.as_deref().unwrap_or("bind");
         if t != "bind" && t != "rbind" && !m.options.iter().any(|o| o == "bind" || o == "rbind") {
@@ -153,7 +154,8 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
                 reason: format!("mount type {t:?} cannot be injected by a hook; only bind mounts of host files"),
             });
         }
-        prepared.push(mounts::PreparedMount::new(&opts.host_root, Path::new(&m.host_path), &m.container_path)?);
+        let Some(hr) = &host_root else { break };
+        prepared.push(mounts::PreparedMount::new(hr, Path::new(&m.host_path), &m.container_path)?);
     }
     let ldconfig = match &opts.ldconfig {
         Some(p) if !lib_dirs(edits).is_empty() => Some(ldcache::HostLdconfig::open(p)?),

@@ -28,6 +28,23 @@ pub struct PreparedMount {
     is_dir: bool,
 }
 
+/// The host driver root, opened once for all mount sources of a container.
+#[derive(Debug)]
+pub struct HostRoot {
+    /// The path (`/`, or a driver root such as `/run/nvidia/driver`).
+    pub path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl HostRoot {
+    /// Opens `path` as an `O_PATH` directory.
+    pub fn open(path: &Path) -> Result<HostRoot> {
+        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| InjectError::host("open host driver root", path, e))?;
+        Ok(HostRoot { path: path.to_path_buf(), fd })
+    }
+}
+
 /// `struct mount_attr` of mount_setattr(2) (linux/mount.h, MOUNT_ATTR_SIZE_VER0 = 32 bytes).
 #[repr(C)]
 struct MountAttr {
@@ -44,22 +61,24 @@ impl PreparedMount {
     /// Errors: [`InjectError::HostRefused`] for a source outside the driver root or one reached
     /// through a magic link (`/proc/PID/root/...`: another container's file),
     /// [`InjectError::Host`] when the source is missing or the clone fails.
-    pub fn new(host_root: &Path, source: &Path, target: &str) -> Result<PreparedMount> {
-        let rel = match source.strip_prefix(host_root) {
+    pub fn new(host_root: &HostRoot, source: &Path, target: &str) -> Result<PreparedMount> {
+        let rel = match source.strip_prefix(&host_root.path) {
             Ok(rel) if source.is_absolute() => rel,
             _ => {
                 return Err(InjectError::HostRefused {
                     path: source.into(),
-                    reason: format!("mount source is not under the host driver root {}; actk mounts only host driver files", host_root.display()),
+                    reason: format!(
+                        "mount source is not under the host driver root {}; actk mounts only host driver files",
+                        host_root.path.display()
+                    ),
                 });
             }
         };
-        let root_fd = rustix::fs::open(host_root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| InjectError::host("open host driver root", host_root, e))?;
+        let root_fd = &host_root.fd;
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
         // Symlinks in the driver root resolve inside it (as discovery resolved them); magic links never.
         let src = rustix::fs::openat2(
-            &root_fd,
+            root_fd,
             rel,
             OFlags::PATH | OFlags::CLOEXEC,
             Mode::empty(),
@@ -215,5 +234,41 @@ pub fn open_mnt_ns(pid: i32) -> Result<OwnedFd> {
 impl AsFd for PreparedMount {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.tree.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_outside_the_driver_root_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let hr = HostRoot::open(d.path()).unwrap();
+        let e = PreparedMount::new(&hr, Path::new("/etc/passwd"), "/etc/passwd").unwrap_err();
+        assert!(e.to_string().contains("not under the host driver root"), "{e}");
+    }
+
+    #[test]
+    fn source_through_a_magic_link_is_refused() {
+        // /proc/self/root/etc/passwd would be "another process's root": never a mount source.
+        let hr = HostRoot::open(Path::new("/")).unwrap();
+        let e = PreparedMount::new(&hr, Path::new("/proc/self/root/etc/passwd"), "/x").unwrap_err();
+        assert!(e.to_string().contains("magic link"), "{e}");
+    }
+
+    #[test]
+    fn symlink_in_the_driver_root_resolves_inside_it() {
+        // lib -> /usr/lib (absolute, as on merged-/usr hosts) must mean <root>/usr/lib, not the host's.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("usr/lib")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib", d.path().join("lib")).unwrap();
+        let hr = HostRoot::open(d.path()).unwrap();
+        // Exists on the host, absent in the driver root: must not be found.
+        let probe = ["/usr/lib/os-release", "/usr/lib/x86_64-linux-gnu/libc.so.6"].into_iter().find(|p| Path::new(p).exists()).unwrap();
+        let rel = Path::new(probe).strip_prefix("/usr/lib").unwrap();
+        let src = d.path().join("lib").join(rel);
+        let e = PreparedMount::new(&hr, &src, "/x").unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
     }
 }

@@ -151,6 +151,9 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
     }
     let file = a.config.clone().unwrap_or_else(|| PathBuf::from(default_config(a.runtime)));
     let ops = ops(a.runtime);
+    // Two configures at once (provisioning scripts) would each read the file, add their entry
+    // and rename over the other's result: the read-modify-write holds a lock on the directory.
+    let _lock = lock_dir(&file)?;
     let current = match std::fs::read_to_string(&file) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -212,6 +215,21 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
         reload_hint(a.runtime)
     );
     Ok(())
+}
+
+/// An exclusive `flock(2)` on the directory of `file` (released when the handle drops), so that
+/// concurrent configures of the same file run one after the other; `None` when the directory does
+/// not exist yet (nothing to read, so nothing to lose).
+fn lock_dir(file: &Path) -> Result<Option<std::fs::File>> {
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match std::fs::File::open(dir) {
+        Ok(f) => {
+            f.lock().with_context(|| format!("cannot lock {}", dir.display()))?;
+            Ok(Some(f))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", dir.display())),
+    }
 }
 
 /// Writes `text` to `file` atomically (temporary file in the same directory, fsync, rename),

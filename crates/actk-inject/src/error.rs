@@ -1,5 +1,6 @@
 //! Errors of the injection library: each variant names the path (container path or host path),
 //! the operation and the OS error, so that the message runc shows the user is enough to act on.
+//! OS errors are `#[source]`s: print with the chain (anyhow's `{:#}`) to see them.
 
 use std::path::PathBuf;
 
@@ -18,7 +19,8 @@ pub enum InjectError {
         reason: &'static str,
     },
     /// A syscall on a path inside the container root failed.
-    #[error("{op} {path:?} inside container root {root}: {source}")]
+    // The OS error is the `source`: printed by error chains (`{:#}` in the binaries), not here twice.
+    #[error("{op} {path:?} inside container root {root}")]
     Container {
         /// The operation (`resolve`, `mkdir`, `mknod`, ...).
         op: &'static str,
@@ -42,7 +44,7 @@ pub enum InjectError {
         reason: String,
     },
     /// A syscall on a host path failed.
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {path}")]
     Host {
         /// The operation.
         op: &'static str,

@@ -269,6 +269,7 @@ mod tests {
         let rel = Path::new(probe).strip_prefix("/usr/lib").unwrap();
         let src = d.path().join("lib").join(rel);
         let e = PreparedMount::new(&hr, &src, "/x").unwrap_err();
-        assert!(e.to_string().contains("No such file"), "{e}");
+        let cause = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
+        assert!(e.to_string().contains("open mount source") && cause.contains("No such file"), "{e}: {cause}");
     }
 }

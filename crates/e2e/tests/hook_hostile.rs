@@ -105,6 +105,7 @@ fn replace_with_symlink(path: &Path, target: &str) {
 /// names `path`.
 fn started_or_clear_error(o: &Output, expect_out: &str, path: &str) -> bool {
     let (out, err) = text(o);
+    eprintln!("{path}: {}", if o.status.success() { "container started".to_string() } else { err.trim().to_string() });
     if o.status.success() {
         assert!(out.contains(expect_out), "container started but output lacks {expect_out:?}:\n{out}\n{err}");
         true
@@ -156,6 +157,7 @@ fn dev_symlinked_to_root_touches_nothing_on_host() {
     let o = env.run(&b);
     let (out, err) = text(&o);
     assert!(!before && !Path::new("/nvidia0").exists(), "a device node appeared in the host's /");
+    eprintln!("/dev -> /: {}", if o.status.success() { "container started".to_string() } else { err.trim().to_string() });
     // runc itself resolves /dev inside the rootfs; whatever it decides, the node is ours or absent.
     if o.status.success() {
         assert!(out.contains("/dev/nvidia0"), "{out}\n{err}");

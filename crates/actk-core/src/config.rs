@@ -206,9 +206,11 @@ mod tests {
 
     #[test]
     fn show_output_parses_back() {
-        let mut c = Config::default();
-        c.log_file = Some("/var/log/a.log".into());
-        c.nvidia.default_capabilities = Some(vec!["all".into()]);
+        let c = Config {
+            log_file: Some("/var/log/a.log".into()),
+            nvidia: VendorConfig { default_capabilities: Some(vec!["all".into()]) },
+            ..Config::default()
+        };
         assert_eq!(Config::parse(&c.to_toml(), Path::new("x")).unwrap(), c);
     }
 

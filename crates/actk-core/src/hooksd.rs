@@ -189,10 +189,10 @@ impl LoadedHook {
         if w.always == Some(false) {
             return false;
         }
-        if let Some(want) = w.has_bind_mounts {
-            if want != has_bind_mounts(spec) {
-                return false;
-            }
+        if let Some(want) = w.has_bind_mounts
+            && want != has_bind_mounts(spec)
+        {
+            return false;
         }
         let annotations = spec.get("annotations").and_then(Value::as_object);
         for (kre, vre) in &self.annotations {

@@ -11,6 +11,7 @@
 //!      they are (capabilities do not narrow a spec: it says what its devices need);
 //!    - else generated in memory from discovery of the host root
 //!      ([`crate::cdi::generate::edits_for`] with the requested capabilities).
+//!
 //!    `none` and core requests always use discovery (no CDI name means "driver only"; cores need
 //!    each device's core count).
 //! 3. Fully qualified CDI names (annotations `cdi.k8s.io/*`, or names in a selection variable)
@@ -173,6 +174,24 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
             let indexes = vr.resolve(vendor)?;
+            // A listed device whose node discovery could not use (removed since the last look, or
+            // its driver gone) would otherwise start the container silently without it.
+            if let (Some(v), Selection::Devices(_)) = (vendor, &vr.selection)
+                && let Some(d) = v.devices.iter().find(|d| indexes.contains(&d.index) && d.nodes.is_empty())
+            {
+                let seen: Vec<String> = inventory
+                    .warnings
+                    .iter()
+                    .filter(|w| d.pci_bus_id.as_deref().is_some_and(|b| w.message.contains(b)))
+                    .map(|w| w.to_string())
+                    .collect();
+                let why = if seen.is_empty() { String::new() } else { format!(": {}", seen.join("; ")) };
+                return Err(PlanError::Request(RequestError {
+                    variable: vr.variable.clone(),
+                    value: vr.value.clone(),
+                    problem: format!("device {} has no usable device node{why}", d.index),
+                }));
+            }
             match (profile, vendor) {
                 (Some(p), Some(v)) => {
                     let mut edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);

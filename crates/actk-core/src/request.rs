@@ -148,11 +148,11 @@ pub fn collect(
             },
             (None, None) => continue,
         };
-        if let Selection::Devices(d) = &selection {
-            if d.is_empty() {
-                // Only CDI names were listed: they go through the registry, no vendor request.
-                continue;
-            }
+        if let Selection::Devices(d) = &selection
+            && d.is_empty()
+        {
+            // Only CDI names were listed: they go through the registry, no vendor request.
+            continue;
         }
         let capabilities = capabilities(profile, env, default_capabilities)?;
         req.vendors.push(VendorRequest {

@@ -127,7 +127,8 @@ fn f03_every_argument_reaches_the_runtime_unchanged_and_in_order() {
 fn f04_bundle_forms_edit_the_same_config_json() {
     let e = Env::new();
     e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 4);
-    let forms: [(&str, fn(&str) -> Vec<String>); 4] = [
+    type Form = (&'static str, fn(&str) -> Vec<String>);
+    let forms: [Form; 4] = [
         ("-b DIR", |b| vec!["create".into(), "-b".into(), b.into(), "id".into()]),
         ("--bundle=DIR", |b| vec!["create".into(), format!("--bundle={b}"), "id".into()]),
         ("--bundle DIR", |b| vec!["create".into(), "--bundle".into(), b.into(), "id".into()]),

@@ -107,10 +107,10 @@ fn runtime_path(given: Option<&Path>) -> Result<PathBuf> {
         }
         return Ok(p.to_path_buf());
     }
-    if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("actk-runtime"))) {
-        if sibling.is_file() {
-            return Ok(sibling);
-        }
+    if let Some(sibling) = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("actk-runtime")))
+        && sibling.is_file()
+    {
+        return Ok(sibling);
     }
     let path = std::env::var("PATH").unwrap_or_default();
     for dir in path.split(':').filter(|d| d.starts_with('/')) {
@@ -200,10 +200,10 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
         print!("{edited}");
         return Ok(());
     }
-    if let Some(cur) = &current {
-        if !bak.exists() {
-            std::fs::write(&bak, cur).with_context(|| format!("cannot write the backup {}", bak.display()))?;
-        }
+    if let Some(cur) = &current
+        && !bak.exists()
+    {
+        std::fs::write(&bak, cur).with_context(|| format!("cannot write the backup {}", bak.display()))?;
     }
     write_atomic(&file, &edited)?;
     println!(
@@ -301,6 +301,24 @@ pub(crate) mod tomlx {
             Some(slot) => *slot = item,
             None => {
                 t.insert(key, item);
+            }
+        }
+    }
+
+    /// Undoes `--set-as-default`: when `key` in the table at `path` names `name`, sets it back to
+    /// the value the `original` file (the `.bak`) had there, or removes it when it had none.
+    pub fn restore_default(doc: &mut DocumentMut, path: &[&str], key: &str, name: &str, original: Option<&str>) {
+        let Some(t) = get_table(doc, path) else { return };
+        if t.get(key).and_then(|v| v.as_str()) != Some(name) {
+            return;
+        }
+        let prev = original.and_then(|o| parse(o).ok()).and_then(|mut o| {
+            get_table(&mut o, path).and_then(|t| t.get(key).and_then(|v| v.as_str()).map(str::to_string))
+        });
+        match prev.filter(|p| p != name) {
+            Some(p) => set(t, key, toml_edit::value(p)),
+            None => {
+                t.remove(key);
             }
         }
     }

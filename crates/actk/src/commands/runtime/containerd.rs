@@ -6,7 +6,7 @@
 //! `containerd.default_runtime_name`. Edited with toml_edit: comments and layout stay.
 
 use super::Entry;
-use super::tomlx::{get_table, parse, prune, set, table_at};
+use super::tomlx::{get_table, parse, prune, restore_default, set, table_at};
 use anyhow::Result;
 use toml_edit::{DocumentMut, value};
 
@@ -44,21 +44,7 @@ pub fn remove(text: &str, name: &str, original: Option<&str>) -> Result<String> 
     if let Some(r) = get_table(&mut doc, &path) {
         r.remove(name);
     }
-    if let Some(c) = get_table(&mut doc, &path[..3]) {
-        if c.get("default_runtime_name").and_then(|v| v.as_str()) == Some(name) {
-            let prev = original.and_then(|o| parse(o).ok()).and_then(|mut o| {
-                get_table(&mut o, &path[..3]).and_then(|t| t.get("default_runtime_name").and_then(|v| v.as_str()).map(str::to_string))
-            });
-            match prev.filter(|p| p != name) {
-                Some(prev) => {
-                    set(c, "default_runtime_name", value(prev));
-                }
-                None => {
-                    c.remove("default_runtime_name");
-                }
-            }
-        }
-    }
+    restore_default(&mut doc, &path[..3], "default_runtime_name", name, original);
     prune(&mut doc, &path, 0);
     if doc.as_table().len() == 1 && doc.get("version").is_some() && original.is_none() {
         // Only the `version` line configure wrote into a new file is left.

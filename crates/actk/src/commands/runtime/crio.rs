@@ -4,7 +4,7 @@
 //! anything else in the file.
 
 use super::Entry;
-use super::tomlx::{get_table, parse, prune, set, table_at};
+use super::tomlx::{get_table, parse, prune, restore_default, set, table_at};
 use anyhow::Result;
 use toml_edit::value;
 
@@ -29,21 +29,7 @@ pub fn remove(text: &str, name: &str, original: Option<&str>) -> Result<String> 
     if let Some(r) = get_table(&mut doc, &["crio", "runtime", "runtimes"]) {
         r.remove(name);
     }
-    if let Some(r) = get_table(&mut doc, &["crio", "runtime"]) {
-        if r.get("default_runtime").and_then(|v| v.as_str()) == Some(name) {
-            let prev = original.and_then(|o| parse(o).ok()).and_then(|mut o| {
-                get_table(&mut o, &["crio", "runtime"]).and_then(|t| t.get("default_runtime").and_then(|v| v.as_str()).map(str::to_string))
-            });
-            match prev.filter(|p| p != name) {
-                Some(p) => {
-                    set(r, "default_runtime", value(p));
-                }
-                None => {
-                    r.remove("default_runtime");
-                }
-            }
-        }
-    }
+    restore_default(&mut doc, &["crio", "runtime"], "default_runtime", name, original);
     prune(&mut doc, &["crio", "runtime", "runtimes"], 0);
     Ok(doc.to_string())
 }

@@ -3,7 +3,7 @@
 //! comments and the rest of the file.
 
 use super::Entry;
-use super::tomlx::{get_table, parse, prune, set, table_at};
+use super::tomlx::{get_table, parse, prune, restore_default, set, table_at};
 use anyhow::Result;
 use toml_edit::{Array, value};
 
@@ -29,21 +29,7 @@ pub fn remove(text: &str, name: &str, original: Option<&str>) -> Result<String> 
     if let Some(r) = get_table(&mut doc, &["engine", "runtimes"]) {
         r.remove(name);
     }
-    if let Some(eng) = get_table(&mut doc, &["engine"]) {
-        if eng.get("runtime").and_then(|v| v.as_str()) == Some(name) {
-            let prev = original.and_then(|o| parse(o).ok()).and_then(|mut o| {
-                get_table(&mut o, &["engine"]).and_then(|t| t.get("runtime").and_then(|v| v.as_str()).map(str::to_string))
-            });
-            match prev.filter(|p| p != name) {
-                Some(p) => {
-                    set(eng, "runtime", value(p));
-                }
-                None => {
-                    eng.remove("runtime");
-                }
-            }
-        }
-    }
+    restore_default(&mut doc, &["engine"], "runtime", name, original);
     let had_runtimes = original.and_then(|o| parse(o).ok()).is_some_and(|mut o| get_table(&mut o, &["engine", "runtimes"]).is_some());
     if !had_runtimes {
         prune(&mut doc, &["engine", "runtimes"], 0);

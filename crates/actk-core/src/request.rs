@@ -675,6 +675,25 @@ mod tests {
     }
 
     #[test]
+    fn builtin_profiles_map_every_documented_variable() {
+        let profiles = crate::profile::builtin();
+        let e = env(&[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "AWS_NEURON_VISIBLE_DEVICES=0-1",
+            "AMD_VISIBLE_DEVICES=all",
+            "HABANA_VISIBLE_DEVICES=1,2",
+        ]);
+        let r = collect(&e, &BTreeMap::new(), &profiles, &BTreeMap::new()).unwrap();
+        let kinds: Vec<&str> = r.vendors.iter().map(|v| v.kind.as_str()).collect();
+        assert_eq!(kinds, ["nvidia.com/gpu", "aws.amazon.com/neuron", "amd.com/gpu", "habana.ai/gaudi"]);
+        assert_eq!(r.vendors[0].capabilities, ["utility", "compute"]);
+        assert_eq!(r.vendors[1].selection, Selection::Devices(vec![DeviceRef::Index(0), DeviceRef::Index(1)]));
+        assert_eq!(r.vendors[2].selection, Selection::All);
+        let r = collect(&env(&["NEURON_RT_VISIBLE_CORES=0-3"]), &BTreeMap::new(), &profiles, &BTreeMap::new()).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::Cores(vec![0, 1, 2, 3]));
+    }
+
+    #[test]
     fn format_indexes_compacts_runs() {
         assert_eq!(format_indexes(&[3, 0, 1, 2, 7, 5]), "0-3,5,7");
         assert_eq!(format_indexes(&[]), "none");

@@ -213,6 +213,18 @@ fn unknown_device_fails_before_exec_naming_variable_value_and_devices_and_leaves
 }
 
 #[test]
+fn log_file_records_what_was_served() {
+    let e = Env::new();
+    e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
+    let cfg = fs::read_to_string(e.p("config.toml")).unwrap();
+    fs::write(e.p("config.toml"), format!("log_file = {:?}\n{cfg}", e.p("actk.log").display().to_string())).unwrap();
+    let b = e.bundle("b", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    assert!(e.run(&["create", "-b", b.to_str().unwrap(), "id"], None).status.success());
+    let log = fs::read_to_string(e.p("actk.log")).unwrap();
+    assert!(log.contains("nvidia.com/gpu=1 (NVIDIA_VISIBLE_DEVICES, spec)"), "{log}");
+}
+
+#[test]
 fn nothing_requested_leaves_config_json_byte_for_byte() {
     let e = Env::new();
     let b = e.bundle("b", &minimal(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]));

@@ -4,7 +4,10 @@
 //! `O_PATH | O_NOFOLLOW`, checked (a regular file owned by root, not writable by group or others,
 //! executable), and executed through that very fd (`/proc/self/fd/N`, what fexecve(3) does), so a
 //! swap of the path after the check runs nothing else. It runs with `-r <container root>` (it
-//! chroots there) and an environment of exactly [`crate::env::minimal_env`], under a timeout.
+//! chroots there) and `-X` (it writes the cache file only, no soname links in directories the
+//! image names, which may be host volumes), with an environment of exactly
+//! [`crate::env::minimal_env`], under a timeout. Discovery mounts each soname as a file, so the
+//! cache entries point at files that exist.
 //!
 //! `ldconfig -r` reads the image's own /etc/ld.so.conf, so the library directories are given
 //! both as a drop-in `/etc/ld.so.conf.d/00-actk.conf` (kept for later ldconfig runs inside the
@@ -74,7 +77,7 @@ impl HostLdconfig {
         Ok(HostLdconfig { fd, path: path.into() })
     }
 
-    /// Runs `ldconfig -r <root> DIR...` with the minimal environment and `timeout`.
+    /// Runs `ldconfig -X -r <root> DIR...` with the minimal environment and `timeout`.
     /// Returns ldconfig's stderr.
     ///
     /// Errors: [`InjectError::Ldconfig`] with the exit status and stderr, or "timed out".
@@ -85,7 +88,9 @@ impl HostLdconfig {
         let err_dup = errbuf.try_clone().map_err(|e| InjectError::Ldconfig(format!("dup: {e}")))?;
         let keep = [self.fd.as_raw_fd(), root.as_fd().as_raw_fd()];
         let mut cmd = Command::new(&exe);
-        cmd.arg0("ldconfig").arg("-r").arg(root.proc_fd_path()).args(dirs);
+        // -X: write only the cache, never soname symlinks: the image's ld.so.conf may list a
+        // directory that is a volume bind-mounted from the host, where ldconfig must not write.
+        cmd.arg0("ldconfig").arg("-X").arg("-r").arg(root.proc_fd_path()).args(dirs);
         cmd.env_clear().envs(minimal_env()).current_dir("/");
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(err_dup));
         // SAFETY: only fcntl(2) between fork and exec, which is async-signal-safe.

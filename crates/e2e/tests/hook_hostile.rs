@@ -328,3 +328,32 @@ fn symlink_swapped_while_the_hook_runs() {
     }
     eprintln!("race: {started}/6 containers started");
 }
+
+#[test]
+fn ldconfig_writes_no_links_into_a_host_volume_the_image_lists() {
+    let Some(env) = setup() else { return };
+    // A real library whose soname link is missing, in a host directory bind-mounted rw.
+    let lib = std::fs::read_dir("/lib/x86_64-linux-gnu")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libz.so.1.")))
+        .expect("a versioned libz on the host");
+    let vol = tempfile::Builder::new().prefix("actk-volume-").tempdir().unwrap();
+    std::fs::copy(&lib, vol.path().join(lib.file_name().unwrap())).unwrap();
+    let before: Vec<_> = std::fs::read_dir(vol.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    let b = env.bundle("true", &[]);
+    let v = vol.path().to_string_lossy().to_string();
+    b.edit(|c| {
+        c["mounts"].as_array_mut().unwrap().push(json!({"destination": "/vol", "type": "bind", "source": v, "options": ["rbind", "rw"]}));
+    })
+    .unwrap();
+    std::fs::write(b.rootfs().join("etc/ld.so.conf"), "/vol\ninclude /etc/ld.so.conf.d/*.conf\n").unwrap();
+    let o = env.run(&b);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let after: Vec<_> = std::fs::read_dir(vol.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(before, after, "ldconfig created entries in the host volume");
+    assert!(b.rootfs().join("etc/ld.so.cache").exists(), "the hook did not run ldconfig");
+    env.assert_host_untouched("volume listed in ld.so.conf");
+}

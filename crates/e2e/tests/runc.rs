@@ -288,3 +288,60 @@ fn glibc_container_asking_for_a_gpu_finds_libcuda_so_1_with_ldconfig_p() -> Resu
     }
     Ok(())
 }
+
+#[test]
+fn bundle_given_as_dash_b_bundle_equals_bundle_space_or_working_directory_is_edited_alike_f04() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let actk_config = ActkConfig::new(&fx.root)?;
+    let cfg = actk_config.write()?;
+    for form in ["-b", "--bundle=", "--bundle", "cwd"] {
+        let bundle = Bundle::busybox(&["ls", "-1", "/dev"], &["NVIDIA_VISIBLE_DEVICES=2"])?;
+        let id = unique_name("e2e-f04");
+        let dir = bundle.path().display().to_string();
+        let mut cmd = Command::new("timeout");
+        cmd.args(["--kill-after=10", "180"]).arg(engines::bin("actk-runtime")).env("ACTK_CONFIG", &cfg).arg("run");
+        match form {
+            "-b" | "--bundle" => cmd.args([form, &dir]),
+            "--bundle=" => cmd.arg(format!("--bundle={dir}")),
+            _ => cmd.current_dir(bundle.path()),
+        };
+        let o = cmd.arg(&id).stdin(std::process::Stdio::null()).output()?;
+        let dev = engines::names(&expect_success(&format!("actk-runtime run with the bundle as {form}"), &o));
+        assert!(dev.contains("nvidia2") && !dev.contains("nvidia0"), "bundle as {form}: /dev is {dev:?}");
+    }
+    Ok(())
+}
+
+#[test]
+fn image_whose_library_dir_is_an_absolute_symlink_gets_the_libraries_inside_its_root_f05() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let libcuda = versioned_libs(&fx.root, "libcuda.so.")?;
+    let libcuda = libcuda.first().context("no libcuda in the fixture")?;
+    let name = libcuda.rsplit('/').next().unwrap_or_default();
+    // As images do (merged /usr, multiarch moves): the library directory is an absolute symlink to
+    // another directory of the image. Its target does not exist on the host: if anything followed
+    // the link outside the container root, the host would get that directory.
+    let target = format!("/actk-e2e-f05-{}", std::process::id());
+    let script = format!("md5sum /usr/lib/x86_64-linux-gnu/{name} && ls -1 {target}");
+    let bundle = Bundle::busybox(&["sh", "-c", &script], &["NVIDIA_VISIBLE_DEVICES=0"])?;
+    let rootfs = bundle.rootfs();
+    fs::create_dir_all(rootfs.join(target.trim_start_matches('/')))?;
+    fs::create_dir_all(rootfs.join("usr/lib"))?;
+    std::os::unix::fs::symlink(&target, rootfs.join("usr/lib/x86_64-linux-gnu"))?;
+    let actk_config = ActkConfig::new(&fx.root)?;
+    let cfg = actk_config.write()?;
+    let id = unique_name("e2e-f05");
+    let o = actk_runtime(&cfg, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+    let out = expect_success("actk-runtime run on an image with /usr/lib/x86_64-linux-gnu -> /elsewhere", &o);
+    let want = md5(&fx.root.join(libcuda.trim_start_matches('/')))?;
+    assert!(out.lines().any(|l| l.starts_with(&want)), "the container does not see the host's {libcuda}: {out}");
+    assert!(out.lines().any(|l| l.trim() == name), "{name} did not land in the symlink's target {target} inside the image: {out}");
+    assert!(!Path::new(&target).exists(), "{target} was created on the host: a symlink was followed out of the container root");
+    Ok(())
+}

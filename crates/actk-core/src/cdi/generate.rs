@@ -230,6 +230,12 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
     let mut names = HashSet::new();
     let mut all = ContainerEdits::default();
     for d in &vendor.devices {
+        if d.nodes.is_empty() {
+            // Discovery keeps a device whose node is gone (it warned, naming the node); an entry
+            // without edits would make the whole spec invalid, so only this device is left out.
+            tracing::warn!("{kind} device {}: no usable device node; left out of the spec", d.index);
+            continue;
+        }
         let mut edits = ContainerEdits::default();
         for n in &d.nodes {
             edits.device_nodes.push(cdi_node(kind, n)?);

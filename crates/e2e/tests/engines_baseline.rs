@@ -42,3 +42,17 @@ fn plain_podman_runs_the_busybox_image_with_runc() -> Result<()> {
     assert_eq!(expect_success("podman run", &o).trim(), "hello");
     Ok(())
 }
+
+#[test]
+fn the_harness_config_file_is_one_actk_accepts() -> Result<()> {
+    // Every end-to-end test hands actk an ActkConfig; if its keys drifted from actk's config
+    // (unknown keys are errors), all of them would fail for a reason that is not theirs.
+    let host = tempfile::tempdir()?;
+    let cfg = engines::ActkConfig::new(host.path())?;
+    let path = cfg.write()?;
+    let o = engines::actk(Some(&path), &["config", "show"]);
+    let out = expect_success("actk config show with the harness config", &o);
+    assert!(out.contains(&host.path().display().to_string()), "root not taken from the harness config: {out}");
+    assert!(out.contains(&cfg.hooks_dir().display().to_string()), "hooks_dirs not taken: {out}");
+    Ok(())
+}

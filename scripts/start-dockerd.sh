@@ -41,6 +41,44 @@ has_hookbin() {
 
 # Marker: dockerd was started while the hook did not exist, so it did not register --gpus.
 marker=$hookbin/.dockerd-started-without-hook
+
+# Wait until `docker info` answers, or fail with the log tail.
+wait_for_docker() {
+  for _ in $(seq 1 "$timeout"); do
+    if docker info >/dev/null 2>&1; then
+      echo "start-dockerd: dockerd answers"
+      return 0
+    fi
+    sleep 1
+  done
+  echo "start-dockerd: dockerd did not answer 'docker info' within ${timeout} s; last lines of $1:" >&2
+  tail -n 30 "$1" >&2 2>/dev/null || journalctl -u docker.service -n 30 --no-pager >&2 || true
+  exit 1
+}
+
+# On a host where systemd manages docker.service (a usual Debian 12 install), give the service
+# the PATH through a drop-in and let systemd restart it: killing a systemd-managed dockerd would
+# race with its Restart= policy.
+if [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && systemctl cat docker.service >/dev/null 2>&1; then
+  dropin=/etc/systemd/system/docker.service.d/actk-hook-path.conf
+  want=$(printf '[Service]\nEnvironment=PATH=%s:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' "$hookbin")
+  changed=
+  if [ "$(cat "$dropin" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "$(dirname "$dropin")"
+    printf '%s\n' "$want" >"$dropin"
+    systemctl daemon-reload
+    changed=y
+  fi
+  pid=$(systemctl show -p MainPID --value docker.service 2>/dev/null || echo 0)
+  if [ -n "$changed" ] || [ "${pid:-0}" = 0 ] || ! has_hookbin "$pid" || { [ -e "$marker" ] && [ -x "$hook" ]; }; then
+    if [ -x "$hook" ]; then rm -f "$marker"; else touch "$marker"; fi
+    echo "start-dockerd: (re)starting docker.service with $hookbin first on its PATH ($dropin)"
+    systemctl restart docker.service
+  fi
+  wait_for_docker /dev/null
+  exit 0
+fi
+
 pid=$(running_pid)
 reason=
 if [ -n "$pid" ] && ! has_hookbin "$pid"; then
@@ -68,13 +106,4 @@ if [ -z "$pid" ]; then
   echo "start-dockerd: started dockerd (pid $!), log in $log"
 fi
 
-for _ in $(seq 1 "$timeout"); do
-  if docker info >/dev/null 2>&1; then
-    echo "start-dockerd: dockerd answers"
-    exit 0
-  fi
-  sleep 1
-done
-echo "start-dockerd: dockerd did not answer 'docker info' within ${timeout} s; last lines of $log:" >&2
-tail -n 30 "$log" >&2 || true
-exit 1
+wait_for_docker "$log"

@@ -50,20 +50,21 @@ pub fn find_controller(proc_cgroup: &str, mountinfo: &str) -> std::result::Resul
     };
     if let Some(path) = v1 {
         for (root, mp, fstype, opts) in &mounts {
-            if fstype == "cgroup" && opts.split(',').any(|o| o == "devices") {
-                if let Some(p) = join(root, mp, &path) {
-                    return Ok(DeviceController::V1(p));
-                }
+            if fstype == "cgroup"
+                && opts.split(',').any(|o| o == "devices")
+                && let Some(p) = join(root, mp, &path)
+            {
+                return Ok(DeviceController::V1(p));
             }
         }
         return Err(format!("the devices cgroup {path} is not under any mounted v1 devices hierarchy in /proc/self/mountinfo"));
     }
     if let Some(path) = v2 {
         for (root, mp, fstype, _) in &mounts {
-            if fstype == "cgroup2" {
-                if let Some(p) = join(root, mp, &path) {
-                    return Ok(DeviceController::V2(p));
-                }
+            if fstype == "cgroup2"
+                && let Some(p) = join(root, mp, &path)
+            {
+                return Ok(DeviceController::V2(p));
             }
         }
         return Err(format!("the cgroup2 path {path} is not under any mounted cgroup2 in /proc/self/mountinfo"));

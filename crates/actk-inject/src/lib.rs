@@ -201,10 +201,10 @@ pub fn lib_dirs(edits: &ContainerEdits) -> Vec<String> {
     for m in &edits.mounts {
         let p = Path::new(&m.container_path);
         let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-        if name.ends_with(".so") || name.contains(".so.") {
-            if let Some(parent) = p.parent() {
-                add(&parent.to_string_lossy());
-            }
+        if (name.ends_with(".so") || name.contains(".so."))
+            && let Some(parent) = p.parent()
+        {
+            add(&parent.to_string_lossy());
         }
     }
     for h in &edits.hooks {
@@ -220,4 +220,26 @@ pub fn lib_dirs(edits: &ContainerEdits) -> Vec<String> {
         }
     }
     dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actk_core::cdi::{CdiHook, CdiMount};
+
+    #[test]
+    fn lib_dirs_from_library_mounts_and_update_ldcache_hooks() {
+        let m = |c: &str| CdiMount { host_path: format!("/host{c}"), container_path: c.into(), ..Default::default() };
+        let edits = ContainerEdits {
+            mounts: vec![m("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), m("/usr/lib/x86_64-linux-gnu/libcuda.so"), m("/usr/bin/nvidia-smi"), m("/lib/firmware/nvidia/gsp.bin")],
+            hooks: vec![CdiHook {
+                hook_name: "createContainer".into(),
+                path: "/usr/bin/actk-hook".into(),
+                args: vec!["actk-hook".into(), "update-ldcache".into(), "--folder".into(), "/opt/compat".into(), "--folder=/usr/lib/x86_64-linux-gnu".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(lib_dirs(&edits), vec!["/usr/lib/x86_64-linux-gnu".to_string(), "/opt/compat".to_string()]);
+    }
 }

@@ -81,8 +81,8 @@ impl NodeSpec {
                 (None, None) => Err(err(format!("no {what} in the edit and host node {} cannot be read", host.display()))),
             }
         };
-        let major = num(n.major, |d| rustix::fs::major(d), "major")?;
-        let minor = num(n.minor, |d| rustix::fs::minor(d), "minor")?;
+        let major = num(n.major, rustix::fs::major, "major")?;
+        let minor = num(n.minor, rustix::fs::minor, "minor")?;
         let mode = n.file_mode.map(|m| m & 0o7777).or(st_ok.map(|s| s.st_mode & 0o777)).unwrap_or(0o666);
         let permissions = n.permissions.clone().unwrap_or_else(|| "rwm".into());
         if permissions.is_empty() || !permissions.chars().all(|c| "rwm".contains(c)) {

@@ -8,6 +8,7 @@
 //! - The other tests register a wrapper script (`ACTK_CONFIG=... exec actk-runtime "$@"`) under a
 //!   unique runtime name with `actk runtime configure --runtime docker --name N --path WRAPPER`
 //!   ([`DockerRuntime`]), so they run in parallel; `--remove` takes the entry out again.
+//!
 //! Every change of /etc/docker/daemon.json holds one lock and is followed by SIGHUP.
 
 use actk_testsupport::engines::{

@@ -10,7 +10,7 @@
 //! - [`docker`], [`podman`], [`runc`], [`actk_runtime`]: run a command with a time limit.
 //! - [`DockerRuntime`]: registers actk-runtime with dockerd under a unique name for one test,
 //!   through `actk runtime configure --runtime docker`, and removes it again on drop.
-//! - [`require_root`], [`require_root_and_engines`]: skip (or, under `CI=true`, fail) when the
+//! - [`require_root`], [`require_root_and_engines`]: skip (or, under `CI=true` or `ACTK_E2E_STRICT=1`, fail) when the
 //!   machine cannot run the tests.
 //!
 //! Everything that is shared between tests running in parallel (the cached rootfs, the imported
@@ -126,15 +126,18 @@ pub fn is_root() -> bool {
     fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
+/// True when a test must fail rather than skip: under CI (`CI=true`) and under `make test`
+/// (`ACTK_E2E_STRICT=1`), so the README's test command never passes by skipping.
 fn under_ci() -> bool {
-    std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false)
+    let set = |k: &str| std::env::var(k).map(|v| v == "true" || v == "1").unwrap_or(false);
+    set("CI") || set("ACTK_E2E_STRICT")
 }
 
 fn skip_or_fail(test_needs: &str, why: &str) -> bool {
     if under_ci() {
         panic!(
-            "CI=true but this machine cannot run the end-to-end tests: {why}. {test_needs} \
-             (.ci/run runs `make test`, which installs the packages and starts dockerd)"
+            "CI=true or ACTK_E2E_STRICT=1, but this machine cannot run the end-to-end tests: {why}. \
+             {test_needs} (`make test` installs the packages and starts dockerd)"
         );
     }
     eprintln!("skipping: {why}. {test_needs}");
@@ -143,8 +146,8 @@ fn skip_or_fail(test_needs: &str, why: &str) -> bool {
 
 /// True when the machine can run runc tests: root, and `runc` on PATH.
 ///
-/// Otherwise prints `skipping: ...` and returns false, or panics under `CI=true` (CI must not
-/// pass by skipping).
+/// Otherwise prints `skipping: ...` and returns false, or panics under `CI=true` or
+/// `ACTK_E2E_STRICT=1` (CI and `make test` must not pass by skipping).
 pub fn require_root() -> bool {
     if !is_root() {
         return skip_or_fail("Run the tests as root.", "not running as root (mknod, runc need it)");
@@ -158,7 +161,8 @@ pub fn require_root() -> bool {
 /// True when the machine can run the engine tests: root, runc and podman on PATH and dockerd
 /// answering `docker info`.
 ///
-/// Otherwise prints `skipping: ...` and returns false, or panics under `CI=true`.
+/// Otherwise prints `skipping: ...` and returns false, or panics under `CI=true` or
+/// `ACTK_E2E_STRICT=1`.
 pub fn require_root_and_engines() -> bool {
     if !require_root() {
         return false;

@@ -76,6 +76,7 @@ pub fn bin(name: &str) -> PathBuf {
     candidates.push(target_dir().join("debug").join(name));
     for c in &candidates {
         if c.is_file() {
+            warn_if_stale(c);
             return c.clone();
         }
     }
@@ -83,6 +84,46 @@ pub fn bin(name: &str) -> PathBuf {
         "binary {name} not found (looked at {candidates:?}); build it first with \
          `cargo build --workspace --bins` (`make test` does this)"
     );
+}
+
+/// Print a warning (shown with a failing test's output) when a product source file under
+/// crates/*/src is newer than the binary `exe`: `cargo test` does not rebuild other crates'
+/// binaries, so a test may be exercising yesterday's code.
+fn warn_if_stale(exe: &Path) {
+    fn newest(dir: &Path, best: &mut Option<(std::time::SystemTime, PathBuf)>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                newest(&p, best);
+            } else if let Ok(t) = m.modified()
+                && best.as_ref().is_none_or(|(b, _)| t > *b)
+            {
+                *best = Some((t, p));
+            }
+        }
+    }
+    let Ok(built) = fs::metadata(exe).and_then(|m| m.modified()) else { return };
+    let mut best = None;
+    if let Ok(rd) = fs::read_dir(workspace_root().join("crates")) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            // Test-only crates do not go into the binaries.
+            if name != "actk-testsupport" && name != "e2e" {
+                newest(&e.path().join("src"), &mut best);
+            }
+        }
+    }
+    if let Some((t, src)) = best
+        && t > built
+    {
+        eprintln!(
+            "warning: {} is older than {}; run `cargo build --workspace --bins` (make test does)",
+            exe.display(),
+            src.display()
+        );
+    }
 }
 
 /// The directory that caches rootfs trees and lock files between test runs: `target/actk-e2e`.

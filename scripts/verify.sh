@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# make verify: the robustness properties of issue 6, measured, with one line per property and
+# its figure at the end:
+#   - property tests of every parser of outside input, with PROPTEST_CASES cases per property
+#     (crates/actk-core/tests/prop_*.rs): inputs tried per parser;
+#   - coverage-guided fuzzing (cargo-fuzz, fuzz/) of each target for FUZZ_SECONDS: inputs tried,
+#     crashes (must be 0);
+#   - concurrency (crates/e2e/tests/concurrency.rs): containers started at once;
+#   - faults (crates/e2e/tests/faults.rs): faults injected;
+#   - leaks: differences HostGuard found inside the tests, plus a snapshot of the host (mount
+#     table, /dev, /etc/cdi, /var/run/cdi, daemon.json) before and after this whole run (must be 0).
+# Exit status 0 only when every property holds.
+#
+# Environment: PROPTEST_CASES (default 10000), FUZZ_SECONDS per fuzz target (default 120),
+# FUZZ_TARGETS (default: all in fuzz/Cargo.toml), SKIP_FUZZ=1 to leave fuzzing out.
+# Run as root with dockerd started (the Makefile's verify target starts it).
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+CARGO=${CARGO:-cargo}
+export PROPTEST_CASES=${PROPTEST_CASES:-10000}
+FUZZ_SECONDS=${FUZZ_SECONDS:-120}
+work=$(mktemp -d /tmp/actk-verify.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export ACTK_VERIFY_COUNTS="$work/counts"
+: > "$ACTK_VERIFY_COUNTS"
+failed=()
+summary=()
+
+log() { printf '\n=== %s\n' "$*"; }
+
+# The host as hostcheck.rs sees it (same fields, same engine directories left out).
+host_snapshot() {
+  awk '{
+      split($0, halves, " - "); n = split(halves[1], l, " "); split(halves[2], r, " ");
+      mp = l[5];
+      if (mp ~ "^/(var/lib/docker|run/docker|var/run/docker|run/containerd|var/lib/containerd|var/lib/containers|run/containers|run/libpod|run/netns|var/run/netns|run/user|run/runc|run/crun)(/|$)") next;
+      print "mount " mp " root=" l[4] " opts=" l[6] " type=" r[1] " source=" r[2]
+    }' /proc/self/mountinfo
+  find /dev \( -path /dev/pts -o -path /dev/shm -o -path /dev/mqueue -o -path /dev/hugepages \) -prune -o -printf 'dev %p %y %#m\n' 2>/dev/null
+  find /etc/cdi /var/run/cdi -type f -exec md5sum {} + 2>/dev/null | sed 's/^/cdi /'
+  if [ -e /etc/docker/daemon.json ]; then
+    # Runtimes of tests still running elsewhere (actk-e2e-*) are theirs; this run's are gone.
+    jq -cS 'if .runtimes then .runtimes |= with_entries(select(.key | startswith("actk-e2e-") | not)) else . end' \
+      /etc/docker/daemon.json 2>/dev/null | sed 's/^/daemon.json /' || echo "daemon.json (not JSON)"
+  else
+    echo "daemon.json absent"
+  fi
+}
+
+host_snapshot | sort > "$work/host-before"
+
+log "build"
+$CARGO build --workspace --bins || failed+=("build")
+
+log "property tests, PROPTEST_CASES=$PROPTEST_CASES"
+if ! $CARGO test -p actk-core --test prop_request --test prop_edits --test prop_cdi --test prop_files 2>&1 | tee "$work/prop.log"; then
+  failed+=("property tests")
+fi
+
+log "concurrency and faults (real engines)"
+if ! $CARGO test -p actk-e2e --test concurrency --test faults -- --test-threads=4 2>&1 | tee "$work/e2e.log"; then
+  failed+=("concurrency/fault tests")
+fi
+# HostGuard failures print "the host changed (N difference(s))".
+guard_leaks=$(cat "$work/prop.log" "$work/e2e.log" | sed -n 's/.*the host changed (\([0-9]*\) difference.*/\1/p' | awk '{s+=$1} END {print s+0}')
+
+declare -A fuzz_runs fuzz_crashes
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  log "coverage-guided fuzzing, ${FUZZ_SECONDS}s per target"
+  if ! command -v cargo-fuzz >/dev/null; then
+    $CARGO install cargo-fuzz --locked || failed+=("cargo install cargo-fuzz")
+  fi
+  targets=${FUZZ_TARGETS:-$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^actk-fuzz$')}
+  for t in $targets; do
+    mkdir -p "fuzz/target/corpus/$t" "fuzz/artifacts/$t"
+    before=$(ls "fuzz/artifacts/$t" | wc -l)
+    # New inputs go to fuzz/target/corpus (first dir); the committed seeds are only read.
+    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -a -s none "$t" "target/corpus/$t" "corpus/$t" -- \
+        -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -rss_limit_mb=4096) > "$work/fuzz-$t.log" 2>&1
+    rc=$?
+    tail -5 "$work/fuzz-$t.log"
+    fuzz_runs[$t]=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz-$t.log" | tail -1)
+    fuzz_crashes[$t]=$(( $(ls "fuzz/artifacts/$t" | wc -l) - before ))
+    if [ "$rc" != 0 ] || [ "${fuzz_crashes[$t]}" != 0 ]; then
+      failed+=("fuzz $t")
+      grep -m5 -E "panicked|ERROR|SUMMARY" "$work/fuzz-$t.log"
+    fi
+  done
+fi
+
+host_snapshot | sort > "$work/host-after"
+diff "$work/host-before" "$work/host-after" > "$work/host-diff"
+host_leaks=$(grep -c '^[<>]' "$work/host-diff")
+leaks=$((guard_leaks + host_leaks))
+[ "$leaks" = 0 ] || failed+=("leaks")
+
+# Sum the counts the tests appended (`what number`) per `what`.
+count() { awk -v k="$1" '$1 == k {s += $2} END {print s+0}' "$ACTK_VERIFY_COUNTS"; }
+
+line() { summary+=("$(printf '%-5s %-58s %s' "$1" "$2" "$3")"); }
+ok_if() { if [ "$1" ]; then echo PASS; else echo FAIL; fi; }
+
+for p in selection-variables selection-ranges config.json-edits config.json-arbitrary config.json-round-trip \
+         cdi-spec-text cdi-spec-mutated cdi-names config.toml hooks.d profiles ld.so.cache-bytes ld.so.cache-mutated; do
+  n=$(count "$p")
+  line "$(ok_if "$( [ "$n" -ge "$PROPTEST_CASES" ] && echo y)")" "property: $p (no panic, errors name the input)" "$n inputs tried"
+done
+if [ "${SKIP_FUZZ:-0}" != 1 ]; then
+  for t in "${!fuzz_runs[@]}"; do
+    c=${fuzz_crashes[$t]}
+    line "$(ok_if "$( [ "$c" = 0 ] && [ -n "${fuzz_runs[$t]}" ] && echo y)")" "fuzz: $t (${FUZZ_SECONDS}s, libFuzzer)" "${fuzz_runs[$t]:-0} inputs tried, $c crashes"
+  done
+fi
+n=$(count hook-state-inputs)
+line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "property: hook state on stdin (actk-hook binary, exit 1)" "$n inputs tried"
+for what in containers-at-once-runc-actk-runtime containers-at-once-docker-runtime containers-at-once-docker-gpus-hook; do
+  n=$(count "$what")
+  line "$(ok_if "$( [ "$n" -ge 32 ] && echo y)")" "concurrency: ${what#containers-at-once-}" "$n containers started at once, all succeeded"
+done
+line "$(ok_if "$( [ "$(count cdi-spec-reads-validated)" -gt 0 ] && echo y)")" "concurrency: CDI spec rewritten while containers start" \
+  "$(count cdi-regenerations-during-starts) rewrites, $(count cdi-spec-reads-validated) reads all whole, $(count containers-started-during-regeneration) containers"
+line "$(ok_if "$( [ "$(count runtime-configure-racers)" -gt 0 ] && echo y)")" "concurrency: actk runtime configure racing with itself" "$(count runtime-configure-racers) racers, no entry lost"
+for what in faults-hook-sigkill faults-spec-dir-full faults-spec-dir-read-only faults-device-node-removed faults-runtime-crash; do
+  n=$(count "$what")
+  line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "faults: ${what#faults-}" "$n faults injected, each failed cleanly"
+done
+line "$(ok_if "$( [ "$leaks" = 0 ] && echo y)")" "host cleanliness: mounts, /dev, CDI dirs, daemon.json" "$leaks leaks found ($guard_leaks in tests, $host_leaks over the run)"
+
+log "summary"
+printf '%s\n' "${summary[@]}"
+if [ "$host_leaks" != 0 ]; then
+  echo "host differences over the run:"; cat "$work/host-diff"
+fi
+if grep -q '^FAIL' <(printf '%s\n' "${summary[@]}") || [ ${#failed[@]} != 0 ]; then
+  echo "verify: FAILED: ${failed[*]:-see FAIL lines}"
+  exit 1
+fi
+echo "verify: every property holds"

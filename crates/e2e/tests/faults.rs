@@ -112,12 +112,13 @@ fn hook_killed_with_sigkill_during_injection_leaves_no_mount_and_the_container_f
     let killed_log = work.path().join("killed");
     let time_file = work.path().join("hook-us");
     // The hook runs under a wrapper that SIGKILLs it after $1 microseconds, or (`time`) runs it
-    // to the end and records how long it took.
+    // to the end and records how long it took. A kill counts only when the hook died of it
+    // (status 137): `kill` also succeeds on a hook that has already exited but is not reaped.
     let wrapper = work.path().join("kill-hook.sh");
     fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nexec 3<&0\nif [ \"$1\" = time ]; then\n  s=$(date +%s%N); '{hook}' prestart <&3; st=$?; e=$(date +%s%N)\n  echo $(( (e - s) / 1000 )) > '{time}'; exit $st\nfi\n'{hook}' prestart <&3 &\npid=$!\nsleep \"$(printf '0.%06d' \"$1\")\"\nif kill -KILL \"$pid\" 2>/dev/null; then echo \"$1\" >> '{log}'; fi\nwait \"$pid\"\n",
+            "#!/bin/sh\nexec 3<&0\nif [ \"$1\" = time ]; then\n  s=$(date +%s%N); '{hook}' prestart <&3; st=$?; e=$(date +%s%N)\n  echo $(( (e - s) / 1000 )) > '{time}'; exit $st\nfi\n'{hook}' prestart <&3 &\npid=$!\nsleep \"$(printf '0.%06d' \"$1\")\"\nkill -KILL \"$pid\" 2>/dev/null\nwait \"$pid\"\nst=$?\n[ \"$st\" = 137 ] && echo \"$1\" >> '{log}'\nexit \"$st\"\n",
             hook = bin("actk-hook").display(),
             time = time_file.display(),
             log = killed_log.display()

@@ -204,10 +204,10 @@ fn ld_so_cache_mutated_real_caches_never_panic() {
             bytes[i] = b;
         }
         // Header fields and the first entry's offsets: nlibs, len_strings, flags, key, value.
-        if let Some((off, v)) = field {
-            if off + 4 <= bytes.len() {
-                bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
-            }
+        if let Some((off, v)) = field
+            && off + 4 <= bytes.len()
+        {
+            bytes[off..off + 4].copy_from_slice(&v.to_le_bytes());
         }
         if let Some(cut) = cut {
             bytes.truncate(cut.index(bytes.len() + 1));

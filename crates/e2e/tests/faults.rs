@@ -29,10 +29,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 fn report(what: &str, n: u64) {
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        if let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{what} {n}");
-        }
+    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS")
+        && let Ok(mut f) = fs::OpenOptions::new().create(true).append(true).open(path)
+    {
+        let _ = writeln!(f, "{what} {n}");
     }
 }
 

@@ -113,3 +113,37 @@ pub fn spawn(name: String, probes: Vec<Probe>, interval: Duration) -> watch::Rec
     });
     rx
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn mknod(p: &Path, major: u32, minor: u32) -> bool {
+        Command::new("mknod").arg(p).arg("c").arg(major.to_string()).arg(minor.to_string()).status().is_ok_and(|s| s.success())
+    }
+
+    #[test]
+    fn missing_replaced_and_unplugged_devices_are_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let node = tmp.path().join("npu0");
+        if !mknod(&node, 240, 0) {
+            eprintln!("skipping: mknod needs root");
+            return;
+        }
+        let pci = tmp.path().join("0000:18:00.0");
+        std::fs::create_dir(&pci).unwrap();
+        let p = Probe { index: 0, nodes: vec![("/dev/npu0".into(), node.clone(), 240, 0)], pci: Some(pci.clone()) };
+        assert_eq!(check(&p), None);
+        std::fs::remove_dir(&pci).unwrap();
+        assert!(check(&p).unwrap().contains("PCI function"), "{:?}", check(&p));
+        std::fs::create_dir(&pci).unwrap();
+        std::fs::remove_file(&node).unwrap();
+        assert_eq!(check(&p).unwrap(), format!("device node /dev/npu0 is gone ({})", node.display()));
+        assert!(mknod(&node, 240, 1));
+        assert_eq!(check(&p).unwrap(), "device node /dev/npu0 is now 240:1, discovery saw 240:0");
+        std::fs::remove_file(&node).unwrap();
+        std::fs::write(&node, "").unwrap();
+        assert_eq!(check(&p).unwrap(), "/dev/npu0 is no longer a device node");
+    }
+}

@@ -5,7 +5,7 @@
 //!
 //! Configuration: flags > environment variables > config file > defaults (see `--help`).
 
-use actk_device_plugin::allocate::AllocateOptions;
+use actk_device_plugin::allocate::{AllocateOptions, Strategy};
 use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
@@ -108,6 +108,21 @@ async fn run(s: Settings) -> Result<()> {
                 tracing::error!("metrics endpoint disabled: {e}");
             }
         });
+    }
+    // CDI strategies hand out names that the runtime must find in the node's spec directories.
+    if s.strategies.iter().any(|st| matches!(st, Strategy::CdiCri | Strategy::CdiAnnotations)) {
+        let dirs: Vec<PathBuf> = actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
+        let registry = actk_core::cdi::Registry::load(&dirs);
+        for r in &res {
+            if !registry.has_kind(&r.vendor.kind) {
+                tracing::warn!(
+                    "{}: no CDI spec for {} in {}; containers will not get devices by CDI name until one is written (actk cdi generate)",
+                    r.name,
+                    r.vendor.kind,
+                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
     }
     if res.is_empty() {
         tracing::warn!("no accelerators found under {} (or none selected); nothing to serve, idling", s.root.display());

@@ -112,3 +112,26 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_has_help_type_and_one_line_per_resource() {
+        let m = Metrics::default();
+        m.update("nvidia.com/gpu", |r| {
+            r.allocations += 3;
+            r.healthy = 7;
+            r.unhealthy = 1;
+        });
+        m.update("amd.com/gpu", |r| r.poor_placements += 1);
+        let text = m.render();
+        assert!(text.contains("# TYPE actk_device_plugin_allocations_total counter\n"));
+        assert!(text.contains("actk_device_plugin_allocations_total{resource=\"nvidia.com/gpu\"} 3\n"));
+        assert!(text.contains("actk_device_plugin_allocations_total{resource=\"amd.com/gpu\"} 0\n"));
+        assert!(text.contains("actk_device_plugin_poor_placements_total{resource=\"amd.com/gpu\"} 1\n"));
+        assert!(text.contains("actk_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"Unhealthy\"} 1\n"));
+        assert_eq!(m.get("nvidia.com/gpu").healthy, 7);
+    }
+}

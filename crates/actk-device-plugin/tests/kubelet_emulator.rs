@@ -187,7 +187,13 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = Emulator::new(dir.path());
     kubelet.start();
-    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "cdi-cri,cdi-annotations,envvar,device-specs"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let _plugin = PluginProcess::start(
+        &f.root,
+        dir.path(),
+        &["--strategies", "cdi-cri,cdi-annotations,envvar,device-specs", "--metrics-address", &metrics_addr],
+    );
     let reg = kubelet.next_register(Duration::from_secs(10)).await;
     assert_eq!((reg.version.as_str(), reg.resource_name.as_str()), ("v1beta1", "nvidia.com/gpu"));
     assert!(dir.path().join(&reg.endpoint).exists(), "endpoint {} is a file in the socket dir", reg.endpoint);
@@ -222,6 +228,41 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     let err = client.allocate(one(&[&uuids[0], "GPU-nope", "7x"])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("GPU-nope, 7x") && err.message().contains("nvidia.com/gpu"), "{}", err.message());
+
+    // Prometheus text on /metrics: what just happened, per resource.
+    let page = http_get(&metrics_addr, "/metrics");
+    assert!(page.starts_with("HTTP/1.1 200 OK\r\n") && page.contains("text/plain; version=0.0.4"), "{page}");
+    for line in [
+        "actk_device_plugin_allocations_total{resource=\"nvidia.com/gpu\"} 1",
+        "actk_device_plugin_allocate_errors_total{resource=\"nvidia.com/gpu\"} 1",
+        "actk_device_plugin_registrations_total{resource=\"nvidia.com/gpu\"} 1",
+        "actk_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"Healthy\"} 8",
+        "actk_device_plugin_devices{resource=\"nvidia.com/gpu\",health=\"Unhealthy\"} 0",
+    ] {
+        assert!(page.lines().any(|l| l == line), "{line} missing from:\n{page}");
+    }
+    assert!(http_get(&metrics_addr, "/").starts_with("HTTP/1.1 404"), "only /metrics is served");
+}
+
+/// A plain HTTP/1.1 GET, retried while the endpoint starts.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let t = Instant::now();
+    loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(mut c) => {
+                c.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes()).unwrap();
+                let mut out = String::new();
+                c.read_to_string(&mut out).unwrap();
+                return out;
+            }
+            Err(e) if t.elapsed() < Duration::from_secs(5) => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("metrics endpoint {addr}: {e}"),
+        }
+    }
 }
 
 #[tokio::test]

@@ -49,7 +49,9 @@ impl Metrics {
     pub fn render(&self) -> String {
         let m = self.by_resource.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut out = String::new();
-        let families: [(&str, &str, &str, fn(&ResourceMetrics) -> u64); 5] = [
+        // (metric name, type, help text, the field it shows)
+        type Family = (&'static str, &'static str, &'static str, fn(&ResourceMetrics) -> u64);
+        let families: [Family; 5] = [
             ("actk_device_plugin_allocations_total", "counter", "Container allocations answered.", |r| r.allocations),
             ("actk_device_plugin_allocate_errors_total", "counter", "Container allocations refused (unknown device IDs).", |r| r.allocate_errors),
             ("actk_device_plugin_preferred_allocations_total", "counter", "Preferred allocations answered.", |r| r.preferred),

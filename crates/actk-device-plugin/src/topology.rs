@@ -154,7 +154,7 @@ pub fn torus_block_sizes(side: u32) -> Vec<u32> {
     let mut sizes = vec![1];
     let mut b = side;
     while b < n {
-        if n % b == 0 {
+        if n.is_multiple_of(b) {
             sizes.push(b);
         }
         b *= 2;
@@ -337,7 +337,9 @@ fn graph_choice(ctx: &Ctx<'_>) -> Vec<u32> {
     }
     scopes.push(ctx.avail.iter().copied().collect());
     let any_links = ctx.avail.iter().any(|d| ctx.links.get(d).is_some_and(|l| l.iter().any(|p| ctx.avail.contains(p))));
-    let mut best: Option<((usize, std::cmp::Reverse<usize>, Vec<u32>), Vec<u32>)> = None;
+    // (NUMA nodes spanned, more internal links first, indexes) and the set.
+    type Scored = ((usize, std::cmp::Reverse<usize>, Vec<u32>), Vec<u32>);
+    let mut best: Option<Scored> = None;
     for scope in &scopes {
         let seeds: Vec<Vec<u32>> = if !ctx.must.is_empty() {
             vec![ctx.must.iter().copied().collect()]

@@ -80,6 +80,16 @@ impl Emulator {
         );
     }
 
+    /// A kubelet that comes back on a new kubelet.sock without touching the plugins' sockets.
+    async fn restart_keeping_dir(&mut self, down: Duration) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = std::fs::remove_file(self.dir.join("kubelet.sock"));
+        tokio::time::sleep(down).await;
+        self.start();
+    }
+
     /// A kubelet restart as kubelet does it: stop, wipe the device-plugins directory (every
     /// socket in it), and come back with a new kubelet.sock after `down`.
     async fn restart_wiping_dir(&mut self, down: Duration) {
@@ -358,9 +368,16 @@ async fn f12_kubelet_restart_wiping_socket_dir_reregisters_within_5s() {
     }
     kubelet.assert_no_register(Duration::from_secs(1)).await;
 
-    for round in 0..2 {
-        streams.clear(); // the old kubelet's connections die with it
-        kubelet.restart_wiping_dir(Duration::from_millis(300)).await;
+    // Rounds 0 and 1: a real restart (connections die, directory wiped). Round 2: only
+    // kubelet.sock is re-created while the old streams stay open, so the plugin must notice
+    // the new socket itself.
+    for round in 0..3 {
+        if round < 2 {
+            streams.clear(); // the old kubelet's connections die with it
+            kubelet.restart_wiping_dir(Duration::from_millis(300)).await;
+        } else {
+            kubelet.restart_keeping_dir(Duration::from_millis(300)).await;
+        }
         let t = Instant::now();
         let mut after = Vec::new();
         for _ in 0..2 {

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# gpu-check-selftest.sh: exercise scripts/gpu-check without a GPU, on the nvidia-dgx-h100
+# fixture (root: prepare.sh mknods its device nodes; gcc, runc and busybox needed).
+#
+#   scripts/gpu-check-selftest.sh [--bin DIR]
+#
+# Stands in for the driver with a small dynamic glibc program compiled here (like the real
+# nvidia-smi it needs the host's loader and libc inside the busybox container) that answers
+# `-L` and `--query-gpu=index,pci.bus_id,uuid` for the GPUs whose /dev/nvidiaN exist under
+# $FAKE_ROOT (the fixture on the host; the container's /dev inside it), with the fixture's UUIDs
+# and bus ids. It is both the `nvidia-smi` on PATH and the fixture's /usr/bin/nvidia-smi that
+# actk mounts into the container. Then:
+#   1. gpu-check must pass every check (9 passed, 0 failed, exit 0);
+#   2. with the stand-in reporting GPUs 0 and 1 swapped, gpu-check must fail list-uuids and
+#      list-bus-ids and exit non-zero;
+#   3. without nvidia-smi on PATH, every GPU check must FAIL with "nvidia-smi not found" and the
+#      script must still end with its summary line;
+#   and no temporary directory or mount of gpu-check may be left behind.
+# Prints `PASS`/`FAIL` per case and exits non-zero on any FAIL.
+
+set -u -o pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bin=$repo/target/release
+[ -x "$bin/actk" ] || bin=$repo/target/debug
+if [ "${1:-}" = --bin ] && [ $# -ge 2 ]; then bin=$2; fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/actk-gpu-selftest.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+if ! "$repo/fixtures/prepare.sh" nvidia-dgx-h100 "$root" >"$work/prepare.log" 2>&1; then
+    echo "FAIL setup: fixtures/prepare.sh nvidia-dgx-h100 failed: $(tail -n 1 "$work/prepare.log")"
+    exit 1
+fi
+command -v gcc >/dev/null || { echo "FAIL setup: gcc not found"; exit 1; }
+
+# The fixture's GPUs, from actk list: "{\"UUID\", \"bus\"}," per line, index order.
+if ! "$bin/actk" list --root "$root" \
+    | sed -n 's/^nvidia.com\/gpu \([0-9]*\): .*(UUID: \([^)]*\)) bus \([^ ]*\).*/{"\2", "\3"},/p' >"$work/table.h" \
+    || [ ! -s "$work/table.h" ]; then
+    echo "FAIL setup: actk list --root $root gave no GPUs"
+    exit 1
+fi
+cat >"$work/smi.c" <<'EOF'
+/* nvidia-smi stand-in for gpu-check-selftest.sh; SWAP=1 swaps GPUs 0 and 1. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static const char *gpu[][2] = {
+#include "table.h"
+};
+int main(int argc, char **argv) {
+    const char *root = getenv("FAKE_ROOT");
+    int swap = getenv("SWAP") != NULL;
+    int n = sizeof gpu / sizeof gpu[0];
+    if (argc < 2) return 2;
+    for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/dev/nvidia%d", root ? root : "", i);
+        if (access(path, F_OK) != 0) continue;
+        int g = swap && i < 2 ? 1 - i : i;
+        if (strcmp(argv[1], "-L") == 0) {
+            printf("GPU %d: NVIDIA H100 80GB HBM3 (UUID: %s)\n", i, gpu[g][0]);
+        } else if (strncmp(argv[1], "--query-gpu=", 12) == 0) {
+            char bus[64];
+            snprintf(bus, sizeof bus, "0000%s", gpu[g][1]);
+            for (char *c = bus; *c; c++) *c = (char)toupper((unsigned char)*c);
+            printf("%d, %s, %s\n", i, bus, gpu[g][0]);
+        }
+    }
+    return 0;
+}
+EOF
+mkdir -p "$work/path"
+if ! gcc -O -I"$work" -o "$work/path/nvidia-smi" "$work/smi.c" 2>"$work/gcc.log"; then
+    echo "FAIL setup: compiling the nvidia-smi stand-in: $(head -n 1 "$work/gcc.log")"
+    exit 1
+fi
+cp "$work/path/nvidia-smi" "$root/usr/bin/nvidia-smi"
+
+failed=0
+check() { if [ "$2" = ok ]; then echo "PASS $1"; else echo "FAIL $1: $2"; failed=1; fi; }
+leftovers() { ls -d "${TMPDIR:-/tmp}"/actk-gpu-check.* 2>/dev/null; grep actk-gpu-check /proc/mounts; }
+
+out=$(PATH="$work/path:$PATH" FAKE_ROOT="$root" ACTK_ROOT="$root" "$repo/scripts/gpu-check" --bin "$bin" 2>&1)
+rc=$?
+if [ $rc = 0 ] && printf '%s\n' "$out" | grep -qx '9 passed, 0 failed'; then check all-pass ok
+else check all-pass "exit $rc: $(printf '%s' "$out" | grep -v '^PASS' | tr '\n' ' ')"; fi
+
+out=$(SWAP=1 PATH="$work/path:$PATH" FAKE_ROOT="$root" ACTK_ROOT="$root" "$repo/scripts/gpu-check" --bin "$bin" 2>&1)
+rc=$?
+if [ $rc != 0 ] && printf '%s\n' "$out" | grep -q '^FAIL list-uuids: ' && printf '%s\n' "$out" | grep -q '^FAIL list-bus-ids: ' \
+    && printf '%s\n' "$out" | grep -q '^PASS list-count'; then check swapped-order-fails ok
+else check swapped-order-fails "exit $rc: $(printf '%s' "$out" | tr '\n' ' ')"; fi
+
+# No nvidia-smi: a PATH with only what gpu-check itself needs besides the driver.
+mkdir -p "$work/nosmi"
+out=$(PATH="$work/nosmi:/usr/sbin:/usr/bin:/sbin:/bin" "$repo/scripts/gpu-check" --bin "$bin" 2>&1)
+rc=$?
+nf=$(printf '%s\n' "$out" | grep -c 'nvidia-smi not found')
+if [ $rc != 0 ] && [ "$nf" -ge 5 ] && printf '%s\n' "$out" | tail -n 1 | grep -q '^[0-9]* passed, [1-9][0-9]* failed$'; then check no-nvidia-smi ok
+else check no-nvidia-smi "exit $rc, $nf 'nvidia-smi not found' lines: $(printf '%s' "$out" | tr '\n' ' ')"; fi
+
+left=$(leftovers)
+if [ -z "$left" ]; then check nothing-left ok; else check nothing-left "$left"; fi
+exit $failed

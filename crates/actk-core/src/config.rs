@@ -102,6 +102,14 @@ pub enum ConfigError {
         /// Parser message (line, column, offending key, expected keys).
         message: String,
     },
+    /// `$ACTK_CONFIG` names a file that does not exist. Only the default path may be absent:
+    /// an explicit path that is missing is a typo, and silently using the defaults (root `/`)
+    /// would inject the real host's devices instead of the ones the user configured.
+    #[error("{CONFIG_ENV}={path}: no such file; create it (`actk config default > {path}`) or unset {CONFIG_ENV}")]
+    Missing {
+        /// The file named by the variable.
+        path: PathBuf,
+    },
 }
 
 impl Config {
@@ -113,9 +121,15 @@ impl Config {
         }
     }
 
-    /// Loads the file named by [`Config::path_from_env`].
+    /// Loads the file named by [`Config::path_from_env`]. Errors as [`Config::load`], plus
+    /// [`ConfigError::Missing`] when `$ACTK_CONFIG` is set and names no file (an absent default
+    /// file gives the defaults).
     pub fn load_default() -> Result<Config, ConfigError> {
-        Config::load(&Config::path_from_env())
+        let path = Config::path_from_env();
+        if std::env::var_os(CONFIG_ENV).is_some_and(|p| !p.is_empty()) && !path.exists() {
+            return Err(ConfigError::Missing { path });
+        }
+        Config::load(&path)
     }
 
     /// Loads `path`; a missing file gives [`Config::default`]. Errors: unreadable file,

@@ -27,8 +27,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         // actk-runtime already put everything into config.json: injecting again would double it.
         return Ok(());
     }
-    let config_path = Config::path_from_env();
-    let config = Config::load(&config_path)?;
+    let config = Config::load_default()?;
     let container_edits: ContainerEdits = match &edits_file {
         Some(f) => {
             let text = std::fs::read(f).with_context(|| format!("cannot read the edits file {}", f.display()))?;

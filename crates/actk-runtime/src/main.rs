@@ -46,8 +46,7 @@ fn main() {
 enum Never {}
 
 fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
-    let config_path = Config::path_from_env();
-    let config = Config::load(&config_path)?;
+    let config = Config::load_default()?;
     log::init(&config);
     let runtime = find_runtime(&config.runtimes)?;
     if inv.creates() {

@@ -12,7 +12,8 @@ fn actk(args: &[&str], config: Option<&Path>) -> Output {
     c.args(args);
     match config {
         Some(p) => c.env("ACTK_CONFIG", p),
-        None => c.env("ACTK_CONFIG", "/nonexistent/actk-config.toml"),
+        // An empty config file: the defaults, never the machine's /etc/actk/config.toml.
+        None => c.env("ACTK_CONFIG", "/dev/null"),
     };
     c.output().unwrap()
 }
@@ -94,4 +95,13 @@ fn config_default_parses_back_to_the_defaults_and_show_reports_bad_keys() {
     let o = actk(&["config", "show"], Some(&c));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("log_levle") && err.contains("line 2") && err.contains(c.to_str().unwrap()), "{err}");
+}
+
+#[test]
+fn actk_config_naming_a_missing_file_is_an_error_not_the_defaults() {
+    let o = actk(&["config", "show"], Some(Path::new("/nonexistent/actk-config.toml")));
+    assert!(!o.status.success(), "a typo in ACTK_CONFIG must not fall back to root /");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("ACTK_CONFIG=/nonexistent/actk-config.toml: no such file"), "{err}");
+    assert!(err.contains("actk config default >"), "the fix is named: {err}");
 }

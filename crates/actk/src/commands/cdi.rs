@@ -118,7 +118,7 @@ fn output_kind(path: Option<&Path>) -> Output {
 
 fn config() -> anyhow::Result<Config> {
     let path = Config::path_from_env();
-    Config::load(&path).with_context(|| format!("loading the actk config file {}", path.display()))
+    Config::load_default().with_context(|| format!("loading the actk config file {}", path.display()))
 }
 
 fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {

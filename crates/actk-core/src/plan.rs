@@ -47,6 +47,21 @@ pub struct PlanContext {
     pub inventory: Option<Inventory>,
 }
 
+impl PlanContext {
+    /// The context the configuration file describes: profiles from `profiles_dir` (plus the
+    /// built-ins), the host `root`, `spec_dirs`, and `[nvidia] default_capabilities`. Shared by
+    /// actk-runtime and actk-hook so that both plan from the same inputs. Errors: a malformed
+    /// profile file (named with its line).
+    pub fn from_config(config: &crate::config::Config) -> Result<PlanContext, crate::profile::ProfileError> {
+        let profiles = crate::profile::load(Some(&config.profiles_dir))?;
+        let mut default_capabilities = BTreeMap::new();
+        if let Some(c) = &config.nvidia.default_capabilities {
+            default_capabilities.insert("nvidia".to_string(), c.clone());
+        }
+        Ok(PlanContext { profiles, root: config.root.clone(), spec_dirs: config.spec_dirs.clone(), default_capabilities, inventory: None })
+    }
+}
+
 /// Options of [`plan_with`] (kept apart from [`PlanContext`] so that adding one does not change
 /// every caller's struct literal).
 #[derive(Debug, Clone, Default)]

@@ -3,12 +3,11 @@
 use crate::state;
 use actk_core::config::Config;
 use actk_core::plan::{PlanContext, plan};
-use actk_core::{cdi::ContainerEdits, edits, profile};
+use actk_core::{cdi::ContainerEdits, edits};
 use actk_inject::bpf::DeviceRule;
 use actk_inject::{Options, Target, inject};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Runs the stage `stage`; `args` follow it (`--edits FILE`).
@@ -35,12 +34,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
                 .with_context(|| format!("{} is not CDI container edits JSON (CDI SPEC.md \"containerEdits\")", f.display()))?
         }
         None => {
-            let profiles = profile::load(Some(&config.profiles_dir)).context("cannot load vendor profiles")?;
-            let mut default_capabilities = BTreeMap::new();
-            if let Some(c) = &config.nvidia.default_capabilities {
-                default_capabilities.insert("nvidia".to_string(), c.clone());
-            }
-            let ctx = PlanContext { profiles, root: config.root.clone(), spec_dirs: config.spec_dirs.clone(), default_capabilities, inventory: None };
+            let ctx = PlanContext::from_config(&config).context("cannot load vendor profiles")?;
             let p = plan(&spec, &ctx).with_context(|| format!("container {}", st.id))?;
             for w in &p.warnings {
                 eprintln!("actk-hook: warning: {w}");

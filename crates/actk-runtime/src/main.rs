@@ -15,9 +15,8 @@ mod log;
 
 use actk_core::config::Config;
 use actk_core::plan::{PlanContext, PlanOptions, plan_with};
-use actk_core::{edits, hooksd, profile};
+use actk_core::{edits, hooksd};
 use anyhow::{Context, Result, anyhow};
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -70,18 +69,7 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", config_json.display()))?;
     let mut spec = original.clone();
 
-    let profiles = profile::load(Some(&config.profiles_dir)).context("cannot load vendor profiles")?;
-    let mut default_capabilities = BTreeMap::new();
-    if let Some(c) = &config.nvidia.default_capabilities {
-        default_capabilities.insert("nvidia".to_string(), c.clone());
-    }
-    let ctx = PlanContext {
-        profiles,
-        root: config.root.clone(),
-        spec_dirs: config.spec_dirs.clone(),
-        default_capabilities,
-        inventory: None,
-    };
+    let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config) })?;
     for w in &p.warnings {
         tracing::warn!("{w}");

@@ -504,3 +504,58 @@ async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
     let nodes = |out: &str| out.lines().filter(|l| *l != "libcuda").map(str::to_string).collect::<std::collections::BTreeSet<_>>();
     assert_eq!(nodes(&via_cdi), nodes(&via_specs), "CDI names and device specs give the same device nodes");
 }
+
+/// Waits up to 5 s for `path` to appear.
+fn appears(path: &Path) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn socket_dir_flag_beats_env_which_beats_file() {
+    let Some(f) = prepare("gaudi2") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let [file_dir, env_dir, flag_dir] = ["file", "env", "flag"].map(|n| tmp.path().join(n));
+    let config = tmp.path().join("dp.toml");
+    std::fs::write(&config, format!("socket_dir = {:?}\nstrategies = [\"envvar\"]\n", file_dir.display().to_string())).unwrap();
+    std::fs::create_dir_all(tmp.path().join("profiles.d")).unwrap();
+    let start = |env: Option<&Path>, flag: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"));
+        cmd.arg("--config").arg(&config).arg("--root").arg(&f.root).arg("--profiles-dir").arg(tmp.path().join("profiles.d"));
+        cmd.env_remove("ACTK_DEVICE_PLUGIN_SOCKET_DIR").env("ACTK_LOG", "warn").stdin(Stdio::null());
+        if let Some(e) = env {
+            cmd.env("ACTK_DEVICE_PLUGIN_SOCKET_DIR", e);
+        }
+        if let Some(d) = flag {
+            cmd.arg("--socket-dir").arg(d);
+        }
+        PluginProcess { child: cmd.spawn().unwrap(), _config: tempfile::tempdir().unwrap() }
+    };
+    let sock = "actk-habana_ai_gaudi.sock";
+    {
+        let _p = start(Some(&env_dir), Some(&flag_dir));
+        assert!(appears(&flag_dir.join(sock)), "the flag wins");
+        assert!(!env_dir.join(sock).exists() && !file_dir.join(sock).exists());
+    }
+    {
+        let _p = start(Some(&env_dir), None);
+        assert!(appears(&env_dir.join(sock)), "the env variable beats the file");
+        assert!(!file_dir.join(sock).exists());
+    }
+    {
+        let _p = start(None, None);
+        assert!(appears(&file_dir.join(sock)), "the file's value is used when nothing else is given");
+    }
+    // A bad value in the file stops the plugin with a message naming the file and the key.
+    std::fs::write(&config, "strategies = [\"cdi\"]\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin")).arg("--config").arg(&config).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&config.display().to_string()) && err.contains("strategies = \"cdi\""), "{err}");
+}

@@ -98,7 +98,7 @@ pub async fn run(res: Arc<Resource>, health: watch::Receiver<HealthMap>, cfg: Ar
         let ended = Arc::new(Notify::new());
         let plugin = Plugin::new(res.clone(), health.clone(), cfg.allocate.clone(), cfg.strict_topology, metrics.clone(), ended.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let server = tokio::spawn(
+        let mut server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(plugin))
                 .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
@@ -108,8 +108,10 @@ pub async fn run(res: Arc<Resource>, health: watch::Receiver<HealthMap>, cfg: Ar
         let reason = session(&res, &cfg, &sock, own, &endpoint, &ended, &metrics, &mut logged_wait).await;
         tracing::info!("{}: {reason}; serving {} again and re-registering", res.name, sock.display());
         let _ = stop_tx.send(());
-        // Streams to a dead kubelet may hold the server open; do not wait on them for long.
-        let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
+        // Streams to a dead kubelet may hold a graceful shutdown open forever: cut them off.
+        if tokio::time::timeout(Duration::from_millis(500), &mut server).await.is_err() {
+            server.abort();
+        }
     }
 }
 

@@ -559,3 +559,40 @@ fn socket_dir_flag_beats_env_which_beats_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&config.display().to_string()) && err.contains("strategies = \"cdi\""), "{err}");
 }
+
+fn preferred_req(available: Vec<String>, size: i32) -> PreferredAllocationRequest {
+    PreferredAllocationRequest {
+        container_requests: vec![ContainerPreferredAllocationRequest { available_device_i_ds: available, must_include_device_i_ds: vec![], allocation_size: size }],
+    }
+}
+
+#[tokio::test]
+async fn f09_trainium_over_grpc_seven_is_answered_with_a_warning_or_refused_when_strict() {
+    let Some(f) = prepare("aws-trn1-32xlarge") else { return };
+    let all: Vec<String> = (0..16).map(|d| d.to_string()).collect();
+    for strict in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut kubelet = Emulator::new(dir.path());
+        kubelet.start();
+        let mut args = vec!["--device-ids", "index", "--resources", "aws.amazon.com/neuron"];
+        if strict {
+            args.push("--strict-topology");
+        }
+        let _plugin = PluginProcess::start(&f.root, dir.path(), &args);
+        let reg = kubelet.next_register(Duration::from_secs(10)).await;
+        let mut client = kubelet.dial(&reg).await;
+        let four = client.get_preferred_allocation(preferred_req(all.clone(), 4)).await.unwrap().into_inner();
+        assert_eq!(four.container_responses[0].device_i_ds.len(), 4, "a 4-block is always fine");
+        let seven = client.get_preferred_allocation(preferred_req(all.clone(), 7)).await;
+        if strict {
+            let err = seven.unwrap_err();
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+            assert!(err.message().contains("7 devices cannot be placed well") && err.message().contains("1, 4, 8, 16"), "{}", err.message());
+        } else {
+            assert_eq!(seven.unwrap().into_inner().container_responses[0].device_i_ds.len(), 7);
+        }
+        let bad = client.get_preferred_allocation(preferred_req(vec!["0".into(), "99".into()], 1)).await.unwrap_err();
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+        assert!(bad.message().contains("99"), "{}", bad.message());
+    }
+}

@@ -15,6 +15,7 @@ use clap::Parser;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(name = "actk-device-plugin", version, about = "Kubernetes device plugin for every accelerator vendor actk knows")]
@@ -93,13 +94,13 @@ fn main() -> Result<()> {
     rt.block_on(run(s))
 }
 
+/// How often discovery runs again while no device has been found: a driver container often
+/// loads the driver after the plugin started, and a DaemonSet pod must not crash-loop meanwhile.
+const REDISCOVER: Duration = Duration::from_secs(5);
+
 async fn run(s: Settings) -> Result<()> {
     let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
-    let inventory = actk_core::discover::discover(&s.root, &profiles);
-    for w in &inventory.warnings {
-        tracing::warn!("discovery: {w}");
-    }
-    let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = s.metrics_address {
         let m = metrics.clone();
@@ -109,6 +110,32 @@ async fn run(s: Settings) -> Result<()> {
             }
         });
     }
+    let mut first = true;
+    let res = loop {
+        let inventory = actk_core::discover::discover(&s.root, &profiles);
+        let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+        if first || !res.is_empty() {
+            for w in &inventory.warnings {
+                tracing::warn!("discovery: {w}");
+            }
+        }
+        if !res.is_empty() {
+            break res;
+        }
+        if first {
+            tracing::warn!(
+                "no accelerators found under {} (or none selected); looking again every {} s",
+                s.root.display(),
+                REDISCOVER.as_secs()
+            );
+            first = false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(REDISCOVER) => {}
+            _ = term.recv() => return Ok(()),
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    };
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     if s.strategies.iter().any(|st| matches!(st, Strategy::CdiCri | Strategy::CdiAnnotations)) {
         let dirs: Vec<PathBuf> = actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
@@ -123,9 +150,6 @@ async fn run(s: Settings) -> Result<()> {
                 );
             }
         }
-    }
-    if res.is_empty() {
-        tracing::warn!("no accelerators found under {} (or none selected); nothing to serve, idling", s.root.display());
     }
     let cfg = Arc::new(ManagerConfig {
         socket_dir: s.socket_dir.clone(),
@@ -145,7 +169,6 @@ async fn run(s: Settings) -> Result<()> {
         sockets.push(s.socket_dir.join(r.socket_name()));
         tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone()));
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}

@@ -596,3 +596,28 @@ async fn f09_trainium_over_grpc_seven_is_answered_with_a_warning_or_refused_when
         assert!(bad.message().contains("99"), "{}", bad.message());
     }
 }
+
+#[tokio::test]
+async fn devices_that_appear_after_start_are_served_without_a_restart() {
+    // A node whose driver is loaded after the plugin started (a driver container): at first
+    // the Neuron nodes are missing, then they appear.
+    let Some(f) = prepare("aws-inf2-48xlarge") else { return };
+    let hidden = f.root.join("dev-hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    for i in 0..12 {
+        std::fs::rename(f.path(&format!("dev/neuron{i}")), hidden.join(format!("neuron{i}"))).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let mut plugin = PluginProcess::start(&f.root, dir.path(), &["--resources", "aws.amazon.com/neuron"]);
+    kubelet.assert_no_register(Duration::from_secs(2)).await;
+    plugin.assert_running();
+    for i in 0..12 {
+        std::fs::rename(hidden.join(format!("neuron{i}")), f.path(&format!("dev/neuron{i}"))).unwrap();
+    }
+    let reg = kubelet.next_register(Duration::from_secs(8)).await;
+    assert_eq!(reg.resource_name, "aws.amazon.com/neuron");
+    let mut s = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 12);
+}

@@ -81,6 +81,9 @@ fn extend_to_64(root: &Path) -> Result<(), String> {
 }
 
 /// One iteration: discovery plus every CDI spec; returns the device count (checked in setup).
+/// Never inlined, so that `valgrind --tool=callgrind --toggle-collect=*discover_and_generate*`
+/// can count the instructions of one iteration.
+#[inline(never)]
 fn discover_and_generate(root: &Path, profiles: &[Profile], opts: &GenerateOptions) -> usize {
     let inv = discover(root, profiles);
     let specs = generate_all(profiles, &inv, None, opts).unwrap_or_default();

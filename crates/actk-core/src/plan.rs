@@ -174,7 +174,10 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         return Ok(Plan::default());
     }
 
-    let mut state = State { ctx, registry: None, inventory: None };
+    let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new() };
+    for vr in &req.vendors {
+        state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
+    }
     let mut plan = Plan::default();
     let mut cdi_requests: Vec<CdiNameRequest> = Vec::new();
 
@@ -283,6 +286,27 @@ struct State<'a> {
     ctx: &'a PlanContext,
     registry: Option<Registry>,
     inventory: Option<Inventory>,
+    /// Requested capabilities per profile name (only vendors with a request).
+    capabilities: BTreeMap<String, Vec<String>>,
+}
+
+/// The profiles to discover with for one container start: every profile keeps its devices (so
+/// driver claims between profiles stay the same), but host files are looked up only for the
+/// capabilities this container asked for (plus `base`). Looking up every library of every
+/// capability of every vendor was most of the cost of a container start.
+fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<String>>) -> Vec<Profile> {
+    profiles
+        .iter()
+        .map(|p| {
+            let mut p = p.clone();
+            match requested.get(&p.name) {
+                Some(caps) if caps.iter().any(|c| c == "all") => {}
+                Some(caps) => p.capabilities.retain(|name, _| name == "base" || caps.contains(name)),
+                None => p.capabilities.clear(),
+            }
+            p
+        })
+        .collect()
 }
 
 impl State<'_> {
@@ -293,9 +317,10 @@ impl State<'_> {
 
     fn inventory(&mut self) -> &Inventory {
         let ctx = self.ctx;
+        let caps = &self.capabilities;
         self.inventory.get_or_insert_with(|| match &ctx.inventory {
             Some(i) => i.clone(),
-            None => crate::discover::discover(&ctx.root, &ctx.profiles),
+            None => crate::discover::discover(&ctx.root, &profiles_for_request(&ctx.profiles, caps)),
         })
     }
 }

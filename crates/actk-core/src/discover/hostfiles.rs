@@ -29,6 +29,9 @@ const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws
 /// `{driver_version}` in file patterns (patterns needing it are skipped without one).
 pub fn find(host: &HostRoot, profile: &Profile, driver_version: Option<&str>, warnings: &mut Warnings) -> Vec<HostFile> {
     let cache = load_cache(host, warnings);
+    // Fallback directory listings, read once per discovery: a real /usr/lib/x86_64-linux-gnu
+    // holds thousands of entries and most optional libraries (compat32, ngx, ...) are absent.
+    let mut dirs = DirListings::default();
     let mut out: Vec<HostFile> = Vec::new();
     let push = |f: HostFile, out: &mut Vec<HostFile>| {
         if !out.iter().any(|o| o.container_path == f.container_path) {
@@ -38,7 +41,7 @@ pub fn find(host: &HostRoot, profile: &Profile, driver_version: Option<&str>, wa
     for (cap, files) in &profile.capabilities {
         let arch = if files.arch.as_deref() == Some("i386") { LibArch::I386 } else { LibArch::X86_64 };
         for lib in &files.libraries {
-            for f in find_library(host, &cache, lib, arch, driver_version, cap, warnings) {
+            for f in find_library(host, &cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
                 push(f, &mut out);
             }
         }
@@ -97,9 +100,21 @@ fn version_matches(real: &Path, version: Option<&str>) -> bool {
     version.is_none_or(|v| name.ends_with(&format!(".so.{v}")))
 }
 
+/// Sorted entry names of host directories, each listed at most once (missing dir: empty).
+#[derive(Default)]
+struct DirListings(std::collections::HashMap<&'static str, Vec<String>>);
+
+impl DirListings {
+    fn get(&mut self, host: &HostRoot, dir: &'static str) -> &[String] {
+        self.0.entry(dir).or_insert_with(|| host.list_dir(dir).unwrap_or_default())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn find_library(
     host: &HostRoot,
     cache: &[CacheEntry],
+    dirs_seen: &mut DirListings,
     lib: &str,
     arch: LibArch,
     version: Option<&str>,
@@ -127,10 +142,10 @@ fn find_library(
         for dir in dirs {
             // /usr/lib holds only unqualified 64-bit or 32-bit files depending on the distro;
             // for i386 it is only trusted on distributions without multiarch dirs.
-            for name in host.list_dir(dir).unwrap_or_default() {
-                if is_name_of(&name, lib) && name != lib {
-                    consider(&format!("{dir}/{name}"), &mut found, warnings);
-                }
+            let names: Vec<String> =
+                dirs_seen.get(host, dir).iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
+            for name in names {
+                consider(&format!("{dir}/{name}"), &mut found, warnings);
             }
         }
     }

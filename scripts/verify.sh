@@ -54,7 +54,7 @@ log "build"
 $CARGO build --workspace --bins || failed+=("build")
 
 log "property tests, PROPTEST_CASES=$PROPTEST_CASES"
-if ! $CARGO test -p actk-core --test prop_request --test prop_edits --test prop_cdi --test prop_files 2>&1 | tee "$work/prop.log"; then
+if ! $CARGO test -p actk-core --test prop_request --test prop_edits --test prop_cdi --test prop_files --test prop_plan 2>&1 | tee "$work/prop.log"; then
   failed+=("property tests")
 fi
 
@@ -103,7 +103,7 @@ line() { summary+=("$(printf '%-5s %-58s %s' "$1" "$2" "$3")"); }
 ok_if() { if [ "$1" ]; then echo PASS; else echo FAIL; fi; }
 
 for p in selection-variables selection-ranges config.json-edits config.json-arbitrary config.json-round-trip \
-         cdi-spec-text cdi-spec-mutated cdi-names config.toml hooks.d profiles ld.so.cache-bytes ld.so.cache-mutated; do
+         cdi-spec-text cdi-spec-mutated cdi-names config.toml hooks.d profiles ld.so.cache-bytes ld.so.cache-mutated plan+apply; do
   n=$(count "$p")
   line "$(ok_if "$( [ "$n" -ge "$PROPTEST_CASES" ] && echo y)")" "property: $p (no panic, errors name the input)" "$n inputs tried"
 done

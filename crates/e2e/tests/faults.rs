@@ -8,6 +8,8 @@
 //!   the node (actk-runtime with a CDI spec, actk-hook with its edits);
 //! - the low-level runtime crashing (SIGSEGV, exit 139): the user sees the runtime's own message
 //!   and status, not an actk error;
+//! - actk-runtime SIGKILLed at spread-out points of its work: config.json is always the original
+//!   or the fully edited file (atomic rename), never half-written;
 //! - the hook's state JSON on stdin: any bytes give exit 1 with a message, never a panic.
 //!
 //! Tests here mount tmpfs and bind mounts in temporary directories, which a [`HostGuard`] of a
@@ -338,6 +340,71 @@ fn low_level_runtime_crashing_is_reported_with_its_own_message() -> Result<()> {
         faults += 1;
     }
     report("faults-runtime-crash", faults);
+    guard.finish()
+}
+
+#[test]
+fn actk_runtime_killed_at_random_points_leaves_config_json_whole() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let _serial = serial();
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let guard = HostGuard::new("actk-runtime killed while editing config.json")?;
+    let mut cfg = ActkConfig::new(&fx.root)?;
+    // The low-level runtime does nothing: only the shim's own work is under test.
+    let fake = cfg.dir().join("fake-runc");
+    fs::write(&fake, "#!/bin/sh\nexit 0\n")?;
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755))?;
+    cfg.runtimes = vec![fake.to_string_lossy().into_owned()];
+    let cfg_path = cfg.write()?;
+    let b = Bundle::busybox(&["true"], &["NVIDIA_VISIBLE_DEVICES=all"])?;
+    let original = fs::read(b.config_path())?;
+    let shim = |b: &Bundle| {
+        Command::new(bin("actk-runtime"))
+            .args(["create", "--bundle"])
+            .arg(b.path())
+            .arg(unique_name("e2e-fault-shim"))
+            .env("ACTK_CONFIG", &cfg_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    };
+    // How long the shim takes undisturbed.
+    let start = std::time::Instant::now();
+    let st = shim(&b)?.wait()?;
+    let full = start.elapsed().as_micros() as u64;
+    assert!(st.success(), "actk-runtime create with a fake runtime failed: {st:?}");
+    let edited = fs::read(b.config_path())?;
+    assert_ne!(edited, original, "the shim did not edit config.json");
+
+    let mut killed = 0u64;
+    let mut temp_left = 0usize;
+    for us in kill_points(24, full.max(2_000)) {
+        fs::write(b.config_path(), &original)?;
+        let mut child = shim(&b)?;
+        std::thread::sleep(std::time::Duration::from_micros(us));
+        let _ = child.kill();
+        let st = child.wait()?;
+        if st.signal() == Some(9) {
+            killed += 1;
+        }
+        let now = fs::read(b.config_path())?;
+        let v: serde_json::Value = serde_json::from_slice(&now)
+            .map_err(|e| anyhow::anyhow!("killed at {us} us: config.json is not whole JSON: {e}"))?;
+        assert!(now == original || now == edited, "killed at {us} us: config.json is neither the original nor the edited file: {v}");
+        for e in fs::read_dir(b.path())? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".config.json.actk-") {
+                // SIGKILL leaves no chance to clean up; the bundle goes with the container.
+                temp_left += 1;
+                fs::remove_file(b.path().join(&name))?;
+            }
+        }
+    }
+    eprintln!("actk-runtime runs {full} us; killed {killed} of 24 runs; {temp_left} temporary files left in the bundle");
+    assert!(killed > 0, "no run was killed mid-way");
+    report("faults-runtime-sigkill", killed);
     guard.finish()
 }
 

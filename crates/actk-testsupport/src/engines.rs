@@ -454,6 +454,12 @@ pub fn docker_glibc_image() -> Result<&'static str> {
     Ok(GLIBC_IMAGE)
 }
 
+/// [`GLIBC_IMAGE`] in podman, built (debootstrap) and imported when absent.
+pub fn podman_glibc_image() -> Result<&'static str> {
+    import_image("podman", &glibc_rootfs()?, GLIBC_IMAGE)?;
+    Ok(GLIBC_IMAGE)
+}
+
 /// Copy a tree with `cp -a` (keeps symlinks, modes and device nodes).
 pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     let o = Command::new("cp").arg("-a").arg(from).arg(to).output().context("running cp -a")?;

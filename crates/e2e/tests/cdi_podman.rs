@@ -9,7 +9,7 @@
 //! directory would conflict and podman would refuse both), and removes the file afterwards,
 //! touching nothing else in the directory.
 
-use actk_testsupport::engines::{bin, expect_success, podman, podman_busybox_image, require_root, text, unique_name, which, with_lock};
+use actk_testsupport::engines::{bin, expect_success, podman, podman_busybox_image, podman_glibc_image, require_root, text, unique_name, which, with_lock};
 use actk_testsupport::fixture;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -52,6 +52,10 @@ fn remove_stale_specs() {
 /// Generates the spec of `vendor` on fixture root `root` into /var/run/cdi, then runs
 /// `podman run --device DEVICE IMG sh -c SCRIPT` and returns its stdout.
 fn podman_with_generated_spec(root: &Path, vendor: &str, device: &str, script: &str) -> Result<String> {
+    podman_image_with_generated_spec(root, vendor, device, podman_busybox_image()?, script)
+}
+
+fn podman_image_with_generated_spec(root: &Path, vendor: &str, device: &str, image: &str, script: &str) -> Result<String> {
     with_lock("var-run-cdi", || {
         remove_stale_specs();
         std::fs::create_dir_all(SPEC_DIR)?;
@@ -66,7 +70,6 @@ fn podman_with_generated_spec(root: &Path, vendor: &str, device: &str, script: &
         let v = std::process::Command::new(bin("actk")).args(["cdi", "validate"]).arg(&spec.0).output()?;
         expect_success("actk cdi validate", &v);
 
-        let image = podman_busybox_image()?;
         let name = unique_name("e2e-cdi-podman");
         let o = podman(&["run", "--rm", "--name", &name, "--device", device, image, "sh", "-c", script]);
         let (out, err) = text(&o);
@@ -111,5 +114,23 @@ fn podman_4_3_runs_neuron_device_from_generated_cdi_spec() -> Result<()> {
         assert!(!devs.contains(&absent), "/dev has {absent} although only neuron=3 was asked for: {devs:?}");
     }
     assert!(tools.lines().any(|l| l == "neuron-ls"), "neuron-ls is not mounted: {tools}");
+    Ok(())
+}
+
+/// A generated spec carries a createContainer hook (`actk-hook update-ldcache`, the actk-hook
+/// next to actk) so that a glibc image's dynamic linker finds the mounted driver libraries, as
+/// CUDA's `dlopen("libcuda.so.1")` needs; and the hook never runs the image's own ldconfig.
+#[test]
+fn podman_4_3_glibc_image_finds_libcuda_in_ld_so_cache_through_the_spec_hook() -> Result<()> {
+    if !can_run() {
+        return Ok(());
+    }
+    let Some(f) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let image = podman_glibc_image()?;
+    let out = podman_image_with_generated_spec(&f.root, "nvidia", "nvidia.com/gpu=0", image, "ldconfig -p")?;
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("libcuda.so.1 ") && l.contains("/libcuda.so.1")),
+        "ldconfig -p in the container does not list libcuda.so.1:\n{out}"
+    );
     Ok(())
 }

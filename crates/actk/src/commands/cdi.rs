@@ -69,7 +69,10 @@ pub struct GenerateArgs {
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Option<Vec<String>>,
     /// Absolute path of an executable added as a createContainer hook that refreshes the
-    /// container's ld.so.cache (`<exe> update-ldcache --folder DIR...`).
+    /// container's ld.so.cache (`<exe> update-ldcache --folder DIR...`), so that a glibc image
+    /// finds the mounted driver libraries (`dlopen("libcuda.so.1")`). Default: `hook_path` of
+    /// the config file, else the `actk-hook` installed next to `actk` when there is one;
+    /// `none`: no hook.
     #[arg(long)]
     pub ldcache_hook: Option<String>,
 }
@@ -116,6 +119,26 @@ fn output_kind(path: Option<&Path>) -> Output {
     }
 }
 
+/// The ld.so.cache hook for generated specs: `--ldcache-hook` (`none` = no hook), else the
+/// config's `hook_path`, else `actk-hook` next to this executable; `None` when none exists.
+fn ldcache_hook(arg: Option<&str>) -> anyhow::Result<Option<String>> {
+    match arg {
+        Some("none") => return Ok(None),
+        Some(p) if !p.starts_with('/') => bail!("--ldcache-hook {p}: must be an absolute path (engines run hooks by path) or `none`"),
+        Some(p) => return Ok(Some(p.to_string())),
+        None => {}
+    }
+    let candidate = match config()?.hook_path {
+        Some(p) => p,
+        None => match std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join("actk-hook"))) {
+            Some(p) => p,
+            None => return Ok(None),
+        },
+    };
+    let executable = std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+    Ok(if executable && candidate.is_absolute() { candidate.to_str().map(str::to_string) } else { None })
+}
+
 fn config() -> anyhow::Result<Config> {
     let path = Config::path_from_env();
     Config::load_default().with_context(|| format!("loading the actk config file {}", path.display()))
@@ -140,7 +163,7 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
             StrategyArg::Both => DeviceNameStrategy::Both,
         },
         capabilities: a.capabilities.clone(),
-        ldcache_hook: a.ldcache_hook.clone(),
+        ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref())?,
     };
     let specs = generate_all(&profiles, &inventory, a.vendor.as_deref(), &opts)?;
     if specs.is_empty() {

@@ -92,28 +92,26 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
         }
     }
 
-    for node in &edits.device_nodes {
-        let entry = device_json(node)?;
-        let devices = array_at(root, &["linux", "devices"])?;
-        upsert(devices, "path", entry);
-        let rule = json!({
-            "allow": true,
-            "type": node_type(node),
-            "major": node.major,
-            "minor": node.minor,
-            "access": node.permissions.clone().unwrap_or_else(|| "rwm".into()),
-        });
+    if !edits.device_nodes.is_empty() {
+        let entries = edits.device_nodes.iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
+        upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
         let rules = array_at(root, &["linux", "resources", "devices"])?;
-        if !rules.contains(&rule) {
-            rules.push(rule);
+        for node in &edits.device_nodes {
+            let rule = json!({
+                "allow": true,
+                "type": node_type(node),
+                "major": node.major,
+                "minor": node.minor,
+                "access": node.permissions.clone().unwrap_or_else(|| "rwm".into()),
+            });
+            if !rules.contains(&rule) {
+                rules.push(rule);
+            }
         }
     }
 
     if !edits.mounts.is_empty() {
-        let mounts = array_at(root, &["mounts"])?;
-        for m in &edits.mounts {
-            upsert(mounts, "destination", mount_json(m));
-        }
+        upsert_all(array_at(root, &["mounts"])?, "destination", edits.mounts.iter().map(mount_json).collect());
     }
 
     for h in &edits.hooks {
@@ -230,11 +228,26 @@ fn hook_json(h: &Hook) -> Value {
     Value::Object(m)
 }
 
-/// Replaces the element whose `key` equals the new one's, in place, or appends.
-fn upsert(list: &mut Vec<Value>, key: &str, entry: Value) {
-    match list.iter_mut().find(|v| v.get(key).is_some() && v.get(key) == entry.get(key)) {
-        Some(slot) => *slot = entry,
-        None => list.push(entry),
+/// For each entry: replaces the element whose string `key` equals the entry's, in place, or
+/// appends it. The elements are indexed by key once, so this stays linear in the list and the
+/// entries (a container start adds dozens of mounts to a spec that has dozens already).
+fn upsert_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>) {
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for (i, v) in list.iter().enumerate() {
+        if let Some(k) = v.get(key).and_then(Value::as_str) {
+            index.entry(k.to_string()).or_insert(i);
+        }
+    }
+    for entry in entries {
+        match entry.get(key).and_then(Value::as_str).and_then(|k| index.get(k)).copied() {
+            Some(i) => list[i] = entry,
+            None => {
+                if let Some(k) = entry.get(key).and_then(Value::as_str) {
+                    index.insert(k.to_string(), list.len());
+                }
+                list.push(entry);
+            }
+        }
     }
 }
 

@@ -16,28 +16,13 @@ use actk_core::cdi::validate::{parse_value, spec_from_value};
 use actk_core::cdi::write::to_text;
 use actk_core::cdi::{CdiError, Format, Kind, QualifiedName};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let config = Config { failure_persistence: None, ..Config::default() };
-    let tried = AtomicU64::new(0);
-    let result = TestRunner::new(config).run(&strategy, |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    });
-    if let Err(e) = result {
-        panic!("{parser}: {e}");
-    }
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{parser} {}", tried.load(Ordering::Relaxed));
-        }
-    }
-}
+mod common;
+use common::check;
+
 
 /// A spec as `actk cdi generate` writes one for two GPUs: every kind of edit, spec-level and
 /// per device.

@@ -17,27 +17,12 @@
 use actk_core::cdi::{CdiDeviceNode, CdiHook, CdiMount, ContainerEdits};
 use actk_core::edits::{self, EditError, HOOK_STAGES};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let config = Config { failure_persistence: None, ..Config::default() };
-    let tried = AtomicU64::new(0);
-    let result = TestRunner::new(config).run(&strategy, |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    });
-    if let Err(e) = result {
-        panic!("{parser}: {e}");
-    }
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{parser} {}", tried.load(Ordering::Relaxed));
-        }
-    }
-}
+mod common;
+use common::check;
+
 
 const REALSPECS: &[&str] = &[
     include_str!("../../e2e/tests/data/realspecs/docker-20.10-run.json"),

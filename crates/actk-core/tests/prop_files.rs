@@ -12,28 +12,13 @@
 use actk_core::config::Config;
 use actk_core::{hooksd, ldcache, profile};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::Value;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let config = RunnerConfig { failure_persistence: None, ..RunnerConfig::default() };
-    let tried = AtomicU64::new(0);
-    let result = TestRunner::new(config).run(&strategy, |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    });
-    if let Err(e) = result {
-        panic!("{parser}: {e}");
-    }
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{parser} {}", tried.load(Ordering::Relaxed));
-        }
-    }
-}
+mod common;
+use common::check;
+
 
 /// Lines built from pieces of the format, plus anything at all.
 fn lines(pieces: Vec<&'static str>) -> impl Strategy<Value = String> {

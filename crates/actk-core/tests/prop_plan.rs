@@ -16,27 +16,12 @@ use actk_core::plan::{PlanContext, PlanError, plan};
 use actk_core::profile;
 use actk_core::request;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let config = Config { failure_persistence: None, ..Config::default() };
-    let tried = AtomicU64::new(0);
-    let result = TestRunner::new(config).run(&strategy, |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    });
-    if let Err(e) = result {
-        panic!("{parser}: {e}");
-    }
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{parser} {}", tried.load(Ordering::Relaxed));
-        }
-    }
-}
+mod common;
+use common::check;
+
 
 fn node(path: String, major: u32, minor: u32) -> DeviceNode {
     DeviceNode { host_path: path.clone().into(), path, node_type: 'c', major, minor, file_mode: Some(0o666) }

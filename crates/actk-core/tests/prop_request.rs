@@ -17,35 +17,14 @@ use actk_core::inventory::{Device, VendorInventory};
 use actk_core::profile::{self, Profile};
 use actk_core::request::{self, Selection};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Runs `test` on `strategy`'s values (case count from `PROPTEST_CASES`) and reports the count.
-fn check<S: Strategy>(parser: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
-    let config = Config { failure_persistence: None, ..Config::default() };
-    let tried = AtomicU64::new(0);
-    let mut runner = TestRunner::new(config);
-    let result = runner.run(&strategy, |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    });
-    if let Err(e) = result {
-        panic!("{parser}: {e}");
-    }
-    report(parser, tried.load(Ordering::Relaxed));
-}
+mod common;
+use common::check;
 
-/// Appends `parser count` to `$ACTK_VERIFY_COUNTS` (scripts/verify.sh sums them per parser).
-fn report(parser: &str, count: u64) {
-    if let Some(path) = std::env::var_os("ACTK_VERIFY_COUNTS") {
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{parser} {count}");
-        }
-    }
-}
+
 
 /// Every selection variable of the built-in profiles, with its profile.
 fn variables() -> Vec<String> {

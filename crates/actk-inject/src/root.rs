@@ -321,6 +321,7 @@ mod tests {
         assert!(base.path().join("usr/lib/x86_64-linux-gnu").is_dir());
     }
 
+    /// Field case F05: a relative library-dir symlink resolves inside the container root.
     #[test]
     fn f05_relative_lib_symlink_lands_in_its_target_inside_root() {
         let (_o, base, r) = root();

@@ -123,6 +123,7 @@ fn f03_every_argument_reaches_the_runtime_unchanged_and_in_order() {
     assert_eq!(&e.argv()[1..], &["--unknown", "state", "ctr-1"]);
 }
 
+/// Field case F04: every way of naming the bundle edits the same config.json.
 #[test]
 fn f04_bundle_forms_edit_the_same_config_json() {
     let e = Env::new();

@@ -289,6 +289,7 @@ fn glibc_container_asking_for_a_gpu_finds_libcuda_so_1_with_ldconfig_p() -> Resu
     Ok(())
 }
 
+/// Field case F04 (shared/cases): `-b DIR`, `--bundle=DIR`, `--bundle DIR` and no flag edit the same config.json.
 #[test]
 fn bundle_given_as_dash_b_bundle_equals_bundle_space_or_working_directory_is_edited_alike_f04() -> Result<()> {
     if !engines::require_root() {
@@ -315,6 +316,7 @@ fn bundle_given_as_dash_b_bundle_equals_bundle_space_or_working_directory_is_edi
     Ok(())
 }
 
+/// Field case F05 (shared/cases): the image's library dir is a symlink; libraries land in its target inside the root.
 #[test]
 fn image_whose_library_dir_is_an_absolute_symlink_gets_the_libraries_inside_its_root_f05() -> Result<()> {
     if !engines::require_root() {

@@ -110,16 +110,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
     {
         return parse_new(rest);
     }
-    let strings = &bytes[table_end..];
-    (0..nlibs)
-        .map(|i| {
-            let at = OLD_HEADER + i * OLD_ENTRY;
-            let flags = read_u32(bytes, at, "entry")?;
-            let key = read_u32(bytes, at + 4, "entry")? as usize;
-            let value = read_u32(bytes, at + 8, "entry")? as usize;
-            Ok(CacheEntry { key: read_str(strings, key)?, path: read_str(strings, value)?, flags })
-        })
-        .collect()
+    entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &bytes[table_end..])
 }
 
 fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
@@ -134,13 +125,20 @@ fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
         .and_then(|n| n.checked_add(NEW_HEADER))
         .filter(|&end| end <= bytes.len())
         .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
+    entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, bytes)
+}
+
+/// The `nlibs` entries of a table at `start` in `bytes`, each `size` bytes beginning with
+/// `flags, key, value` (u32 each); `key` and `value` are offsets into `strings` (the string
+/// table after the old format's entries; the whole file in the new format).
+fn entries(bytes: &[u8], start: usize, size: usize, nlibs: usize, strings: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
     (0..nlibs)
         .map(|i| {
-            let at = NEW_HEADER + i * NEW_ENTRY;
+            let at = start + i * size;
             let flags = read_u32(bytes, at, "entry")?;
             let key = read_u32(bytes, at + 4, "entry")? as usize;
             let value = read_u32(bytes, at + 8, "entry")? as usize;
-            Ok(CacheEntry { key: read_str(bytes, key)?, path: read_str(bytes, value)?, flags })
+            Ok(CacheEntry { key: read_str(strings, key)?, path: read_str(strings, value)?, flags })
         })
         .collect()
 }

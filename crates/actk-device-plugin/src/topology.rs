@@ -172,16 +172,19 @@ fn list(set: &[u32]) -> String {
     set.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// The preferred `size` devices of `nodes` among `available`, including every `must` device.
-///
-/// Errors: an unknown device, a must-include device that is not available, more must-include
-/// devices than `size`, or `size` above the available count. A poor but possible placement is
-/// not an error: it comes with a [`Choice::note`].
-pub fn preferred(nodes: &[Node], available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
-    let known: BTreeSet<u32> = nodes.iter().map(|n| n.index).collect();
+/// A GetPreferredAllocation request after the checks both [`preferred`] and
+/// [`preferred_cores`] make: either already answered (`must` fills `size`) or open.
+enum Checked {
+    Done(Choice),
+    Open { avail: BTreeSet<u32>, must: BTreeSet<u32> },
+}
+
+/// The kubelet's request checked: every id known, `must` within `available`, and `size`
+/// between `must.len()` and `available.len()`. Errors name the offending id or sizes.
+fn check_request(known: impl Fn(u32) -> bool, available: &[u32], must: &[u32], size: usize) -> Result<Checked, TopologyError> {
     let avail: BTreeSet<u32> = available.iter().copied().collect();
     let must: BTreeSet<u32> = must.iter().copied().collect();
-    if let Some(d) = avail.iter().chain(must.iter()).find(|d| !known.contains(d)) {
+    if let Some(d) = avail.iter().chain(must.iter()).find(|d| !known(**d)) {
         return Err(TopologyError::Unknown(*d));
     }
     if let Some(d) = must.iter().find(|d| !avail.contains(d)) {
@@ -194,8 +197,22 @@ pub fn preferred(nodes: &[Node], available: &[u32], must: &[u32], size: usize) -
         return Err(TopologyError::TooFewAvailable { size, available: avail.len() });
     }
     if size == must.len() {
-        return Ok(Choice { devices: must.into_iter().collect(), note: None });
+        return Ok(Checked::Done(Choice { devices: must.into_iter().collect(), note: None }));
     }
+    Ok(Checked::Open { avail, must })
+}
+
+/// The preferred `size` devices of `nodes` among `available`, including every `must` device.
+///
+/// Errors: an unknown device, a must-include device that is not available, more must-include
+/// devices than `size`, or `size` above the available count. A poor but possible placement is
+/// not an error: it comes with a [`Choice::note`].
+pub fn preferred(nodes: &[Node], available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
+    let known: BTreeSet<u32> = nodes.iter().map(|n| n.index).collect();
+    let (avail, must) = match check_request(|d| known.contains(&d), available, must, size)? {
+        Checked::Done(choice) => return Ok(choice),
+        Checked::Open { avail, must } => (avail, must),
+    };
     let links = link_map(nodes);
     let numa: BTreeMap<u32, Option<u32>> = nodes.iter().map(|n| (n.index, n.numa)).collect();
     let ctx = Ctx { links: &links, numa: &numa, avail: &avail, must: &must, size };
@@ -397,23 +414,10 @@ fn internal_links(ctx: &Ctx<'_>, set: &[u32]) -> usize {
 ///
 /// Errors as [`preferred`] (core numbers in place of device indexes).
 pub fn preferred_cores(cores: &BTreeMap<u32, u32>, available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
-    let avail: BTreeSet<u32> = available.iter().copied().collect();
-    let must: BTreeSet<u32> = must.iter().copied().collect();
-    if let Some(c) = avail.iter().chain(must.iter()).find(|c| !cores.contains_key(c)) {
-        return Err(TopologyError::Unknown(*c));
-    }
-    if let Some(c) = must.iter().find(|c| !avail.contains(c)) {
-        return Err(TopologyError::MustNotAvailable(*c));
-    }
-    if must.len() > size {
-        return Err(TopologyError::MustExceedsSize { must: must.len(), size });
-    }
-    if size > avail.len() {
-        return Err(TopologyError::TooFewAvailable { size, available: avail.len() });
-    }
-    if size == must.len() {
-        return Ok(Choice { devices: must.into_iter().collect(), note: None });
-    }
+    let (avail, must) = match check_request(|c| cores.contains_key(&c), available, must, size)? {
+        Checked::Done(choice) => return Ok(choice),
+        Checked::Open { avail, must } => (avail, must),
+    };
     let free_on = |dev: u32| cores.iter().filter(|(c, d)| **d == dev && avail.contains(c)).count();
     let all: Vec<u32> = cores.keys().copied().collect();
     let mut best: Option<((usize, usize, u32), Vec<u32>)> = None;

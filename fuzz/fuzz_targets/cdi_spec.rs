@@ -4,9 +4,9 @@
 //! back as JSON and YAML and reads back equal.
 #![no_main]
 
+use actk_core::cdi::Format;
 use actk_core::cdi::validate::{parse_value, spec_from_value};
 use actk_core::cdi::write::to_text;
-use actk_core::cdi::Format;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
@@ -19,7 +19,9 @@ fuzz_target!(|data: &[u8]| {
         _ => Some(Format::Yaml),
     };
     let file = Path::new("/var/run/cdi/fuzz.json");
-    let result = parse_value(text, file, format).map_err(|e| vec![e]).and_then(|v| spec_from_value(v, Some(file), mode & 4 != 0));
+    let result = parse_value(text, file, format)
+        .map_err(|e| vec![e])
+        .and_then(|v| spec_from_value(v, Some(file), mode & 4 != 0));
     match result {
         Err(errors) => {
             assert!(!errors.is_empty());
@@ -30,7 +32,9 @@ fuzz_target!(|data: &[u8]| {
         Ok(spec) => {
             for f in [Format::Json, Format::Yaml] {
                 let out = to_text(&spec, f).expect("a valid spec serialises");
-                let back = parse_value(&out, file, Some(f)).map_err(|e| vec![e]).and_then(|v| spec_from_value(v, Some(file), false));
+                let back = parse_value(&out, file, Some(f))
+                    .map_err(|e| vec![e])
+                    .and_then(|v| spec_from_value(v, Some(file), false));
                 match back {
                     Ok(back) => assert_eq!(back, spec, "{out}"),
                     Err(e) => panic!("a valid spec does not read back from {f:?}: {e:?}\n{out}"),

@@ -14,7 +14,12 @@ fn gpu_edits() -> ContainerEdits {
         device_nodes: ["/dev/nvidia0", "/dev/nvidiactl"]
             .iter()
             .enumerate()
-            .map(|(i, p)| CdiDeviceNode { path: p.to_string(), major: Some(195), minor: Some(i as i64), ..Default::default() })
+            .map(|(i, p)| CdiDeviceNode {
+                path: p.to_string(),
+                major: Some(195),
+                minor: Some(i as i64),
+                ..Default::default()
+            })
             .collect(),
         mounts: vec![CdiMount {
             host_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
@@ -22,7 +27,11 @@ fn gpu_edits() -> ContainerEdits {
             mount_type: None,
             options: vec!["ro".into(), "nosuid".into()],
         }],
-        hooks: vec![CdiHook { hook_name: "createContainer".into(), path: "/usr/bin/actk-hook".into(), ..Default::default() }],
+        hooks: vec![CdiHook {
+            hook_name: "createContainer".into(),
+            path: "/usr/bin/actk-hook".into(),
+            ..Default::default()
+        }],
         additional_gids: vec![44],
         ..Default::default()
     }

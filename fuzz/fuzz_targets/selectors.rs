@@ -37,7 +37,12 @@ fuzz_target!(|data: &[u8]| {
                     profile: p.name.clone(),
                     kind: p.kind.clone(),
                     devices: (0..12)
-                        .map(|i| Device { index: i, uuid: Some(format!("GPU-{i:02}ab-1111")), cores: Some(2), ..Default::default() })
+                        .map(|i| Device {
+                            index: i,
+                            uuid: Some(format!("GPU-{i:02}ab-1111")),
+                            cores: Some(2),
+                            ..Default::default()
+                        })
                         .collect(),
                     ..Default::default()
                 };

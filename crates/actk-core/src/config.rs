@@ -144,10 +144,8 @@ impl Config {
 
     /// Parses TOML text; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
-            message: e.to_string().trim_end().to_string(),
-        })
+        toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim_end().to_string() })
     }
 
     /// The effective configuration as TOML (`actk config show`).
@@ -162,7 +160,8 @@ impl Config {
 pub fn default_toml() -> String {
     let d = Config::default();
     let list = |v: &[String]| v.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
-    let paths = |v: &[PathBuf]| v.iter().map(|p| format!("{:?}", p.display().to_string())).collect::<Vec<_>>().join(", ");
+    let paths =
+        |v: &[PathBuf]| v.iter().map(|p| format!("{:?}", p.display().to_string())).collect::<Vec<_>>().join(", ");
     format!(
         r#"# actk configuration (/etc/actk/config.toml; another path with ACTK_CONFIG=FILE).
 # Every key is optional; the values below are the defaults. Unknown keys are errors.
@@ -236,7 +235,11 @@ mod tests {
 
     #[test]
     fn partial_file_keeps_other_defaults() {
-        let c = Config::parse("runtimes = [\"/usr/bin/crun\"]\n[nvidia]\ndefault_capabilities = [\"all\"]\n", Path::new("c")).unwrap();
+        let c = Config::parse(
+            "runtimes = [\"/usr/bin/crun\"]\n[nvidia]\ndefault_capabilities = [\"all\"]\n",
+            Path::new("c"),
+        )
+        .unwrap();
         assert_eq!(c.runtimes, vec!["/usr/bin/crun"]);
         assert_eq!(c.spec_dirs, Config::default().spec_dirs);
         assert_eq!(c.nvidia.default_capabilities, Some(vec!["all".to_string()]));

@@ -33,7 +33,8 @@ pub const LEGACY_NVIDIA_HOOK: &str = "nvidia-container-runtime-hook";
 pub const HOOK_DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// OCI runtime spec hook stages (config.md "POSIX-platform Hooks").
-pub const HOOK_STAGES: &[&str] = &["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+pub const HOOK_STAGES: &[&str] =
+    &["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
 
 /// Why edits could not be applied. Each names the field or the edit at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,7 +82,8 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
             return Err(EditError::BadStage { path: h.path.clone(), stage: h.hook_name.clone() });
         }
     }
-    let root = spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
+    let root =
+        spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
 
     if !edits.env.is_empty() {
         let env = array_at(root, &["process", "env"])?;
@@ -157,7 +159,8 @@ pub fn remove_legacy_nvidia_hook(spec: &mut Value) -> usize {
 
 /// Sets [`APPLIED_ANNOTATION`] to `summary` (e.g. the qualified names served).
 pub fn mark_applied(spec: &mut Value, summary: &str) -> Result<(), EditError> {
-    let root = spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
+    let root =
+        spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
     let ann = object_at(root, &["annotations"])?;
     ann.insert(APPLIED_ANNOTATION.into(), Value::String(summary.into()));
     Ok(())
@@ -252,14 +255,19 @@ fn upsert_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>) {
 }
 
 /// The object at `path` under `root`, created (empty) where missing.
-pub(crate) fn object_at<'a>(root: &'a mut Map<String, Value>, path: &[&str]) -> Result<&'a mut Map<String, Value>, EditError> {
+pub(crate) fn object_at<'a>(
+    root: &'a mut Map<String, Value>,
+    path: &[&str],
+) -> Result<&'a mut Map<String, Value>, EditError> {
     let mut cur = root;
     for (i, key) in path.iter().enumerate() {
         let v = cur.entry(key.to_string()).or_insert_with(|| Value::Object(Map::new()));
         if v.is_null() {
             *v = Value::Object(Map::new());
         }
-        cur = v.as_object_mut().ok_or_else(|| EditError::WrongType { field: path[..=i].join("."), expected: "an object" })?;
+        cur = v
+            .as_object_mut()
+            .ok_or_else(|| EditError::WrongType { field: path[..=i].join("."), expected: "an object" })?;
     }
     Ok(cur)
 }
@@ -283,8 +291,22 @@ mod tests {
         ContainerEdits {
             env: vec!["NVIDIA_VISIBLE_DEVICES=void".into(), "ACTK=1".into()],
             device_nodes: vec![
-                DeviceNode { path: "/dev/nvidia1".into(), node_type: Some("c".into()), major: Some(195), minor: Some(1), file_mode: Some(0o666), ..Default::default() },
-                DeviceNode { path: "/dev/nvidiactl".into(), major: Some(195), minor: Some(255), uid: Some(0), gid: Some(0), ..Default::default() },
+                DeviceNode {
+                    path: "/dev/nvidia1".into(),
+                    node_type: Some("c".into()),
+                    major: Some(195),
+                    minor: Some(1),
+                    file_mode: Some(0o666),
+                    ..Default::default()
+                },
+                DeviceNode {
+                    path: "/dev/nvidiactl".into(),
+                    major: Some(195),
+                    minor: Some(255),
+                    uid: Some(0),
+                    gid: Some(0),
+                    ..Default::default()
+                },
             ],
             mounts: vec![Mount {
                 host_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05".into(),
@@ -339,7 +361,11 @@ mod tests {
         assert_eq!(s["process"]["user"]["additionalGids"], json!([0, 44]));
         assert_eq!(s["zzUnknown"], json!({"keep": [1, 2]}));
         let keys: Vec<_> = s.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys, vec!["ociVersion", "zzUnknown", "process", "mounts", "linux", "hooks"], "field order kept, new ones last");
+        assert_eq!(
+            keys,
+            vec!["ociVersion", "zzUnknown", "process", "mounts", "linux", "hooks"],
+            "field order kept, new ones last"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //!
 //! A missing directory is not an error; a malformed file is, naming the file and the problem.
 
-use crate::edits::{EditError, HOOK_STAGES, HOOK_DEFAULT_PATH, array_at};
+use crate::edits::{EditError, HOOK_DEFAULT_PATH, HOOK_STAGES, array_at};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -146,7 +146,9 @@ pub fn parse(text: &str, path: &Path) -> Result<LoadedHook, HooksError> {
     if w.always.is_none() && w.annotations.is_empty() && w.commands.is_empty() && w.has_bind_mounts.is_none() {
         return Err(invalid(path, "when sets no condition; set always, annotations, commands or hasBindMounts"));
     }
-    let re = |field: &str, s: &str| Regex::new(s).map_err(|e| invalid(path, format!("{field}: bad regular expression {s:?}: {e}")));
+    let re = |field: &str, s: &str| {
+        Regex::new(s).map_err(|e| invalid(path, format!("{field}: bad regular expression {s:?}: {e}")))
+    };
     let mut annotations = Vec::new();
     for (k, v) in &w.annotations {
         annotations.push((re("when.annotations key", k)?, re("when.annotations value", v)?));
@@ -216,7 +218,9 @@ fn has_bind_mounts(spec: &Value) -> bool {
     spec.get("mounts").and_then(Value::as_array).is_some_and(|ms| {
         ms.iter().any(|m| {
             m.get("type").and_then(Value::as_str) == Some("bind")
-                || m.get("options").and_then(Value::as_array).is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
+                || m.get("options")
+                    .and_then(Value::as_array)
+                    .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
         })
     })
 }
@@ -241,11 +245,13 @@ pub fn merge(spec: &mut Value, hooks: &[LoadedHook]) -> Result<Vec<PathBuf>, Hoo
             entry.insert("timeout".into(), json!(t));
         }
         let entry = Value::Object(entry);
-        let root = spec
-            .as_object_mut()
-            .ok_or_else(|| HooksError::Edit { path: h.file.clone(), source: EditError::WrongType { field: "(document)".into(), expected: "an object" } })?;
+        let root = spec.as_object_mut().ok_or_else(|| HooksError::Edit {
+            path: h.file.clone(),
+            source: EditError::WrongType { field: "(document)".into(), expected: "an object" },
+        })?;
         for stage in &h.def.stages {
-            let list = array_at(root, &["hooks", stage.as_str()]).map_err(|source| HooksError::Edit { path: h.file.clone(), source })?;
+            let list = array_at(root, &["hooks", stage.as_str()])
+                .map_err(|source| HooksError::Edit { path: h.file.clone(), source })?;
             if !list.contains(&entry) {
                 list.push(entry.clone());
             }
@@ -260,7 +266,9 @@ mod tests {
     use super::*;
 
     fn file(when: &str) -> String {
-        format!(r#"{{"version":"1.0.0","hook":{{"path":"/usr/bin/neuron-hook","args":["neuron-hook"]}},"when":{when},"stages":["prestart","createContainer"]}}"#)
+        format!(
+            r#"{{"version":"1.0.0","hook":{{"path":"/usr/bin/neuron-hook","args":["neuron-hook"]}},"when":{when},"stages":["prestart","createContainer"]}}"#
+        )
     }
 
     fn spec() -> Value {
@@ -294,7 +302,10 @@ mod tests {
         let mut s = spec();
         assert_eq!(merge(&mut s, std::slice::from_ref(&h)).unwrap().len(), 1);
         merge(&mut s, &[h]).unwrap();
-        assert_eq!(s["hooks"]["prestart"], json!([{"path": "/usr/bin/neuron-hook", "args": ["neuron-hook"], "env": [HOOK_DEFAULT_PATH]}]));
+        assert_eq!(
+            s["hooks"]["prestart"],
+            json!([{"path": "/usr/bin/neuron-hook", "args": ["neuron-hook"], "env": [HOOK_DEFAULT_PATH]}])
+        );
         assert_eq!(s["hooks"]["createContainer"].as_array().unwrap().len(), 1);
     }
 
@@ -303,12 +314,27 @@ mod tests {
         let p = Path::new("/etc/actk/hooks.d/bad.json");
         let cases = [
             ("{", "EOF"),
-            (r#"{"version":"2.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestart"]}"#, "version \"2.0.0\""),
-            (r#"{"version":"1.0.0","hook":{"path":"x"},"when":{"always":true},"stages":["prestart"]}"#, "must be absolute"),
+            (
+                r#"{"version":"2.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestart"]}"#,
+                "version \"2.0.0\"",
+            ),
+            (
+                r#"{"version":"1.0.0","hook":{"path":"x"},"when":{"always":true},"stages":["prestart"]}"#,
+                "must be absolute",
+            ),
             (r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{},"stages":["prestart"]}"#, "when sets no condition"),
-            (r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestrat"]}"#, "unknown stage \"prestrat\""),
-            (r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"commands":["("]},"stages":["prestart"]}"#, "bad regular expression"),
-            (r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestart"],"extra":1}"#, "unknown field `extra`"),
+            (
+                r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestrat"]}"#,
+                "unknown stage \"prestrat\"",
+            ),
+            (
+                r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"commands":["("]},"stages":["prestart"]}"#,
+                "bad regular expression",
+            ),
+            (
+                r#"{"version":"1.0.0","hook":{"path":"/x"},"when":{"always":true},"stages":["prestart"],"extra":1}"#,
+                "unknown field `extra`",
+            ),
         ];
         for (text, want) in cases {
             let e = parse(text, p).unwrap_err().to_string();
@@ -321,7 +347,13 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let b = tempfile::tempdir().unwrap();
         let write = |d: &Path, name: &str, path: &str| {
-            std::fs::write(d.join(name), format!(r#"{{"version":"1.0.0","hook":{{"path":"{path}"}},"when":{{"always":true}},"stages":["prestart"]}}"#)).unwrap();
+            std::fs::write(
+                d.join(name),
+                format!(
+                    r#"{{"version":"1.0.0","hook":{{"path":"{path}"}},"when":{{"always":true}},"stages":["prestart"]}}"#
+                ),
+            )
+            .unwrap();
         };
         write(a.path(), "20-x.json", "/from/a");
         write(a.path(), "10-y.json", "/y");

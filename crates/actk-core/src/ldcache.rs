@@ -131,7 +131,13 @@ fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
 /// The `nlibs` entries of a table at `start` in `bytes`, each `size` bytes beginning with
 /// `flags, key, value` (u32 each); `key` and `value` are offsets into `strings` (the string
 /// table after the old format's entries; the whole file in the new format).
-fn entries(bytes: &[u8], start: usize, size: usize, nlibs: usize, strings: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
+fn entries(
+    bytes: &[u8],
+    start: usize,
+    size: usize,
+    nlibs: usize,
+    strings: &[u8],
+) -> Result<Vec<CacheEntry>, LdCacheError> {
     (0..nlibs)
         .map(|i| {
             let at = start + i * size;
@@ -153,10 +159,11 @@ fn read_u32(bytes: &[u8], at: usize, what: &'static str) -> Result<u32, LdCacheE
 
 fn read_str(bytes: &[u8], at: usize) -> Result<String, LdCacheError> {
     let tail = bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len: bytes.len() })?;
-    let nul = tail
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or(LdCacheError::Truncated { what: "string", offset: at, len: bytes.len() })?;
+    let nul = tail.iter().position(|&b| b == 0).ok_or(LdCacheError::Truncated {
+        what: "string",
+        offset: at,
+        len: bytes.len(),
+    })?;
     String::from_utf8(tail[..nul].to_vec()).map_err(|_| LdCacheError::NotUtf8(at))
 }
 
@@ -228,9 +235,14 @@ mod tests {
             .find(|e| e.key == "libcuda.so.1" && e.arch() == LibArch::X86_64)
             .expect("libcuda.so.1 (x86-64) in cache");
         assert_eq!(cuda64.path, "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
-        assert!(entries.iter().any(|e| e.key == "libnvidia-ml.so.1" && e.path == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"));
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.key == "libnvidia-ml.so.1" && e.path == "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")
+        );
         if tmp.path().join("usr/lib/i386-linux-gnu/libcuda.so.580.95.05").exists() {
-            let cuda32 = entries.iter().find(|e| e.key == "libcuda.so.1" && e.arch() == LibArch::I386).expect("i386 entry");
+            let cuda32 =
+                entries.iter().find(|e| e.key == "libcuda.so.1" && e.arch() == LibArch::I386).expect("i386 entry");
             assert_eq!(cuda32.path, "/usr/lib/i386-linux-gnu/libcuda.so.1");
         }
     }
@@ -324,7 +336,8 @@ mod tests {
 
     #[test]
     fn old_format_alone_and_followed_by_new_format() {
-        let entries = [(0x0303, "libcuda.so.1", "/usr/lib64/libcuda.so.1"), (0x0003, "libcuda.so.1", "/usr/lib/libcuda.so.1")];
+        let entries =
+            [(0x0303, "libcuda.so.1", "/usr/lib64/libcuda.so.1"), (0x0003, "libcuda.so.1", "/usr/lib/libcuda.so.1")];
         for with_new in [false, true] {
             let got = parse(&old_format(&entries, with_new)).unwrap();
             assert_eq!(got.len(), 2, "with_new={with_new}");

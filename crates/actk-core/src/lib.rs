@@ -8,7 +8,7 @@ pub mod discover;
 pub mod edits;
 pub mod hooksd;
 pub mod inventory;
-pub mod plan;
 pub mod ldcache;
+pub mod plan;
 pub mod profile;
 pub mod request;

@@ -58,7 +58,13 @@ impl PlanContext {
         if let Some(c) = &config.nvidia.default_capabilities {
             default_capabilities.insert("nvidia".to_string(), c.clone());
         }
-        Ok(PlanContext { profiles, root: config.root.clone(), spec_dirs: config.spec_dirs.clone(), default_capabilities, inventory: None })
+        Ok(PlanContext {
+            profiles,
+            root: config.root.clone(),
+            spec_dirs: config.spec_dirs.clone(),
+            default_capabilities,
+            inventory: None,
+        })
     }
 }
 
@@ -182,11 +188,19 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     let mut cdi_requests: Vec<CdiNameRequest> = Vec::new();
 
     for vr in &req.vendors {
-        let use_specs = matches!(vr.selection, Selection::All | Selection::Devices(_)) && state.registry().has_kind(&vr.kind);
+        let use_specs =
+            matches!(vr.selection, Selection::All | Selection::Devices(_)) && state.registry().has_kind(&vr.kind);
         if use_specs {
             let names = spec_names_for(vr, state.registry())?;
-            plan.served.push(Served { kind: vr.kind.clone(), source: vr.variable.clone(), devices: names.clone(), from_spec: true });
-            cdi_requests.extend(names.iter().map(|n| CdiNameRequest { name: format!("{}={n}", vr.kind), source: vr.variable.clone() }));
+            plan.served.push(Served {
+                kind: vr.kind.clone(),
+                source: vr.variable.clone(),
+                devices: names.clone(),
+                from_spec: true,
+            });
+            cdi_requests.extend(
+                names.iter().map(|n| CdiNameRequest { name: format!("{}={n}", vr.kind), source: vr.variable.clone() }),
+            );
         } else {
             let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
             let inventory = state.inventory();
@@ -218,7 +232,10 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                     }
                     plan.edits.append(&edits);
                 }
-                _ => plan.warnings.push(format!("{}={}: this node has no {} devices; nothing injected", vr.variable, vr.value, vr.kind)),
+                _ => plan.warnings.push(format!(
+                    "{}={}: this node has no {} devices; nothing injected",
+                    vr.variable, vr.value, vr.kind
+                )),
             }
             plan.served.push(Served {
                 kind: vr.kind.clone(),
@@ -242,7 +259,12 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec {} skipped: {e}", e.path.display())));
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
-                plan.served.push(Served { kind: kind.into(), source: n.source.clone(), devices: vec![dev.into()], from_spec: true });
+                plan.served.push(Served {
+                    kind: kind.into(),
+                    source: n.source.clone(),
+                    devices: vec![dev.into()],
+                    from_spec: true,
+                });
             }
         }
     }
@@ -259,7 +281,9 @@ fn ldcache_hook(hook: &str, vendor: &crate::inventory::VendorInventory, edits: &
     let mut dirs: Vec<&str> = vendor
         .host_files
         .iter()
-        .filter(|f| f.kind == HostFileKind::Library && edits.mounts.iter().any(|m| m.container_path == f.container_path))
+        .filter(|f| {
+            f.kind == HostFileKind::Library && edits.mounts.iter().any(|m| m.container_path == f.container_path)
+        })
         .filter_map(|f| f.container_path.rsplit_once('/').map(|(d, _)| if d.is_empty() { "/" } else { d }))
         .collect();
     dirs.sort_unstable();
@@ -354,7 +378,10 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
                 let (name, what) = match r {
                     DeviceRef::Index(i) => (i.to_string(), format!("no such device {i}")),
                     DeviceRef::Uuid(u) => (u.clone(), format!("no device has the id {u:?}")),
-                    DeviceRef::Mig(m) => (m.clone(), format!("{m:?} is a MIG device; MIG is not supported yet and no CDI spec defines it")),
+                    DeviceRef::Mig(m) => (
+                        m.clone(),
+                        format!("{m:?} is a MIG device; MIG is not supported yet and no CDI spec defines it"),
+                    ),
                 };
                 match known.iter().find(|k| k.eq_ignore_ascii_case(&name)) {
                     Some(k) => push(k.clone()),
@@ -389,8 +416,11 @@ fn kind_device_names(reg: &Registry, kind: &str) -> Vec<String> {
 fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEdits, PlanError> {
     let mut qualified = Vec::new();
     for req in names {
-        let q = QualifiedName::parse(&req.name)
-            .map_err(|e| RequestError { variable: req.source.clone(), value: req.name.clone(), problem: e.to_string() })?;
+        let q = QualifiedName::parse(&req.name).map_err(|e| RequestError {
+            variable: req.source.clone(),
+            value: req.name.clone(),
+            problem: e.to_string(),
+        })?;
         if let Err(e) = reg.resolve(std::slice::from_ref(&q)) {
             let mut known = e.to_string();
             for bad in reg.errors() {
@@ -400,7 +430,11 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEd
         }
         qualified.push(q);
     }
-    reg.resolve(&qualified).map_err(|e| PlanError::UnknownCdiDevice { source_name: "CDI".into(), name: String::new(), known: e.to_string() })
+    reg.resolve(&qualified).map_err(|e| PlanError::UnknownCdiDevice {
+        source_name: "CDI".into(),
+        name: String::new(),
+        known: e.to_string(),
+    })
 }
 
 /// Fills `type`, `major`, `minor` of device nodes that lack them from the host node
@@ -412,15 +446,22 @@ fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
             continue;
         }
         let host = n.host_path.clone().unwrap_or_else(|| n.path.clone());
-        let md = std::fs::metadata(&host)
-            .map_err(|e| PlanError::DeviceNode { path: n.path.clone(), host_path: host.clone(), message: e.to_string() })?;
+        let md = std::fs::metadata(&host).map_err(|e| PlanError::DeviceNode {
+            path: n.path.clone(),
+            host_path: host.clone(),
+            message: e.to_string(),
+        })?;
         let ft = md.file_type();
         let t = if ft.is_char_device() {
             "c"
         } else if ft.is_block_device() {
             "b"
         } else {
-            return Err(PlanError::DeviceNode { path: n.path.clone(), host_path: host, message: "not a device node".into() });
+            return Err(PlanError::DeviceNode {
+                path: n.path.clone(),
+                host_path: host,
+                message: "not a device node".into(),
+            });
         };
         let rdev = md.rdev();
         n.node_type.get_or_insert_with(|| t.to_string());
@@ -453,7 +494,14 @@ mod tests {
     }
 
     fn node(path: &str, minor: u32) -> DeviceNode {
-        DeviceNode { path: path.into(), host_path: path.into(), node_type: 'c', major: 195, minor, file_mode: Some(0o666) }
+        DeviceNode {
+            path: path.into(),
+            host_path: path.into(),
+            node_type: 'c',
+            major: 195,
+            minor,
+            file_mode: Some(0o666),
+        }
     }
 
     fn inventory(n: u32) -> Inventory {
@@ -462,7 +510,13 @@ mod tests {
             vendors: vec![VendorInventory {
                 profile: "nvidia".into(),
                 kind: "nvidia.com/gpu".into(),
-                devices: (0..n).map(|i| Device { index: i, nodes: vec![node(&format!("/dev/nvidia{i}"), i)], ..Default::default() }).collect(),
+                devices: (0..n)
+                    .map(|i| Device {
+                        index: i,
+                        nodes: vec![node(&format!("/dev/nvidia{i}"), i)],
+                        ..Default::default()
+                    })
+                    .collect(),
                 shared_nodes: vec![node("/dev/nvidiactl", 255)],
                 ..Default::default()
             }],
@@ -493,7 +547,10 @@ mod tests {
         // A spec dir that cannot be read would fail if it were touched.
         let c = PlanContext { spec_dirs: vec!["/proc/self/mem/x".into()], ..ctx(None) };
         assert!(plan(&spec(&["PATH=/bin"]), &c).unwrap().is_empty());
-        assert!(plan(&spec(&["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]), &c).unwrap().is_empty(), "F01");
+        assert!(
+            plan(&spec(&["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]), &c).unwrap().is_empty(),
+            "F01"
+        );
     }
 
     #[test]
@@ -513,19 +570,29 @@ mod tests {
     fn ldcache_hook_for_mounted_library_directories() {
         use crate::inventory::{HostFile, HostFileKind};
         let mut c = ctx(None);
-        let lib = |cap: &str, path: &str, kind| HostFile { capability: cap.into(), kind, host_path: path.into(), container_path: path.into() };
+        let lib = |cap: &str, path: &str, kind| HostFile {
+            capability: cap.into(),
+            kind,
+            host_path: path.into(),
+            container_path: path.into(),
+        };
         c.inventory.as_mut().unwrap().vendors[0].host_files = vec![
             lib("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", HostFileKind::Library),
             lib("utility", "/usr/bin/nvidia-smi", HostFileKind::Binary),
             lib("video", "/opt/video/libnvcuvid.so.580.95.05", HostFileKind::Library),
         ];
-        c.profiles[0].capabilities = ["compute", "utility", "video"].iter().map(|k| (k.to_string(), Default::default())).collect();
+        c.profiles[0].capabilities =
+            ["compute", "utility", "video"].iter().map(|k| (k.to_string(), Default::default())).collect();
         let opts = PlanOptions { ldcache_hook: Some("/usr/bin/actk-hook".into()) };
         let p = plan_with(&spec(&["NVIDIA_VISIBLE_DEVICES=0"]), &c, &opts).unwrap();
         assert_eq!(p.edits.hooks.len(), 1, "{:?}", p.edits.hooks);
         let h = &p.edits.hooks[0];
         assert_eq!((h.hook_name.as_str(), h.path.as_str()), ("createContainer", "/usr/bin/actk-hook"));
-        assert_eq!(h.args, ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"], "video was not asked for");
+        assert_eq!(
+            h.args,
+            ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"],
+            "video was not asked for"
+        );
         assert!(!h.env.is_empty());
     }
 
@@ -549,12 +616,19 @@ mod tests {
         let p = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=0"]), &ctx(Some(d.path()))).unwrap();
         assert_eq!(paths(&p), vec!["/dev/null"]);
         let n = &p.edits.device_nodes[0];
-        assert_eq!((n.node_type.as_deref(), n.major, n.minor), (Some("c"), Some(1), Some(3)), "numbers from the host node");
+        assert_eq!(
+            (n.node_type.as_deref(), n.major, n.minor),
+            (Some("c"), Some(1), Some(3)),
+            "numbers from the host node"
+        );
         assert_eq!(p.edits.env, vec!["FROM_SPEC=1"]);
         assert!(p.served[0].from_spec);
 
         let e = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=2"]), &ctx(Some(d.path()))).unwrap_err().to_string();
-        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=2: no such device 2; the CDI specs on this node define nvidia.com/gpu 0, all");
+        assert_eq!(
+            e,
+            "NVIDIA_VISIBLE_DEVICES=2: no such device 2; the CDI specs on this node define nvidia.com/gpu 0, all"
+        );
 
         let mut s = spec(&[]);
         s["annotations"] = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});

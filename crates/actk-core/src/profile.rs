@@ -249,8 +249,7 @@ pub fn load(dir: Option<&Path>) -> Result<Vec<Profile>, ProfileError> {
     }
     files.sort();
     for file in files {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|source| ProfileError::Io { path: file.clone(), source })?;
+        let text = std::fs::read_to_string(&file).map_err(|source| ProfileError::Io { path: file.clone(), source })?;
         let profile = parse(&file, &text)?;
         match profiles.iter_mut().find(|p| p.name == profile.name) {
             Some(slot) => *slot = profile,
@@ -287,7 +286,8 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Check the values serde cannot: name and kind syntax, env variable names, `discovery`,
 /// paths and patterns. Returns `(field, value, expected)` for the first problem.
 pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
-    let bad = |field: &str, value: &str, expected: &str| Err((field.to_string(), value.to_string(), expected.to_string()));
+    let bad =
+        |field: &str, value: &str, expected: &str| Err((field.to_string(), value.to_string(), expected.to_string()));
     let name_ok = !p.name.is_empty()
         && p.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if !name_ok {
@@ -312,7 +312,9 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
         }
     }
     let d = &p.devices;
-    for (field, pat) in d.node.iter().map(|n| ("devices.node", n)).chain(d.extra_nodes.iter().map(|n| ("devices.extra_nodes", n))) {
+    for (field, pat) in
+        d.node.iter().map(|n| ("devices.node", n)).chain(d.extra_nodes.iter().map(|n| ("devices.extra_nodes", n)))
+    {
         if !pat.starts_with("/dev/") || !pat.contains("{index}") || pat.matches("{index}").count() != 1 {
             return bad(field, pat, "an absolute path under /dev/ containing `{index}` once");
         }
@@ -331,7 +333,11 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
     for (name, rel) in &d.attributes {
         let path = rel.strip_prefix('@').unwrap_or(rel);
         if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == "..") {
-            return bad(&format!("devices.attributes.{name}"), rel, "a path relative to the sysfs directory, without `..` (prefix `@` for a link's target name)");
+            return bad(
+                &format!("devices.attributes.{name}"),
+                rel,
+                "a path relative to the sysfs directory, without `..` (prefix `@` for a link's target name)",
+            );
         }
     }
     for c in &p.control_nodes {
@@ -351,12 +357,20 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
         }
         for lib in &files.libraries {
             if lib.contains('/') || !lib.contains(".so") {
-                return bad(&format!("capabilities.{cap}.libraries"), lib, "a library name without directory or version, like libcuda.so");
+                return bad(
+                    &format!("capabilities.{cap}.libraries"),
+                    lib,
+                    "a library name without directory or version, like libcuda.so",
+                );
             }
         }
         for bin in &files.binaries {
             if bin.is_empty() || bin.contains('/') {
-                return bad(&format!("capabilities.{cap}.binaries"), bin, "an executable name without directory, like nvidia-smi");
+                return bad(
+                    &format!("capabilities.{cap}.binaries"),
+                    bin,
+                    "an executable name without directory, like nvidia-smi",
+                );
             }
         }
         for f in files.files.iter().chain(files.firmware.iter()) {
@@ -390,10 +404,14 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || extra.contains(&c))
     };
     if !seg_ok(vendor, &['.']) {
-        return Err(format!("a CDI kind `vendor/class`: vendor {vendor:?} must start with a letter, end with a letter or digit, and hold only letters, digits, '-', '_', '.'"));
+        return Err(format!(
+            "a CDI kind `vendor/class`: vendor {vendor:?} must start with a letter, end with a letter or digit, and hold only letters, digits, '-', '_', '.'"
+        ));
     }
     if !seg_ok(class, &[]) {
-        return Err(format!("a CDI kind `vendor/class`: class {class:?} must start with a letter, end with a letter or digit, and hold only letters, digits, '-', '_'"));
+        return Err(format!(
+            "a CDI kind `vendor/class`: class {class:?} must start with a letter, end with a letter or digit, and hold only letters, digits, '-', '_'"
+        ));
     }
     Ok(())
 }
@@ -445,8 +463,16 @@ mod tests {
     #[test]
     fn user_profile_replaces_builtin_of_same_name_and_new_one_is_appended() {
         let tmp = tempfile::tempdir().unwrap();
-        write(tmp.path(), "a.toml", "name = \"amd\"\nkind = \"amd.com/gpu\"\ndiscovery = \"amd\"\ndescription = \"mine\"\n");
-        write(tmp.path(), "b.toml", "name = \"npu\"\nkind = \"example.com/npu\"\n[devices]\nnode = \"/dev/npu{index}\"\n");
+        write(
+            tmp.path(),
+            "a.toml",
+            "name = \"amd\"\nkind = \"amd.com/gpu\"\ndiscovery = \"amd\"\ndescription = \"mine\"\n",
+        );
+        write(
+            tmp.path(),
+            "b.toml",
+            "name = \"npu\"\nkind = \"example.com/npu\"\n[devices]\nnode = \"/dev/npu{index}\"\n",
+        );
         write(tmp.path(), "notes.txt", "not a profile");
         let got = load(Some(tmp.path())).unwrap();
         let names: Vec<&str> = got.iter().map(|p| p.name.as_str()).collect();
@@ -467,7 +493,11 @@ mod tests {
 
     #[test]
     fn unknown_field_is_reported_with_its_line() {
-        let err = parse(Path::new("p.toml"), "name = \"x\"\nkind = \"example.com/x\"\n\n[devices]\nnode = \"/dev/x{index}\"\nnodes = 3\n").unwrap_err();
+        let err = parse(
+            Path::new("p.toml"),
+            "name = \"x\"\nkind = \"example.com/x\"\n\n[devices]\nnode = \"/dev/x{index}\"\nnodes = 3\n",
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("p.toml:6:"), "{msg}");
         assert!(msg.contains("nodes"), "{msg}");
@@ -483,7 +513,11 @@ mod tests {
             (format!("kind = \"example.com/x\"\n{base}[selection]\nenv = [\"1BAD\"]\n"), "selection", "1BAD"),
             (format!("kind = \"example.com/x\"\nenv = [\"NOEQUALS\"]\n{base}"), "env", "NOEQUALS"),
             ("name = \"x\"\nkind = \"example.com/x\"\n".to_string(), "devices.node", ""),
-            ("name = \"x\"\nkind = \"example.com/x\"\n[devices]\nnode = \"/dev/x\"\n".to_string(), "devices.node", "/dev/x"),
+            (
+                "name = \"x\"\nkind = \"example.com/x\"\n[devices]\nnode = \"/dev/x\"\n".to_string(),
+                "devices.node",
+                "/dev/x",
+            ),
         ];
         for (text, field, value) in cases {
             match parse(Path::new("u.toml"), &text) {
@@ -501,7 +535,8 @@ mod tests {
         for ok in ["nvidia.com/gpu", "aws.amazon.com/neuron", "vendor_x.io/class-1", "a/b"] {
             assert!(check_kind(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "/gpu", "nvidia.com/", "nvidia.com/gpu/x", "1vendor.com/gpu", "vendor.com/g.pu", "vendor-/gpu"] {
+        for bad in ["", "/gpu", "nvidia.com/", "nvidia.com/gpu/x", "1vendor.com/gpu", "vendor.com/g.pu", "vendor-/gpu"]
+        {
             assert!(check_kind(bad).is_err(), "{bad}");
         }
     }

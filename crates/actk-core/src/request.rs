@@ -225,7 +225,11 @@ fn parse_devices(
             refs.push(DeviceRef::Mig(item.to_string()));
         } else if let Some((a, b)) = item.split_once('-').filter(|(a, _)| a.bytes().all(|c| c.is_ascii_digit())) {
             if !ranges {
-                return Err(err(var, value, format!("{item:?}: ranges are not accepted for {var}; list the indexes (0,1,2)")));
+                return Err(err(
+                    var,
+                    value,
+                    format!("{item:?}: ranges are not accepted for {var}; list the indexes (0,1,2)"),
+                ));
             }
             for i in parse_range(var, value, a, b)? {
                 refs.push(DeviceRef::Index(i));
@@ -426,7 +430,10 @@ impl VendorRequest {
                 let mut spans = Vec::new();
                 for d in devices {
                     let n = d.cores.ok_or_else(|| {
-                        self.err(format!("device {} does not report its core count, so cores cannot be mapped to devices", d.index))
+                        self.err(format!(
+                            "device {} does not report its core count, so cores cannot be mapped to devices",
+                            d.index
+                        ))
                     })?;
                     spans.push((first, first + n, d.index));
                     first += n;
@@ -462,7 +469,8 @@ impl VendorRequest {
         match prefixed.as_slice() {
             [one] => Ok(*one),
             [] => Err(self.err(format!("no device has the id {u:?}; {}", self.available(vendor)))),
-            many => Err(self.err(format!("{u:?} is a prefix of the ids of devices {}; give more of the id", format_indexes(many)))),
+            many => Err(self
+                .err(format!("{u:?} is a prefix of the ids of devices {}; give more of the id", format_indexes(many)))),
         }
     }
 }
@@ -545,7 +553,12 @@ mod tests {
 
     #[test]
     fn unset_void_and_empty_request_nothing() {
-        for e in [&[][..], &["NVIDIA_VISIBLE_DEVICES=void"][..], &["NVIDIA_VISIBLE_DEVICES="][..], &["NVIDIA_VISIBLE_DEVICES= "][..]] {
+        for e in [
+            &[][..],
+            &["NVIDIA_VISIBLE_DEVICES=void"][..],
+            &["NVIDIA_VISIBLE_DEVICES="][..],
+            &["NVIDIA_VISIBLE_DEVICES= "][..],
+        ] {
             assert_eq!(req(e).unwrap(), Request::default(), "{e:?}");
         }
         // A variable whose name only starts like the selection variable is not it.
@@ -576,7 +589,10 @@ mod tests {
         let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=7"], 2).unwrap_err().to_string();
         assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0,1");
         let e = nv_indexes(&["NVIDIA_VISIBLE_DEVICES=banana"], 2).unwrap_err().to_string();
-        assert_eq!(e, "NVIDIA_VISIBLE_DEVICES=banana: no device has the id \"banana\"; this node has nvidia.com/gpu 0,1");
+        assert_eq!(
+            e,
+            "NVIDIA_VISIBLE_DEVICES=banana: no device has the id \"banana\"; this node has nvidia.com/gpu 0,1"
+        );
         let e = req(&["NVIDIA_VISIBLE_DEVICES=0,,banana"]).unwrap_err().to_string();
         assert!(e.starts_with("NVIDIA_VISIBLE_DEVICES=0,,banana: empty entry"), "{e}");
         let e = req(&["NVIDIA_VISIBLE_DEVICES=99999999999"]).unwrap_err().to_string();
@@ -602,7 +618,13 @@ mod tests {
         let mut ann = BTreeMap::new();
         ann.insert("cdi.k8s.io/test".to_string(), "example.com/accel=0, nvidia.com/gpu=1".to_string());
         ann.insert("other".to_string(), "x".to_string());
-        let r = collect(&env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"]), &ann, &[nvidia()], &BTreeMap::new()).unwrap();
+        let r = collect(
+            &env(&["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1,nvidia.com/gpu=all"]),
+            &ann,
+            &[nvidia()],
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert!(r.vendors.is_empty(), "only CDI names were listed");
         let names: Vec<_> = r.cdi_names.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, vec!["nvidia.com/gpu=1", "nvidia.com/gpu=all", "example.com/accel=0"]);
@@ -615,8 +637,14 @@ mod tests {
     fn capabilities_default_list_all_and_unknown() {
         let caps = |e: &[&str]| req(e).map(|r| r.vendors[0].capabilities.clone());
         assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0"]).unwrap(), vec!["utility", "compute"]);
-        assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="]).unwrap(), vec!["utility", "compute"]);
-        assert_eq!(caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,compute,video"]).unwrap(), vec!["video", "compute"]);
+        assert_eq!(
+            caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="]).unwrap(),
+            vec!["utility", "compute"]
+        );
+        assert_eq!(
+            caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=video,compute,video"]).unwrap(),
+            vec!["video", "compute"]
+        );
         let all = caps(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,all"]).unwrap();
         for c in DRIVER_CAPABILITIES {
             assert!(all.iter().any(|a| a == c), "{c} missing from all: {all:?}");
@@ -643,7 +671,10 @@ mod tests {
         let e = neuron_indexes("0-").unwrap_err().to_string();
         assert!(e.starts_with("AWS_NEURON_VISIBLE_DEVICES=0-: \"0-\" is not a range"), "{e}");
         let e = neuron_indexes("64").unwrap_err().to_string();
-        assert_eq!(e, "AWS_NEURON_VISIBLE_DEVICES=64: no such device 64; this node has aws.amazon.com/neuron 0,1,2,3,4,5,6,7,8,9,10,11");
+        assert_eq!(
+            e,
+            "AWS_NEURON_VISIBLE_DEVICES=64: no such device 64; this node has aws.amazon.com/neuron 0,1,2,3,4,5,6,7,8,9,10,11"
+        );
     }
 
     #[test]

@@ -38,7 +38,8 @@ fn dgx_h100_eight_gpus_in_pci_order_with_identity_from_procfs() {
     assert_eq!(buses, sorted, "index order is PCI bus order");
     for (i, d) in v.devices.iter().enumerate() {
         assert_eq!(d.index as usize, i);
-        let info = std::fs::read_to_string(f.path(&format!("/proc/driver/nvidia/gpus/{}/information", buses[i]))).unwrap();
+        let info =
+            std::fs::read_to_string(f.path(&format!("/proc/driver/nvidia/gpus/{}/information", buses[i]))).unwrap();
         let uuid = d.uuid.as_deref().unwrap();
         assert!(uuid.starts_with("GPU-") && info.contains(uuid), "{uuid} not in {}'s information", buses[i]);
         let minor = info.lines().find_map(|l| l.strip_prefix("Device Minor:")).unwrap().trim();
@@ -87,11 +88,14 @@ fn inf2_twelve_devices_numbered_by_node_with_ring_links() {
         assert_eq!(d.cores, Some(2));
         assert_eq!(d.links.len(), 2, "ring: two neighbours for {}", d.index);
         assert_eq!(d.model.as_deref(), Some("Inferentia2"));
-        let serial = std::fs::read_to_string(f.path(&format!("/sys/class/neuron_device/neuron{}/info/serial_number", d.index))).unwrap();
+        let serial =
+            std::fs::read_to_string(f.path(&format!("/sys/class/neuron_device/neuron{}/info/serial_number", d.index)))
+                .unwrap();
         assert_eq!(d.uuid.as_deref(), Some(serial.trim()));
     }
     links_symmetric(v);
-    let tools: Vec<(&str, &str)> = v.host_files.iter().map(|h| (h.capability.as_str(), h.container_path.as_str())).collect();
+    let tools: Vec<(&str, &str)> =
+        v.host_files.iter().map(|h| (h.capability.as_str(), h.container_path.as_str())).collect();
     assert_eq!(tools, [("utility", "/opt/aws/neuron/bin/neuron-ls"), ("utility", "/opt/aws/neuron/bin/neuron-top")]);
     assert!(v.host_files.iter().all(|h| h.kind == HostFileKind::Binary && h.host_path.starts_with(&f.root)));
 }
@@ -174,7 +178,10 @@ fn odd_dgx_warns_with_paths() {
     assert_eq!(v.devices.len(), 8);
     assert_eq!(v.devices[0].numa_node, None);
     assert!(!v.host_files.iter().any(|h| h.host_path.to_string_lossy().contains("535.104.05")));
-    assert!(!v.host_files.iter().any(|h| h.container_path.ends_with("libcuda.so.1")), "stale soname link must not be mounted");
+    assert!(
+        !v.host_files.iter().any(|h| h.container_path.ends_with("libcuda.so.1")),
+        "stale soname link must not be mounted"
+    );
 }
 
 /// Discovery of a driver-container root never reads outside it: an absolute symlink to the
@@ -191,6 +198,10 @@ fn absolute_links_resolve_inside_the_root() {
     std::fs::create_dir_all(f.path("/opt/drv")).unwrap();
     std::fs::write(f.path("/opt/drv/nvidia-smi"), "bin").unwrap();
     let inv = discover(&f.root, &profile::builtin());
-    let smi = inv.vendors[0].host_files.iter().find(|h| h.container_path == "/usr/bin/nvidia-smi").expect("found via in-root link");
+    let smi = inv.vendors[0]
+        .host_files
+        .iter()
+        .find(|h| h.container_path == "/usr/bin/nvidia-smi")
+        .expect("found via in-root link");
     assert_eq!(smi.host_path, f.path("/opt/drv/nvidia-smi"));
 }

@@ -23,7 +23,6 @@ use std::path::Path;
 mod common;
 use common::check;
 
-
 /// A spec as `actk cdi generate` writes one for two GPUs: every kind of edit, spec-level and
 /// per device.
 fn good() -> Value {
@@ -49,13 +48,29 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
-        prop::sample::select(vec!["", "c", "b", "rwm", "x", "/dev/x", "rel/path", "prestart", "1.1.0", "0.2.0", "a=b", "=", "nvidia.com/gpu"]).prop_map(Value::from),
+        prop::sample::select(vec![
+            "",
+            "c",
+            "b",
+            "rwm",
+            "x",
+            "/dev/x",
+            "rel/path",
+            "prestart",
+            "1.1.0",
+            "0.2.0",
+            "a=b",
+            "=",
+            "nvidia.com/gpu"
+        ])
+        .prop_map(Value::from),
         ".{0,10}".prop_map(Value::String),
     ];
     leaf.prop_recursive(2, 12, 3, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-            prop::collection::vec(("[a-zA-Z]{0,8}", inner), 0..3).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            prop::collection::vec(("[a-zA-Z]{0,8}", inner), 0..3)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
     })
 }
@@ -93,7 +108,32 @@ fn arbitrary_text_as_json_or_yaml_never_panics_and_errors_name_the_file() {
         "[{}\\[\\]:,\"a-z0-9 \n-]{0,64}",
         json_value().prop_map(|v| v.to_string()),
         // YAML structure: indentation, lists, anchors and aliases, tags, documents.
-        prop::collection::vec(prop::sample::select(vec!["a: ", "- ", "  ", "\n", "&x ", "*x", "!!str ", "---\n", "{", "}", "[", "]", "cdiVersion: 0.5.0\n", "kind: nvidia.com/gpu\n", "devices:\n", "'", "\"", "#", "? ", "<<: *x\n"]), 0..24).prop_map(|t| t.concat()),
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "a: ",
+                "- ",
+                "  ",
+                "\n",
+                "&x ",
+                "*x",
+                "!!str ",
+                "---\n",
+                "{",
+                "}",
+                "[",
+                "]",
+                "cdiVersion: 0.5.0\n",
+                "kind: nvidia.com/gpu\n",
+                "devices:\n",
+                "'",
+                "\"",
+                "#",
+                "? ",
+                "<<: *x\n"
+            ]),
+            0..24
+        )
+        .prop_map(|t| t.concat()),
     ];
     let format = prop::sample::select(vec![None, Some(Format::Json), Some(Format::Yaml)]);
     check("cdi-spec-text", (text, format, any::<bool>()), |(text, format, schema)| {
@@ -147,14 +187,17 @@ fn mutated_valid_specs_are_accepted_or_rejected_naming_file_and_field() {
                 }
             }
         }
-        for (text, format) in [(doc.to_string(), Format::Json), (serde_json::to_string_pretty(&doc).unwrap_or_default(), Format::Yaml)] {
+        for (text, format) in
+            [(doc.to_string(), Format::Json), (serde_json::to_string_pretty(&doc).unwrap_or_default(), Format::Yaml)]
+        {
             // JSON is valid YAML: the YAML reader must reach the same verdict.
             match read(&text, file, Some(format), schema) {
                 Ok(spec) => {
                     // What validates also writes back and reads back to the same spec.
                     for f in [Format::Json, Format::Yaml] {
                         let out = to_text(&spec, f).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                        let back = read(&out, file, Some(f), true).map_err(|e| TestCaseError::fail(format!("{e:?}\n{out}")))?;
+                        let back = read(&out, file, Some(f), true)
+                            .map_err(|e| TestCaseError::fail(format!("{e:?}\n{out}")))?;
                         prop_assert_eq!(&back, &spec);
                     }
                 }

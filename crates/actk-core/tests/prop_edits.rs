@@ -23,7 +23,6 @@ use serde_json::{Map, Value};
 mod common;
 use common::check;
 
-
 const REALSPECS: &[&str] = &[
     include_str!("../../e2e/tests/data/realspecs/docker-20.10-run.json"),
     include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json"),
@@ -90,8 +89,15 @@ fn collect_objects(v: &Value, at: &str, out: &mut Vec<String>) {
 }
 
 fn edits() -> impl Strategy<Value = ContainerEdits> {
-    let path = prop::sample::select(vec!["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/neuron0", "/dev/null"]);
-    let node = (path, prop::option::of(prop::sample::select(vec!["c", "b", "p", "u"])), prop::option::of(0i64..300), prop::option::of(0i64..300), prop::option::of(0u32..0o777))
+    let path =
+        prop::sample::select(vec!["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/neuron0", "/dev/null"]);
+    let node = (
+        path,
+        prop::option::of(prop::sample::select(vec!["c", "b", "p", "u"])),
+        prop::option::of(0i64..300),
+        prop::option::of(0i64..300),
+        prop::option::of(0u32..0o777),
+    )
         .prop_map(|(p, t, ma, mi, mode)| CdiDeviceNode {
             path: p.to_string(),
             node_type: t.map(String::from),
@@ -101,12 +107,13 @@ fn edits() -> impl Strategy<Value = ContainerEdits> {
             ..Default::default()
         });
     let dest = prop::sample::select(vec!["/usr/lib/libcuda.so.1", "/usr/bin/nvidia-smi", "/proc", "/dev"]);
-    let mount = (dest, prop::collection::vec(prop::sample::select(vec!["ro", "nosuid", "bind", "rbind"]), 0..3)).prop_map(|(d, o)| CdiMount {
-        host_path: format!("/host{d}"),
-        container_path: d.to_string(),
-        mount_type: None,
-        options: o.into_iter().map(String::from).collect(),
-    });
+    let mount = (dest, prop::collection::vec(prop::sample::select(vec!["ro", "nosuid", "bind", "rbind"]), 0..3))
+        .prop_map(|(d, o)| CdiMount {
+            host_path: format!("/host{d}"),
+            container_path: d.to_string(),
+            mount_type: None,
+            options: o.into_iter().map(String::from).collect(),
+        });
     let stage = prop_oneof![5 => prop::sample::select(HOOK_STAGES.to_vec()).prop_map(String::from), 1 => "[a-z]{1,6}"];
     let hook = (stage, prop::collection::vec("[a-z=/]{0,6}", 0..2)).prop_map(|(s, env)| CdiHook {
         hook_name: s,
@@ -137,7 +144,14 @@ fn edits() -> impl Strategy<Value = ContainerEdits> {
 }
 
 /// The lists apply() may change, as JSON pointers; everything else must stay as it was.
-const EDITED: &[&str] = &["/process/env", "/linux/devices", "/linux/resources/devices", "/mounts", "/process/user/additionalGids", "/hooks"];
+const EDITED: &[&str] = &[
+    "/process/env",
+    "/linux/devices",
+    "/linux/resources/devices",
+    "/mounts",
+    "/process/user/additionalGids",
+    "/hooks",
+];
 
 /// Every field of `orig` is in `got`: values outside [`EDITED`] identical, list elements of the
 /// edited lists still present (or replaced by an edit with the same key).
@@ -167,14 +181,18 @@ fn survives(orig: &Value, got: &Value, edits: &ContainerEdits, at: &str) -> Resu
         let (Some(o), Some(g)) = (orig.as_array(), got.as_array()) else {
             return if orig == got { Ok(()) } else { Err(format!("{at} changed: {orig} -> {got}")) };
         };
-        return o.iter().try_for_each(|e| if g.contains(e) { Ok(()) } else { Err(format!("{at}: hook {e} is missing")) });
+        return o
+            .iter()
+            .try_for_each(|e| if g.contains(e) { Ok(()) } else { Err(format!("{at}: hook {e} is missing")) });
     }
     match (orig, got) {
         (Value::Object(o), Value::Object(g)) => {
             let gkeys: Vec<&String> = g.keys().collect();
             let mut last = 0;
             for (k, v) in o {
-                let Some(pos) = gkeys.iter().position(|gk| *gk == k) else { return Err(format!("{at}/{k} is missing")) };
+                let Some(pos) = gkeys.iter().position(|gk| *gk == k) else {
+                    return Err(format!("{at}/{k} is missing"));
+                };
                 if pos < last {
                     return Err(format!("{at}/{k} moved"));
                 }
@@ -185,7 +203,11 @@ fn survives(orig: &Value, got: &Value, edits: &ContainerEdits, at: &str) -> Resu
         }
         _ if orig == got => Ok(()),
         // A null where an edited list or object is created is the one allowed change.
-        (Value::Null, _) if EDITED.iter().any(|e| e.starts_with(at)) || at == "/process/user" || at == "/linux/resources" => Ok(()),
+        (Value::Null, _)
+            if EDITED.iter().any(|e| e.starts_with(at)) || at == "/process/user" || at == "/linux/resources" =>
+        {
+            Ok(())
+        }
         _ => Err(format!("{at} changed: {orig} -> {got}")),
     }
 }
@@ -193,8 +215,12 @@ fn survives(orig: &Value, got: &Value, edits: &ContainerEdits, at: &str) -> Resu
 /// True when an edit replaces list element `e` of `at` by its key.
 fn replaced(at: &str, e: &Value, edits: &ContainerEdits) -> bool {
     match at {
-        "/linux/devices" => edits.device_nodes.iter().any(|n| e.get("path").and_then(Value::as_str) == Some(n.path.as_str())),
-        "/mounts" => edits.mounts.iter().any(|m| e.get("destination").and_then(Value::as_str) == Some(m.container_path.as_str())),
+        "/linux/devices" => {
+            edits.device_nodes.iter().any(|n| e.get("path").and_then(Value::as_str) == Some(n.path.as_str()))
+        }
+        "/mounts" => {
+            edits.mounts.iter().any(|m| e.get("destination").and_then(Value::as_str) == Some(m.container_path.as_str()))
+        }
         "/process/env" => {
             let name = e.as_str().and_then(|s| s.split_once('=')).map(|(n, _)| n);
             edits.env.iter().any(|x| x.split_once('=').map(|(n, _)| n) == name)
@@ -221,15 +247,20 @@ fn config_json_edits_are_idempotent_and_keep_every_field() {
         match edits::apply(&mut once, &e) {
             Ok(()) => {
                 let mut twice = once.clone();
-                edits::apply(&mut twice, &e).map_err(|err| TestCaseError::fail(format!("second apply failed: {err}")))?;
+                edits::apply(&mut twice, &e)
+                    .map_err(|err| TestCaseError::fail(format!("second apply failed: {err}")))?;
                 prop_assert_eq!(&twice, &once, "applying twice differs from once");
                 survives(&orig, &once, &e, "").map_err(|m| TestCaseError::fail(format!("{m}\nedits: {e:?}")))?;
                 for n in &e.device_nodes {
-                    let listed = once["linux"]["devices"].as_array().is_some_and(|a| a.iter().any(|d| d["path"] == n.path.as_str()));
+                    let listed = once["linux"]["devices"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|d| d["path"] == n.path.as_str()));
                     prop_assert!(listed, "{} not in linux.devices", n.path);
                 }
                 for m in &e.mounts {
-                    let listed = once["mounts"].as_array().is_some_and(|a| a.iter().any(|d| d["destination"] == m.container_path.as_str()));
+                    let listed = once["mounts"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|d| d["destination"] == m.container_path.as_str()));
                     prop_assert!(listed, "{} not in mounts", m.container_path);
                 }
             }
@@ -242,8 +273,12 @@ fn config_json_edits_are_idempotent_and_keep_every_field() {
                         prop_assert!(v.is_some_and(|v| !v.is_null()), "{} names {} which is {:?}", shown, ptr, v);
                     }
                     EditError::BadEnv { entry } => prop_assert!(e.env.contains(entry), "{shown}"),
-                    EditError::BadStage { stage, .. } => prop_assert!(!HOOK_STAGES.contains(&stage.as_str()), "{shown}"),
-                    EditError::MissingNumbers { path } => prop_assert!(e.device_nodes.iter().any(|n| &n.path == path), "{shown}"),
+                    EditError::BadStage { stage, .. } => {
+                        prop_assert!(!HOOK_STAGES.contains(&stage.as_str()), "{shown}")
+                    }
+                    EditError::MissingNumbers { path } => {
+                        prop_assert!(e.device_nodes.iter().any(|n| &n.path == path), "{shown}")
+                    }
                 }
             }
         }
@@ -273,7 +308,8 @@ fn arbitrary_json_documents_never_panic() {
 /// unknown fields, numbers.
 #[test]
 fn config_json_round_trip_keeps_every_field_in_order() {
-    let strategy = (0..REALSPECS.len(), prop::collection::vec((key(), json()), 0..6), prop::collection::vec(any::<usize>(), 6));
+    let strategy =
+        (0..REALSPECS.len(), prop::collection::vec((key(), json()), 0..6), prop::collection::vec(any::<usize>(), 6));
     check("config.json-round-trip", strategy, |(which, extra, picks)| {
         let mut doc: Value = serde_json::from_str(REALSPECS[which]).expect("realspec is JSON");
         mutate(&mut doc, &extra, &picks);

@@ -19,7 +19,6 @@ use std::path::Path;
 mod common;
 use common::check;
 
-
 /// Lines built from pieces of the format, plus anything at all.
 fn lines(pieces: Vec<&'static str>) -> impl Strategy<Value = String> {
     prop_oneof![
@@ -31,10 +30,30 @@ fn lines(pieces: Vec<&'static str>) -> impl Strategy<Value = String> {
 #[test]
 fn config_toml_any_text_parses_or_names_the_file() {
     let text = lines(vec![
-        "runtimes = [\"runc\", \"crun\"]\n", "runtimes = \"runc\"\n", "spec_dirs = [\"/etc/cdi\"]\n", "hooks_dirs = []\n",
-        "root = \"/\"\n", "root = 1\n", "profiles_dir = \"/p\"\n", "log_file = \"/l\"\n", "log_level = \"debug\"\n",
-        "hook_path = \"/h\"\n", "[nvidia]\n", "default_capabilities = [\"utility\"]\n", "unknown = true\n", "[other]\n",
-        "# comment\n", "\n", "= \n", "[", "\"", "'''", "\\u0000", "\u{feff}", "a.b.c = 1\n", "[[nvidia]]\n",
+        "runtimes = [\"runc\", \"crun\"]\n",
+        "runtimes = \"runc\"\n",
+        "spec_dirs = [\"/etc/cdi\"]\n",
+        "hooks_dirs = []\n",
+        "root = \"/\"\n",
+        "root = 1\n",
+        "profiles_dir = \"/p\"\n",
+        "log_file = \"/l\"\n",
+        "log_level = \"debug\"\n",
+        "hook_path = \"/h\"\n",
+        "[nvidia]\n",
+        "default_capabilities = [\"utility\"]\n",
+        "unknown = true\n",
+        "[other]\n",
+        "# comment\n",
+        "\n",
+        "= \n",
+        "[",
+        "\"",
+        "'''",
+        "\\u0000",
+        "\u{feff}",
+        "a.b.c = 1\n",
+        "[[nvidia]]\n",
     ]);
     check("config.toml", text, |text| {
         let path = Path::new("/etc/actk/config.toml");
@@ -71,19 +90,24 @@ fn hooks_d_files_parse_or_name_the_file_and_merging_never_panics() {
             )
         });
     let text = prop_oneof![3 => doc, 1 => any::<String>(), 1 => "[{}\\[\\]:,\"a-z0-9 ]{0,40}"];
-    let spec: Value = serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/podman-4.3-run.json")).expect("realspec");
+    let spec: Value =
+        serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/podman-4.3-run.json")).expect("realspec");
     check("hooks.d", text, |text| {
         let path = Path::new("/etc/containers/oci/hooks.d/fuzz.json");
         match hooksd::parse(&text, path) {
             Ok(hook) => {
                 let mut s = spec.clone();
-                let once = hooksd::merge(&mut s, std::slice::from_ref(&hook)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let once = hooksd::merge(&mut s, std::slice::from_ref(&hook))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let mut twice = s.clone();
-                hooksd::merge(&mut twice, std::slice::from_ref(&hook)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                hooksd::merge(&mut twice, std::slice::from_ref(&hook))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(&twice, &s, "merging a hook twice adds it twice");
                 prop_assert_eq!(once.is_empty(), !hook.matches(&spec));
             }
-            Err(e) => prop_assert!(e.to_string().starts_with("hooks file /etc/containers/oci/hooks.d/fuzz.json: "), "{}", e),
+            Err(e) => {
+                prop_assert!(e.to_string().starts_with("hooks file /etc/containers/oci/hooks.d/fuzz.json: "), "{}", e)
+            }
         }
         Ok(())
     });
@@ -100,9 +124,24 @@ const PROFILES: &[&str] = &[
 /// A built-in profile file with one line removed, replaced or duplicated, or a value changed.
 fn mutated_profile() -> impl Strategy<Value = String> {
     let replacement = prop::sample::select(vec![
-        "", "name = \"BAD NAME\"", "kind = \"nvidia.com\"", "kind = 3", "[selection]", "env = [\"1BAD\"]", "env = []",
-        "discovery = \"quantum\"", "node = \"relative\"", "node = \"/dev/x{index}\"", "[devices]", "bogus = 1", "[[x]]",
-        "ranges = \"yes\"", "\"", "[capabilities.utility]", "libraries = [\"libx.so.*\"]", "binaries = [\"../../etc/shadow\"]",
+        "",
+        "name = \"BAD NAME\"",
+        "kind = \"nvidia.com\"",
+        "kind = 3",
+        "[selection]",
+        "env = [\"1BAD\"]",
+        "env = []",
+        "discovery = \"quantum\"",
+        "node = \"relative\"",
+        "node = \"/dev/x{index}\"",
+        "[devices]",
+        "bogus = 1",
+        "[[x]]",
+        "ranges = \"yes\"",
+        "\"",
+        "[capabilities.utility]",
+        "libraries = [\"libx.so.*\"]",
+        "binaries = [\"../../etc/shadow\"]",
     ]);
     (0..PROFILES.len(), any::<prop::sample::Index>(), 0u8..3, replacement).prop_map(|(which, at, how, r)| {
         let mut lines: Vec<String> = PROFILES[which].lines().map(String::from).collect();

@@ -22,7 +22,6 @@ use serde_json::Value;
 mod common;
 use common::check;
 
-
 fn node(path: String, major: u32, minor: u32) -> DeviceNode {
     DeviceNode { host_path: path.clone().into(), path, node_type: 'c', major, minor, file_mode: Some(0o666) }
 }
@@ -36,7 +35,12 @@ fn inventory() -> Inventory {
         nodes: if i == 5 { vec![] } else { vec![node(format!("/dev/nvidia{i}"), 195, i)] },
         ..Default::default()
     };
-    let neuron = |i: u32| Device { index: i, cores: Some(2), nodes: vec![node(format!("/dev/neuron{i}"), 240, i)], ..Default::default() };
+    let neuron = |i: u32| Device {
+        index: i,
+        cores: Some(2),
+        nodes: vec![node(format!("/dev/neuron{i}"), 240, i)],
+        ..Default::default()
+    };
     let lib = |cap: &str, name: &str| HostFile {
         capability: cap.into(),
         kind: HostFileKind::Library,
@@ -67,8 +71,30 @@ fn inventory() -> Inventory {
 
 fn value() -> impl Strategy<Value = String> {
     let token = prop_oneof![
-        prop::sample::select(vec!["all", "none", "void", "", ",", "-", "5", "7", "8", "12", "0-3", "3-1", "GPU-3", "GPU-", "MIG-1", "0:1",
-            "nvidia.com/gpu=0", "aws.amazon.com/neuron=1", "compute", "utility,video", "bogus"]).prop_map(String::from),
+        prop::sample::select(vec![
+            "all",
+            "none",
+            "void",
+            "",
+            ",",
+            "-",
+            "5",
+            "7",
+            "8",
+            "12",
+            "0-3",
+            "3-1",
+            "GPU-3",
+            "GPU-",
+            "MIG-1",
+            "0:1",
+            "nvidia.com/gpu=0",
+            "aws.amazon.com/neuron=1",
+            "compute",
+            "utility,video",
+            "bogus"
+        ])
+        .prop_map(String::from),
         (0u32..14).prop_map(|n| n.to_string()),
         ".{0,4}",
     ];
@@ -80,12 +106,26 @@ fn any_request_on_a_real_config_json_plans_and_applies_or_names_the_variable() {
     let profiles = profile::builtin();
     let mut vars: Vec<String> = profiles
         .iter()
-        .flat_map(|p| p.selection.env.iter().cloned().chain(p.selection.cores_env.clone()).chain(p.selection.capabilities_env.clone()))
+        .flat_map(|p| {
+            p.selection
+                .env
+                .iter()
+                .cloned()
+                .chain(p.selection.cores_env.clone())
+                .chain(p.selection.capabilities_env.clone())
+        })
         .collect();
     vars.sort();
     vars.dedup();
-    let ctx = PlanContext { profiles, root: "/nonexistent".into(), spec_dirs: vec![], inventory: Some(inventory()), ..Default::default() };
-    let base: Value = serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json")).expect("realspec");
+    let ctx = PlanContext {
+        profiles,
+        root: "/nonexistent".into(),
+        spec_dirs: vec![],
+        inventory: Some(inventory()),
+        ..Default::default()
+    };
+    let base: Value =
+        serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json")).expect("realspec");
     let env = prop::collection::vec((prop::sample::select(vars), value()).prop_map(|(k, v)| format!("{k}={v}")), 0..4);
     let ann = prop::option::of(value());
     check("plan+apply", (env, ann), |(env, ann)| {
@@ -96,19 +136,28 @@ fn any_request_on_a_real_config_json_plans_and_applies_or_names_the_variable() {
         if let Some(a) = &ann {
             spec["annotations"] = serde_json::json!({ "cdi.k8s.io/test": a });
         }
-        let all_env: Vec<String> =
-            spec["process"]["env"].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect()).unwrap_or_default();
+        let all_env: Vec<String> = spec["process"]["env"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .unwrap_or_default();
         match plan(&spec, &ctx) {
             Ok(p) => {
                 let mut once = spec.clone();
-                edits::apply(&mut once, &p.edits).map_err(|e| TestCaseError::fail(format!("planned edits do not apply: {e}")))?;
+                edits::apply(&mut once, &p.edits)
+                    .map_err(|e| TestCaseError::fail(format!("planned edits do not apply: {e}")))?;
                 let mut twice = once.clone();
                 edits::apply(&mut twice, &p.edits).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(&twice, &once);
                 for n in &p.edits.device_nodes {
                     let known = n.path == "/dev/nvidiactl"
-                        || n.path.strip_prefix("/dev/nvidia").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| i < 8 && i != 5)
-                        || n.path.strip_prefix("/dev/neuron").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| i < 12);
+                        || n.path
+                            .strip_prefix("/dev/nvidia")
+                            .and_then(|i| i.parse::<u32>().ok())
+                            .is_some_and(|i| i < 8 && i != 5)
+                        || n.path
+                            .strip_prefix("/dev/neuron")
+                            .and_then(|i| i.parse::<u32>().ok())
+                            .is_some_and(|i| i < 12);
                     prop_assert!(known, "injected {} which the node does not have", n.path);
                 }
             }
@@ -117,13 +166,22 @@ fn any_request_on_a_real_config_json_plans_and_applies_or_names_the_variable() {
                 prop_assert!(shown.starts_with(&format!("{}={}: ", e.variable, e.value)), "{}", shown);
                 match e.variable.strip_prefix("annotation ") {
                     Some(_) => prop_assert_eq!(Some(&e.value), ann.as_ref()),
-                    None => prop_assert_eq!(request::env_value(&all_env, &e.variable), Some(e.value.as_str()), "{}", shown),
+                    None => {
+                        prop_assert_eq!(request::env_value(&all_env, &e.variable), Some(e.value.as_str()), "{}", shown)
+                    }
                 }
             }
             // CDI names no spec defines (there are no spec dirs): the error names where they came from.
             Err(e @ PlanError::UnknownCdiDevice { .. }) => {
                 let shown = e.to_string();
-                prop_assert!(shown.contains("NVIDIA_VISIBLE_DEVICES") || shown.contains("AWS_NEURON") || shown.contains("annotation") || shown.contains('_'), "{}", shown);
+                prop_assert!(
+                    shown.contains("NVIDIA_VISIBLE_DEVICES")
+                        || shown.contains("AWS_NEURON")
+                        || shown.contains("annotation")
+                        || shown.contains('_'),
+                    "{}",
+                    shown
+                );
             }
             Err(e) => return Err(TestCaseError::fail(format!("unexpected error kind: {e}"))),
         }

@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 mod common;
 use common::check;
 
-
-
 /// Every selection variable of the built-in profiles, with its profile.
 fn variables() -> Vec<String> {
     let mut v = Vec::new();
@@ -99,7 +97,12 @@ fn inventory(p: &Profile, n: u32, cores: Option<u32>) -> VendorInventory {
         profile: p.name.clone(),
         kind: p.kind.clone(),
         devices: (0..n)
-            .map(|i| Device { index: i, uuid: Some(format!("GPU-{i:02}ab0000-1111-2222")), cores, ..Default::default() })
+            .map(|i| Device {
+                index: i,
+                uuid: Some(format!("GPU-{i:02}ab0000-1111-2222")),
+                cores,
+                ..Default::default()
+            })
             .collect(),
         ..Default::default()
     }
@@ -142,7 +145,9 @@ fn selection_variables_of_every_vendor_never_panic_and_errors_name_variable_and_
                             prop_assert_eq!(&e.value, &v.value);
                         }
                     }
-                    prop_assert!(v.resolve(None).is_ok() || !matches!(v.selection, Selection::All | Selection::DriverOnly));
+                    prop_assert!(
+                        v.resolve(None).is_ok() || !matches!(v.selection, Selection::All | Selection::DriverOnly)
+                    );
                 }
                 for name in &req.cdi_names {
                     prop_assert!(actk_core::cdi::QualifiedName::parse(&name.name).is_ok(), "{}", name.name);

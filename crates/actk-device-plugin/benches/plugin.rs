@@ -48,7 +48,12 @@ fn build_node(root: &Path, profiles: &Path) -> bool {
     std::fs::write(root.join("proc/devices"), "Character devices:\n  1 mem\n240 npu\n\nBlock devices:\n").unwrap();
     for i in 0..DEVICES {
         let p = root.join(format!("dev/npu{i}"));
-        let ok = Command::new("mknod").arg(&p).args(["c", "240", &i.to_string()]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        let ok = Command::new("mknod")
+            .arg(&p)
+            .args(["c", "240", &i.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
         if !ok {
             return false;
         }
@@ -144,7 +149,8 @@ fn main() {
     // In-process: the answer itself, on the same node, with the same strategies.
     let profiles_all = actk_core::profile::load(Some(&profiles)).expect("bench profile loads");
     let inv = actk_core::discover::discover(&root, &profiles_all);
-    let res = actk_device_plugin::resources::build(&inv, &profiles_all, actk_device_plugin::config::DeviceIds::Index, None);
+    let res =
+        actk_device_plugin::resources::build(&inv, &profiles_all, actk_device_plugin::config::DeviceIds::Index, None);
     let res = res.into_iter().find(|r| r.name == "example.com/npu").expect("the npu resource");
     let opts = actk_device_plugin::allocate::AllocateOptions {
         strategies: "cdi-cri,cdi-annotations,envvar,device-specs".split(',').map(|s| s.parse().unwrap()).collect(),
@@ -166,10 +172,27 @@ fn main() {
     }
     let verdict = |ok: bool| if ok { "ok" } else { "OVER TARGET" };
     println!("actk-device-plugin bench: {DEVICES}-device node, all four strategies");
-    println!("  RSS idle:            {} KiB ({:.2} MiB)  [{}]", idle.0, idle.0 as f64 / 1024.0, verdict(idle.0 < RSS_TARGET_KIB));
-    println!("  RSS after Allocates: {} KiB ({:.2} MiB), peak {} KiB  [{}]", after.0, after.0 as f64 / 1024.0, after.1, verdict(after.1 < RSS_TARGET_KIB));
+    println!(
+        "  RSS idle:            {} KiB ({:.2} MiB)  [{}]",
+        idle.0,
+        idle.0 as f64 / 1024.0,
+        verdict(idle.0 < RSS_TARGET_KIB)
+    );
+    println!(
+        "  RSS after Allocates: {} KiB ({:.2} MiB), peak {} KiB  [{}]",
+        after.0,
+        after.0 as f64 / 1024.0,
+        after.1,
+        verdict(after.1 < RSS_TARGET_KIB)
+    );
     for (n, p50, p99, max) in lat {
-        println!("  Allocate x{CALLS}, {n} device(s)/call: p50 {}  p99 {}  max {}  [{}]", fmt(p50), fmt(p99), fmt(max), verdict(p99 < P99_TARGET));
+        println!(
+            "  Allocate x{CALLS}, {n} device(s)/call: p50 {}  p99 {}  max {}  [{}]",
+            fmt(p50),
+            fmt(p99),
+            fmt(max),
+            verdict(p99 < P99_TARGET)
+        );
     }
     for (n, p50, p99) in pure {
         println!("  in-process answer x{CALLS}, {n} device(s): p50 {}  p99 {}", fmt(p50), fmt(p99));

@@ -47,7 +47,9 @@ impl FromStr for Strategy {
             "cdi-annotations" => Ok(Strategy::CdiAnnotations),
             "envvar" => Ok(Strategy::EnvVar),
             "device-specs" => Ok(Strategy::DeviceSpecs),
-            other => Err(format!("unknown allocate strategy {other:?}: use one or more of cdi-cri, cdi-annotations, envvar, device-specs")),
+            other => Err(format!(
+                "unknown allocate strategy {other:?}: use one or more of cdi-cri, cdi-annotations, envvar, device-specs"
+            )),
         }
     }
 }
@@ -109,7 +111,8 @@ fn known_ids(res: &Resource) -> String {
 /// The annotation key for a resource's CDI names: `cdi.k8s.io/actk_<resource>` with `/`
 /// replaced by `_` (an annotation name allows letters, digits, `-`, `_`, `.`).
 pub fn annotation_key(resource: &str) -> String {
-    let name: String = resource.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    let name: String =
+        resource.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
     format!("{CDI_ANNOTATION_PREFIX}actk_{name}")
 }
 
@@ -126,7 +129,11 @@ pub fn node_path(host_mount: &Path, p: &Path) -> String {
 /// Devices are de-duplicated and taken in inventory order (so the same IDs in another order
 /// give the same answer). Errors: [`AllocateError::UnknownIds`] naming every unknown ID and
 /// the IDs that exist; [`AllocateError::Empty`].
-pub fn container_response(res: &Resource, ids: &[String], opts: &AllocateOptions) -> Result<ContainerAllocateResponse, AllocateError> {
+pub fn container_response(
+    res: &Resource,
+    ids: &[String],
+    opts: &AllocateOptions,
+) -> Result<ContainerAllocateResponse, AllocateError> {
     if ids.is_empty() {
         return Err(AllocateError::Empty(res.name.clone()));
     }
@@ -189,7 +196,9 @@ fn env_value(res: &Resource, devices: &[u32]) -> String {
 fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &mut ContainerAllocateResponse) {
     let caps: Vec<String> = match &opts.capabilities {
         Some(c) => c.clone(),
-        None if !res.profile.selection.default_capabilities.is_empty() => res.profile.selection.default_capabilities.clone(),
+        None if !res.profile.selection.default_capabilities.is_empty() => {
+            res.profile.selection.default_capabilities.clone()
+        }
         None => vec!["all".into()],
     };
     let edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
@@ -214,7 +223,11 @@ fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &
         }
     }
     if !edits.hooks.is_empty() {
-        tracing::debug!("{}: {} CDI hook(s) cannot be expressed as device specs; use a CDI strategy for them", res.name, edits.hooks.len());
+        tracing::debug!(
+            "{}: {} CDI hook(s) cannot be expressed as device specs; use a CDI strategy for them",
+            res.name,
+            edits.hooks.len()
+        );
     }
 }
 

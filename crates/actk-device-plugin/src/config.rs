@@ -116,7 +116,8 @@ impl FileConfig {
             Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(FileConfig::default()),
             Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
         };
-        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })
+        toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })
     }
 }
 
@@ -183,7 +184,8 @@ impl Settings {
     /// the file in errors.
     pub fn merge(o: Overrides, f: FileConfig, file_origin: &str) -> Result<Settings, ConfigError> {
         let socket_dir = o.socket_dir.or(f.socket_dir).unwrap_or_else(|| PathBuf::from(crate::api::DEFAULT_SOCKET_DIR));
-        let kubelet_socket = o.kubelet_socket.or(f.kubelet_socket).unwrap_or_else(|| socket_dir.join(crate::api::KUBELET_SOCKET));
+        let kubelet_socket =
+            o.kubelet_socket.or(f.kubelet_socket).unwrap_or_else(|| socket_dir.join(crate::api::KUBELET_SOCKET));
         let (strategies, origin) = match (o.strategies, f.strategies) {
             (Some(s), _) => (s, "--strategies / ACTK_DEVICE_PLUGIN_STRATEGIES".to_string()),
             (None, Some(s)) => (s, file_origin.to_string()),
@@ -269,7 +271,10 @@ mod tests {
             "socket_dir = \"/file/dp\"\nstrategies = [\"envvar\"]\nhealth_interval_ms = 200\ndevice_ids = \"index\"\n",
         )
         .unwrap();
-        let o = Overrides { strategies: Some(vec!["device-specs".into(), "cdi-cri".into(), "device-specs".into()]), ..Default::default() };
+        let o = Overrides {
+            strategies: Some(vec!["device-specs".into(), "cdi-cri".into(), "device-specs".into()]),
+            ..Default::default()
+        };
         let s = Settings::merge(o, file.clone(), "f.toml").unwrap();
         assert_eq!(s.strategies, [Strategy::DeviceSpecs, Strategy::CdiCri]);
         assert_eq!(s.socket_dir, Path::new("/file/dp"));

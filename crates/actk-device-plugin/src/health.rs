@@ -39,11 +39,7 @@ pub fn probes(root: &Path, vendor: &VendorInventory) -> Vec<Probe> {
         .map(|d| Probe {
             index: d.index,
             nodes: d.nodes.iter().map(|n| (n.path.clone(), n.host_path.clone(), n.major, n.minor)).collect(),
-            pci: d
-                .pci_bus_id
-                .as_ref()
-                .map(|b| root.join("sys/bus/pci/devices").join(b))
-                .filter(|p| p.exists()),
+            pci: d.pci_bus_id.as_ref().map(|b| root.join("sys/bus/pci/devices").join(b)).filter(|p| p.exists()),
         })
         .collect()
 }
@@ -57,7 +53,9 @@ fn major_minor(rdev: u64) -> (u64, u64) {
 pub fn check(p: &Probe) -> Option<String> {
     for (path, host, major, minor) in &p.nodes {
         match std::fs::metadata(host) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(format!("device node {path} is gone ({})", host.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Some(format!("device node {path} is gone ({})", host.display()));
+            }
             Err(e) => return Some(format!("device node {path} cannot be checked: {e}")),
             Ok(md) if !md.file_type().is_char_device() && !md.file_type().is_block_device() => {
                 return Some(format!("{path} is no longer a device node"));
@@ -120,7 +118,13 @@ mod tests {
     use std::process::Command;
 
     fn mknod(p: &Path, major: u32, minor: u32) -> bool {
-        Command::new("mknod").arg(p).arg("c").arg(major.to_string()).arg(minor.to_string()).status().is_ok_and(|s| s.success())
+        Command::new("mknod")
+            .arg(p)
+            .arg("c")
+            .arg(major.to_string())
+            .arg(minor.to_string())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     #[test]

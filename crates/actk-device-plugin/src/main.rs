@@ -18,7 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
-#[command(name = "actk-device-plugin", version, about = "Kubernetes device plugin for every accelerator vendor actk knows")]
+#[command(
+    name = "actk-device-plugin",
+    version,
+    about = "Kubernetes device plugin for every accelerator vendor actk knows"
+)]
 struct Cli {
     /// Config file (TOML); default /etc/actk/device-plugin.toml when it exists.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_CONFIG")]
@@ -90,7 +94,8 @@ fn main() -> Result<()> {
         .init();
     let s = settings(Cli::parse())?;
     // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
     rt.block_on(run(s))
 }
 
@@ -100,7 +105,8 @@ const REDISCOVER: Duration = Duration::from_secs(5);
 
 async fn run(s: Settings) -> Result<()> {
     let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = s.metrics_address {
         let m = metrics.clone();
@@ -138,7 +144,8 @@ async fn run(s: Settings) -> Result<()> {
     };
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     if s.strategies.iter().any(|st| matches!(st, Strategy::CdiCri | Strategy::CdiAnnotations)) {
-        let dirs: Vec<PathBuf> = actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
+        let dirs: Vec<PathBuf> =
+            actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
         let registry = actk_core::cdi::Registry::load(&dirs);
         for r in &res {
             if !registry.has_kind(&r.vendor.kind) {
@@ -154,7 +161,11 @@ async fn run(s: Settings) -> Result<()> {
     let cfg = Arc::new(ManagerConfig {
         socket_dir: s.socket_dir.clone(),
         kubelet_socket: s.kubelet_socket.clone(),
-        allocate: Arc::new(AllocateOptions { strategies: s.strategies.clone(), host_mount: s.host_mount.clone(), capabilities: s.capabilities.clone() }),
+        allocate: Arc::new(AllocateOptions {
+            strategies: s.strategies.clone(),
+            host_mount: s.host_mount.clone(),
+            capabilities: s.capabilities.clone(),
+        }),
         strict_topology: s.strict_topology,
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore).
@@ -163,9 +174,16 @@ async fn run(s: Settings) -> Result<()> {
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
-            .or_insert_with(|| health::spawn(r.vendor.kind.clone(), health::probes(&s.root, &r.vendor), s.health_interval))
+            .or_insert_with(|| {
+                health::spawn(r.vendor.kind.clone(), health::probes(&s.root, &r.vendor), s.health_interval)
+            })
             .clone();
-        tracing::info!("serving {} ({} devices) on {}", r.name, r.units.len(), s.socket_dir.join(r.socket_name()).display());
+        tracing::info!(
+            "serving {} ({} devices) on {}",
+            r.name,
+            r.units.len(),
+            s.socket_dir.join(r.socket_name()).display()
+        );
         sockets.push(s.socket_dir.join(r.socket_name()));
         tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone()));
     }

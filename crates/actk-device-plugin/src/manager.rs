@@ -68,14 +68,21 @@ pub async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<
     };
     match tokio::time::timeout(CALL_TIMEOUT, RegistrationClient::new(channel).register(req)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(status)) => Err(format!("the kubelet at {} refused {resource}: {}", kubelet.display(), status.message())),
+        Ok(Err(status)) => {
+            Err(format!("the kubelet at {} refused {resource}: {}", kubelet.display(), status.message()))
+        }
         Err(_) => Err(format!("Register with the kubelet at {} timed out", kubelet.display())),
     }
 }
 
 /// Serves and registers `res` forever (see the module docs). Returns only if the tokio runtime
 /// shuts down.
-pub async fn run(res: Arc<Resource>, health: watch::Receiver<HealthMap>, cfg: Arc<ManagerConfig>, metrics: Arc<Metrics>) {
+pub async fn run(
+    res: Arc<Resource>,
+    health: watch::Receiver<HealthMap>,
+    cfg: Arc<ManagerConfig>,
+    metrics: Arc<Metrics>,
+) {
     let endpoint = res.socket_name();
     let sock = cfg.socket_dir.join(&endpoint);
     let mut logged_wait = false;
@@ -96,7 +103,14 @@ pub async fn run(res: Arc<Resource>, health: watch::Receiver<HealthMap>, cfg: Ar
         };
         let own = file_id(&sock);
         let ended = Arc::new(Notify::new());
-        let plugin = Plugin::new(res.clone(), health.clone(), cfg.allocate.clone(), cfg.strict_topology, metrics.clone(), ended.clone());
+        let plugin = Plugin::new(
+            res.clone(),
+            health.clone(),
+            cfg.allocate.clone(),
+            cfg.strict_topology,
+            metrics.clone(),
+            ended.clone(),
+        );
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let mut server = tokio::spawn(
             tonic::transport::Server::builder()

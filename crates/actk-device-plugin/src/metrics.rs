@@ -53,10 +53,24 @@ impl Metrics {
         type Family = (&'static str, &'static str, &'static str, fn(&ResourceMetrics) -> u64);
         let families: [Family; 5] = [
             ("actk_device_plugin_allocations_total", "counter", "Container allocations answered.", |r| r.allocations),
-            ("actk_device_plugin_allocate_errors_total", "counter", "Container allocations refused (unknown device IDs).", |r| r.allocate_errors),
-            ("actk_device_plugin_preferred_allocations_total", "counter", "Preferred allocations answered.", |r| r.preferred),
-            ("actk_device_plugin_poor_placements_total", "counter", "Preferred allocations that could not be placed well on the topology.", |r| r.poor_placements),
-            ("actk_device_plugin_registrations_total", "counter", "Successful registrations with the kubelet.", |r| r.registrations),
+            (
+                "actk_device_plugin_allocate_errors_total",
+                "counter",
+                "Container allocations refused (unknown device IDs).",
+                |r| r.allocate_errors,
+            ),
+            ("actk_device_plugin_preferred_allocations_total", "counter", "Preferred allocations answered.", |r| {
+                r.preferred
+            }),
+            (
+                "actk_device_plugin_poor_placements_total",
+                "counter",
+                "Preferred allocations that could not be placed well on the topology.",
+                |r| r.poor_placements,
+            ),
+            ("actk_device_plugin_registrations_total", "counter", "Successful registrations with the kubelet.", |r| {
+                r.registrations
+            }),
         ];
         for (name, kind, help, get) in families {
             out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
@@ -66,8 +80,14 @@ impl Metrics {
         }
         out.push_str("# HELP actk_device_plugin_devices Devices advertised, by health.\n# TYPE actk_device_plugin_devices gauge\n");
         for (res, r) in &m {
-            out.push_str(&format!("actk_device_plugin_devices{{resource=\"{res}\",health=\"Healthy\"}} {}\n", r.healthy));
-            out.push_str(&format!("actk_device_plugin_devices{{resource=\"{res}\",health=\"Unhealthy\"}} {}\n", r.unhealthy));
+            out.push_str(&format!(
+                "actk_device_plugin_devices{{resource=\"{res}\",health=\"Healthy\"}} {}\n",
+                r.healthy
+            ));
+            out.push_str(&format!(
+                "actk_device_plugin_devices{{resource=\"{res}\",health=\"Unhealthy\"}} {}\n",
+                r.unhealthy
+            ));
         }
         out
     }
@@ -108,7 +128,10 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<(
             } else {
                 ("404 Not Found", "only /metrics is served here\n".to_string(), "text/plain")
             };
-            let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
             let _ = conn.write_all(resp.as_bytes()).await;
             let _ = conn.shutdown().await;
         });

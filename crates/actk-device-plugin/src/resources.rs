@@ -53,7 +53,8 @@ impl Resource {
     /// Socket file name for this resource in the device-plugins directory:
     /// `actk-<vendor>_<class>.sock` with `/` and `.` made `_` and `-` (a file name, short).
     pub fn socket_name(&self) -> String {
-        let safe: String = self.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+        let safe: String =
+            self.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
         format!("actk-{safe}.sock")
     }
 }
@@ -79,7 +80,11 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], ids: DeviceIds, filter
                 continue;
             }
             if out.iter().any(|r| &r.name == name) {
-                tracing::warn!("resource {name} of profile {} is already served by profile {}; skipped", profile.name, vendor.profile);
+                tracing::warn!(
+                    "resource {name} of profile {} is already served by profile {}; skipped",
+                    profile.name,
+                    vendor.profile
+                );
                 continue;
             }
             let per_core = is_core_resource(name);
@@ -88,7 +93,13 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], ids: DeviceIds, filter
                 tracing::warn!("resource {name}: devices of {} do not report a core count; not served", profile.name);
                 continue;
             };
-            out.push(Resource { name: name.clone(), profile: profile.clone(), vendor: vendor.clone(), per_core, units });
+            out.push(Resource {
+                name: name.clone(),
+                profile: profile.clone(),
+                vendor: vendor.clone(),
+                per_core,
+                units,
+            });
         }
     }
     out
@@ -129,7 +140,13 @@ mod tests {
             profile: "neuron".into(),
             kind: "aws.amazon.com/neuron".into(),
             devices: (0..n)
-                .map(|i| Device { index: i, uuid: Some(format!("{i:016x}")), cores, numa_node: Some(i / 2), ..Default::default() })
+                .map(|i| Device {
+                    index: i,
+                    uuid: Some(format!("{i:016x}")),
+                    cores,
+                    numa_node: Some(i / 2),
+                    ..Default::default()
+                })
                 .collect(),
             ..Default::default()
         }
@@ -145,7 +162,10 @@ mod tests {
         assert_eq!(res[0].units[1].id, "0000000000000001");
         let cores = &res[1];
         assert!(cores.per_core);
-        assert_eq!(cores.units.iter().map(|u| (u.id.as_str(), u.device)).collect::<Vec<_>>(), [("0", 0), ("1", 0), ("2", 1), ("3", 1), ("4", 2), ("5", 2)]);
+        assert_eq!(
+            cores.units.iter().map(|u| (u.id.as_str(), u.device)).collect::<Vec<_>>(),
+            [("0", 0), ("1", 0), ("2", 1), ("3", 1), ("4", 2), ("5", 2)]
+        );
         assert_eq!(res[0].socket_name(), "actk-aws_amazon_com_neuron.sock");
         let res = build(&inv, &profiles, DeviceIds::Index, Some(&["aws.amazon.com/neuron".to_string()]));
         assert_eq!(res.len(), 1);

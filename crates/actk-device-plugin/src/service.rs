@@ -49,7 +49,8 @@ pub fn device_list(res: &Resource, health: &HealthMap) -> Vec<api::Device> {
         .iter()
         .map(|u| api::Device {
             id: u.id.clone(),
-            health: if health.get(&u.device).is_some_and(Option::is_some) { api::UNHEALTHY } else { api::HEALTHY }.to_string(),
+            health: if health.get(&u.device).is_some_and(Option::is_some) { api::UNHEALTHY } else { api::HEALTHY }
+                .to_string(),
             topology: u.numa.map(|n| TopologyInfo { nodes: vec![NumaNode { id: i64::from(n) }] }),
         })
         .collect()
@@ -73,7 +74,11 @@ impl Plugin {
         if unknown.is_empty() {
             Ok(out)
         } else {
-            Err(Status::invalid_argument(format!("{}: unknown {what} device ID(s): {}", self.res.name, unknown.join(", "))))
+            Err(Status::invalid_argument(format!(
+                "{}: unknown {what} device ID(s): {}",
+                self.res.name,
+                unknown.join(", ")
+            )))
         }
     }
 
@@ -118,15 +123,23 @@ impl DevicePlugin for Plugin {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn get_preferred_allocation(&self, req: Request<PreferredAllocationRequest>) -> Result<Response<PreferredAllocationResponse>, Status> {
+    async fn get_preferred_allocation(
+        &self,
+        req: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let mut out = PreferredAllocationResponse::default();
         for c in req.into_inner().container_requests {
             let avail = self.ids_to_numbers(&c.available_device_i_ds, "available")?;
             let must = self.ids_to_numbers(&c.must_include_device_i_ds, "must-include")?;
-            let size = usize::try_from(c.allocation_size)
-                .map_err(|_| Status::invalid_argument(format!("{}: allocation_size {} is negative", self.res.name, c.allocation_size)))?;
+            let size = usize::try_from(c.allocation_size).map_err(|_| {
+                Status::invalid_argument(format!(
+                    "{}: allocation_size {} is negative",
+                    self.res.name, c.allocation_size
+                ))
+            })?;
             let choice = if self.res.per_core {
-                let cores: BTreeMap<u32, u32> = self.res.units.iter().filter_map(|u| Some((u.core?, u.device))).collect();
+                let cores: BTreeMap<u32, u32> =
+                    self.res.units.iter().filter_map(|u| Some((u.core?, u.device))).collect();
                 topology::preferred_cores(&cores, &avail, &must, size)
             } else {
                 let nodes: Vec<Node> = self
@@ -172,7 +185,10 @@ impl DevicePlugin for Plugin {
         Ok(Response::new(out))
     }
 
-    async fn pre_start_container(&self, _: Request<PreStartContainerRequest>) -> Result<Response<PreStartContainerResponse>, Status> {
+    async fn pre_start_container(
+        &self,
+        _: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
         Ok(Response::new(PreStartContainerResponse {}))
     }
 }

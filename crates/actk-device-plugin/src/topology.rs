@@ -81,10 +81,7 @@ pub enum TopologyError {
 }
 
 fn link_map(nodes: &[Node]) -> BTreeMap<u32, BTreeSet<u32>> {
-    nodes
-        .iter()
-        .map(|n| (n.index, n.links.iter().copied().filter(|l| *l != n.index).collect()))
-        .collect()
+    nodes.iter().map(|n| (n.index, n.links.iter().copied().filter(|l| *l != n.index).collect())).collect()
 }
 
 /// Recognise the shape of `nodes`' link graph (see the module docs).
@@ -181,7 +178,12 @@ enum Checked {
 
 /// The kubelet's request checked: every id known, `must` within `available`, and `size`
 /// between `must.len()` and `available.len()`. Errors name the offending id or sizes.
-fn check_request(known: impl Fn(u32) -> bool, available: &[u32], must: &[u32], size: usize) -> Result<Checked, TopologyError> {
+fn check_request(
+    known: impl Fn(u32) -> bool,
+    available: &[u32],
+    must: &[u32],
+    size: usize,
+) -> Result<Checked, TopologyError> {
     let avail: BTreeSet<u32> = available.iter().copied().collect();
     let must: BTreeSet<u32> = must.iter().copied().collect();
     if let Some(d) = avail.iter().chain(must.iter()).find(|d| !known(**d)) {
@@ -413,7 +415,12 @@ fn internal_links(ctx: &Ctx<'_>, set: &[u32]) -> usize {
 /// as one), best fit, lowest first; without such a run, the must cores then the lowest free.
 ///
 /// Errors as [`preferred`] (core numbers in place of device indexes).
-pub fn preferred_cores(cores: &BTreeMap<u32, u32>, available: &[u32], must: &[u32], size: usize) -> Result<Choice, TopologyError> {
+pub fn preferred_cores(
+    cores: &BTreeMap<u32, u32>,
+    available: &[u32],
+    must: &[u32],
+    size: usize,
+) -> Result<Choice, TopologyError> {
     let (avail, must) = match check_request(|c| cores.contains_key(&c), available, must, size)? {
         Checked::Done(choice) => return Ok(choice),
         Checked::Open { avail, must } => (avail, must),
@@ -454,7 +461,11 @@ mod tests {
     fn shapes_are_recognised_from_links() {
         assert_eq!(shape(&ring(12)), Shape::Ring((0..12).collect()));
         let torus: Vec<Node> = (0..16)
-            .map(|i| Node { index: i, numa: None, links: vec![(i + 12) % 16, i / 4 * 4 + (i + 3) % 4, (i + 4) % 16, i / 4 * 4 + (i + 1) % 4] })
+            .map(|i| Node {
+                index: i,
+                numa: None,
+                links: vec![(i + 12) % 16, i / 4 * 4 + (i + 3) % 4, (i + 4) % 16, i / 4 * 4 + (i + 1) % 4],
+            })
             .collect();
         assert_eq!(shape(&torus), Shape::Torus { side: 4 });
         assert_eq!(torus_block_sizes(4), [1, 4, 8, 16]);
@@ -468,7 +479,8 @@ mod tests {
 
     #[test]
     fn numa_local_first_without_links() {
-        let nodes: Vec<Node> = (0..8).map(|i| Node { index: i, numa: Some(u32::from(i >= 4)), links: vec![] }).collect();
+        let nodes: Vec<Node> =
+            (0..8).map(|i| Node { index: i, numa: Some(u32::from(i >= 4)), links: vec![] }).collect();
         // 0 and 1 taken: a pair fits on node 0 (2,3); four do not fit on node 0 any more.
         assert_eq!(preferred(&nodes, &[2, 3, 4, 5, 6, 7], &[], 2).unwrap().devices, [2, 3]);
         assert_eq!(preferred(&nodes, &[2, 3, 4, 5, 6, 7], &[], 4).unwrap().devices, [4, 5, 6, 7]);

@@ -44,7 +44,8 @@ fn check_daemonset(all: &[Value], what: &str) {
 
     // hostPath volumes: only the device-plugins directory is writable.
     let volumes = pod["volumes"].as_array().unwrap();
-    let host_path = |name: &str| volumes.iter().find(|v| v["name"] == name).and_then(|v| v["hostPath"]["path"].as_str());
+    let host_path =
+        |name: &str| volumes.iter().find(|v| v["name"] == name).and_then(|v| v["hostPath"]["path"].as_str());
     let mounts = c["volumeMounts"].as_array().unwrap();
     let mut seen = Vec::new();
     for m in mounts {
@@ -62,17 +63,24 @@ fn check_daemonset(all: &[Value], what: &str) {
         assert!(seen.iter().any(|s| s == wanted), "{what}: hostPath {wanted} missing ({seen:?})");
     }
     // The host root the plugin is told about is where /dev and /sys are mounted.
-    let env: Vec<(&str, &str)> = c["env"].as_array().unwrap().iter().filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?))).collect();
+    let env: Vec<(&str, &str)> =
+        c["env"].as_array().unwrap().iter().filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?))).collect();
     let root = env.iter().find(|(n, _)| *n == "ACTK_ROOT").map(|(_, v)| *v).expect("ACTK_ROOT");
     for dir in ["dev", "sys"] {
-        assert!(mounts.iter().any(|m| m["mountPath"] == format!("{root}/{dir}").as_str()), "{what}: {root}/{dir} not mounted");
+        assert!(
+            mounts.iter().any(|m| m["mountPath"] == format!("{root}/{dir}").as_str()),
+            "{what}: {root}/{dir} not mounted"
+        );
     }
     // Every variable is one the binary reads (its --help lists them).
     let help = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin")).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     for (name, _) in &env {
         if *name != "ACTK_LOG" {
-            assert!(help.contains(&format!("[env: {name}")), "{what}: {name} is not a variable of actk-device-plugin --help");
+            assert!(
+                help.contains(&format!("[env: {name}")),
+                "{what}: {name} is not a variable of actk-device-plugin --help"
+            );
         }
     }
     // The config file the pod mounts is a config the plugin accepts.
@@ -82,7 +90,10 @@ fn check_daemonset(all: &[Value], what: &str) {
     Settings::merge(Default::default(), file, what).unwrap_or_else(|e| panic!("{what}: {e}"));
     let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     let cfg_mount = mounts.iter().find(|m| m["name"] == "config").expect("config mount");
-    assert!(args.contains(&format!("--config={}", cfg_mount["mountPath"].as_str().unwrap()).as_str()), "{what}: {args:?}");
+    assert!(
+        args.contains(&format!("--config={}", cfg_mount["mountPath"].as_str().unwrap()).as_str()),
+        "{what}: {args:?}"
+    );
 }
 
 #[test]
@@ -145,24 +156,41 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
     };
     let chart = repo().join("deploy/helm/actk-device-plugin");
     let lint = Command::new(&helm).arg("lint").arg("--strict").arg(&chart).output().unwrap();
-    assert!(lint.status.success(), "helm lint: {}{}", String::from_utf8_lossy(&lint.stdout), String::from_utf8_lossy(&lint.stderr));
+    assert!(
+        lint.status.success(),
+        "helm lint: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
 
     let default = render(&helm, &[]);
     check_daemonset(&default, "helm template (defaults)");
     assert!(!default.iter().any(|d| d["kind"] == "Service"), "no metrics Service unless enabled");
 
     // The static manifest is the chart's default rendering, kept by hand: the pod must agree.
-    let manifest = docs(&std::fs::read_to_string(repo().join("deploy/kubernetes/actk-device-plugin.yaml")).unwrap(), "manifest");
+    let manifest =
+        docs(&std::fs::read_to_string(repo().join("deploy/kubernetes/actk-device-plugin.yaml")).unwrap(), "manifest");
     let pod = |d: &[Value]| kind(d, "DaemonSet")["spec"]["template"]["spec"].clone();
     let (a, b) = (pod(&default), pod(&manifest));
     for key in ["volumes", "tolerations", "priorityClassName"] {
         assert_eq!(a[key], b[key], "{key} differs between the chart and deploy/kubernetes");
     }
     for key in ["securityContext", "volumeMounts", "env", "args", "resources"] {
-        assert_eq!(a["containers"][0][key], b["containers"][0][key], "container {key} differs between the chart and deploy/kubernetes");
+        assert_eq!(
+            a["containers"][0][key], b["containers"][0][key],
+            "container {key} differs between the chart and deploy/kubernetes"
+        );
     }
 
-    let with_metrics = render(&helm, &["metrics.enabled=true", "metrics.port=9555", "config.strategies={cdi-cri,device-specs}", "hostLibraries=false"]);
+    let with_metrics = render(
+        &helm,
+        &[
+            "metrics.enabled=true",
+            "metrics.port=9555",
+            "config.strategies={cdi-cri,device-specs}",
+            "hostLibraries=false",
+        ],
+    );
     check_daemonset(&with_metrics, "helm template (metrics)");
     let svc = kind(&with_metrics, "Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 9555);

@@ -71,13 +71,12 @@ impl Emulator {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         self.stop = Some(stop_tx);
         let svc = RegistrationServer::new(Kubelet { dir: self.dir.clone(), tx: self.tx.clone() });
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
-                    let _ = stop_rx.await;
-                }),
-        );
+        tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
     }
 
     /// A kubelet that comes back on a new kubelet.sock without touching the plugins' sockets.
@@ -120,7 +119,8 @@ impl Emulator {
 
     /// A DevicePlugin client to the endpoint of `reg`, as the kubelet dials it.
     async fn dial(&self, reg: &RegisterRequest) -> DevicePluginClient<tonic::transport::Channel> {
-        let ch = actk_device_plugin::uds::connect(&self.dir.join(&reg.endpoint)).await.expect("dial the plugin endpoint");
+        let ch =
+            actk_device_plugin::uds::connect(&self.dir.join(&reg.endpoint)).await.expect("dial the plugin endpoint");
         DevicePluginClient::new(ch)
     }
 }
@@ -170,7 +170,9 @@ fn prepare(name: &str) -> Option<Fixture> {
 }
 
 fn one(ids: &[&str]) -> AllocateRequest {
-    AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: ids.iter().map(|s| s.to_string()).collect() }] }
+    AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest { devices_ids: ids.iter().map(|s| s.to_string()).collect() }],
+    }
 }
 
 async fn next_list(stream: &mut Streaming<ListAndWatchResponse>, limit: Duration) -> ListAndWatchResponse {
@@ -227,13 +229,18 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     assert_eq!(cdi, ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]);
     assert_eq!(c.annotations["cdi.k8s.io/actk_nvidia.com_gpu"], "nvidia.com/gpu=0,nvidia.com/gpu=1");
     assert_eq!(c.envs["NVIDIA_VISIBLE_DEVICES"], format!("{},{}", uuids[0], uuids[1]));
-    let specs: Vec<(&str, &str)> = c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.as_str())).collect();
+    let specs: Vec<(&str, &str)> =
+        c.devices.iter().map(|d| (d.container_path.as_str(), d.host_path.as_str())).collect();
     let host = |p: &str| f.root.join(p.trim_start_matches('/')).display().to_string();
     assert!(specs.contains(&("/dev/nvidia0", host("/dev/nvidia0").as_str())), "{specs:?}");
     assert!(specs.contains(&("/dev/nvidia1", host("/dev/nvidia1").as_str())), "{specs:?}");
     assert!(specs.contains(&("/dev/nvidiactl", host("/dev/nvidiactl").as_str())), "{specs:?}");
     assert!(!specs.iter().any(|(p, _)| *p == "/dev/nvidia2"), "{specs:?}");
-    assert!(c.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05") && m.read_only), "{:?}", c.mounts);
+    assert!(
+        c.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05") && m.read_only),
+        "{:?}",
+        c.mounts
+    );
 
     let err = client.allocate(one(&[&uuids[0], "GPU-nope", "7x"])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -281,7 +288,8 @@ async fn f10_preferred_allocation_over_grpc_is_a_contiguous_pair() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = Emulator::new(dir.path());
     kubelet.start();
-    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "envvar,cdi-cri"]);
+    let _plugin =
+        PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "envvar,cdi-cri"]);
     let mut regs = Vec::new();
     for _ in 0..3 {
         regs.push(kubelet.next_register(Duration::from_secs(10)).await);
@@ -292,7 +300,11 @@ async fn f10_preferred_allocation_over_grpc_is_a_contiguous_pair() {
     let mut client = kubelet.dial(neuron).await;
     let available: Vec<String> = (0..12).filter(|d| *d != 1 && *d != 2).map(|d| d.to_string()).collect();
     let req = PreferredAllocationRequest {
-        container_requests: vec![ContainerPreferredAllocationRequest { available_device_i_ds: available, must_include_device_i_ds: vec![], allocation_size: 2 }],
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: available,
+            must_include_device_i_ds: vec![],
+            allocation_size: 2,
+        }],
     };
     let resp = client.get_preferred_allocation(req).await.unwrap().into_inner();
     assert_eq!(resp.container_responses[0].device_i_ds, ["3", "4"]);
@@ -352,7 +364,8 @@ async fn f12_kubelet_restart_wiping_socket_dir_reregisters_within_5s() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = Emulator::new(dir.path());
     kubelet.start();
-    let mut plugin = PluginProcess::start(&f.root, dir.path(), &["--resources", "nvidia.com/gpu,aws.amazon.com/neuron"]);
+    let mut plugin =
+        PluginProcess::start(&f.root, dir.path(), &["--resources", "nvidia.com/gpu,aws.amazon.com/neuron"]);
     let mut before = Vec::new();
     for _ in 0..2 {
         before.push(kubelet.next_register(Duration::from_secs(10)).await);
@@ -426,7 +439,12 @@ const LIST_NODES: &str = "cd /dev && for f in nvidia*; do [ -c \"$f\" ] && stat 
 
 fn run_bundle(b: &actk_testsupport::engines::Bundle, what: &str) -> String {
     let id = actk_testsupport::engines::unique_name(what);
-    let o = actk_testsupport::engines::runc(&["run".as_ref(), "--bundle".as_ref(), b.path().as_os_str(), std::ffi::OsStr::new(&id)]);
+    let o = actk_testsupport::engines::runc(&[
+        "run".as_ref(),
+        "--bundle".as_ref(),
+        b.path().as_os_str(),
+        std::ffi::OsStr::new(&id),
+    ]);
     actk_testsupport::engines::expect_success(&format!("runc run ({what})"), &o)
 }
 
@@ -448,7 +466,8 @@ async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = Emulator::new(dir.path());
     kubelet.start();
-    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "cdi-cri,device-specs"]);
+    let _plugin =
+        PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index", "--strategies", "cdi-cri,device-specs"]);
     let reg = kubelet.next_register(Duration::from_secs(10)).await;
     let resp = kubelet.dial(&reg).await.allocate(one(&["2", "5"])).await.unwrap().into_inner();
     let c = &resp.container_responses[0];
@@ -501,7 +520,9 @@ async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
         assert!(out.contains("nvidiactl c3 ff"), "control node: {out}");
         assert!(out.lines().any(|l| l == "libcuda"), "driver library mounted: {out}");
     }
-    let nodes = |out: &str| out.lines().filter(|l| *l != "libcuda").map(str::to_string).collect::<std::collections::BTreeSet<_>>();
+    let nodes = |out: &str| {
+        out.lines().filter(|l| *l != "libcuda").map(str::to_string).collect::<std::collections::BTreeSet<_>>()
+    };
     assert_eq!(nodes(&via_cdi), nodes(&via_specs), "CDI names and device specs give the same device nodes");
 }
 
@@ -523,11 +544,17 @@ fn socket_dir_flag_beats_env_which_beats_file() {
     let tmp = tempfile::tempdir().unwrap();
     let [file_dir, env_dir, flag_dir] = ["file", "env", "flag"].map(|n| tmp.path().join(n));
     let config = tmp.path().join("dp.toml");
-    std::fs::write(&config, format!("socket_dir = {:?}\nstrategies = [\"envvar\"]\n", file_dir.display().to_string())).unwrap();
+    std::fs::write(&config, format!("socket_dir = {:?}\nstrategies = [\"envvar\"]\n", file_dir.display().to_string()))
+        .unwrap();
     std::fs::create_dir_all(tmp.path().join("profiles.d")).unwrap();
     let start = |env: Option<&Path>, flag: Option<&Path>| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"));
-        cmd.arg("--config").arg(&config).arg("--root").arg(&f.root).arg("--profiles-dir").arg(tmp.path().join("profiles.d"));
+        cmd.arg("--config")
+            .arg(&config)
+            .arg("--root")
+            .arg(&f.root)
+            .arg("--profiles-dir")
+            .arg(tmp.path().join("profiles.d"));
         cmd.env_remove("ACTK_DEVICE_PLUGIN_SOCKET_DIR").env("ACTK_LOG", "warn").stdin(Stdio::null());
         if let Some(e) = env {
             cmd.env("ACTK_DEVICE_PLUGIN_SOCKET_DIR", e);
@@ -562,7 +589,11 @@ fn socket_dir_flag_beats_env_which_beats_file() {
 
 fn preferred_req(available: Vec<String>, size: i32) -> PreferredAllocationRequest {
     PreferredAllocationRequest {
-        container_requests: vec![ContainerPreferredAllocationRequest { available_device_i_ds: available, must_include_device_i_ds: vec![], allocation_size: size }],
+        container_requests: vec![ContainerPreferredAllocationRequest {
+            available_device_i_ds: available,
+            must_include_device_i_ds: vec![],
+            allocation_size: size,
+        }],
     }
 }
 
@@ -587,7 +618,11 @@ async fn f09_trainium_over_grpc_seven_is_answered_with_a_warning_or_refused_when
         if strict {
             let err = seven.unwrap_err();
             assert_eq!(err.code(), tonic::Code::FailedPrecondition);
-            assert!(err.message().contains("7 devices cannot be placed well") && err.message().contains("1, 4, 8, 16"), "{}", err.message());
+            assert!(
+                err.message().contains("7 devices cannot be placed well") && err.message().contains("1, 4, 8, 16"),
+                "{}",
+                err.message()
+            );
         } else {
             assert_eq!(seven.unwrap().into_inner().container_responses[0].device_i_ds.len(), 7);
         }

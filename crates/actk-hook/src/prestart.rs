@@ -30,8 +30,9 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
     let container_edits: ContainerEdits = match &edits_file {
         Some(f) => {
             let text = std::fs::read(f).with_context(|| format!("cannot read the edits file {}", f.display()))?;
-            serde_json::from_slice(&text)
-                .with_context(|| format!("{} is not CDI container edits JSON (CDI SPEC.md \"containerEdits\")", f.display()))?
+            serde_json::from_slice(&text).with_context(|| {
+                format!("{} is not CDI container edits JSON (CDI SPEC.md \"containerEdits\")", f.display())
+            })?
         }
         None => {
             let ctx = PlanContext::from_config(&config).context("cannot load vendor profiles")?;
@@ -53,7 +54,8 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         .map(|a| a.iter().filter_map(DeviceRule::from_oci).collect())
         .unwrap_or_default();
     let opts = Options { host_root: config.root.clone(), existing_device_rules: existing, ..Options::default() };
-    inject(&target, &container_edits, &opts).with_context(|| format!("cannot inject devices into container {}", st.id))?;
+    inject(&target, &container_edits, &opts)
+        .with_context(|| format!("cannot inject devices into container {}", st.id))?;
     Ok(())
 }
 

@@ -29,11 +29,14 @@ pub fn read_stdin() -> Result<State> {
 
 /// Parses a state document. Errors name the missing or bad field.
 pub fn parse(buf: &[u8]) -> Result<State> {
-    let v: Value = serde_json::from_slice(buf).context("the OCI state on stdin is not JSON (is this running as an OCI hook?)")?;
+    let v: Value =
+        serde_json::from_slice(buf).context("the OCI state on stdin is not JSON (is this running as an OCI hook?)")?;
     let id = v.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
     let pid = match v.get("pid").and_then(Value::as_i64) {
         Some(p) if p > 0 && p <= i32::MAX as i64 => p as i32,
-        Some(p) => bail!("the OCI state field \"pid\" is {p}; a running container's pid is needed (hook stage prestart, createRuntime or createContainer)"),
+        Some(p) => bail!(
+            "the OCI state field \"pid\" is {p}; a running container's pid is needed (hook stage prestart, createRuntime or createContainer)"
+        ),
         None => bail!("the OCI state on stdin has no \"pid\" (a hook stage before the container process exists?)"),
     };
     let bundle = match v.get("bundle").and_then(Value::as_str) {

@@ -106,7 +106,15 @@ fn type_code(kind: char) -> Option<i32> {
 
 fn access_bits(access: &str) -> i32 {
     // BPF_DEVCG_ACC_MKNOD = 1, READ = 2, WRITE = 4
-    access.chars().map(|c| match c { 'm' => 1, 'r' => 2, 'w' => 4, _ => 0 }).fold(0, |a, b| a | b)
+    access
+        .chars()
+        .map(|c| match c {
+            'm' => 1,
+            'r' => 2,
+            'w' => 4,
+            _ => 0,
+        })
+        .fold(0, |a, b| a | b)
 }
 
 /// Builds the program for `rules` (in OCI order; the last matching rule decides).
@@ -240,11 +248,18 @@ pub fn replace_program(dir: &std::path::Path, rules: &[DeviceRule]) -> Result<()
             let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
             let tail: Vec<&str> = text.lines().rev().take(6).collect();
-            return Err(format!("bpf(BPF_PROG_LOAD) of the device program: {e}; verifier: {}", tail.into_iter().rev().collect::<Vec<_>>().join(" | ")));
+            return Err(format!(
+                "bpf(BPF_PROG_LOAD) of the device program: {e}; verifier: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ));
         }
     };
-    let cg = rustix::fs::open(dir, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-        .map_err(|e| format!("open cgroup {}: {e}", dir.display()))?;
+    let cg = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("open cgroup {}: {e}", dir.display()))?;
     // Programs attached before ours (the runtime's).
     let mut ids = [0u32; 64];
     let mut a = [0u8; 128];
@@ -270,7 +285,8 @@ pub fn replace_program(dir: &std::path::Path, rules: &[DeviceRule]) -> Result<()
         put32(&mut a, 0, cg.as_raw_fd() as u32);
         put32(&mut a, 4, fd.as_raw_fd() as u32);
         put32(&mut a, 8, BPF_CGROUP_DEVICE);
-        bpf(BPF_PROG_DETACH, &mut a).map_err(|e| format!("bpf(BPF_PROG_DETACH) of program {id} from {}: {e}", dir.display()))?;
+        bpf(BPF_PROG_DETACH, &mut a)
+            .map_err(|e| format!("bpf(BPF_PROG_DETACH) of program {id} from {}: {e}", dir.display()))?;
     }
     Ok(())
 }
@@ -329,7 +345,9 @@ mod tests {
         rules.push(DeviceRule::allow_node('c', 195, 0, "rwm"));
         rules.push(DeviceRule::allow_node('c', 195, 255, "rw"));
         let after = program(&rules);
-        for (k, ma, mi, acc) in [('c', 1, 3, "rwm"), ('c', 5, 2, "rw"), ('c', 136, 4, "rw"), ('c', 195, 0, "rwm"), ('c', 195, 255, "rw")] {
+        for (k, ma, mi, acc) in
+            [('c', 1, 3, "rwm"), ('c', 5, 2, "rw"), ('c', 136, 4, "rw"), ('c', 195, 0, "rwm"), ('c', 195, 255, "rw")]
+        {
             assert!(evaluate(&after, k, ma, mi, acc), "{k} {ma}:{mi} {acc} should be allowed");
         }
         // Not granted: another minor, mknod on a rw-only rule, a block device with the same numbers.
@@ -340,30 +358,41 @@ mod tests {
 
     #[test]
     fn later_deny_overrides_earlier_allow() {
-        let rules = vec![DeviceRule::allow_node('c', 10, 200, "rwm"), DeviceRule { allow: false, kind: 'c', major: Some(10), minor: Some(200), access: "rwm".into() }];
+        let rules = vec![
+            DeviceRule::allow_node('c', 10, 200, "rwm"),
+            DeviceRule { allow: false, kind: 'c', major: Some(10), minor: Some(200), access: "rwm".into() },
+        ];
         assert!(!evaluate(&program(&rules), 'c', 10, 200, "r"));
     }
 
     #[test]
     fn from_oci_reads_runtime_spec_rules() {
-        let v: serde_json::Value = serde_json::from_str(r#"{"allow":true,"type":"c","major":195,"access":"rw"}"#).unwrap();
-        assert_eq!(DeviceRule::from_oci(&v).unwrap(), DeviceRule { allow: true, kind: 'c', major: Some(195), minor: None, access: "rw".into() });
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"allow":true,"type":"c","major":195,"access":"rw"}"#).unwrap();
+        assert_eq!(
+            DeviceRule::from_oci(&v).unwrap(),
+            DeviceRule { allow: true, kind: 'c', major: Some(195), minor: None, access: "rw".into() }
+        );
         assert_eq!(DeviceRule::from_oci(&v).unwrap().v1_line(), "c 195:* rw");
     }
 
     /// Runs `sh` inside the cgroup2 directory `cg` and reads one byte from `dev`.
     fn read_in_cgroup(cg: &std::path::Path, dev: &str) -> std::process::Output {
         let script = format!("echo $$ > {}/cgroup.procs && head -c 1 {dev} | wc -c", cg.display());
-        std::process::Command::new("/bin/sh").args(["-c", &script]).stdin(std::process::Stdio::piped()).output().unwrap()
+        std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .output()
+            .unwrap()
     }
 
     #[test]
     fn replace_program_on_a_real_cgroup2_directory() {
         // Hybrid hosts (this one) still run cgroup2 device programs for the unified hierarchy.
-        let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-            .iter()
-            .map(std::path::Path::new)
-            .find(|p| p.join("cgroup.procs").exists() && rustix::fs::statfs(*p).map(|s| s.f_type as u64 == 0x6367_7270).unwrap_or(false));
+        let unified = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].iter().map(std::path::Path::new).find(|p| {
+            p.join("cgroup.procs").exists()
+                && rustix::fs::statfs(*p).map(|s| s.f_type as u64 == 0x6367_7270).unwrap_or(false)
+        });
         let Some(unified) = unified else {
             eprintln!("skipping: no cgroup2 mount");
             return;
@@ -383,7 +412,12 @@ mod tests {
         let r2 = replace_program(&cg, &more);
         let allowed = read_in_cgroup(&cg, "/dev/zero");
         // Count the programs left attached: the replacement must have detached the first.
-        let cgfd = rustix::fs::open(&cg, rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty()).unwrap();
+        let cgfd = rustix::fs::open(
+            &cg,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
         let mut ids = [0u32; 8];
         let mut a = [0u8; 128];
         put32(&mut a, 0, cgfd.as_raw_fd() as u32);
@@ -396,8 +430,10 @@ mod tests {
         r1.unwrap();
         r2.unwrap();
         q.unwrap();
-        assert!(!denied.status.success() || String::from_utf8_lossy(&denied.stdout).trim() == "0",
-            "/dev/zero readable before the rule: {denied:?}");
+        assert!(
+            !denied.status.success() || String::from_utf8_lossy(&denied.stdout).trim() == "0",
+            "/dev/zero readable before the rule: {denied:?}"
+        );
         assert!(String::from_utf8_lossy(&denied.stderr).contains("ermitted"), "{denied:?}");
         assert_eq!(String::from_utf8_lossy(&allowed.stdout).trim(), "1", "{allowed:?}");
         assert_eq!(count, 1, "old device programs left attached");

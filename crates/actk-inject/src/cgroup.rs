@@ -41,7 +41,12 @@ pub fn find_controller(proc_cgroup: &str, mountinfo: &str) -> std::result::Resul
             let (pre, post) = l.split_once(" - ")?;
             let f: Vec<&str> = pre.split(' ').collect();
             let p: Vec<&str> = post.split(' ').collect();
-            Some((unescape(f.get(3)?), unescape(f.get(4)?), p.first()?.to_string(), p.get(2).unwrap_or(&"").to_string()))
+            Some((
+                unescape(f.get(3)?),
+                unescape(f.get(4)?),
+                p.first()?.to_string(),
+                p.get(2).unwrap_or(&"").to_string(),
+            ))
         })
         .collect();
     let join = |root: &str, mp: &str, path: &str| -> Option<PathBuf> {
@@ -57,7 +62,9 @@ pub fn find_controller(proc_cgroup: &str, mountinfo: &str) -> std::result::Resul
                 return Ok(DeviceController::V1(p));
             }
         }
-        return Err(format!("the devices cgroup {path} is not under any mounted v1 devices hierarchy in /proc/self/mountinfo"));
+        return Err(format!(
+            "the devices cgroup {path} is not under any mounted v1 devices hierarchy in /proc/self/mountinfo"
+        ));
     }
     if let Some(path) = v2 {
         for (root, mp, fstype, _) in &mounts {
@@ -101,7 +108,8 @@ pub fn allow(pid: i32, existing: &[DeviceRule], rules: &[DeviceRule]) -> Result<
     let err = |reason: String| InjectError::Cgroup { pid, reason };
     let proc_cgroup = if pid == 0 { "/proc/self/cgroup".to_string() } else { format!("/proc/{pid}/cgroup") };
     let pc = std::fs::read_to_string(&proc_cgroup).map_err(|e| err(format!("read {proc_cgroup}: {e}")))?;
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| err(format!("read /proc/self/mountinfo: {e}")))?;
+    let mi =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| err(format!("read /proc/self/mountinfo: {e}")))?;
     let ctl = find_controller(&pc, &mi).map_err(err)?;
     match &ctl {
         DeviceController::V1(dir) => write_v1(dir, rules).map_err(err)?,
@@ -132,7 +140,8 @@ pub fn write_v1(dir: &std::path::Path, rules: &[DeviceRule]) -> std::result::Res
     for r in rules.iter().filter(|r| r.allow) {
         let line = r.v1_line();
         // The kernel parses exactly one rule per write(2).
-        rustix::io::write(&f, line.as_bytes()).map_err(|e| format!("write {line:?} to {}/devices.allow: {e}", dir.display()))?;
+        rustix::io::write(&f, line.as_bytes())
+            .map_err(|e| format!("write {line:?} to {}/devices.allow: {e}", dir.display()))?;
     }
     Ok(())
 }
@@ -153,13 +162,19 @@ mod tests {
 
     #[test]
     fn v2_only_uses_cgroup2_mount() {
-        assert_eq!(find_controller("0::/x/y\n", MI).unwrap(), DeviceController::V2("/sys/fs/cgroup/unified/x/y".into()));
+        assert_eq!(
+            find_controller("0::/x/y\n", MI).unwrap(),
+            DeviceController::V2("/sys/fs/cgroup/unified/x/y".into())
+        );
     }
 
     #[test]
     fn mount_root_is_stripped_and_escapes_decoded() {
         let mi = "50 31 0:40 /docker /sys/fs/cgroup/my\\040devs rw - cgroup cgroup rw,devices\n";
-        assert_eq!(find_controller("3:devices:/docker/c1\n", mi).unwrap(), DeviceController::V1("/sys/fs/cgroup/my devs/c1".into()));
+        assert_eq!(
+            find_controller("3:devices:/docker/c1\n", mi).unwrap(),
+            DeviceController::V1("/sys/fs/cgroup/my devs/c1".into())
+        );
     }
 
     #[test]

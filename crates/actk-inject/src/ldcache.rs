@@ -105,7 +105,8 @@ impl HostLdconfig {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| InjectError::Ldconfig(format!("start {} ({exe}): {e}", self.path.display())))?;
+        let mut child =
+            cmd.spawn().map_err(|e| InjectError::Ldconfig(format!("start {} ({exe}): {e}", self.path.display())))?;
         let start = Instant::now();
         let status = loop {
             match child.try_wait() {
@@ -113,7 +114,11 @@ impl HostLdconfig {
                 Ok(None) if start.elapsed() >= timeout => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(InjectError::Ldconfig(format!("{} timed out after {:?} and was killed", self.path.display(), timeout)));
+                    return Err(InjectError::Ldconfig(format!(
+                        "{} timed out after {:?} and was killed",
+                        self.path.display(),
+                        timeout
+                    )));
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(2)),
                 Err(e) => return Err(InjectError::Ldconfig(format!("wait for {}: {e}", self.path.display()))),
@@ -125,14 +130,24 @@ impl HostLdconfig {
         let _ = f.seek(std::io::SeekFrom::Start(0));
         let _ = f.read_to_string(&mut stderr);
         if !status.success() {
-            return Err(InjectError::Ldconfig(format!("{} -r {} exited with {status}: {}", self.path.display(), root.shown().display(), stderr.trim())));
+            return Err(InjectError::Ldconfig(format!(
+                "{} -r {} exited with {status}: {}",
+                self.path.display(),
+                root.shown().display(),
+                stderr.trim()
+            )));
         }
         Ok(stderr)
     }
 }
 
 /// Writes the drop-in listing `dirs` and runs the host ldconfig on `root`; see the module docs.
-pub fn update(root: &ContainerRoot, ldconfig: &HostLdconfig, dirs: &[String], timeout: Duration) -> Result<LdcacheOutcome> {
+pub fn update(
+    root: &ContainerRoot,
+    ldconfig: &HostLdconfig,
+    dirs: &[String],
+    timeout: Duration,
+) -> Result<LdcacheOutcome> {
     if dirs.is_empty() {
         return Ok(LdcacheOutcome::NothingToDo);
     }
@@ -178,11 +193,15 @@ mod tests {
         std::fs::write(b.join("sbin/ldconfig"), "#!/bin/sh\ntouch /tmp/actk-image-ldconfig-ran\n").unwrap();
         std::fs::set_permissions(b.join("sbin/ldconfig"), std::fs::Permissions::from_mode(0o755)).unwrap();
         // A real shared library copied from the host so ldconfig has something to index.
-        let lib = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libc.so.6"]
-            .iter()
-            .find(|p| Path::new(p).exists())
-            .copied()
-            .unwrap();
+        let lib = [
+            "/lib/x86_64-linux-gnu/libz.so.1",
+            "/usr/lib/x86_64-linux-gnu/libz.so.1",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .iter()
+        .find(|p| Path::new(p).exists())
+        .copied()
+        .unwrap();
         let name = Path::new(lib).file_name().unwrap();
         std::fs::copy(lib, b.join("opt/drv").join(name)).unwrap();
         let root = ContainerRoot::open(b).unwrap();
@@ -190,7 +209,10 @@ mod tests {
         let out = update(&root, &ld, &["/opt/drv".into()], DEFAULT_TIMEOUT).unwrap();
         assert!(matches!(out, LdcacheOutcome::Updated(_)), "{out:?}");
         assert!(!b.join("tmp/actk-image-ldconfig-ran").exists());
-        assert_eq!(std::fs::read_to_string(b.join("etc/ld.so.conf.d/00-actk.conf")).unwrap().lines().last(), Some("/opt/drv"));
+        assert_eq!(
+            std::fs::read_to_string(b.join("etc/ld.so.conf.d/00-actk.conf")).unwrap().lines().last(),
+            Some("/opt/drv")
+        );
         let cache = std::fs::read(b.join("etc/ld.so.cache")).unwrap();
         let needle = format!("/opt/drv/{}", name.to_string_lossy());
         assert!(cache.windows(needle.len()).any(|w| w == needle.as_bytes()), "cache lacks {needle}");

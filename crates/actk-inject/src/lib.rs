@@ -171,7 +171,8 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
     mounts::attach(target.mnt_ns.as_ref().map(rustix::fd::AsFd::as_fd), target.pid, &prepared)?;
     report.mounts = prepared.iter().map(|p| p.target.clone()).collect();
     if opts.cgroup && !specs.is_empty() {
-        let rules: Vec<DeviceRule> = specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
+        let rules: Vec<DeviceRule> =
+            specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
         report.cgroup = Some(cgroup::allow(target.pid, &opts.existing_device_rules, &rules)?);
     }
     if let Some(ld) = &ldconfig {
@@ -231,11 +232,22 @@ mod tests {
     fn lib_dirs_from_library_mounts_and_update_ldcache_hooks() {
         let m = |c: &str| CdiMount { host_path: format!("/host{c}"), container_path: c.into(), ..Default::default() };
         let edits = ContainerEdits {
-            mounts: vec![m("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), m("/usr/lib/x86_64-linux-gnu/libcuda.so"), m("/usr/bin/nvidia-smi"), m("/lib/firmware/nvidia/gsp.bin")],
+            mounts: vec![
+                m("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+                m("/usr/lib/x86_64-linux-gnu/libcuda.so"),
+                m("/usr/bin/nvidia-smi"),
+                m("/lib/firmware/nvidia/gsp.bin"),
+            ],
             hooks: vec![CdiHook {
                 hook_name: "createContainer".into(),
                 path: "/usr/bin/actk-hook".into(),
-                args: vec!["actk-hook".into(), "update-ldcache".into(), "--folder".into(), "/opt/compat".into(), "--folder=/usr/lib/x86_64-linux-gnu".into()],
+                args: vec![
+                    "actk-hook".into(),
+                    "update-ldcache".into(),
+                    "--folder".into(),
+                    "/opt/compat".into(),
+                    "--folder=/usr/lib/x86_64-linux-gnu".into(),
+                ],
                 ..Default::default()
             }],
             ..Default::default()

@@ -87,7 +87,9 @@ impl PreparedMount {
         .map_err(|e| match e {
             rustix::io::Errno::LOOP => InjectError::HostRefused {
                 path: source.into(),
-                reason: "is reached through a magic link (/proc/PID/...) or a symlink loop; actk mounts host files only".into(),
+                reason:
+                    "is reached through a magic link (/proc/PID/...) or a symlink loop; actk mounts host files only"
+                        .into(),
             },
             e => InjectError::host("open mount source", source, e),
         })?;
@@ -96,11 +98,17 @@ impl PreparedMount {
         let tree = rustix::mount::open_tree(
             &src,
             "",
-            OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_EMPTY_PATH | OpenTreeFlags::AT_RECURSIVE,
+            OpenTreeFlags::OPEN_TREE_CLONE
+                | OpenTreeFlags::OPEN_TREE_CLOEXEC
+                | OpenTreeFlags::AT_EMPTY_PATH
+                | OpenTreeFlags::AT_RECURSIVE,
         )
         .map_err(|e| InjectError::host("open_tree (clone) of mount source", source, e))?;
         let attr = MountAttr {
-            attr_set: (MountAttrFlags::MOUNT_ATTR_RDONLY | MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV).bits() as u64,
+            attr_set: (MountAttrFlags::MOUNT_ATTR_RDONLY
+                | MountAttrFlags::MOUNT_ATTR_NOSUID
+                | MountAttrFlags::MOUNT_ATTR_NODEV)
+                .bits() as u64,
             attr_clr: 0,
             propagation: 0,
             userns_fd: 0,
@@ -228,7 +236,8 @@ unsafe fn child_attach(ns: i32, pairs: &[(i32, i32)], flags: u32, wr: i32) -> ! 
 /// Opens `/proc/PID/ns/mnt`.
 pub fn open_mnt_ns(pid: i32) -> Result<OwnedFd> {
     let p = format!("/proc/{pid}/ns/mnt");
-    rustix::fs::open(p.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| InjectError::host("open", p, e))
+    rustix::fs::open(p.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| InjectError::host("open", p, e))
 }
 
 impl AsFd for PreparedMount {
@@ -265,7 +274,10 @@ mod tests {
         std::os::unix::fs::symlink("/usr/lib", d.path().join("lib")).unwrap();
         let hr = HostRoot::open(d.path()).unwrap();
         // Exists on the host, absent in the driver root: must not be found.
-        let probe = ["/usr/lib/os-release", "/usr/lib/x86_64-linux-gnu/libc.so.6"].into_iter().find(|p| Path::new(p).exists()).unwrap();
+        let probe = ["/usr/lib/os-release", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap();
         let rel = Path::new(probe).strip_prefix("/usr/lib").unwrap();
         let src = d.path().join("lib").join(rel);
         let e = PreparedMount::new(&hr, &src, "/x").unwrap_err();

@@ -2,7 +2,7 @@
 //! resolved inside the container root (OCI runtime-spec "Devices"; CDI SPEC.md "Device Nodes").
 
 use crate::error::{InjectError, Result};
-use crate::root::{proc_fd, ContainerRoot};
+use crate::root::{ContainerRoot, proc_fd};
 use actk_core::cdi::CdiDeviceNode;
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -60,7 +60,9 @@ impl NodeSpec {
         let kind = match (n.node_type.as_deref(), st_ok) {
             (Some("c") | Some("u"), _) => 'c',
             (Some("b"), _) => 'b',
-            (Some(other), _) => return Err(err(format!("type {other:?} is not a character or block device (use c or b)"))),
+            (Some(other), _) => {
+                return Err(err(format!("type {other:?} is not a character or block device (use c or b)")));
+            }
             (None, Some(s)) => match FileType::from_raw_mode(s.st_mode) {
                 FileType::CharacterDevice => 'c',
                 FileType::BlockDevice => 'b',
@@ -78,7 +80,9 @@ impl NodeSpec {
             match (v, st_ok) {
                 (Some(v), _) => u32::try_from(v).map_err(|_| err(format!("{what} {v} is out of range"))),
                 (None, Some(s)) => Ok(f(s.st_rdev)),
-                (None, None) => Err(err(format!("no {what} in the edit and host node {} cannot be read", host.display()))),
+                (None, None) => {
+                    Err(err(format!("no {what} in the edit and host node {} cannot be read", host.display())))
+                }
             }
         };
         let major = num(n.major, rustix::fs::major, "major")?;
@@ -165,10 +169,19 @@ pub fn create_node(root: &ContainerRoot, spec: &NodeSpec) -> Result<NodeOutcome>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt, symlink};
 
     fn spec(path: &str, minor: u32) -> NodeSpec {
-        NodeSpec { path: path.into(), kind: 'c', major: 1, minor, mode: 0o666, uid: None, gid: None, permissions: "rwm".into() }
+        NodeSpec {
+            path: path.into(),
+            kind: 'c',
+            major: 1,
+            minor,
+            mode: 0o666,
+            uid: None,
+            gid: None,
+            permissions: "rwm".into(),
+        }
     }
 
     #[test]

@@ -203,23 +203,30 @@ impl ContainerRoot {
                 Ok(st) => {
                     let ft = FileType::from_raw_mode(st.st_mode);
                     match (ft, kind) {
-                        (FileType::Symlink, _) => {
-                            match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
-                                Ok(()) | Err(Errno::NOENT) => continue,
-                                Err(e) => return Err(self.cerr("remove symlink at mount target", path, e)),
-                            }
-                        }
+                        (FileType::Symlink, _) => match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+                            Ok(()) | Err(Errno::NOENT) => continue,
+                            Err(e) => return Err(self.cerr("remove symlink at mount target", path, e)),
+                        },
                         (FileType::Directory, TargetKind::File) => {
-                            return Err(self.refused(path, "is a directory in the image, but a file is to be mounted there"));
+                            return Err(
+                                self.refused(path, "is a directory in the image, but a file is to be mounted there")
+                            );
                         }
                         (FileType::Directory, TargetKind::Dir) => {}
                         (_, TargetKind::Dir) => {
-                            return Err(self.refused(path, "is a file in the image, but a directory is to be mounted there"));
+                            return Err(
+                                self.refused(path, "is a file in the image, but a directory is to be mounted there")
+                            );
                         }
                         (_, TargetKind::File) => {}
                     }
-                    let fd = rustix::fs::openat(&parent, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-                        .map_err(|e| self.cerr("open mount target", path, e))?;
+                    let fd = rustix::fs::openat(
+                        &parent,
+                        name,
+                        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(|e| self.cerr("open mount target", path, e))?;
                     // Someone may have swapped the entry between stat and open: re-check the inode we hold.
                     let st2 = rustix::fs::fstat(&fd).map_err(|e| self.cerr("stat", path, e))?;
                     if FileType::from_raw_mode(st2.st_mode) == FileType::Symlink
@@ -231,7 +238,8 @@ impl ContainerRoot {
                 }
             }
         }
-        Err(self.refused(path, "kept changing while actk created the mount target (a racing process in the container?)"))
+        Err(self
+            .refused(path, "kept changing while actk created the mount target (a racing process in the container?)"))
     }
 
     /// Writes a small regular file at `path` (parents created), replacing a symlink at the final
@@ -285,7 +293,9 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
     for c in path.split('/') {
         match c {
             "" | "." => {}
-            ".." => return Err(InjectError::InvalidPath { path: path.to_string(), reason: "contains a `..` component" }),
+            ".." => {
+                return Err(InjectError::InvalidPath { path: path.to_string(), reason: "contains a `..` component" });
+            }
             c => out.push(c),
         }
     }
@@ -426,7 +436,8 @@ mod tests {
     fn fifo_at_write_target_does_not_block_and_is_refused() {
         let (_o, base, r) = root();
         std::fs::create_dir_all(base.path().join("etc")).unwrap();
-        rustix::fs::mknodat(rustix::fs::CWD, base.path().join("etc/x"), FileType::Fifo, Mode::from_raw_mode(0o644), 0).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, base.path().join("etc/x"), FileType::Fifo, Mode::from_raw_mode(0o644), 0)
+            .unwrap();
         let e = r.write_file("/etc/x", b"y", 0o644).unwrap_err();
         assert!(e.to_string().contains("not a regular file") || e.to_string().contains("open"), "{e}");
     }

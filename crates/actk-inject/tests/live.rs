@@ -43,7 +43,13 @@ fn bind_mounts_land_read_only_in_the_target_namespace_only() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let edits = ContainerEdits {
-        device_nodes: vec![CdiDeviceNode { path: "/dev/demo0".into(), node_type: Some("c".into()), major: Some(1), minor: Some(3), ..Default::default() }],
+        device_nodes: vec![CdiDeviceNode {
+            path: "/dev/demo0".into(),
+            node_type: Some("c".into()),
+            major: Some(1),
+            minor: Some(3),
+            ..Default::default()
+        }],
         mounts: vec![
             CdiMount {
                 host_path: host.path().join("usr/lib/libdemo.so.1").to_string_lossy().into(),
@@ -67,7 +73,10 @@ fn bind_mounts_land_read_only_in_the_target_namespace_only() {
 
     let theirs = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     let lib_target = rootfs.path().join("usr/lib/x86_64-linux-gnu/libdemo.so.1");
-    let line = theirs.lines().find(|l| l.split(' ').nth(4) == Some(lib_target.to_str().unwrap())).expect("mount in the target namespace");
+    let line = theirs
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(lib_target.to_str().unwrap()))
+        .expect("mount in the target namespace");
     let opts_field = line.split(' ').nth(5).unwrap();
     for o in ["ro", "nosuid", "nodev"] {
         assert!(opts_field.split(',').any(|x| x == o), "{o} missing: {line}");

@@ -14,14 +14,43 @@ use std::path::PathBuf;
 /// Global flags (before the subcommand) that take a separate value.
 /// (`create` flags that take a value are listed too: some callers put them first.)
 const GLOBAL_VALUE_FLAGS: &[&str] = &[
-    "--root", "--log", "--log-format", "--criu", "--rootless", "--log-level", "--cgroup-manager",
-    "--console-socket", "--pidfd-socket", "--pid-file", "--preserve-fds", "--bundle", "-b",
+    "--root",
+    "--log",
+    "--log-format",
+    "--criu",
+    "--rootless",
+    "--log-level",
+    "--cgroup-manager",
+    "--console-socket",
+    "--pidfd-socket",
+    "--pid-file",
+    "--preserve-fds",
+    "--bundle",
+    "-b",
 ];
 
 /// Subcommands of runc 1.1 and crun 1.8.
 const SUBCOMMANDS: &[&str] = &[
-    "checkpoint", "create", "delete", "events", "exec", "features", "help", "init", "kill", "list", "mounts", "pause",
-    "ps", "restore", "resume", "run", "spec", "start", "state", "update",
+    "checkpoint",
+    "create",
+    "delete",
+    "events",
+    "exec",
+    "features",
+    "help",
+    "init",
+    "kill",
+    "list",
+    "mounts",
+    "pause",
+    "ps",
+    "restore",
+    "resume",
+    "run",
+    "spec",
+    "start",
+    "state",
+    "update",
 ];
 
 /// Flags of `create`/`run` that take a separate value (so that value is not read as the bundle flag).
@@ -84,7 +113,10 @@ pub fn parse(args: &[OsString]) -> Invocation {
             }
             continue;
         }
-        if SUBCOMMANDS.contains(&a) || i == 0 || !args[i - 1].to_str().is_some_and(|p| p.starts_with('-') && !p.contains('=')) {
+        if SUBCOMMANDS.contains(&a)
+            || i == 0
+            || !args[i - 1].to_str().is_some_and(|p| p.starts_with('-') && !p.contains('='))
+        {
             inv.subcommand = Some(a.to_string());
             i += 1;
             break;
@@ -122,8 +154,18 @@ mod tests {
     #[test]
     fn docker_create_call() {
         let inv = p(&[
-            "--root", "/var/run/docker/runtime-runc/moby", "--log", "/run/x/log.json", "--log-format", "json",
-            "create", "--bundle", "/run/b", "--pid-file", "/run/b/init.pid", "abc",
+            "--root",
+            "/var/run/docker/runtime-runc/moby",
+            "--log",
+            "/run/x/log.json",
+            "--log-format",
+            "json",
+            "create",
+            "--bundle",
+            "/run/b",
+            "--pid-file",
+            "/run/b/init.pid",
+            "abc",
         ]);
         assert_eq!(inv.subcommand.as_deref(), Some("create"));
         assert_eq!(inv.bundle, Some("/run/b".into()));
@@ -144,10 +186,23 @@ mod tests {
 
     #[test]
     fn f03_unknown_and_valued_global_flags() {
-        let inv = p(&["--systemd-cgroup", "--rootless=false", "--new-flag", "--root", "/r", "create", "--pidfd-socket", "/y", "-b", "/b", "x"]);
+        let inv = p(&[
+            "--systemd-cgroup",
+            "--rootless=false",
+            "--new-flag",
+            "--root",
+            "/r",
+            "create",
+            "--pidfd-socket",
+            "/y",
+            "-b",
+            "/b",
+            "x",
+        ]);
         assert_eq!(inv.subcommand.as_deref(), Some("create"));
         assert_eq!(inv.bundle, Some("/b".into()));
-        let inv = p(&["--console-socket", "/x", "--pidfd-socket", "/y", "--new-valued", "v", "create", "-b", "/b", "x"]);
+        let inv =
+            p(&["--console-socket", "/x", "--pidfd-socket", "/y", "--new-valued", "v", "create", "-b", "/b", "x"]);
         assert_eq!((inv.subcommand.as_deref(), inv.bundle), (Some("create"), Some("/b".into())));
         let inv = p(&["--new-bool", "create", "--bundle=/b", "x"]);
         assert_eq!((inv.subcommand.as_deref(), inv.bundle), (Some("create"), Some("/b".into())));

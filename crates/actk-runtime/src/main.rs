@@ -51,7 +51,8 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
     if inv.creates() {
         let bundle = match &inv.bundle {
             Some(b) => b.clone(),
-            None => std::env::current_dir().context("cannot read the working directory (the bundle when no --bundle is given)")?,
+            None => std::env::current_dir()
+                .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
         prepare_bundle(&bundle, &config)?;
     }
@@ -75,7 +76,8 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         tracing::warn!("{w}");
     }
     if !p.is_empty() {
-        edits::apply(&mut spec, &p.edits).with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
+        edits::apply(&mut spec, &p.edits)
+            .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
         if p.serves_nvidia() {
             let n = edits::remove_legacy_nvidia_hook(&mut spec);
             if n > 0 {
@@ -108,7 +110,10 @@ fn hook_path(config: &Config) -> Option<String> {
     if p.is_absolute() && is_executable(&p) {
         p.to_str().map(str::to_string)
     } else {
-        tracing::debug!("no actk-hook at {}: injected libraries are not added to the container's ld.so.cache", p.display());
+        tracing::debug!(
+            "no actk-hook at {}: injected libraries are not added to the container's ld.so.cache",
+            p.display()
+        );
         None
     }
 }
@@ -120,9 +125,7 @@ fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
     let path_var = std::env::var("PATH").ok().filter(|p| !p.is_empty());
     let path = path_var.as_deref().unwrap_or(DEFAULT_PATH);
     let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
-    let usable = |p: &Path| {
-        is_executable(p) && (me.is_none() || p.canonicalize().ok() != me)
-    };
+    let usable = |p: &Path| is_executable(p) && (me.is_none() || p.canonicalize().ok() != me);
     for name in runtimes {
         if name.contains('/') {
             let p = PathBuf::from(name);
@@ -139,7 +142,10 @@ fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
         }
     }
     if runtimes.is_empty() {
-        return Err(anyhow!("no low-level runtime configured: set runtimes = [\"runc\"] in {}", Config::path_from_env().display()));
+        return Err(anyhow!(
+            "no low-level runtime configured: set runtimes = [\"runc\"] in {}",
+            Config::path_from_env().display()
+        ));
     }
     Err(anyhow!(
         "low-level runtime not found: looked for {} in PATH={path}{}; install runc or crun, or set runtimes in {} to an absolute path",

@@ -64,7 +64,11 @@ impl Env {
             .chain(std::iter::once(json!({"name": "all", "containerEdits": {"deviceNodes": (0..n).map(|i| json!({"path": format!("/dev/{node}{i}"), "type": "c", "major": major, "minor": i})).collect::<Vec<_>>()}})))
             .collect();
         let spec = json!({"cdiVersion": "0.5.0", "kind": kind, "devices": devs, "containerEdits": {"env": [format!("FROM_SPEC_{}=1", node.to_uppercase())]}});
-        fs::write(self.p(&format!("cdi/{}.json", kind.replace('/', "-"))), serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+        fs::write(
+            self.p(&format!("cdi/{}.json", kind.replace('/', "-"))),
+            serde_json::to_string_pretty(&spec).unwrap(),
+        )
+        .unwrap();
     }
 
     fn bundle(&self, name: &str, config: &Value) -> PathBuf {
@@ -93,7 +97,10 @@ fn minimal(env: &[&str]) -> Value {
 }
 
 fn device_paths(c: &Value) -> Vec<String> {
-    c.pointer("/linux/devices").and_then(Value::as_array).map(|a| a.iter().filter_map(|d| d["path"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+    c.pointer("/linux/devices")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|d| d["path"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
 }
 
 fn read_json(p: &Path) -> Value {
@@ -107,16 +114,40 @@ fn f03_every_argument_reaches_the_runtime_unchanged_and_in_order() {
     let b = e.bundle("b", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
     let bs = b.display().to_string();
     let args = [
-        "--systemd-cgroup", "--rootless=false", "--console-socket", "/x", "--root", "/run/r", "--log", "/dev/null", "--log-format", "json",
-        "create", "--console-socket", "/x", "--pidfd-socket", "/y", "--systemd-cgroup", "--rootless=false", "--bundle", &bs,
-        "--pid-file", "/run/p.pid", "--weird=1", "ctr-1",
+        "--systemd-cgroup",
+        "--rootless=false",
+        "--console-socket",
+        "/x",
+        "--root",
+        "/run/r",
+        "--log",
+        "/dev/null",
+        "--log-format",
+        "json",
+        "create",
+        "--console-socket",
+        "/x",
+        "--pidfd-socket",
+        "/y",
+        "--systemd-cgroup",
+        "--rootless=false",
+        "--bundle",
+        &bs,
+        "--pid-file",
+        "/run/p.pid",
+        "--weird=1",
+        "ctr-1",
     ];
     let o = e.run(&args, None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got = e.argv();
     assert_eq!(got[0], e.p("fake-runc").display().to_string());
     assert_eq!(&got[1..], &args[..]);
-    assert_eq!(device_paths(&read_json(&b.join("config.json"))), vec!["/dev/nvidia1"], "create was recognised after unknown flags");
+    assert_eq!(
+        device_paths(&read_json(&b.join("config.json"))),
+        vec!["/dev/nvidia1"],
+        "create was recognised after unknown flags"
+    );
     // Non-create subcommands pass through the same way, bundle untouched.
     let o = e.run(&["--unknown", "state", "ctr-1"], None);
     assert!(o.status.success());
@@ -179,7 +210,12 @@ fn f02_bare_name_is_found_on_path() {
     fs::create_dir_all(e.p("bin")).unwrap();
     fs::rename(e.p("fake-runc"), e.p("bin/my-runc")).unwrap();
     e.write_config("runtimes = [\"no-such-one\", \"my-runc\"]\n");
-    let o = Command::new(SHIM).args(["state", "x"]).env("ACTK_CONFIG", e.p("config.toml")).env("PATH", e.p("bin")).output().unwrap();
+    let o = Command::new(SHIM)
+        .args(["state", "x"])
+        .env("ACTK_CONFIG", e.p("config.toml"))
+        .env("PATH", e.p("bin"))
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // ($0 of a script is its path whatever argv[0] was: the kernel passes the path to sh.)
     assert_eq!(e.argv(), vec![e.p("bin/my-runc").display().to_string(), "state".into(), "x".into()]);
@@ -190,7 +226,10 @@ fn unknown_device_fails_before_exec_naming_variable_value_and_devices_and_leaves
     let e = Env::new();
     e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
     for (env, want) in [
-        ("NVIDIA_VISIBLE_DEVICES=7", "NVIDIA_VISIBLE_DEVICES=7: no such device 7; the CDI specs on this node define nvidia.com/gpu 0,1, all"),
+        (
+            "NVIDIA_VISIBLE_DEVICES=7",
+            "NVIDIA_VISIBLE_DEVICES=7: no such device 7; the CDI specs on this node define nvidia.com/gpu 0,1, all",
+        ),
         ("NVIDIA_VISIBLE_DEVICES=0,,banana", "NVIDIA_VISIBLE_DEVICES=0,,banana: empty entry"),
     ] {
         let b = e.bundle("b", &minimal(&[env]));
@@ -202,7 +241,10 @@ fn unknown_device_fails_before_exec_naming_variable_value_and_devices_and_leaves
         assert!(err.contains(want), "{err}");
         assert!(!e.p("argv").exists(), "the low-level runtime must not run");
         assert_eq!(fs::read(b.join("config.json")).unwrap(), before);
-        assert!(fs::read_to_string(&log).unwrap().contains("level=error"), "text log line when --log-format is not json");
+        assert!(
+            fs::read_to_string(&log).unwrap().contains("level=error"),
+            "text log line when --log-format is not json"
+        );
     }
     // A CDI name no spec defines.
     let mut c = minimal(&[]);
@@ -210,7 +252,10 @@ fn unknown_device_fails_before_exec_naming_variable_value_and_devices_and_leaves
     let b = e.bundle("b2", &c);
     let o = e.run(&["create", "-b", b.to_str().unwrap(), "id"], None);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("annotation cdi.k8s.io/x") && err.contains("example.com/accel=3"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("annotation cdi.k8s.io/x") && err.contains("example.com/accel=3"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -264,7 +309,10 @@ fn malformed_config_toml_names_file_and_line() {
     fs::write(e.p("config.toml"), "root = \"/\"\nspec_dir = [\"/etc/cdi\"]\n").unwrap();
     let o = e.run(&["state", "x"], None);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("config.toml") && err.contains("line 2") && err.contains("spec_dir"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("config.toml") && err.contains("line 2") && err.contains("spec_dir"),
+        "{err}"
+    );
 }
 
 /// Every field of `before` is in `after` with the same value; arrays keep `before`'s elements in
@@ -295,7 +343,11 @@ fn kept(before: &Value, after: &Value, at: &str) -> Result<(), String> {
 
 fn realspec(name: &str) -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/reference/realspecs").join(name);
-    let p = if p.exists() { p } else { Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/tests/data/realspecs").join(name) };
+    let p = if p.exists() {
+        p
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/tests/data/realspecs").join(name)
+    };
     read_json(&p)
 }
 
@@ -313,7 +365,23 @@ fn real_engine_config_json_files_keep_every_field_through_the_shim() {
         let mut before = realspec(file);
         let b = e.bundle(file, &before);
         // Docker calls the runtime this way (ENVIRONMENT.md).
-        let o = e.run(&["--root", "/run/r", "--log", e.p("log.json").to_str().unwrap(), "--log-format", "json", "create", "--bundle", b.to_str().unwrap(), "--pid-file", "/run/p", "id"], None);
+        let o = e.run(
+            &[
+                "--root",
+                "/run/r",
+                "--log",
+                e.p("log.json").to_str().unwrap(),
+                "--log-format",
+                "json",
+                "create",
+                "--bundle",
+                b.to_str().unwrap(),
+                "--pid-file",
+                "/run/p",
+                "id",
+            ],
+            None,
+        );
         assert!(o.status.success(), "{file}: {}", String::from_utf8_lossy(&o.stderr));
         let after = read_json(&b.join("config.json"));
         let devs = device_paths(&after);
@@ -347,7 +415,9 @@ fn runc_run_through_shim_on_dgx_fixture_sees_exactly_gpus_1_and_3() {
     // the driver's numbers: discovery rightly refuses a /dev/nvidiaN that is not 195:N.
     let null_node = fx.root.join("dev/actk-null");
     let _ = fs::remove_file(&null_node);
-    assert!(Command::new("mknod").args(["-m", "0666"]).arg(&null_node).args(["c", "1", "3"]).status().unwrap().success());
+    assert!(
+        Command::new("mknod").args(["-m", "0666"]).arg(&null_node).args(["c", "1", "3"]).status().unwrap().success()
+    );
     let bundle = engines::Bundle::busybox(
         &["sh", "-c", "ls -1 /dev | grep nvidia; echo x > /dev/actk-null && echo write-ok"],
         &["NVIDIA_VISIBLE_DEVICES=1,3"],
@@ -359,7 +429,10 @@ fn runc_run_through_shim_on_dgx_fixture_sees_exactly_gpus_1_and_3() {
         "devices": [{"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/actk-null", "hostPath": null_node.display().to_string()}]}}]});
     fs::write(e.p("cdi/null.json"), spec.to_string()).unwrap();
     e.write_config("runtimes = [\"runc\"]\n");
-    let cfg = fs::read_to_string(e.p("config.toml")).unwrap().replace(&format!("root = {:?}", e.p("root").display().to_string()), &format!("root = {:?}", fx.root.display().to_string()));
+    let cfg = fs::read_to_string(e.p("config.toml")).unwrap().replace(
+        &format!("root = {:?}", e.p("root").display().to_string()),
+        &format!("root = {:?}", fx.root.display().to_string()),
+    );
     fs::write(e.p("config.toml"), cfg).unwrap();
     let id = engines::unique_name("actk-runtime-test");
     let o = e.run(&["run", "--bundle", bundle.path().to_str().unwrap(), &id], None);
@@ -383,7 +456,8 @@ fn runc_run_through_shim_on_dgx_fixture_sees_exactly_gpus_1_and_3() {
 fn f07_two_containers_started_at_the_same_moment_both_get_all_devices() {
     let e = Env::new();
     e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 8);
-    let bundles: Vec<PathBuf> = (0..2).map(|i| e.bundle(&format!("c{i}"), &minimal(&["NVIDIA_VISIBLE_DEVICES=all"]))).collect();
+    let bundles: Vec<PathBuf> =
+        (0..2).map(|i| e.bundle(&format!("c{i}"), &minimal(&["NVIDIA_VISIBLE_DEVICES=all"]))).collect();
     let barrier = std::sync::Barrier::new(2);
     std::thread::scope(|s| {
         let handles: Vec<_> = bundles

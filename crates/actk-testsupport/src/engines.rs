@@ -41,9 +41,10 @@ pub const COMMAND_TIMEOUT_S: u32 = 180;
 /// The workspace root (the directory holding the root Cargo.toml).
 pub fn workspace_root() -> PathBuf {
     // This crate lives in <root>/crates/actk-testsupport.
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    })
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// Cargo's target directory: `$CARGO_TARGET_DIR` (relative to the workspace root when relative),
@@ -232,9 +233,9 @@ pub fn require_root_and_engines() -> bool {
 /// The first executable called `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| {
-        fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
-    })
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false))
 }
 
 /// Run `program args` under `timeout(1)` ([`COMMAND_TIMEOUT_S`]) with extra `env`, and collect
@@ -430,7 +431,11 @@ pub fn import_image(engine: &str, rootfs: &Path, image: &str) -> Result<()> {
         let tar_status = tar.wait()?;
         if !tar_status.success() || !o.status.success() {
             let (out, err) = text(&o);
-            bail!("tar -C {} -c . | {engine} import - {image} failed ({tar_status}, {}):\n{out}\n{err}", rootfs.display(), o.status);
+            bail!(
+                "tar -C {} -c . | {engine} import - {image} failed ({tar_status}, {}):\n{out}\n{err}",
+                rootfs.display(),
+                o.status
+            );
         }
         Ok(())
     })
@@ -493,7 +498,8 @@ impl Bundle {
     /// A bundle over a copy of `rootfs`.
     pub fn new(rootfs: &Path, args: &[&str], env: &[&str]) -> Result<Bundle> {
         let dir = tempfile::Builder::new().prefix("actk-bundle-").tempdir()?;
-        let o = Command::new("runc").args(["spec", "--bundle"]).arg(dir.path()).output().context("running runc spec")?;
+        let o =
+            Command::new("runc").args(["spec", "--bundle"]).arg(dir.path()).output().context("running runc spec")?;
         if !o.status.success() {
             bail!("runc spec --bundle {} failed: {}", dir.path().display(), text(&o).1);
         }
@@ -850,7 +856,9 @@ pub fn fixture_gpus(root: &Path) -> Vec<FixtureGpu> {
                     .map(|(_, val)| val.trim().to_string())
             };
             v.push(FixtureGpu {
-                bus: field("Bus Location").unwrap_or_else(|| e.file_name().to_string_lossy().into_owned()).to_lowercase(),
+                bus: field("Bus Location")
+                    .unwrap_or_else(|| e.file_name().to_string_lossy().into_owned())
+                    .to_lowercase(),
                 uuid: field("GPU UUID").unwrap_or_default(),
                 minor: field("Device Minor").and_then(|m| m.parse().ok()).unwrap_or(u32::MAX),
             });
@@ -877,7 +885,18 @@ mod tests {
     fn podman_run_gets_runc_and_the_ulimits_this_machine_needs() {
         assert_eq!(
             strs(podman_args(&["run", "--rm", "img", "true"])),
-            ["run", "--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096", "--rm", "img", "true"]
+            [
+                "run",
+                "--runtime",
+                "runc",
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=4096:4096",
+                "--rm",
+                "img",
+                "true"
+            ]
         );
     }
 

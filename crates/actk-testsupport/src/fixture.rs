@@ -85,11 +85,7 @@ pub fn prepare(name: &str) -> Result<Option<Fixture>> {
 pub fn prepare_at(name: &str, dest: &Path) -> Result<bool> {
     let fixtures = fixtures_dir();
     if name.is_empty() || name.contains('/') || !fixtures.join(name).join("root").is_dir() {
-        bail!(
-            "unknown fixture {name:?}: no directory {}/{name}/root (known: {})",
-            fixtures.display(),
-            ALL.join(", ")
-        );
+        bail!("unknown fixture {name:?}: no directory {}/{name}/root (known: {})", fixtures.display(), ALL.join(", "));
     }
     let script = fixtures.join("prepare.sh");
     let out = Command::new("sh")
@@ -128,11 +124,7 @@ mod tests {
     fn char_dev(f: &Fixture, rel: &str) -> (u64, u64, u32) {
         let p = f.path(rel);
         let md = std::fs::symlink_metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        assert!(
-            md.file_type().is_char_device(),
-            "{} is not a character device",
-            p.display()
-        );
+        assert!(md.file_type().is_char_device(), "{} is not a character device", p.display());
         let (ma, mi) = major_minor(md.rdev());
         (ma, mi, md.permissions().mode() & 0o7777)
     }
@@ -154,17 +146,9 @@ mod tests {
 
     /// Library names the fixture's ld.so.cache lists, read back with the host's ldconfig.
     fn cached_libs(f: &Fixture) -> BTreeSet<String> {
-        let out = Command::new("ldconfig")
-            .arg("-p")
-            .arg("-C")
-            .arg(f.path("etc/ld.so.cache"))
-            .output()
-            .expect("ldconfig -p");
-        assert!(
-            out.status.success(),
-            "ldconfig -p failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out =
+            Command::new("ldconfig").arg("-p").arg("-C").arg(f.path("etc/ld.so.cache")).output().expect("ldconfig -p");
+        assert!(out.status.success(), "ldconfig -p failed: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_whitespace().next().map(str::to_string))
@@ -186,20 +170,10 @@ mod tests {
                 let ft = e.file_type().expect("file type");
                 if ft.is_symlink() {
                     let target = std::fs::read_link(e.path()).expect("readlink");
-                    assert!(
-                        target.is_relative(),
-                        "{} -> {} is absolute",
-                        e.path().display(),
-                        target.display()
-                    );
-                    let resolved = std::fs::canonicalize(e.path()).unwrap_or_else(|err| {
-                        panic!("dangling link {}: {err}", e.path().display())
-                    });
-                    assert!(
-                        resolved.starts_with(&root),
-                        "{} leaves the root",
-                        e.path().display()
-                    );
+                    assert!(target.is_relative(), "{} -> {} is absolute", e.path().display(), target.display());
+                    let resolved = std::fs::canonicalize(e.path())
+                        .unwrap_or_else(|err| panic!("dangling link {}: {err}", e.path().display()));
+                    assert!(resolved.starts_with(&root), "{} leaves the root", e.path().display());
                 } else if ft.is_dir() {
                     stack.push(e.path());
                 }
@@ -210,19 +184,12 @@ mod tests {
     #[test]
     fn unknown_fixture_is_an_error_naming_it() {
         let err = prepare("no-such-host").expect_err("must fail").to_string();
-        assert!(
-            err.contains("no-such-host") && err.contains("nvidia-dgx-h100"),
-            "{err}"
-        );
+        assert!(err.contains("no-such-host") && err.contains("nvidia-dgx-h100"), "{err}");
     }
 
     #[test]
     fn fixtures_dir_holds_prepare_sh() {
-        assert!(
-            fixtures_dir().join("prepare.sh").is_file(),
-            "{}",
-            fixtures_dir().display()
-        );
+        assert!(fixtures_dir().join("prepare.sh").is_file(), "{}", fixtures_dir().display());
     }
 
     #[test]
@@ -239,82 +206,37 @@ mod tests {
         assert_eq!(char_dev(&f, "dev/nvidia-uvm"), (uvm, 0, 0o666));
         assert_eq!(char_dev(&f, "dev/nvidia-uvm-tools"), (uvm, 1, 0o666));
         let caps = proc_major(&f, "nvidia-caps");
-        assert_eq!(
-            char_dev(&f, "dev/nvidia-caps/nvidia-cap1"),
-            (caps, 1, 0o400)
-        );
-        assert_eq!(
-            char_dev(&f, "dev/nvidia-caps/nvidia-cap2"),
-            (caps, 2, 0o444)
-        );
+        assert_eq!(char_dev(&f, "dev/nvidia-caps/nvidia-cap1"), (caps, 1, 0o400));
+        assert_eq!(char_dev(&f, "dev/nvidia-caps/nvidia-cap2"), (caps, 2, 0o444));
 
         let gpus = std::fs::read_dir(f.path("proc/driver/nvidia/gpus"))?.count();
         assert_eq!(gpus, 8);
         let info = read(&f, "proc/driver/nvidia/gpus/0000:9d:00.0/information");
-        assert!(
-            info.contains("Model: \t\t NVIDIA H100 80GB HBM3\n"),
-            "{info}"
-        );
+        assert!(info.contains("Model: \t\t NVIDIA H100 80GB HBM3\n"), "{info}");
         assert!(info.contains("Bus Location: \t 0000:9d:00.0\n"), "{info}");
         assert!(info.contains("Device Minor: \t 4\n"), "{info}");
-        let uuid = info
-            .lines()
-            .find_map(|l| l.strip_prefix("GPU UUID: \t "))
-            .expect("uuid line");
-        let groups: Vec<usize> = uuid
-            .trim_start_matches("GPU-")
-            .split('-')
-            .map(str::len)
-            .collect();
+        let uuid = info.lines().find_map(|l| l.strip_prefix("GPU UUID: \t ")).expect("uuid line");
+        let groups: Vec<usize> = uuid.trim_start_matches("GPU-").split('-').map(str::len).collect();
+        assert!(uuid.starts_with("GPU-") && groups == [8, 4, 4, 4, 12], "{uuid}");
         assert!(
-            uuid.starts_with("GPU-") && groups == [8, 4, 4, 4, 12],
-            "{uuid}"
+            read(&f, "proc/driver/nvidia/version")
+                .starts_with("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build")
         );
-        assert!(read(&f, "proc/driver/nvidia/version").starts_with(
-            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build"
-        ));
-        assert_eq!(
-            read(&f, "sys/bus/pci/devices/0000:9d:00.0/numa_node"),
-            "1\n"
-        );
-        assert_eq!(
-            read(&f, "sys/bus/pci/devices/0000:1b:00.0/vendor"),
-            "0x10de\n"
-        );
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:9d:00.0/numa_node"), "1\n");
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:1b:00.0/vendor"), "0x10de\n");
 
         let libs = cached_libs(&f);
-        for soname in [
-            "libcuda.so.1",
-            "libnvidia-ml.so.1",
-            "libnvidia-ptxjitcompiler.so.1",
-            "libGLX_nvidia.so.0",
-        ] {
-            assert!(
-                libs.contains(soname),
-                "{soname} missing from ld.so.cache: {libs:?}"
-            );
+        for soname in ["libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libGLX_nvidia.so.0"] {
+            assert!(libs.contains(soname), "{soname} missing from ld.so.cache: {libs:?}");
         }
         // ldconfig keeps the soname link on the 580 file although a 535 file is still present.
         let ml = std::fs::read_link(f.path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"))?;
         assert_eq!(ml, Path::new("libnvidia-ml.so.580.95.05"));
-        assert!(
-            f.path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.183.01")
-                .is_file()
-        );
+        assert!(f.path("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.183.01").is_file());
         let elf = std::fs::read(f.path("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"))?;
         assert_eq!(&elf[..4], b"\x7fELF");
-        assert!(
-            f.path("usr/bin/nvidia-smi")
-                .metadata()?
-                .permissions()
-                .mode()
-                & 0o111
-                != 0
-        );
-        assert!(
-            f.path("lib/firmware/nvidia/580.95.05/gsp_ga10x.bin")
-                .is_file()
-        );
+        assert!(f.path("usr/bin/nvidia-smi").metadata()?.permissions().mode() & 0o111 != 0);
+        assert!(f.path("lib/firmware/nvidia/580.95.05/gsp_ga10x.bin").is_file());
         assert_links_inside(&f);
         Ok(())
     }
@@ -323,31 +245,15 @@ mod tests {
     fn assert_neuron_devices(f: &Fixture, count: u32, device_name: &str) -> u64 {
         let major = proc_major(f, "neuron");
         let class = f.path("sys/class/neuron_device");
-        assert_eq!(
-            std::fs::read_dir(&class).expect("class dir").count(),
-            count as usize
-        );
+        assert_eq!(std::fs::read_dir(&class).expect("class dir").count(), count as usize);
         for i in 0..count {
-            assert_eq!(
-                char_dev(f, &format!("dev/neuron{i}")),
-                (major, u64::from(i), 0o666)
-            );
+            assert_eq!(char_dev(f, &format!("dev/neuron{i}")), (major, u64::from(i), 0o666));
             let dev = format!("sys/class/neuron_device/neuron{i}");
-            assert_eq!(
-                read(f, &format!("{dev}/core_count")),
-                "2",
-                "core_count has no newline"
-            );
+            assert_eq!(read(f, &format!("{dev}/core_count")), "2", "core_count has no newline");
             assert_eq!(read(f, &format!("{dev}/dev")), format!("{major}:{i}\n"));
-            assert_eq!(
-                read(f, &format!("{dev}/info/architecture/device_name")),
-                format!("{device_name}\n")
-            );
+            assert_eq!(read(f, &format!("{dev}/info/architecture/device_name")), format!("{device_name}\n"));
             let serial = read(f, &format!("{dev}/info/serial_number"));
-            assert!(
-                serial.len() == 17 && serial.trim_end().chars().all(|c| c.is_ascii_hexdigit()),
-                "{serial:?}"
-            );
+            assert!(serial.len() == 17 && serial.trim_end().chars().all(|c| c.is_ascii_hexdigit()), "{serial:?}");
             // As the driver creates it: no parent, so no link to the PCI function.
             assert!(!f.path(&format!("{dev}/device")).exists());
         }
@@ -357,15 +263,12 @@ mod tests {
 
     /// `connected_devices` of neuronN parsed as the driver prints it ("a, b, c\n").
     fn neuron_links(f: &Fixture, i: u32) -> Vec<u32> {
-        read(
-            f,
-            &format!("sys/class/neuron_device/neuron{i}/connected_devices"),
-        )
-        .trim_end()
-        .split(", ")
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("number"))
-        .collect()
+        read(f, &format!("sys/class/neuron_device/neuron{i}/connected_devices"))
+            .trim_end()
+            .split(", ")
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().expect("number"))
+            .collect()
     }
 
     #[test]
@@ -380,16 +283,10 @@ mod tests {
         // The ring is symmetric: every link has its way back.
         for i in 0..12 {
             for j in neuron_links(&f, i) {
-                assert!(
-                    neuron_links(&f, j).contains(&i),
-                    "{i} -> {j} has no way back"
-                );
+                assert!(neuron_links(&f, j).contains(&i), "{i} -> {j} has no way back");
             }
         }
-        assert_eq!(
-            read(&f, "sys/bus/pci/devices/0000:80:1e.0/device"),
-            "0x7264\n"
-        );
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:80:1e.0/device"), "0x7264\n");
         assert!(f.path("sys/bus/pci/drivers/neuron/0000:20:1d.0").exists());
         assert!(f.path("opt/aws/neuron/bin/neuron-ls").is_file());
         assert_links_inside(&f);
@@ -406,22 +303,12 @@ mod tests {
         // A 4x4 torus: four distinct neighbours each, and the relation is symmetric.
         for i in 0..16 {
             let links = neuron_links(&f, i);
-            assert_eq!(
-                links.iter().collect::<BTreeSet<_>>().len(),
-                4,
-                "neuron{i}: {links:?}"
-            );
+            assert_eq!(links.iter().collect::<BTreeSet<_>>().len(), 4, "neuron{i}: {links:?}");
             for j in links {
-                assert!(
-                    neuron_links(&f, j).contains(&i),
-                    "{i} -> {j} has no way back"
-                );
+                assert!(neuron_links(&f, j).contains(&i), "{i} -> {j} has no way back");
             }
         }
-        assert_eq!(
-            read(&f, "sys/bus/pci/devices/0000:a0:1b.0/numa_node"),
-            "1\n"
-        );
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:a0:1b.0/numa_node"), "1\n");
         assert_links_inside(&f);
         Ok(())
     }
@@ -432,30 +319,16 @@ mod tests {
             return Ok(());
         };
         assert_neuron_devices(&f, 2, "Inferentia2");
-        assert_eq!(
-            read(&f, "sys/class/neuron_device/neuron0/connected_devices"),
-            "\n"
-        );
+        assert_eq!(read(&f, "sys/class/neuron_device/neuron0/connected_devices"), "\n");
         // Device Minor is not bus order here: the first GPU by bus id is /dev/nvidia1.
         let info = read(&f, "proc/driver/nvidia/gpus/0000:00:1b.0/information");
         assert!(info.contains("Device Minor: \t 1\n"), "{info}");
         assert_eq!(char_dev(&f, "dev/nvidia1"), (195, 1, 0o666));
         assert_eq!(char_dev(&f, "dev/nvidia0"), (195, 0, 0o666));
         assert!(!f.path("dev/nvidia2").exists());
-        let majors = [
-            proc_major(&f, "nvidia-uvm"),
-            proc_major(&f, "nvidia-caps"),
-            proc_major(&f, "neuron"),
-        ];
-        assert_eq!(
-            majors.iter().collect::<BTreeSet<_>>().len(),
-            3,
-            "{majors:?}"
-        );
-        assert_eq!(
-            read(&f, "sys/bus/pci/devices/0000:00:1c.0/numa_node"),
-            "-1\n"
-        );
+        let majors = [proc_major(&f, "nvidia-uvm"), proc_major(&f, "nvidia-caps"), proc_major(&f, "neuron")];
+        assert_eq!(majors.iter().collect::<BTreeSet<_>>().len(), 3, "{majors:?}");
+        assert_eq!(read(&f, "sys/bus/pci/devices/0000:00:1c.0/numa_node"), "-1\n");
         assert!(cached_libs(&f).contains("libcuda.so.1"));
         assert_links_inside(&f);
         Ok(())
@@ -489,30 +362,17 @@ mod tests {
                 assert!(n < 2, "CPU nodes come first");
                 continue;
             }
-            assert_eq!(
-                (p["vendor_id"], p["device_id"], p["gfx_target_version"]),
-                (0x1002, 0x74a1, 90402)
-            );
+            assert_eq!((p["vendor_id"], p["device_id"], p["gfx_target_version"]), (0x1002, 0x74a1, 90402));
             let minor = p["drm_render_minor"];
-            assert_eq!(
-                char_dev(&f, &format!("dev/dri/renderD{minor}")),
-                (226, minor, 0o666)
-            );
+            assert_eq!(char_dev(&f, &format!("dev/dri/renderD{minor}")), (226, minor, 0o666));
             // location_id is bus << 8 | devfn; the render node's device link leads to that bus.
             let bus = p["location_id"] >> 8;
-            let pci =
-                std::fs::canonicalize(f.path(&format!("sys/class/drm/renderD{minor}/device")))?;
-            assert!(
-                pci.ends_with(format!("0000:{bus:02x}:00.0")),
-                "{}",
-                pci.display()
-            );
+            let pci = std::fs::canonicalize(f.path(&format!("sys/class/drm/renderD{minor}/device")))?;
+            assert!(pci.ends_with(format!("0000:{bus:02x}:00.0")), "{}", pci.display());
             // XGMI to each of the 7 other GPUs.
             let links = p["io_links_count"];
             let xgmi = (0..links)
-                .filter(|l| {
-                    kfd_props(&f, &format!("{nodes}/{n}/io_links/{l}/properties"))["type"] == 11
-                })
+                .filter(|l| kfd_props(&f, &format!("{nodes}/{n}/io_links/{l}/properties"))["type"] == 11)
                 .count();
             assert_eq!(xgmi, 7, "node {n}");
             render_minors.push(minor);
@@ -538,45 +398,20 @@ mod tests {
             .collect();
         assert_eq!(accel_majors.len(), 2, "{text}");
         assert!(accel_majors.contains(&261));
-        let ctrl = accel_majors
-            .iter()
-            .copied()
-            .find(|m| *m != 261)
-            .expect("control major");
+        let ctrl = accel_majors.iter().copied().find(|m| *m != 261).expect("control major");
         let mut modules = BTreeSet::new();
         for i in 0..8u64 {
-            assert_eq!(
-                char_dev(&f, &format!("dev/accel/accel{i}")),
-                (261, i, 0o666)
-            );
-            assert_eq!(
-                char_dev(&f, &format!("dev/accel/accel_controlD{i}")),
-                (ctrl, i, 0o666)
-            );
+            assert_eq!(char_dev(&f, &format!("dev/accel/accel{i}")), (261, i, 0o666));
+            assert_eq!(char_dev(&f, &format!("dev/accel/accel_controlD{i}")), (ctrl, i, 0o666));
             let dev = format!("sys/class/accel/accel{i}/device");
             assert_eq!(read(&f, &format!("{dev}/device_type")), "GAUDI2\n");
             let bdf = read(&f, &format!("{dev}/pci_addr"));
             let linked = std::fs::canonicalize(f.path(&dev))?;
-            assert!(
-                linked.ends_with(bdf.trim_end()),
-                "{bdf:?} vs {}",
-                linked.display()
-            );
-            modules.insert(
-                read(&f, &format!("{dev}/module_id"))
-                    .trim_end()
-                    .parse::<u32>()?,
-            );
+            assert!(linked.ends_with(bdf.trim_end()), "{bdf:?} vs {}", linked.display());
+            modules.insert(read(&f, &format!("{dev}/module_id")).trim_end().parse::<u32>()?);
         }
-        assert_eq!(
-            modules,
-            (0..8).collect(),
-            "module ids are a permutation of 0..8"
-        );
-        assert_eq!(
-            read(&f, "sys/class/accel/accel7/device/pci_addr"),
-            "0000:4d:00.0\n"
-        );
+        assert_eq!(modules, (0..8).collect(), "module ids are a permutation of 0..8");
+        assert_eq!(read(&f, "sys/class/accel/accel7/device/pci_addr"), "0000:4d:00.0\n");
         assert!(!f.path("sys/class/accel/accel_controlD0/device").exists());
         assert_links_inside(&f);
         Ok(())
@@ -590,19 +425,12 @@ mod tests {
         assert_eq!(char_dev(&f, "dev/null"), (1, 3, 0o666));
         let text = read(&f, "proc/devices");
         for vendor in ["nvidia", "neuron", "kfd", "accel", "habanalabs"] {
-            assert!(
-                !text.lines().any(|l| l.ends_with(&format!(" {vendor}"))),
-                "{vendor} in {text}"
-            );
+            assert!(!text.lines().any(|l| l.ends_with(&format!(" {vendor}"))), "{vendor} in {text}");
         }
         let devs: Vec<String> = std::fs::read_dir(f.path("dev"))?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<std::io::Result<_>>()?;
-        assert!(
-            devs.iter()
-                .all(|d| !d.starts_with("nvidia") && !d.starts_with("neuron") && d != "kfd"),
-            "{devs:?}"
-        );
+        assert!(devs.iter().all(|d| !d.starts_with("nvidia") && !d.starts_with("neuron") && d != "kfd"), "{devs:?}");
         assert!(f.path("etc/ld.so.cache").is_file());
         assert_links_inside(&f);
         Ok(())
@@ -613,13 +441,7 @@ mod tests {
     fn every_fixture_is_complete() {
         for name in ALL {
             let dir = fixtures_dir().join(name);
-            for file in [
-                "root/proc/devices",
-                "root/etc/ld.so.conf",
-                "nodes.tsv",
-                "libs.tsv",
-                "SOURCES.md",
-            ] {
+            for file in ["root/proc/devices", "root/etc/ld.so.conf", "nodes.tsv", "libs.tsv", "SOURCES.md"] {
                 assert!(dir.join(file).is_file(), "{name}: {file} missing");
             }
         }

@@ -110,7 +110,8 @@ pub fn mounts() -> Result<BTreeMap<String, usize>> {
         if ENGINE_STATE_DIRS.iter().any(|d| under(&mount_point, d)) {
             continue;
         }
-        let key = format!("{mount_point} root={} opts={} type={} source={}", unescape(l[3]), l[5], r[0], unescape(r[1]));
+        let key =
+            format!("{mount_point} root={} opts={} type={} source={}", unescape(l[3]), l[5], r[0], unescape(r[1]));
         *out.entry(key).or_insert(0) += 1;
     }
     Ok(out)
@@ -149,7 +150,11 @@ pub fn dev_entries() -> Result<BTreeMap<String, usize>> {
                 "file"
             };
             let rdev = md.rdev();
-            let target = if ft.is_symlink() { fs::read_link(&path).map(|t| format!(" -> {}", t.display())).unwrap_or_default() } else { String::new() };
+            let target = if ft.is_symlink() {
+                fs::read_link(&path).map(|t| format!(" -> {}", t.display())).unwrap_or_default()
+            } else {
+                String::new()
+            };
             let key = format!(
                 "{} {kind} {}:{} {:o}{target}",
                 path.display(),
@@ -195,7 +200,8 @@ pub fn files(dirs: &[&str]) -> BTreeMap<String, usize> {
                 continue;
             }
             let content = fs::read(&path).unwrap_or_default();
-            *out.entry(format!("{} {} {:016x} {:o}", path.display(), md.len(), fnv64(&content), md.mode() & 0o7777)).or_insert(0) += 1;
+            *out.entry(format!("{} {} {:016x} {:o}", path.display(), md.len(), fnv64(&content), md.mode() & 0o7777))
+                .or_insert(0) += 1;
         }
     }
     let mut out = BTreeMap::new();
@@ -273,8 +279,16 @@ pub fn snapshot(cdi_lock_held: bool) -> Result<Snapshot> {
 }
 
 /// Lines only in `before` (`-`) or only in `after` (`+`), for one part, prefixed by `what`.
-fn diff_part(what: &str, before: &BTreeMap<String, usize>, after: &BTreeMap<String, usize>, allowed: &[PathBuf], out: &mut Vec<String>) {
-    let is_allowed = |line: &str| allowed.iter().any(|p| line.split(' ').next().is_some_and(|first| under(first, &p.to_string_lossy())));
+fn diff_part(
+    what: &str,
+    before: &BTreeMap<String, usize>,
+    after: &BTreeMap<String, usize>,
+    allowed: &[PathBuf],
+    out: &mut Vec<String>,
+) {
+    let is_allowed = |line: &str| {
+        allowed.iter().any(|p| line.split(' ').next().is_some_and(|first| under(first, &p.to_string_lossy())))
+    };
     for (line, n) in before {
         let m = after.get(line).copied().unwrap_or(0);
         if m < *n && !is_allowed(line) {
@@ -319,13 +333,25 @@ pub struct HostGuard {
 impl HostGuard {
     /// Snapshots the host for the test `name`.
     pub fn new(name: &str) -> Result<HostGuard> {
-        Ok(HostGuard { name: name.to_string(), before: snapshot(false)?, allowed: Vec::new(), cdi_lock: None, finished: false })
+        Ok(HostGuard {
+            name: name.to_string(),
+            before: snapshot(false)?,
+            allowed: Vec::new(),
+            cdi_lock: None,
+            finished: false,
+        })
     }
 
     /// Like [`HostGuard::new`], holding the `var-run-cdi` lock until the guard is finished.
     pub fn exclusive_cdi(name: &str) -> Result<HostGuard> {
         let lock = HeldLock::take(&engines::cache_dir().join("var-run-cdi.lock"))?;
-        Ok(HostGuard { name: name.to_string(), before: snapshot(true)?, allowed: Vec::new(), cdi_lock: Some(lock), finished: false })
+        Ok(HostGuard {
+            name: name.to_string(),
+            before: snapshot(true)?,
+            allowed: Vec::new(),
+            cdi_lock: Some(lock),
+            finished: false,
+        })
     }
 
     /// Declares a change the test asks for: differences at or under `path` are not reported.
@@ -418,16 +444,23 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let before = mounts().unwrap();
-        let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "actk-hostcheck", dir.path().to_str().unwrap()]).status().unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "actk-hostcheck", dir.path().to_str().unwrap()])
+            .status()
+            .unwrap();
         assert!(st.success());
         let during = mounts().unwrap();
         let _ = std::process::Command::new("umount").arg(dir.path()).status();
         let after = mounts().unwrap();
         let snap = |m| Snapshot { mounts: m, ..Snapshot::default() };
         let d = diff(&snap(before.clone()), &snap(during), &[]);
-        assert!(d.iter().any(|l| l.contains(&dir.path().display().to_string()) && l.contains("source=actk-hostcheck")), "{d:?}");
+        assert!(
+            d.iter().any(|l| l.contains(&dir.path().display().to_string()) && l.contains("source=actk-hostcheck")),
+            "{d:?}"
+        );
         // Other tests may mount in parallel; only our mount point matters here.
-        let ours = |m: &BTreeMap<String, usize>| m.keys().filter(|k| k.contains(&dir.path().display().to_string())).count();
+        let ours =
+            |m: &BTreeMap<String, usize>| m.keys().filter(|k| k.contains(&dir.path().display().to_string())).count();
         assert_eq!(ours(&after), ours(&before));
     }
 

@@ -43,8 +43,12 @@ fn generate_then_validate_round_trip_on_dgx() {
     let node = &spec["devices"][2]["containerEdits"]["deviceNodes"][0];
     assert_eq!(node["path"], "/dev/nvidia1");
     assert_eq!(node["hostPath"], format!("{}/dev/nvidia1", f.root.display()));
-    assert_eq!((node["type"].as_str(), node["major"].as_i64(), node["minor"].as_i64()), (Some("c"), Some(195), Some(1)));
-    let shared: Vec<&str> = spec["containerEdits"]["deviceNodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap()).collect();
+    assert_eq!(
+        (node["type"].as_str(), node["major"].as_i64(), node["minor"].as_i64()),
+        (Some("c"), Some(195), Some(1))
+    );
+    let shared: Vec<&str> =
+        spec["containerEdits"]["deviceNodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap()).collect();
     assert!(shared.contains(&"/dev/nvidiactl"), "{shared:?}");
     let mounts = spec["containerEdits"]["mounts"].as_array().unwrap();
     assert!(mounts.iter().any(|m| m["containerPath"].as_str().unwrap().ends_with("/libcuda.so.580.95.05")));
@@ -98,7 +102,11 @@ fn several_kinds_need_a_directory_output() {
     let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--output", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
-    assert!(err.contains("2 kinds were found (nvidia.com/gpu, aws.amazon.com/neuron)") && err.contains("give a directory to --output"), "{err}");
+    assert!(
+        err.contains("2 kinds were found (nvidia.com/gpu, aws.amazon.com/neuron)")
+            && err.contains("give a directory to --output"),
+        "{err}"
+    );
     assert!(!file.exists());
 
     let dir = out.path().join("specs");
@@ -106,7 +114,8 @@ fn several_kinds_need_a_directory_output() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(dir.join("nvidia.com-gpu.json").is_file() && dir.join("aws.amazon.com-neuron.json").is_file());
 
-    let o = actk(&["cdi", "generate", "--root", &root_arg(&f), "--vendor", "neuron", "--output", file.to_str().unwrap()]);
+    let o =
+        actk(&["cdi", "generate", "--root", &root_arg(&f), "--vendor", "neuron", "--output", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(spec["kind"], "aws.amazon.com/neuron");
@@ -172,7 +181,11 @@ fn validate_f06_additional_gids_with_0_5_0_fails_naming_field_and_version() {
 #[test]
 fn validate_reports_every_bad_file_and_keeps_going() {
     let tmp = tempfile::tempdir().unwrap();
-    let good = write(tmp.path(), "good.yaml", "cdiVersion: 0.3.0\nkind: vendor.com/dev\ndevices:\n  - name: dev0\n    containerEdits:\n      deviceNodes:\n        - path: /dev/null\n");
+    let good = write(
+        tmp.path(),
+        "good.yaml",
+        "cdiVersion: 0.3.0\nkind: vendor.com/dev\ndevices:\n  - name: dev0\n    containerEdits:\n      deviceNodes:\n        - path: /dev/null\n",
+    );
     let hook = write(
         tmp.path(),
         "hook.json",
@@ -182,9 +195,18 @@ fn validate_reports_every_bad_file_and_keeps_going() {
     let broken = write(tmp.path(), "broken.json", "{\"cdiVersion\": ");
     let o = actk(&["cdi", "validate", &good, &hook, &broken]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stdout(&o).contains(&format!("{good}: valid (vendor.com/dev, 1 devices, cdiVersion 0.3.0)")), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("{good}: valid (vendor.com/dev, 1 devices, cdiVersion 0.3.0)")),
+        "{}",
+        stdout(&o)
+    );
     let err = stderr(&o);
-    assert!(err.contains(&format!("{hook}: /devices/0/containerEdits/hooks/0/path: hook path \"my-hook\" must be absolute")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{hook}: /devices/0/containerEdits/hooks/0/path: hook path \"my-hook\" must be absolute"
+        )),
+        "{err}"
+    );
     assert!(err.contains(&format!("{broken}: cannot parse CDI spec as JSON")), "{err}");
     assert!(err.contains("2 of 3 CDI spec files are invalid"), "{err}");
 }
@@ -194,7 +216,10 @@ fn list_later_spec_dir_wins_and_bad_files_are_warned() {
     let tmp = tempfile::tempdir().unwrap();
     let (etc, run) = (tmp.path().join("etc"), tmp.path().join("run"));
     let spec = |names: &[&str]| {
-        let devs: Vec<String> = names.iter().map(|n| format!(r#"{{"name": "{n}", "containerEdits": {{"deviceNodes": [{{"path": "/dev/null"}}]}}}}"#)).collect();
+        let devs: Vec<String> = names
+            .iter()
+            .map(|n| format!(r#"{{"name": "{n}", "containerEdits": {{"deviceNodes": [{{"path": "/dev/null"}}]}}}}"#))
+            .collect();
         format!(r#"{{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "devices": [{}]}}"#, devs.join(","))
     };
     write(&etc, "a.json", &spec(&["0", "1"]));
@@ -212,12 +237,27 @@ fn config_file_gives_root_and_spec_dirs() {
     let tmp = tempfile::tempdir().unwrap();
     let specs = tmp.path().join("specs");
     let cfg = tmp.path().join("config.toml");
-    std::fs::write(&cfg, format!("root = {:?}\nspec_dirs = [{:?}]\n", f.root.display().to_string(), specs.display().to_string())).unwrap();
-    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_actk")).args(args).env("ACTK_CONFIG", &cfg).env_remove("ACTK_ROOT").output().unwrap();
+    std::fs::write(
+        &cfg,
+        format!("root = {:?}\nspec_dirs = [{:?}]\n", f.root.display().to_string(), specs.display().to_string()),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_actk"))
+            .args(args)
+            .env("ACTK_CONFIG", &cfg)
+            .env_remove("ACTK_ROOT")
+            .output()
+            .unwrap()
+    };
     let o = run(&["cdi", "generate", "--output", specs.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(&["cdi", "list"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let names = stdout(&o);
-    assert!(names.lines().any(|l| l == "aws.amazon.com/neuron=11") && names.lines().any(|l| l == "aws.amazon.com/neuron=all"), "{names}");
+    assert!(
+        names.lines().any(|l| l == "aws.amazon.com/neuron=11")
+            && names.lines().any(|l| l == "aws.amazon.com/neuron=all"),
+        "{names}"
+    );
 }

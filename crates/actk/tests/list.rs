@@ -44,7 +44,8 @@ fn json_is_the_inventory() {
     let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
     let out = actk().args(["list", "--json", "--root"]).arg(&f.root).output().unwrap();
     assert!(out.status.success());
-    let inv: actk_core::inventory::Inventory = serde_json::from_slice(&out.stdout).expect("JSON parses as an Inventory");
+    let inv: actk_core::inventory::Inventory =
+        serde_json::from_slice(&out.stdout).expect("JSON parses as an Inventory");
     assert_eq!(inv.device_count(), 8);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["vendors"][0]["kind"], "nvidia.com/gpu");
@@ -59,7 +60,10 @@ fn hetero_lists_both_vendors() {
     let text = stdout(&out);
     assert_eq!(text.lines().filter(|l| l.starts_with("nvidia.com/gpu ")).count(), 2, "{text}");
     assert_eq!(text.lines().filter(|l| l.starts_with("aws.amazon.com/neuron ")).count(), 2, "{text}");
-    assert!(text.contains("aws.amazon.com/neuron 1: Inferentia2 (UUID: ") && text.contains("cores 2 nodes /dev/neuron1"), "{text}");
+    assert!(
+        text.contains("aws.amazon.com/neuron 1: Inferentia2 (UUID: ") && text.contains("cores 2 nodes /dev/neuron1"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -75,7 +79,11 @@ fn empty_host_prints_nothing_and_exits_zero() {
 fn malformed_profile_names_file_and_line() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("npu.toml");
-    std::fs::write(&file, "name = \"npu\"\nkind = \"example.com/npu\"\n\n[devices]\nnode = \"/dev/npu{index}\"\nsysfs = [1, \n").unwrap();
+    std::fs::write(
+        &file,
+        "name = \"npu\"\nkind = \"example.com/npu\"\n\n[devices]\nnode = \"/dev/npu{index}\"\nsysfs = [1, \n",
+    )
+    .unwrap();
     let out = actk().args(["list", "--root", "/nonexistent", "--profiles-dir"]).arg(tmp.path()).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -101,7 +109,13 @@ fn invented_vendor_by_profile_file_is_listed() {
     assert!(out.status.success());
     assert_eq!(stdout(&out), "example.com/npu 0: (unknown model) (UUID: NPU0001) numa 0 nodes /dev/npu0\n");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(&format!("actk: warning: {}: attribute model unreadable", r.join("sys/class/npu/npu0/model").display())), "{err}");
+    assert!(
+        err.contains(&format!(
+            "actk: warning: {}: attribute model unreadable",
+            r.join("sys/class/npu/npu0/model").display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]

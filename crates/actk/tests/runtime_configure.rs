@@ -19,7 +19,12 @@ fn actk(args: &[&str], config: Option<&Path>) -> Output {
 }
 
 fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "stdout: {}\nstderr: {}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -31,7 +36,10 @@ fn f11_docker_configure_keeps_every_other_key_and_remove_restores_the_original_b
     let f = d.path().join("daemon.json");
     fs::write(&f, DAEMON_JSON).unwrap();
     let fs_ = f.to_str().unwrap();
-    let out = ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--path", "/usr/bin/actk-runtime"], None));
+    let out = ok(&actk(
+        &["runtime", "configure", "--runtime", "docker", "--config", fs_, "--path", "/usr/bin/actk-runtime"],
+        None,
+    ));
     assert!(out.contains("registered runtime actk"), "{out}");
     let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&f).unwrap()).unwrap();
     let mut want: serde_json::Value = serde_json::from_str(DAEMON_JSON).unwrap();
@@ -39,7 +47,21 @@ fn f11_docker_configure_keeps_every_other_key_and_remove_restores_the_original_b
     assert_eq!(v, want, "only actk's entry is added");
     assert_eq!(fs::read_to_string(d.path().join("daemon.json.bak")).unwrap(), DAEMON_JSON, "backup of the original");
     // A second configure does not overwrite the backup with the edited file.
-    ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--path", "/usr/bin/actk-runtime", "--name", "nvidia"], None));
+    ok(&actk(
+        &[
+            "runtime",
+            "configure",
+            "--runtime",
+            "docker",
+            "--config",
+            fs_,
+            "--path",
+            "/usr/bin/actk-runtime",
+            "--name",
+            "nvidia",
+        ],
+        None,
+    ));
     assert_eq!(fs::read_to_string(d.path().join("daemon.json.bak")).unwrap(), DAEMON_JSON);
     ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--remove", "--name", "nvidia"], None));
     ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--remove"], None));
@@ -51,7 +73,21 @@ fn f11_docker_configure_keeps_every_other_key_and_remove_restores_the_original_b
 fn dry_run_prints_and_writes_nothing() {
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("containers.conf");
-    let out = ok(&actk(&["runtime", "configure", "--runtime", "podman", "--config", f.to_str().unwrap(), "--path", "/opt/actk-runtime", "--set-as-default", "--dry-run"], None));
+    let out = ok(&actk(
+        &[
+            "runtime",
+            "configure",
+            "--runtime",
+            "podman",
+            "--config",
+            f.to_str().unwrap(),
+            "--path",
+            "/opt/actk-runtime",
+            "--set-as-default",
+            "--dry-run",
+        ],
+        None,
+    ));
     assert!(out.contains("actk = [\"/opt/actk-runtime\"]") && out.contains("runtime = \"actk\""), "{out}");
     assert!(!f.exists());
 }
@@ -61,10 +97,30 @@ fn containerd_new_file_with_name_nvidia_and_remove_deletes_it_again() {
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("etc/containerd/config.toml");
     let fs_ = f.to_str().unwrap();
-    ok(&actk(&["runtime", "configure", "--runtime", "containerd", "--config", fs_, "--name", "nvidia", "--path", "/usr/bin/actk-runtime"], None));
+    ok(&actk(
+        &[
+            "runtime",
+            "configure",
+            "--runtime",
+            "containerd",
+            "--config",
+            fs_,
+            "--name",
+            "nvidia",
+            "--path",
+            "/usr/bin/actk-runtime",
+        ],
+        None,
+    ));
     let t: toml::Table = fs::read_to_string(&f).unwrap().parse().unwrap();
-    assert_eq!(t["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"].as_str(), Some("/usr/bin/actk-runtime"));
-    ok(&actk(&["runtime", "configure", "--runtime", "containerd", "--config", fs_, "--name", "nvidia", "--remove"], None));
+    assert_eq!(
+        t["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"].as_str(),
+        Some("/usr/bin/actk-runtime")
+    );
+    ok(&actk(
+        &["runtime", "configure", "--runtime", "containerd", "--config", fs_, "--name", "nvidia", "--remove"],
+        None,
+    ));
     assert!(!f.exists(), "a file configure created is removed again");
 }
 
@@ -73,7 +129,19 @@ fn malformed_engine_file_is_named_and_left_alone() {
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("crio.conf");
     fs::write(&f, "[crio.runtime\n").unwrap();
-    let o = actk(&["runtime", "configure", "--runtime", "crio", "--config", f.to_str().unwrap(), "--path", "/usr/bin/actk-runtime"], None);
+    let o = actk(
+        &[
+            "runtime",
+            "configure",
+            "--runtime",
+            "crio",
+            "--config",
+            f.to_str().unwrap(),
+            "--path",
+            "/usr/bin/actk-runtime",
+        ],
+        None,
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains(f.to_str().unwrap()) && err.contains("TOML"), "{err}");
     assert_eq!(fs::read_to_string(&f).unwrap(), "[crio.runtime\n");
@@ -94,7 +162,10 @@ fn config_default_parses_back_to_the_defaults_and_show_reports_bad_keys() {
     fs::write(&c, "runtimes = [\"crun\"]\nlog_levle = \"debug\"\n").unwrap();
     let o = actk(&["config", "show"], Some(&c));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("log_levle") && err.contains("line 2") && err.contains(c.to_str().unwrap()), "{err}");
+    assert!(
+        !o.status.success() && err.contains("log_levle") && err.contains("line 2") && err.contains(c.to_str().unwrap()),
+        "{err}"
+    );
 }
 
 #[test]

@@ -9,7 +9,10 @@
 //! directory would conflict and podman would refuse both), and removes the file afterwards,
 //! touching nothing else in the directory.
 
-use actk_testsupport::engines::{bin, expect_success, podman, podman_busybox_image, podman_glibc_image, require_root, text, unique_name, which, with_lock};
+use actk_testsupport::engines::{
+    bin, expect_success, podman, podman_busybox_image, podman_glibc_image, require_root, text, unique_name, which,
+    with_lock,
+};
 use actk_testsupport::fixture;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -55,11 +58,18 @@ fn podman_with_generated_spec(root: &Path, vendor: &str, device: &str, script: &
     podman_image_with_generated_spec(root, vendor, device, podman_busybox_image()?, script)
 }
 
-fn podman_image_with_generated_spec(root: &Path, vendor: &str, device: &str, image: &str, script: &str) -> Result<String> {
+fn podman_image_with_generated_spec(
+    root: &Path,
+    vendor: &str,
+    device: &str,
+    image: &str,
+    script: &str,
+) -> Result<String> {
     with_lock("var-run-cdi", || {
         remove_stale_specs();
         std::fs::create_dir_all(SPEC_DIR)?;
-        let spec = SpecFile(PathBuf::from(SPEC_DIR).join(format!("{}.json", unique_name(&format!("{PREFIX}{vendor}")))));
+        let spec =
+            SpecFile(PathBuf::from(SPEC_DIR).join(format!("{}.json", unique_name(&format!("{PREFIX}{vendor}")))));
         let o = std::process::Command::new(bin("actk"))
             .args(["cdi", "generate", "--vendor", vendor, "--root"])
             .arg(root)
@@ -73,7 +83,11 @@ fn podman_image_with_generated_spec(root: &Path, vendor: &str, device: &str, ima
         let name = unique_name("e2e-cdi-podman");
         let o = podman(&["run", "--rm", "--name", &name, "--device", device, image, "sh", "-c", script]);
         let (out, err) = text(&o);
-        assert!(o.status.success(), "podman run --device {device} failed (spec {}):\nstdout: {out}\nstderr: {err}", spec.0.display());
+        assert!(
+            o.status.success(),
+            "podman run --device {device} failed (spec {}):\nstdout: {out}\nstderr: {err}",
+            spec.0.display()
+        );
         Ok(out)
     })
 }
@@ -84,7 +98,12 @@ fn podman_4_3_runs_nvidia_gpu_1_from_generated_cdi_spec() -> Result<()> {
         return Ok(());
     }
     let Some(f) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
-    let out = podman_with_generated_spec(&f.root, "nvidia", "nvidia.com/gpu=1", "ls -1 /dev; echo ---; ls -1 /usr/lib/x86_64-linux-gnu /usr/bin")?;
+    let out = podman_with_generated_spec(
+        &f.root,
+        "nvidia",
+        "nvidia.com/gpu=1",
+        "ls -1 /dev; echo ---; ls -1 /usr/lib/x86_64-linux-gnu /usr/bin",
+    )?;
     let (devs, libs) = out.split_once("---").unwrap_or((&out, ""));
     let devs: Vec<&str> = devs.lines().collect();
     for want in ["nvidia1", "nvidiactl", "nvidia-uvm"] {
@@ -106,7 +125,12 @@ fn podman_4_3_runs_neuron_device_from_generated_cdi_spec() -> Result<()> {
         return Ok(());
     }
     let Some(f) = fixture::prepare("aws-inf2-48xlarge")? else { return Ok(()) };
-    let out = podman_with_generated_spec(&f.root, "neuron", "aws.amazon.com/neuron=3", "ls -1 /dev; echo ---; ls -1 /opt/aws/neuron/bin")?;
+    let out = podman_with_generated_spec(
+        &f.root,
+        "neuron",
+        "aws.amazon.com/neuron=3",
+        "ls -1 /dev; echo ---; ls -1 /opt/aws/neuron/bin",
+    )?;
     let (devs, tools) = out.split_once("---").unwrap_or((&out, ""));
     let devs: Vec<&str> = devs.lines().collect();
     assert!(devs.contains(&"neuron3"), "/dev lacks neuron3: {devs:?}");

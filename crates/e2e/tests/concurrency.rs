@@ -85,7 +85,8 @@ fn thirty_two_runc_bundles_start_at_once_through_actk_runtime_each_with_its_gpus
     let outputs = at_once(AT_ONCE, move |i| run_bundle(&cfg_path, &b2[i].0, &unique_name("e2e-conc-runc")));
     for (i, o) in outputs.iter().enumerate() {
         let dev = names(&expect_success(&format!("container #{i} of {AT_ONCE} started at once"), o));
-        let gpus: Vec<&String> = dev.iter().filter(|n| n.strip_prefix("nvidia").is_some_and(|d| d.parse::<u32>().is_ok())).collect();
+        let gpus: Vec<&String> =
+            dev.iter().filter(|n| n.strip_prefix("nvidia").is_some_and(|d| d.parse::<u32>().is_ok())).collect();
         let want = &bundles[i].1;
         assert_eq!(gpus, want.iter().collect::<Vec<_>>(), "container #{i}: /dev has {dev:?}");
         assert!(dev.contains("nvidiactl"), "container #{i}: no nvidiactl in {dev:?}");
@@ -93,7 +94,6 @@ fn thirty_two_runc_bundles_start_at_once_through_actk_runtime_each_with_its_gpus
     report("containers-at-once-runc-actk-runtime", AT_ONCE as u64);
     guard.finish()
 }
-
 
 #[test]
 fn thirty_two_docker_runs_at_once_with_runtime_actk_all_start() -> Result<()> {
@@ -109,7 +109,22 @@ fn thirty_two_docker_runs_at_once_with_runtime_actk_all_start() -> Result<()> {
     let outputs = at_once(AT_ONCE, move |i| {
         let name = unique_name("e2e-conc-docker");
         let gpu = format!("NVIDIA_VISIBLE_DEVICES={}", i % 8);
-        docker(&["run", "--rm", "--network", "none", "--name", &name, "--runtime", &runtime, "-e", &gpu, image, "ls", "-1", "/dev"])
+        docker(&[
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--name",
+            &name,
+            "--runtime",
+            &runtime,
+            "-e",
+            &gpu,
+            image,
+            "ls",
+            "-1",
+            "/dev",
+        ])
     });
     for (i, o) in outputs.iter().enumerate() {
         let dev = names(&expect_success(&format!("docker run --runtime actk #{i} of {AT_ONCE}"), o));
@@ -131,12 +146,27 @@ fn thirty_two_docker_runs_at_once_with_gpus_through_actk_hook_all_start() -> Res
     let cfg = ActkConfig::new(&fx.root)?;
     let outputs = with_global_actk_config(&cfg, || {
         Ok(at_once(AT_ONCE, move |_| {
-            docker(&["run", "--rm", "--network", "none", "--gpus", "1", image, "ls", "-1", "/dev", "/usr/lib/x86_64-linux-gnu"])
+            docker(&[
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--gpus",
+                "1",
+                image,
+                "ls",
+                "-1",
+                "/dev",
+                "/usr/lib/x86_64-linux-gnu",
+            ])
         }))
     })?;
     for (i, o) in outputs.iter().enumerate() {
         let (_, err) = text(o);
-        assert!(!err.contains("could not select device driver"), "dockerd has no --gpus driver (run scripts/start-dockerd.sh): {err}");
+        assert!(
+            !err.contains("could not select device driver"),
+            "dockerd has no --gpus driver (run scripts/start-dockerd.sh): {err}"
+        );
         let out = expect_success(&format!("docker run --gpus 1 #{i} of {AT_ONCE}"), o);
         let listed = names(&out);
         assert!(listed.contains("nvidia0") && !listed.contains("nvidia1"), "#{i}: {listed:?}");
@@ -155,8 +185,10 @@ fn thirty_two_docker_runs_at_once_with_gpus_through_actk_hook_all_start() -> Res
 /// least one device) or the problem.
 fn whole_spec(path: &Path) -> Result<(), String> {
     let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{}: half-written? {e} ({} bytes)", path.display(), text.len()))?;
-    let ok = v["cdiVersion"].is_string() && v["kind"].is_string() && v["devices"].as_array().is_some_and(|d| !d.is_empty());
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: half-written? {e} ({} bytes)", path.display(), text.len()))?;
+    let ok =
+        v["cdiVersion"].is_string() && v["kind"].is_string() && v["devices"].as_array().is_some_and(|d| !d.is_empty());
     if ok { Ok(()) } else { Err(format!("{}: not a whole spec: {text}", path.display())) }
 }
 
@@ -171,7 +203,14 @@ fn cdi_spec_regenerated_in_a_loop_is_never_half_written_while_containers_start()
     let cfg_path = cfg.write()?;
     let spec_dir = cfg.spec_dir().to_path_buf();
     let generate = |dir: &Path| {
-        let args: Vec<OsString> = vec!["cdi".into(), "generate".into(), "--root".into(), fx.root.clone().into(), "--output".into(), dir.into()];
+        let args: Vec<OsString> = vec![
+            "cdi".into(),
+            "generate".into(),
+            "--root".into(),
+            fx.root.clone().into(),
+            "--output".into(),
+            dir.into(),
+        ];
         actk(None, &args)
     };
     expect_success("actk cdi generate (first)", &generate(&spec_dir));
@@ -207,7 +246,10 @@ fn cdi_spec_regenerated_in_a_loop_is_never_half_written_while_containers_start()
                 let env = format!("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu={gpu}");
                 let b = Bundle::busybox(&["ls", "-1", "/dev"], &[env.as_str()])?;
                 let o = run_bundle(&cfg_path, &b, &unique_name("e2e-conc-cdi"));
-                let dev = names(&expect_success(&format!("container #{i} asking nvidia.com/gpu={gpu} during regeneration"), &o));
+                let dev = names(&expect_success(
+                    &format!("container #{i} asking nvidia.com/gpu={gpu} during regeneration"),
+                    &o,
+                ));
                 if !dev.contains(&format!("nvidia{gpu}")) {
                     bail!("container #{i}: /dev/nvidia{gpu} missing: {dev:?}");
                 }
@@ -249,8 +291,16 @@ fn runtime_configure_racing_with_itself_leaves_valid_daemon_json_with_every_entr
         let outputs = at_once(16, move |i| {
             let name = if i % 2 == 0 { "actk".to_string() } else { format!("actk-{i}") };
             let args: Vec<OsString> = vec![
-                "runtime".into(), "configure".into(), "--runtime".into(), "docker".into(), "--config".into(), d.clone().into(),
-                "--name".into(), name.into(), "--path".into(), bin.clone().into(),
+                "runtime".into(),
+                "configure".into(),
+                "--runtime".into(),
+                "docker".into(),
+                "--config".into(),
+                d.clone().into(),
+                "--name".into(),
+                name.into(),
+                "--path".into(),
+                bin.clone().into(),
             ];
             actk(None, &args)
         });
@@ -258,7 +308,8 @@ fn runtime_configure_racing_with_itself_leaves_valid_daemon_json_with_every_entr
             expect_success(&format!("round {round}: racing actk runtime configure #{i}"), o);
         }
         let text = fs::read_to_string(&daemon)?;
-        let v: Value = serde_json::from_str(&text).with_context(|| format!("round {round}: daemon.json is not JSON after the race:\n{text}"))?;
+        let v: Value = serde_json::from_str(&text)
+            .with_context(|| format!("round {round}: daemon.json is not JSON after the race:\n{text}"))?;
         assert_eq!(v["log-opts"]["max-size"], "10m", "round {round}: {text}");
         assert_eq!(v["runtimes"]["other"]["path"], "/usr/bin/other", "round {round}: {text}");
         let mut missing = Vec::new();
@@ -272,7 +323,11 @@ fn runtime_configure_racing_with_itself_leaves_valid_daemon_json_with_every_entr
         // The backup is the file as it was before any racer wrote it.
         let bak = fs::read_to_string(dir.path().join("daemon.json.bak"))?;
         assert_eq!(bak, original, "round {round}: daemon.json.bak is not the original");
-        let left: Vec<_> = fs::read_dir(dir.path())?.flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().starts_with('.')).collect();
+        let left: Vec<_> = fs::read_dir(dir.path())?
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
         assert!(left.is_empty(), "round {round}: temporary files left: {left:?}");
     }
     report("runtime-configure-racers", 48);

@@ -12,8 +12,7 @@
 //! Every change of /etc/docker/daemon.json holds one lock and is followed by SIGHUP.
 
 use actk_testsupport::engines::{
-    self, ActkConfig, DAEMON_JSON, DockerRuntime, FileRestore, actk, docker, expect_success, names, text,
-    unique_name,
+    self, ActkConfig, DAEMON_JSON, DockerRuntime, FileRestore, actk, docker, expect_success, names, text, unique_name,
 };
 use actk_testsupport::fixture;
 use anyhow::{Context, Result};
@@ -128,7 +127,21 @@ fn docker_run_unknown_gpu_7_fails_and_shows_actks_message_naming_the_variable_an
     let rt = DockerRuntime::register(&cfg.write_wrapper()?)?;
     let image = engines::docker_busybox_image()?;
     let name = unique_name("e2e-docker-bad");
-    let o = docker(&["run", "--rm", "--network", "none", "--name", &name, "--runtime", &rt.name, "-e", "NVIDIA_VISIBLE_DEVICES=7", image, "echo", "container-ran"]);
+    let o = docker(&[
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--name",
+        &name,
+        "--runtime",
+        &rt.name,
+        "-e",
+        "NVIDIA_VISIBLE_DEVICES=7",
+        image,
+        "echo",
+        "container-ran",
+    ]);
     let (out, err) = text(&o);
     assert!(!o.status.success(), "docker run must fail for a GPU that does not exist:\n{out}\n{err}");
     assert!(!out.contains("container-ran"), "the container ran: {out}");

@@ -16,7 +16,9 @@
 //! test running beside them would see: they run one at a time ([`serial`]).
 //! With `ACTK_VERIFY_COUNTS=FILE` each test appends `what number` lines for scripts/verify.sh.
 
-use actk_testsupport::engines::{self, ActkConfig, Bundle, actk, actk_runtime, bin, expect_success, names, runc, text, unique_name};
+use actk_testsupport::engines::{
+    self, ActkConfig, Bundle, actk, actk_runtime, bin, expect_success, names, runc, text, unique_name,
+};
 use actk_testsupport::fixture;
 use actk_testsupport::hostcheck::HostGuard;
 use anyhow::{Context, Result};
@@ -49,7 +51,10 @@ struct Mounted(PathBuf);
 
 impl Mounted {
     fn tmpfs(dir: &Path, size: &str) -> Result<Mounted> {
-        let o = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "actk-faults"]).arg(dir).output()?;
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "actk-faults"])
+            .arg(dir)
+            .output()?;
         expect_success(&format!("mount tmpfs on {}", dir.display()), &o);
         Ok(Mounted(dir.to_path_buf()))
     }
@@ -83,18 +88,24 @@ fn contents(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
 }
 
 fn generate(root: &Path, out: &Path) -> std::process::Output {
-    let args: Vec<OsString> = vec!["cdi".into(), "generate".into(), "--root".into(), root.into(), "--output".into(), out.into()];
+    let args: Vec<OsString> =
+        vec!["cdi".into(), "generate".into(), "--root".into(), root.into(), "--output".into(), out.into()];
     actk(None, &args)
 }
 
 /// A spread of delays in microseconds over the hook's run, with jitter from the clock so runs
 /// hit different points: from before it reads its state to after it has mounted.
 fn kill_points(n: usize, span_us: u64) -> Vec<u64> {
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(7);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(7);
     (0..n as u64)
         .map(|i| {
             let base = span_us * i / n as u64;
-            let jitter = (seed.wrapping_mul(6364136223846793005).wrapping_add(i.wrapping_mul(1442695040888963407)) >> 33) % (span_us / n as u64 + 1);
+            let jitter = (seed.wrapping_mul(6364136223846793005).wrapping_add(i.wrapping_mul(1442695040888963407))
+                >> 33)
+                % (span_us / n as u64 + 1);
             base + jitter
         })
         .collect()
@@ -155,20 +166,38 @@ fn hook_killed_with_sigkill_during_injection_leaves_no_mount_and_the_container_f
         if was_killed {
             killed += 1;
             assert!(!o.status.success(), "killed at {us} us, the container still ran: {out}");
-            assert!(err.contains("hook") && (err.contains("signal: killed") || err.contains("exit status 137")), "killed at {us} us: runc must name the failed hook: {err}");
+            assert!(
+                err.contains("hook") && (err.contains("signal: killed") || err.contains("exit status 137")),
+                "killed at {us} us: runc must name the failed hook: {err}"
+            );
         } else {
             let dev = names(&out);
-            assert!(o.status.success() && dev.contains("nvidia7"), "the hook finished before {us} us, so the container must have its devices: {err}");
+            assert!(
+                o.status.success() && dev.contains("nvidia7"),
+                "the hook finished before {us} us, so the container must have its devices: {err}"
+            );
         }
         // The failed container is gone: runc deleted it.
         let state = runc(&["state", id.as_str()]);
-        assert!(!state.status.success(), "container {id} left after the hook was killed at {us} us: {}", text(&state).0);
+        assert!(
+            !state.status.success(),
+            "container {id} left after the hook was killed at {us} us: {}",
+            text(&state).0
+        );
         // No mount of a fixture file (the hook's sources) in the host's mount table.
         let root = fx.root.display().to_string();
-        let left: Vec<String> = fs::read_to_string("/proc/self/mountinfo")?.lines().filter(|l| l.contains(&root)).map(String::from).collect();
+        let left: Vec<String> = fs::read_to_string("/proc/self/mountinfo")?
+            .lines()
+            .filter(|l| l.contains(&root))
+            .map(String::from)
+            .collect();
         assert!(left.is_empty(), "killed at {us} us: mounts left on the host: {left:?}");
     }
-    assert!(killed >= points.len() as u64 / 3, "only {killed} of {} runs were killed mid-way (span {span} us)", points.len());
+    assert!(
+        killed >= points.len() as u64 / 3,
+        "only {killed} of {} runs were killed mid-way (span {span} us)",
+        points.len()
+    );
     eprintln!("actk-hook runs {hook_us} us undisturbed; killed {killed} of {} runs at {points:?} us", points.len());
     report("faults-hook-sigkill", killed);
     guard.finish()
@@ -192,7 +221,11 @@ fn generate_under_fault(fault: impl FnOnce(&Path) -> Result<Option<Mounted>>, ca
     let o = generate(&fx.root, &dir);
     let (out, err) = text(&o);
     assert!(!o.status.success(), "actk cdi generate succeeded into a faulty dir: {out}{err}");
-    assert!(err.contains(&dir.display().to_string()) && err.contains(cause), "the error must name {} and say {cause:?}: {err}", dir.display());
+    assert!(
+        err.contains(&dir.display().to_string()) && err.contains(cause),
+        "the error must name {} and say {cause:?}: {err}",
+        dir.display()
+    );
     assert!(!err.contains("panicked"), "{err}");
     drop(fault_mount);
     let filler = dir.join("filler");
@@ -267,11 +300,15 @@ fn device_node_removed_between_discovery_and_start_gives_a_clear_error() -> Resu
     // actk-runtime, asked for that device through the spec.
     let b = Bundle::busybox(&["ls", "/dev"], &["NVIDIA_VISIBLE_DEVICES=1"])?;
     let before = fs::read(b.config_path())?;
-    let args: Vec<OsString> = vec!["run".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-node").into()];
+    let args: Vec<OsString> =
+        vec!["run".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-node").into()];
     let o = actk_runtime(&cfg_path, &args);
     let (out, err) = text(&o);
     assert!(!o.status.success(), "the container started without its device: {out}");
-    assert!(err.contains("/dev/nvidia1") && err.contains(&gone.display().to_string()) && err.contains("No such file"), "the error must name the node and the host path: {err}");
+    assert!(
+        err.contains("/dev/nvidia1") && err.contains(&gone.display().to_string()) && err.contains("No such file"),
+        "the error must name the node and the host path: {err}"
+    );
     assert!(err.starts_with("actk-runtime: "), "{err}");
     assert_eq!(fs::read(b.config_path())?, before, "config.json must be untouched on failure");
 
@@ -279,11 +316,15 @@ fn device_node_removed_between_discovery_and_start_gives_a_clear_error() -> Resu
     let no_spec = ActkConfig::new(&fx.root)?;
     let no_spec_path = no_spec.write()?;
     let b = Bundle::busybox(&["ls", "/dev"], &["NVIDIA_VISIBLE_DEVICES=1"])?;
-    let args: Vec<OsString> = vec!["run".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-node").into()];
+    let args: Vec<OsString> =
+        vec!["run".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-node").into()];
     let o = actk_runtime(&no_spec_path, &args);
     let (out, err) = text(&o);
     assert!(!o.status.success(), "the container started without the device it asked for: {out}");
-    assert!(err.contains("NVIDIA_VISIBLE_DEVICES=1") && err.contains("/dev/nvidia1"), "the error must name the request and the node: {err}");
+    assert!(
+        err.contains("NVIDIA_VISIBLE_DEVICES=1") && err.contains("/dev/nvidia1"),
+        "the error must name the request and the node: {err}"
+    );
 
     // actk-hook, given edits made before the node went (the `--edits FILE` path of a CDI hook).
     let edits = json!({"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": gone.to_string_lossy()}]});
@@ -313,10 +354,9 @@ fn low_level_runtime_crashing_is_reported_with_its_own_message() -> Result<()> {
     let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let guard = HostGuard::new("low-level runtime crash")?;
     let mut faults = 0;
-    for (how, script, want_signal, want_code) in [
-        ("SIGSEGV", "kill -SEGV $$", Some(11), None),
-        ("exit 139", "exit 139", None, Some(139)),
-    ] {
+    for (how, script, want_signal, want_code) in
+        [("SIGSEGV", "kill -SEGV $$", Some(11), None), ("exit 139", "exit 139", None, Some(139))]
+    {
         let mut cfg = ActkConfig::new(&fx.root)?;
         let fake = cfg.dir().join("fake-runc");
         fs::write(&fake, format!("#!/bin/sh\necho \"fake-runc: crashing in $1 ({how})\" >&2\n{script}\n"))?;
@@ -324,10 +364,14 @@ fn low_level_runtime_crashing_is_reported_with_its_own_message() -> Result<()> {
         cfg.runtimes = vec![fake.to_string_lossy().into_owned()];
         let cfg_path = cfg.write()?;
         let b = Bundle::busybox(&["true"], &["NVIDIA_VISIBLE_DEVICES=0"])?;
-        let args: Vec<OsString> = vec!["create".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-crash").into()];
+        let args: Vec<OsString> =
+            vec!["create".into(), "--bundle".into(), b.path().into(), unique_name("e2e-fault-crash").into()];
         let o = actk_runtime(&cfg_path, &args);
         let (_, err) = text(&o);
-        assert!(err.contains(&format!("fake-runc: crashing in create ({how})")), "{how}: the runtime's own message must reach the caller: {err}");
+        assert!(
+            err.contains(&format!("fake-runc: crashing in create ({how})")),
+            "{how}: the runtime's own message must reach the caller: {err}"
+        );
         assert!(!err.contains("actk-runtime:"), "{how}: actk must not claim the runtime's failure: {err}");
         // The caller (dockerd's shim, podman) sees the runtime's own status: actk-runtime execs it.
         assert_eq!(o.status.signal(), want_signal, "{how}: {:?}", o.status);
@@ -392,7 +436,10 @@ fn actk_runtime_killed_at_random_points_leaves_config_json_whole() -> Result<()>
         let now = fs::read(b.config_path())?;
         let v: serde_json::Value = serde_json::from_slice(&now)
             .map_err(|e| anyhow::anyhow!("killed at {us} us: config.json is not whole JSON: {e}"))?;
-        assert!(now == original || now == edited, "killed at {us} us: config.json is neither the original nor the edited file: {v}");
+        assert!(
+            now == original || now == edited,
+            "killed at {us} us: config.json is neither the original nor the edited file: {v}"
+        );
         for e in fs::read_dir(b.path())? {
             let name = e?.file_name().to_string_lossy().into_owned();
             if name.starts_with(".config.json.actk-") {
@@ -402,7 +449,9 @@ fn actk_runtime_killed_at_random_points_leaves_config_json_whole() -> Result<()>
             }
         }
     }
-    eprintln!("actk-runtime runs {full} us; killed {killed} of 24 runs; {temp_left} temporary files left in the bundle");
+    eprintln!(
+        "actk-runtime runs {full} us; killed {killed} of 24 runs; {temp_left} temporary files left in the bundle"
+    );
     assert!(killed > 0, "no run was killed mid-way");
     report("faults-runtime-sigkill", killed);
     guard.finish()
@@ -435,7 +484,8 @@ fn hook_state_on_stdin_any_bytes_exit_1_with_a_message_never_a_panic() -> Result
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let pieces: [&[u8]; 8] = [b"{", b"}", b"\"pid\":", b"\"bundle\":", b"\"/tmp\"", b"42", b",", &[(x >> 24) as u8]];
+            let pieces: [&[u8]; 8] =
+                [b"{", b"}", b"\"pid\":", b"\"bundle\":", b"\"/tmp\"", b"42", b",", &[(x >> 24) as u8]];
             v.extend_from_slice(pieces[(x % 8) as usize]);
         }
         inputs.push(v);

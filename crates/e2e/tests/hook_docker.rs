@@ -29,7 +29,12 @@ fn gpus_supported(o: &std::process::Output) {
 
 fn fixture_mounts(root: &Path) -> Vec<String> {
     let r = root.to_string_lossy().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().filter(|l| l.contains(&r)).map(String::from).collect()
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&r))
+        .map(String::from)
+        .collect()
 }
 
 #[test]
@@ -38,7 +43,16 @@ fn gpus_2_shows_two_gpus_control_nodes_and_libraries() {
     let f = fixture::prepare("nvidia-dgx-h100").unwrap().unwrap();
     let cfg = ActkConfig::new(&f.root).unwrap();
     with_global_actk_config(&cfg, || {
-        let o = docker(&["run", "--rm", "--gpus", "2", img, "sh", "-c", "ls -1 /dev; echo ---; ls -1 /usr/lib/x86_64-linux-gnu /usr/bin"]);
+        let o = docker(&[
+            "run",
+            "--rm",
+            "--gpus",
+            "2",
+            img,
+            "sh",
+            "-c",
+            "ls -1 /dev; echo ---; ls -1 /usr/lib/x86_64-linux-gnu /usr/bin",
+        ]);
         gpus_supported(&o);
         let out = expect_success("docker run --gpus 2", &o);
         let (dev, rest) = out.split_once("---").unwrap();
@@ -50,11 +64,17 @@ fn gpus_2_shows_two_gpus_control_nodes_and_libraries() {
             assert!(!dev.contains(n), "/dev has {n} though 2 GPUs were asked: {dev:?}");
         }
         let files = names(rest);
-        assert!(files.contains("libcuda.so.1") && files.contains("nvidia-smi"), "libraries/tools not mounted: {files:?}");
+        assert!(
+            files.contains("libcuda.so.1") && files.contains("nvidia-smi"),
+            "libraries/tools not mounted: {files:?}"
+        );
 
         let o = docker(&["run", "--rm", "--gpus", "\"device=1,3\"", img, "ls", "-1", "/dev"]);
         let dev = names(&expect_success("docker run --gpus device=1,3", &o));
-        assert!(dev.contains("nvidia1") && dev.contains("nvidia3") && !dev.contains("nvidia0") && !dev.contains("nvidia2"), "{dev:?}");
+        assert!(
+            dev.contains("nvidia1") && dev.contains("nvidia3") && !dev.contains("nvidia0") && !dev.contains("nvidia2"),
+            "{dev:?}"
+        );
         Ok(())
     })
     .unwrap();
@@ -72,7 +92,8 @@ fn neuron_variable_is_served_by_the_gpus_hook() {
         let dev = names(&expect_success("docker run --gpus 1 -e AWS_NEURON_VISIBLE_DEVICES=1", &o));
         assert!(dev.contains("neuron1") && !dev.contains("neuron0"), "{dev:?}");
         // One GPU: exactly one per-GPU node (this fixture's minors are not in index order).
-        let gpus: Vec<&String> = dev.iter().filter(|n| n.strip_prefix("nvidia").is_some_and(|d| d.parse::<u32>().is_ok())).collect();
+        let gpus: Vec<&String> =
+            dev.iter().filter(|n| n.strip_prefix("nvidia").is_some_and(|d| d.parse::<u32>().is_ok())).collect();
         assert_eq!(gpus.len(), 1, "{dev:?}");
         Ok(())
     })
@@ -86,7 +107,8 @@ fn glibc_image_sees_libcuda_in_ld_so_cache() {
     let f = fixture::prepare("nvidia-dgx-h100").unwrap().unwrap();
     let cfg = ActkConfig::new(&f.root).unwrap();
     with_global_actk_config(&cfg, || {
-        let o = docker(&["run", "--rm", "--gpus", "1", img, "sh", "-c", "ldconfig -p; cat /etc/ld.so.conf.d/00-actk.conf"]);
+        let o =
+            docker(&["run", "--rm", "--gpus", "1", img, "sh", "-c", "ldconfig -p; cat /etc/ld.so.conf.d/00-actk.conf"]);
         gpus_supported(&o);
         let out = expect_success("docker run --gpus 1 (glibc) ldconfig -p", &o);
         assert!(out.contains("libcuda.so.1 ") && out.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), "{out}");
@@ -104,7 +126,21 @@ fn sixteen_parallel_gpu_containers_start() {
         let handles: Vec<_> = (0..16)
             .map(|i| {
                 let img = img.to_string();
-                std::thread::spawn(move || (i, docker(&["run", "--rm", "--gpus", "1", &img, "ls", "/dev/nvidia0", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"])))
+                std::thread::spawn(move || {
+                    (
+                        i,
+                        docker(&[
+                            "run",
+                            "--rm",
+                            "--gpus",
+                            "1",
+                            &img,
+                            "ls",
+                            "/dev/nvidia0",
+                            "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                        ]),
+                    )
+                })
             })
             .collect();
         for h in handles {

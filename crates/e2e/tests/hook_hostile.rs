@@ -78,7 +78,11 @@ impl Env {
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
             .collect();
         assert_eq!(entries, vec!["shadow".to_string()], "{what}: the host sentinel directory changed");
-        assert_eq!(std::fs::read_to_string(self.sentinel.path().join("shadow")).unwrap(), "secret\n", "{what}: host file written");
+        assert_eq!(
+            std::fs::read_to_string(self.sentinel.path().join("shadow")).unwrap(),
+            "secret\n",
+            "{what}: host file written"
+        );
         let m = std::fs::symlink_metadata(self.sentinel.path().join("shadow")).unwrap();
         assert!(m.is_file(), "{what}: host file replaced");
         assert!(self.host_mounts().is_empty(), "{what}: actk mounts left on the host: {:?}", self.host_mounts());
@@ -139,7 +143,10 @@ fn usr_bin_symlinked_to_root_dotdot_and_proc_self_root() {
         let o = env.run(&b);
         started_or_clear_error(&o, "", "/usr/bin");
         assert!(!Path::new("/nvidia-smi").exists(), "usr/bin -> {target}: nvidia-smi appeared in the host's /");
-        assert!(!Path::new("/usr/bin/nvidia-smi").exists(), "usr/bin -> {target}: nvidia-smi appeared in the host's /usr/bin");
+        assert!(
+            !Path::new("/usr/bin/nvidia-smi").exists(),
+            "usr/bin -> {target}: nvidia-smi appeared in the host's /usr/bin"
+        );
         env.assert_host_untouched(&format!("usr/bin -> {target}"));
         if target == "/proc/self/root/usr/bin" {
             // /proc/self inside the container's procfs is not the hook's; /proc/PID/root is a magic link: refused.
@@ -157,7 +164,10 @@ fn dev_symlinked_to_root_touches_nothing_on_host() {
     let o = env.run(&b);
     let (out, err) = text(&o);
     assert!(!before && !Path::new("/nvidia0").exists(), "a device node appeared in the host's /");
-    eprintln!("/dev -> /: {}", if o.status.success() { "container started".to_string() } else { err.trim().to_string() });
+    eprintln!(
+        "/dev -> /: {}",
+        if o.status.success() { "container started".to_string() } else { err.trim().to_string() }
+    );
     // runc itself resolves /dev inside the rootfs; whatever it decides, the node is ours or absent.
     if o.status.success() {
         assert!(out.contains("/dev/nvidia0"), "{out}\n{err}");
@@ -181,7 +191,10 @@ fn injection_targets_that_are_symlinks_to_host_files_are_replaced() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}\n{err}");
     let smi = std::fs::metadata(env.fixture.path("/usr/bin/nvidia-smi")).unwrap().len();
-    assert!(out.lines().next().map(|l| l.trim()) == Some(smi.to_string().as_str()), "container does not see the host nvidia-smi ({smi} bytes):\n{out}");
+    assert!(
+        out.lines().next().map(|l| l.trim()) == Some(smi.to_string().as_str()),
+        "container does not see the host nvidia-smi ({smi} bytes):\n{out}"
+    );
     env.assert_host_untouched("targets symlinked to a host file");
 }
 
@@ -236,7 +249,11 @@ fn cve_2024_0136_class_image_ldconfig_is_never_run() {
         let f = rf.join(p);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         let _ = std::fs::remove_file(&f);
-        std::fs::write(&f, format!("#!/bin/sh\necho ran > {}\necho ran > /image-ldconfig-ran\n", host_marker.display())).unwrap();
+        std::fs::write(
+            &f,
+            format!("#!/bin/sh\necho ran > {}\necho ran > /image-ldconfig-ran\n", host_marker.display()),
+        )
+        .unwrap();
         std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&f).unwrap().permissions(), 0o755);
         std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
@@ -272,7 +289,11 @@ fn cve_2024_0132_class_compat_dir_full_of_symlinks() {
     // The library dir itself is the compat dir's host-root link: resolved inside the root.
     std::fs::create_dir_all(rf.join("usr/lib")).unwrap();
     replace_with_symlink(&rf.join(LIBDIR), "/usr/local/cuda/compat/lib64");
-    std::fs::write(rf.join("etc/ld.so.conf"), "/usr/local/cuda/compat\n/usr/local/cuda/compat/lib64\ninclude /etc/ld.so.conf.d/*.conf\n").unwrap();
+    std::fs::write(
+        rf.join("etc/ld.so.conf"),
+        "/usr/local/cuda/compat\n/usr/local/cuda/compat/lib64\ninclude /etc/ld.so.conf.d/*.conf\n",
+    )
+    .unwrap();
     let o = env.run(&b);
     started_or_clear_error(&o, "", "/usr/lib/x86_64-linux-gnu");
     env.assert_host_untouched("compat dir of symlinks");
@@ -313,7 +334,10 @@ fn symlink_swapped_while_the_hook_runs() {
         let swaps = racer.join().unwrap();
         assert!(swaps > 0, "the racing thread never ran");
         let (_, err) = text(&o);
-        eprintln!("race round {i}: {swaps} swaps, {}", if o.status.success() { "started".to_string() } else { err.trim().to_string() });
+        eprintln!(
+            "race round {i}: {swaps} swaps, {}",
+            if o.status.success() { "started".to_string() } else { err.trim().to_string() }
+        );
         if o.status.success() {
             started += 1;
         } else {
@@ -345,7 +369,10 @@ fn ldconfig_writes_no_links_into_a_host_volume_the_image_lists() {
     let b = env.bundle("true", &[]);
     let v = vol.path().to_string_lossy().to_string();
     b.edit(|c| {
-        c["mounts"].as_array_mut().unwrap().push(json!({"destination": "/vol", "type": "bind", "source": v, "options": ["rbind", "rw"]}));
+        c["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"destination": "/vol", "type": "bind", "source": v, "options": ["rbind", "rw"]}));
     })
     .unwrap();
     std::fs::write(b.rootfs().join("etc/ld.so.conf"), "/vol\ninclude /etc/ld.so.conf.d/*.conf\n").unwrap();

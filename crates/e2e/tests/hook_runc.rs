@@ -52,11 +52,20 @@ fn every_injecting_stage_gives_the_requested_gpus_with_cgroup_access() {
         let (out, err) = text(&o);
         let (dev, rest) = out.split_once("---").unwrap_or((&out, ""));
         let dev = names(dev);
-        assert!(dev.contains("nvidia1") && dev.contains("nvidia3") && dev.contains("nvidiactl"), "{stage}: {dev:?}\n{err}");
+        assert!(
+            dev.contains("nvidia1") && dev.contains("nvidia3") && dev.contains("nvidiactl"),
+            "{stage}: {dev:?}\n{err}"
+        );
         assert!(!dev.contains("nvidia0") && !dev.contains("nvidia2"), "{stage}: {dev:?}");
         // No driver backs the fixture's 195:3: ENXIO proves the device cgroup let the open through (EPERM otherwise).
-        assert!(rest.contains("No such device or address"), "{stage}: device cgroup did not allow /dev/nvidia3:\n{rest}");
-        assert!(rest.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), "{stage}: libcuda not mounted:\n{rest}\n{err}");
+        assert!(
+            rest.contains("No such device or address"),
+            "{stage}: device cgroup did not allow /dev/nvidia3:\n{rest}"
+        );
+        assert!(
+            rest.contains("/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+            "{stage}: libcuda not mounted:\n{rest}\n{err}"
+        );
     }
 }
 
@@ -68,9 +77,13 @@ fn no_request_and_already_applied_change_nothing() {
     assert!(!dev.iter().any(|d| d.starts_with("nvidia")), "{dev:?}");
 
     let b = env.bundle("prestart", &["prestart"], "ls -1 /dev", &["NVIDIA_VISIBLE_DEVICES=all"]);
-    b.edit(|c| c["annotations"] = json!({"io.actk.applied": "nvidia.com/gpu=all (NVIDIA_VISIBLE_DEVICES, generated)"})).unwrap();
+    b.edit(|c| c["annotations"] = json!({"io.actk.applied": "nvidia.com/gpu=all (NVIDIA_VISIBLE_DEVICES, generated)"}))
+        .unwrap();
     let dev = names(&engines::expect_success("runc run with io.actk.applied", &run(&b)));
-    assert!(!dev.iter().any(|d| d.starts_with("nvidia")), "the hook injected although actk-runtime had applied the edits: {dev:?}");
+    assert!(
+        !dev.iter().any(|d| d.starts_with("nvidia")),
+        "the hook injected although actk-runtime had applied the edits: {dev:?}"
+    );
 }
 
 #[test]
@@ -90,15 +103,19 @@ fn update_ldcache_as_a_create_container_hook() {
     let rf = b.rootfs();
     std::fs::create_dir_all(rf.join("opt/drv")).unwrap();
     std::fs::write(rf.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n").unwrap();
-    let lib = ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libc.so.6"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("a host shared library");
+    let lib =
+        ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libc.so.6"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("a host shared library");
     let name = std::path::Path::new(lib).file_name().unwrap().to_string_lossy().to_string();
     std::fs::copy(lib, rf.join("opt/drv").join(&name)).unwrap();
     engines::expect_success("runc run with update-ldcache", &run(&b));
     let cache = std::fs::read(rf.join("etc/ld.so.cache")).expect("ld.so.cache written");
     let needle = format!("/opt/drv/{name}");
     assert!(cache.windows(needle.len()).any(|w| w == needle.as_bytes()), "cache lacks {needle}");
-    assert_eq!(std::fs::read_to_string(rf.join("etc/ld.so.conf.d/00-actk.conf")).unwrap().lines().last(), Some("/opt/drv"));
+    assert_eq!(
+        std::fs::read_to_string(rf.join("etc/ld.so.conf.d/00-actk.conf")).unwrap().lines().last(),
+        Some("/opt/drv")
+    );
 }

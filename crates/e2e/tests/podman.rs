@@ -23,9 +23,22 @@ fn podman_run_with_runtime_actk_runtime_sees_the_requested_gpu_and_neuron_device
     let name = unique_name("e2e-podman");
     let runtime = wrapper.display().to_string();
     let o = podman(&[
-        "run", "--rm", "--network", "none", "--name", &name, "--runtime", &runtime,
-        "-e", "NVIDIA_VISIBLE_DEVICES=1", "-e", "AWS_NEURON_VISIBLE_DEVICES=1",
-        image, "ls", "-1", "/dev",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--name",
+        &name,
+        "--runtime",
+        &runtime,
+        "-e",
+        "NVIDIA_VISIBLE_DEVICES=1",
+        "-e",
+        "AWS_NEURON_VISIBLE_DEVICES=1",
+        image,
+        "ls",
+        "-1",
+        "/dev",
     ]);
     let dev = names(&expect_success("podman run --runtime actk-runtime", &o));
     let got: BTreeSet<&str> =
@@ -66,8 +79,18 @@ fn podman_annotation_cdi_k8s_io_through_actk_runtime_applies_that_cdi_device() -
     let name = unique_name("e2e-podman-cdi-annotation");
     let runtime = wrapper.display().to_string();
     let o = podman(&[
-        "run", "--rm", "--network", "none", "--name", &name, "--runtime", &runtime,
-        "--annotation", "cdi.k8s.io/e2e=example.com/accel=e2e", image, "env",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--name",
+        &name,
+        "--runtime",
+        &runtime,
+        "--annotation",
+        "cdi.k8s.io/e2e=example.com/accel=e2e",
+        image,
+        "env",
     ]);
     let env = expect_success("podman run --annotation cdi.k8s.io/...", &o);
     assert!(env.lines().any(|l| l == "EXAMPLE_ACCEL=e2e"), "the annotated CDI device was not applied: {env}");

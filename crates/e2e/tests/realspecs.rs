@@ -61,7 +61,8 @@ fn through_the_shim(file: &str, cfg: &mut ActkConfig) -> Result<(Value, Value)> 
     fs::create_dir_all(&bundle)?;
     copy_tree(&busybox_rootfs()?, &bundle.join("rootfs"))?;
     let src = realspecs_dir().join(file);
-    let mut spec: Value = serde_json::from_str(&fs::read_to_string(&src)?).with_context(|| format!("parsing {}", src.display()))?;
+    let mut spec: Value =
+        serde_json::from_str(&fs::read_to_string(&src)?).with_context(|| format!("parsing {}", src.display()))?;
     spec["root"]["path"] = Value::from(bundle.join("rootfs").display().to_string());
     fs::write(bundle.join("config.json"), serde_json::to_vec_pretty(&spec)?)?;
 
@@ -105,9 +106,10 @@ fn through_the_shim(file: &str, cfg: &mut ActkConfig) -> Result<(Value, Value)> 
         "actk-runtime create on {file} failed:\n{out}\n{err}\nlog: {}",
         fs::read_to_string(&log).unwrap_or_default()
     );
-    let got: Value = serde_json::from_str(&fs::read_to_string(&copied).with_context(|| {
-        format!("the low-level runtime was not called with the bundle of {file}")
-    })?)?;
+    let got: Value = serde_json::from_str(
+        &fs::read_to_string(&copied)
+            .with_context(|| format!("the low-level runtime was not called with the bundle of {file}"))?,
+    )?;
     Ok((spec, got))
 }
 

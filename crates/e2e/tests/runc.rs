@@ -28,7 +28,9 @@ fn driver_version(root: &Path) -> Result<String> {
     let p = root.join("proc/driver/nvidia/version");
     let text = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     text.split_whitespace()
-        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit())))
+        .find(|w| {
+            w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        })
         .map(String::from)
         .with_context(|| format!("no driver version in {}", p.display()))
 }
@@ -109,7 +111,11 @@ fn runc_bundle_asking_nvidia_1_3_sees_exactly_gpus_1_and_3_control_nodes_and_dri
     assert!(extra.is_empty(), "nodes that were not asked for are in the container: {extra:?}");
 
     let ctl = section(&out, "nvidiactl");
-    assert_eq!(ctl.first().map(|s| s.trim()), Some("character special file 1:3"), "/dev/nvidiactl in the container: {ctl:?}");
+    assert_eq!(
+        ctl.first().map(|s| s.trim()),
+        Some("character special file 1:3"),
+        "/dev/nvidiactl in the container: {ctl:?}"
+    );
     assert!(ctl.contains(&"write-ok"), "the container could not open /dev/nvidiactl (1:3): {out}");
 
     let seen: Vec<(String, String)> = section(&out, "libs")
@@ -159,7 +165,8 @@ fn hooks_d_hook_with_when_annotations_runs_only_for_matching_containers() -> Res
             bundle.edit(|c| c["annotations"] = serde_json::json!({ "com.example.actk-e2e": v }))?;
         }
         let id = unique_name(&format!("e2e-hooksd-{tag}"));
-        let o = actk_runtime(&cfg_path, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+        let o =
+            actk_runtime(&cfg_path, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
         let out = expect_success(&format!("actk-runtime run ({tag})"), &o);
         assert!(out.contains("container-ran"), "container {tag} did not run: {out}");
         ids.push(id);
@@ -198,7 +205,10 @@ fn malformed_hooks_d_file_stops_the_start_with_an_error_naming_the_file() -> Res
     let cfg = ActkConfig::new(host.path())?;
     let bad = cfg.hooks_dir().join("10-broken.json");
     // Truncated JSON, as an editor crash or a half-written package file leaves it.
-    fs::write(&bad, "{\n  \"version\": \"1.0.0\",\n  \"hook\": { \"path\": \"/bin/true\" },\n  \"when\": { \"always\": true ")?;
+    fs::write(
+        &bad,
+        "{\n  \"version\": \"1.0.0\",\n  \"hook\": { \"path\": \"/bin/true\" },\n  \"when\": { \"always\": true ",
+    )?;
     let err = run_expect_failure(&cfg.write()?, &[], "malformed hooks.d file")?;
     assert!(err.contains(&bad.display().to_string()), "the error must name {}: {err}", bad.display());
     Ok(())
@@ -343,7 +353,13 @@ fn image_whose_library_dir_is_an_absolute_symlink_gets_the_libraries_inside_its_
     let out = expect_success("actk-runtime run on an image with /usr/lib/x86_64-linux-gnu -> /elsewhere", &o);
     let want = md5(&fx.root.join(libcuda.trim_start_matches('/')))?;
     assert!(out.lines().any(|l| l.starts_with(&want)), "the container does not see the host's {libcuda}: {out}");
-    assert!(out.lines().any(|l| l.trim() == name), "{name} did not land in the symlink's target {target} inside the image: {out}");
-    assert!(!Path::new(&target).exists(), "{target} was created on the host: a symlink was followed out of the container root");
+    assert!(
+        out.lines().any(|l| l.trim() == name),
+        "{name} did not land in the symlink's target {target} inside the image: {out}"
+    );
+    assert!(
+        !Path::new(&target).exists(),
+        "{target} was created on the host: a symlink was followed out of the container root"
+    );
     Ok(())
 }

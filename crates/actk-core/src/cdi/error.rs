@@ -24,7 +24,9 @@ pub enum CdiError {
         known: String,
     },
     /// The spec uses a field newer than its declared `cdiVersion` (case F06).
-    #[error("spec declares cdiVersion {declared} but uses {field}, which needs cdiVersion >= {minimum}; raise cdiVersion to {minimum}")]
+    #[error(
+        "spec declares cdiVersion {declared} but uses {field}, which needs cdiVersion >= {minimum}; raise cdiVersion to {minimum}"
+    )]
     VersionTooLow {
         /// What the spec uses (`additionalGids`, `hostPath on a device node`, ...).
         field: String,

@@ -17,10 +17,10 @@
 //! `hostPath` only when the host path differs from the container path (a non-`/` host root),
 //! which needs 0.5.0 — as do index names, which start with a digit.
 
+use super::CdiError;
 use super::name::check_device_name;
 use super::spec::{ContainerEdits, Device as CdiDevice, DeviceNode as CdiDeviceNode, Hook, Mount, Spec};
 use super::version::minimum_version;
-use super::CdiError;
 use crate::inventory::{DeviceNode, HostFile, Inventory, VendorInventory};
 use crate::profile::Profile;
 use std::collections::HashSet;
@@ -173,7 +173,8 @@ fn shared_edits(
     for n in vendor.shared_nodes.iter().filter(|n| shared_node_selected(profile, n, selection)) {
         edits.device_nodes.push(cdi_node(kind, n)?);
     }
-    let files: Vec<&HostFile> = vendor.host_files.iter().filter(|f| capability_selected(&f.capability, selection)).collect();
+    let files: Vec<&HostFile> =
+        vendor.host_files.iter().filter(|f| capability_selected(&f.capability, selection)).collect();
     for f in &files {
         edits.mounts.push(cdi_mount(kind, f)?);
     }
@@ -181,7 +182,9 @@ fn shared_edits(
         if !hook.starts_with('/') {
             return Err(CdiError::Generate {
                 kind: kind.to_string(),
-                message: format!("ld.so.cache hook path {hook:?} is not absolute; give the full path of the executable"),
+                message: format!(
+                    "ld.so.cache hook path {hook:?} is not absolute; give the full path of the executable"
+                ),
             });
         }
         let mut dirs: Vec<&str> = files
@@ -220,11 +223,17 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
     if profile.kind != vendor.kind {
         return Err(CdiError::Generate {
             kind: kind.to_string(),
-            message: format!("profile {:?} has kind {:?}, but the inventory is for {kind:?}", profile.name, profile.kind),
+            message: format!(
+                "profile {:?} has kind {:?}, but the inventory is for {kind:?}",
+                profile.name, profile.kind
+            ),
         });
     }
     if vendor.devices.is_empty() {
-        return Err(CdiError::Generate { kind: kind.to_string(), message: "no devices were found; a CDI spec needs at least one".into() });
+        return Err(CdiError::Generate {
+            kind: kind.to_string(),
+            message: "no devices were found; a CDI spec needs at least one".into(),
+        });
     }
     let mut devices = Vec::new();
     let mut names = HashSet::new();
@@ -248,7 +257,10 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
         if matches!(opts.device_name_strategy, DeviceNameStrategy::Uuid | DeviceNameStrategy::Both) {
             match d.uuid.as_deref() {
                 Some(u) if check_device_name(u, u).is_ok() => wanted.push(u.to_string()),
-                Some(u) => tracing::warn!("{kind} device {}: UUID {u:?} is not a valid CDI device name; no entry by UUID", d.index),
+                Some(u) => tracing::warn!(
+                    "{kind} device {}: UUID {u:?} is not a valid CDI device name; no entry by UUID",
+                    d.index
+                ),
                 None => tracing::debug!("{kind} device {} has no UUID; no entry by UUID", d.index),
             }
         }
@@ -261,7 +273,10 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
     if devices.is_empty() {
         return Err(CdiError::Generate {
             kind: kind.to_string(),
-            message: format!("no device has a name under the {} strategy (no UUIDs?); use index or both", opts.device_name_strategy),
+            message: format!(
+                "no device has a name under the {} strategy (no UUIDs?); use index or both",
+                opts.device_name_strategy
+            ),
         });
     }
     dedup(&mut all);
@@ -281,14 +296,22 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
 /// same name (`vendor_filter`: only vendors whose profile name or kind equals it).
 ///
 /// Errors: [`CdiError::Generate`] when a vendor has no profile in `profiles`, or from [`generate`].
-pub fn generate_all(profiles: &[Profile], inventory: &Inventory, vendor_filter: Option<&str>, opts: &GenerateOptions) -> Result<Vec<Spec>, CdiError> {
+pub fn generate_all(
+    profiles: &[Profile],
+    inventory: &Inventory,
+    vendor_filter: Option<&str>,
+    opts: &GenerateOptions,
+) -> Result<Vec<Spec>, CdiError> {
     let mut specs = Vec::new();
     for v in &inventory.vendors {
         if vendor_filter.is_some_and(|f| f != v.profile && f != v.kind) {
             continue;
         }
         let Some(p) = profiles.iter().find(|p| p.name == v.profile) else {
-            return Err(CdiError::Generate { kind: v.kind.clone(), message: format!("no profile named {:?} is loaded", v.profile) });
+            return Err(CdiError::Generate {
+                kind: v.kind.clone(),
+                message: format!("no profile named {:?} is loaded", v.profile),
+            });
         };
         specs.push(generate(p, v, opts)?);
     }
@@ -303,7 +326,12 @@ pub fn generate_all(profiles: &[Profile], inventory: &Inventory, vendor_filter: 
 /// Indexes not in the inventory are ignored: callers check requests against the inventory
 /// first so that they can name the bad value. Nodes whose host path is not UTF-8 are skipped
 /// with a warning.
-pub fn edits_for(profile: &Profile, vendor: &VendorInventory, device_indexes: &[u32], capabilities: &[String]) -> ContainerEdits {
+pub fn edits_for(
+    profile: &Profile,
+    vendor: &VendorInventory,
+    device_indexes: &[u32],
+    capabilities: &[String],
+) -> ContainerEdits {
     let mut edits = match shared_edits(profile, vendor, Some(capabilities), None) {
         Ok(e) => e,
         Err(e) => {
@@ -393,7 +421,11 @@ mod tests {
             driver_version: Some("580.95.05".into()),
             devices,
             shared_nodes: vec![node(root, "/dev/nvidiactl", 195, 255), node(root, "/dev/nvidia-modeset", 195, 254)],
-            host_files: vec![lib("utility", "libnvidia-ml.so.580.95.05"), lib("compute", "libcuda.so.580.95.05"), lib("graphics", "libnvidia-glcore.so.580.95.05")],
+            host_files: vec![
+                lib("utility", "libnvidia-ml.so.580.95.05"),
+                lib("compute", "libcuda.so.580.95.05"),
+                lib("graphics", "libnvidia-glcore.so.580.95.05"),
+            ],
         };
         (profile, vendor)
     }
@@ -403,16 +435,25 @@ mod tests {
         let (p, v) = nvidia("/fx");
         let spec = generate(&p, &v, &GenerateOptions::default()).unwrap();
         let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["0", "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd", "1", "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "all"]);
+        assert_eq!(
+            names,
+            ["0", "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd", "1", "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", "all"]
+        );
         assert_eq!(spec.cdi_version, "0.5.0");
         let d1 = &spec.devices[2].container_edits.device_nodes;
         assert_eq!(d1.len(), 1);
-        assert_eq!((d1[0].path.as_str(), d1[0].host_path.as_deref(), d1[0].major, d1[0].minor), ("/dev/nvidia1", Some("/fx/dev/nvidia1"), Some(195), Some(1)));
+        assert_eq!(
+            (d1[0].path.as_str(), d1[0].host_path.as_deref(), d1[0].major, d1[0].minor),
+            ("/dev/nvidia1", Some("/fx/dev/nvidia1"), Some(195), Some(1))
+        );
         assert_eq!(d1[0].node_type.as_deref(), Some("c"));
         assert_eq!(d1[0].file_mode, Some(0o666));
         assert_eq!(spec.devices[4].container_edits.device_nodes.len(), 2);
         let shared = &spec.container_edits;
-        assert_eq!(shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/nvidiactl", "/dev/nvidia-modeset"]);
+        assert_eq!(
+            shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            ["/dev/nvidiactl", "/dev/nvidia-modeset"]
+        );
         assert_eq!(shared.mounts.len(), 3, "every capability's files by default");
         assert_eq!(shared.mounts[0].options, ["ro", "nosuid", "nodev", "bind"]);
         assert_eq!(shared.mounts[0].mount_type, None);
@@ -467,7 +508,10 @@ mod tests {
     fn edits_for_selection_is_deduplicated() {
         let (p, v) = nvidia("/fx");
         let e = edits_for(&p, &v, &[1, 1], &["compute".into()]);
-        assert_eq!(e.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/nvidiactl", "/dev/nvidia1"]);
+        assert_eq!(
+            e.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            ["/dev/nvidiactl", "/dev/nvidia1"]
+        );
         assert_eq!(e.mounts.len(), 1);
         let e = edits_for(&p, &v, &[0, 1], &["all".into()]);
         assert_eq!(e.device_nodes.len(), 4);

@@ -18,8 +18,10 @@ pub mod version;
 pub mod write;
 
 pub use error::CdiError;
-pub use generate::{edits_for, generate, DeviceNameStrategy, GenerateOptions};
+pub use generate::{DeviceNameStrategy, GenerateOptions, edits_for, generate};
 pub use name::{Kind, QualifiedName};
-pub use registry::{Registry, DEFAULT_SPEC_DIRS};
-pub use spec::{ContainerEdits, Device as CdiDevice, DeviceNode as CdiDeviceNode, Hook as CdiHook, Mount as CdiMount, Spec};
+pub use registry::{DEFAULT_SPEC_DIRS, Registry};
+pub use spec::{
+    ContainerEdits, Device as CdiDevice, DeviceNode as CdiDeviceNode, Hook as CdiHook, Mount as CdiMount, Spec,
+};
 pub use validate::Format;

@@ -136,7 +136,10 @@ impl QualifiedName {
     /// rule (missing `=`, missing vendor or class, bad characters).
     pub fn parse(input: &str) -> Result<QualifiedName, CdiError> {
         let Some((kind, name)) = input.split_once('=') else {
-            return Err(invalid(input, "a qualified CDI device name is vendor/class=name, e.g. nvidia.com/gpu=0 (no '=' found)"));
+            return Err(invalid(
+                input,
+                "a qualified CDI device name is vendor/class=name, e.g. nvidia.com/gpu=0 (no '=' found)",
+            ));
         };
         let kind = Kind::parse(kind).map_err(|e| match e {
             CdiError::InvalidName { rule, .. } => invalid(input, rule),
@@ -182,7 +185,12 @@ mod tests {
 
     #[test]
     fn parses_and_displays_qualified_names() {
-        for s in ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-8e6b8d4a-0ab1-4c5e-9f3e-1a2b3c4d5e6f", "aws.amazon.com/neuron=all", "foo.bar.baz/foo-bar123.B_az=a:b.c"] {
+        for s in [
+            "nvidia.com/gpu=0",
+            "nvidia.com/gpu=GPU-8e6b8d4a-0ab1-4c5e-9f3e-1a2b3c4d5e6f",
+            "aws.amazon.com/neuron=all",
+            "foo.bar.baz/foo-bar123.B_az=a:b.c",
+        ] {
             let q = QualifiedName::parse(s).unwrap();
             assert_eq!(q.to_string(), s);
         }

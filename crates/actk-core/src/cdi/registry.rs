@@ -15,11 +15,11 @@
 //! Loading checks fields and SPEC.md rules but not the JSON schema, which is `actk cdi
 //! validate`'s job: the runtime shim loads the registry for every container.
 
+use super::CdiError;
 use super::generate::dedup;
 use super::name::QualifiedName;
 use super::spec::{ContainerEdits, Spec};
 use super::validate::read_spec_file;
-use super::CdiError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -76,7 +76,10 @@ impl Registry {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(source) => {
-                    reg.errors.push(SpecFileError { path: dir.to_path_buf(), errors: vec![CdiError::Io { path: dir.to_path_buf(), source }] });
+                    reg.errors.push(SpecFileError {
+                        path: dir.to_path_buf(),
+                        errors: vec![CdiError::Io { path: dir.to_path_buf(), source }],
+                    });
                     continue;
                 }
             };
@@ -119,9 +122,16 @@ impl Registry {
                     let other_path = self.specs[other].path.clone();
                     self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
                     self.devices.remove(&qualified);
-                    let msg = format!("CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed", other_path.display(), path.display());
+                    let msg = format!(
+                        "CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed",
+                        other_path.display(),
+                        path.display()
+                    );
                     for p in [other_path, path.clone()] {
-                        self.errors.push(SpecFileError { path: p.clone(), errors: vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }] });
+                        self.errors.push(SpecFileError {
+                            path: p.clone(),
+                            errors: vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
+                        });
                     }
                 }
                 _ => {
@@ -196,7 +206,10 @@ impl Registry {
             let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             return CdiError::Conflict {
                 name: qualified.clone(),
-                message: format!("CDI device {qualified} is defined by more than one spec file in one directory ({}); remove all but one", files.join(", ")),
+                message: format!(
+                    "CDI device {qualified} is defined by more than one spec file in one directory ({}); remove all but one",
+                    files.join(", ")
+                ),
             };
         }
         let kind = name.kind_string();
@@ -226,7 +239,10 @@ mod tests {
             .iter()
             .map(|n| format!(r#"{{"name": "{n}", "containerEdits": {{"deviceNodes": [{{"path": "/dev/x{n}", "type": "c", "major": 1, "minor": 3}}]}}}}"#))
             .collect();
-        format!(r#"{{"cdiVersion": "0.5.0", "kind": "{kind}", "devices": [{}], "containerEdits": {{"env": ["{env}"]}}}}"#, devices.join(","))
+        format!(
+            r#"{{"cdiVersion": "0.5.0", "kind": "{kind}", "devices": [{}], "containerEdits": {{"env": ["{env}"]}}}}"#,
+            devices.join(",")
+        )
     }
 
     #[test]
@@ -249,7 +265,12 @@ mod tests {
 
         let one = reg.resolve(&[QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap();
         assert_eq!(one.env, ["FROM=run"], "device 1 comes from the higher-priority dir");
-        let both = reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap(), QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap();
+        let both = reg
+            .resolve(&[
+                QualifiedName::parse("vendor.com/dev=0").unwrap(),
+                QualifiedName::parse("vendor.com/dev=1").unwrap(),
+            ])
+            .unwrap();
         assert_eq!(both.env, ["FROM=etc", "FROM=run"]);
         assert_eq!(both.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/x0", "/dev/x1"]);
     }
@@ -262,7 +283,10 @@ mod tests {
         let err = reg.resolve(&[QualifiedName::parse("vendor.com/dev=7").unwrap()]).unwrap_err().to_string();
         assert_eq!(err, "unresolvable CDI device vendor.com/dev=7: kind vendor.com/dev has devices 0, 1");
         let err = reg.resolve(&[QualifiedName::parse("other.com/gpu=0").unwrap()]).unwrap_err().to_string();
-        assert!(err.contains("no CDI spec for kind other.com/gpu") && err.contains("known kinds: vendor.com/dev"), "{err}");
+        assert!(
+            err.contains("no CDI spec for kind other.com/gpu") && err.contains("known kinds: vendor.com/dev"),
+            "{err}"
+        );
     }
 
     #[test]

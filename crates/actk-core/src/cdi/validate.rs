@@ -13,10 +13,10 @@
 //! Every error names the file (when there is one) and the JSON pointer of the offending value
 //! (`/devices/0/containerEdits/hooks/1/path`).
 
-use super::name::{check_device_name, Kind};
+use super::CdiError;
+use super::name::{Kind, check_device_name};
 use super::spec::{ContainerEdits, Spec};
 use super::version::check_declared;
-use super::CdiError;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,8 @@ pub const SCHEMA_JSON: &str = include_str!("../../schema/schema.json");
 pub const DEFS_JSON: &str = include_str!("../../schema/defs.json");
 
 /// The OCI hook stages a CDI hook may name (pkg/cdi validHookNames).
-pub const HOOK_NAMES: &[&str] = &["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+pub const HOOK_NAMES: &[&str] =
+    &["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
 
 /// Encoding of a spec document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +60,16 @@ fn invalid(file: Option<&Path>, pointer: impl Into<String>, message: impl Into<S
 pub fn parse_value(text: &str, file: &Path, format: Option<Format>) -> Result<Value, CdiError> {
     let format = format.unwrap_or(if text.trim_start().starts_with('{') { Format::Json } else { Format::Yaml });
     match format {
-        Format::Json => serde_json::from_str(text).map_err(|e| CdiError::Parse { file: file.to_path_buf(), format: "JSON", message: e.to_string() }),
-        Format::Yaml => serde_saphyr::from_str(text).map_err(|e| CdiError::Parse { file: file.to_path_buf(), format: "YAML", message: e.to_string() }),
+        Format::Json => serde_json::from_str(text).map_err(|e| CdiError::Parse {
+            file: file.to_path_buf(),
+            format: "JSON",
+            message: e.to_string(),
+        }),
+        Format::Yaml => serde_saphyr::from_str(text).map_err(|e| CdiError::Parse {
+            file: file.to_path_buf(),
+            format: "YAML",
+            message: e.to_string(),
+        }),
     }
 }
 
@@ -113,7 +122,10 @@ fn unknown_keys(value: &Value, allowed: &[&str], pointer: &str, file: Option<&Pa
             out.push(invalid(
                 file,
                 format!("{pointer}/{}", k.replace('~', "~0").replace('/', "~1")),
-                format!("unknown field {k:?} (CDI consumers such as podman reject unknown fields; known here: {})", allowed.join(", ")),
+                format!(
+                    "unknown field {k:?} (CDI consumers such as podman reject unknown fields; known here: {})",
+                    allowed.join(", ")
+                ),
             ));
         }
     }
@@ -124,7 +136,9 @@ fn unknown_edit_keys(edits: &Value, pointer: &str, file: Option<&Path>, out: &mu
     if let Some(rdt) = edits.get("intelRdt") {
         unknown_keys(rdt, RDT_KEYS, &format!("{pointer}/intelRdt"), file, out);
     }
-    for (field, keys) in [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS), ("netDevices", NET_KEYS)] {
+    for (field, keys) in
+        [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS), ("netDevices", NET_KEYS)]
+    {
         if let Some(items) = edits.get(field).and_then(Value::as_array) {
             for (i, item) in items.iter().enumerate() {
                 unknown_keys(item, keys, &format!("{pointer}/{field}/{i}"), file, out);
@@ -169,23 +183,40 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
             out.push(invalid(file, format!("{p}/type"), format!("device node type {t:?} is not one of b, c, u, p")));
         }
         if let Some(perm) = n.permissions.as_deref().filter(|x| *x != "none" && x.chars().any(|c| !"rwm".contains(c))) {
-            out.push(invalid(file, format!("{p}/permissions"), format!("permissions {perm:?} may only hold r, w, m (or be \"none\")")));
+            out.push(invalid(
+                file,
+                format!("{p}/permissions"),
+                format!("permissions {perm:?} may only hold r, w, m (or be \"none\")"),
+            ));
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
         let p = format!("{at}/mounts/{i}");
         if !m.container_path.starts_with('/') {
-            out.push(invalid(file, format!("{p}/containerPath"), format!("mount containerPath {:?} must be absolute", m.container_path)));
+            out.push(invalid(
+                file,
+                format!("{p}/containerPath"),
+                format!("mount containerPath {:?} must be absolute", m.container_path),
+            ));
         }
-        let is_bind = m.options.iter().any(|o| o == "bind" || o == "rbind") || matches!(m.mount_type.as_deref(), None | Some("") | Some("bind"));
+        let is_bind = m.options.iter().any(|o| o == "bind" || o == "rbind")
+            || matches!(m.mount_type.as_deref(), None | Some("") | Some("bind"));
         if m.host_path.is_empty() || (is_bind && !m.host_path.starts_with('/')) {
-            out.push(invalid(file, format!("{p}/hostPath"), format!("bind mount hostPath {:?} must be an absolute host path", m.host_path)));
+            out.push(invalid(
+                file,
+                format!("{p}/hostPath"),
+                format!("bind mount hostPath {:?} must be an absolute host path", m.host_path),
+            ));
         }
     }
     for (i, h) in e.hooks.iter().enumerate() {
         let p = format!("{at}/hooks/{i}");
         if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
-            out.push(invalid(file, format!("{p}/hookName"), format!("hook name {:?} is not one of {}", h.hook_name, HOOK_NAMES.join(", "))));
+            out.push(invalid(
+                file,
+                format!("{p}/hookName"),
+                format!("hook name {:?} is not one of {}", h.hook_name, HOOK_NAMES.join(", ")),
+            ));
         }
         if !h.path.starts_with('/') {
             out.push(invalid(file, format!("{p}/path"), format!("hook path {:?} must be absolute (SPEC.md)", h.path)));
@@ -236,10 +267,18 @@ pub fn rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
             out.push(invalid(file, format!("/devices/{i}/name"), e.to_string()));
         }
         if !seen.insert(d.name.as_str()) {
-            out.push(invalid(file, format!("/devices/{i}/name"), format!("device name {:?} appears more than once", d.name)));
+            out.push(invalid(
+                file,
+                format!("/devices/{i}/name"),
+                format!("device name {:?} appears more than once", d.name),
+            ));
         }
         if d.container_edits.is_empty() {
-            out.push(invalid(file, format!("/devices/{i}/containerEdits"), format!("device {:?} has no container edits", d.name)));
+            out.push(invalid(
+                file,
+                format!("/devices/{i}/containerEdits"),
+                format!("device {:?} has no container edits", d.name),
+            ));
         }
         check_edits(&d.container_edits, &format!("/devices/{i}/containerEdits"), file, &mut out);
     }
@@ -263,7 +302,8 @@ pub fn spec_from_value(value: Value, file: Option<&Path>, schema: bool) -> Resul
 /// Reads, parses and validates one spec file (format from the extension, else sniffed).
 /// `schema`: also check the JSON schema. Errors name the file and the JSON pointer.
 pub fn read_spec_file(path: &Path, schema: bool) -> Result<Spec, Vec<CdiError>> {
-    let text = std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
     let value = parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])?;
     spec_from_value(value, Some(path), schema)
 }
@@ -320,7 +360,10 @@ mod tests {
         let mut v = good();
         v["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = json!("195");
         let errs = errors_of(v);
-        assert!(errs.iter().any(|e| e.starts_with("/etc/cdi/x.json: /devices/0/containerEdits/deviceNodes/0/major: ")), "{errs:?}");
+        assert!(
+            errs.iter().any(|e| e.starts_with("/etc/cdi/x.json: /devices/0/containerEdits/deviceNodes/0/major: ")),
+            "{errs:?}"
+        );
         let mut v = good();
         v.as_object_mut().unwrap().remove("kind");
         let errs = errors_of(v);
@@ -341,18 +384,42 @@ mod tests {
     fn spec_rules_are_checked() {
         type Case = (fn(&mut Value), &'static str);
         let cases: Vec<Case> = vec![
-            (|v| v["containerEdits"]["hooks"][0]["path"] = json!("hook"), "/containerEdits/hooks/0/path: hook path \"hook\" must be absolute"),
+            (
+                |v| v["containerEdits"]["hooks"][0]["path"] = json!("hook"),
+                "/containerEdits/hooks/0/path: hook path \"hook\" must be absolute",
+            ),
             (|v| v["containerEdits"]["hooks"][0]["hookName"] = json!("preStart"), "/containerEdits/hooks/0/hookName"),
             (|v| v["containerEdits"]["env"][0] = json!("=x"), "/containerEdits/env/0"),
-            (|v| v["containerEdits"]["mounts"][0]["containerPath"] = json!("usr/lib"), "/containerEdits/mounts/0/containerPath"),
-            (|v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["path"] = json!("dev/nvidia0"), "/devices/0/containerEdits/deviceNodes/0/path"),
-            (|v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["type"] = json!("x"), "/devices/0/containerEdits/deviceNodes/0/type"),
+            (
+                |v| v["containerEdits"]["mounts"][0]["containerPath"] = json!("usr/lib"),
+                "/containerEdits/mounts/0/containerPath",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["path"] = json!("dev/nvidia0"),
+                "/devices/0/containerEdits/deviceNodes/0/path",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["type"] = json!("x"),
+                "/devices/0/containerEdits/deviceNodes/0/type",
+            ),
             (|v| v["devices"][0]["name"] = json!("a/b"), "/devices/0/name"),
             (|v| v["devices"] = json!([]), "/devices: a CDI spec needs at least one device"),
-            (|v| { let d = v["devices"][0].clone(); v["devices"].as_array_mut().unwrap().push(d); }, "/devices/1/name: device name \"0\" appears more than once"),
-            (|v| v["devices"][0]["containerEdits"] = json!({}), "/devices/0/containerEdits: device \"0\" has no container edits"),
+            (
+                |v| {
+                    let d = v["devices"][0].clone();
+                    v["devices"].as_array_mut().unwrap().push(d);
+                },
+                "/devices/1/name: device name \"0\" appears more than once",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"] = json!({}),
+                "/devices/0/containerEdits: device \"0\" has no container edits",
+            ),
             (|v| v["kind"] = json!("nvidia"), "/kind"),
-            (|v| v["cdiVersion"] = json!("0.4.0"), "/cdiVersion: spec declares cdiVersion 0.4.0 but uses a device name starting with a digit"),
+            (
+                |v| v["cdiVersion"] = json!("0.4.0"),
+                "/cdiVersion: spec declares cdiVersion 0.4.0 but uses a device name starting with a digit",
+            ),
             (|v| v["cdiVersion"] = json!("9.9.9"), "/cdiVersion: unknown cdiVersion"),
         ];
         for (edit, expected) in cases {
@@ -368,7 +435,11 @@ mod tests {
         let mut v = good();
         v["devices"][0]["containerEdits"]["additionalGids"] = json!([44]);
         let errs = errors_of(v);
-        assert!(errs.iter().any(|e| e.contains("/cdiVersion") && e.contains("uses additionalGids") && e.contains(">= 0.7.0")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("/cdiVersion") && e.contains("uses additionalGids") && e.contains(">= 0.7.0")),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -376,7 +447,8 @@ mod tests {
         let json_text = serde_json::to_string_pretty(&good()).unwrap();
         let yaml_text = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: \"0\"\n    containerEdits:\n      deviceNodes:\n        - path: /dev/nvidia0\n          type: c\n          major: 195\n          minor: 0\ncontainerEdits:\n  env: [\"A=b\"]\n  mounts:\n    - hostPath: /usr/lib/libcuda.so.1\n      containerPath: /usr/lib/libcuda.so.1\n      options: [ro, bind]\n  hooks:\n    - hookName: createContainer\n      path: /usr/bin/hook\n      env: [\"PATH=/bin\"]\n";
         let a = spec_from_value(parse_value(&json_text, Path::new("a.json"), None).unwrap(), None, true).unwrap();
-        let b = spec_from_value(parse_value(yaml_text, Path::new("a.yaml"), Some(Format::Yaml)).unwrap(), None, true).unwrap();
+        let b = spec_from_value(parse_value(yaml_text, Path::new("a.yaml"), Some(Format::Yaml)).unwrap(), None, true)
+            .unwrap();
         assert_eq!(a, b);
         let err = parse_value("{\"kind\": ", Path::new("/x/bad.json"), None).unwrap_err().to_string();
         assert!(err.starts_with("/x/bad.json: cannot parse CDI spec as JSON") && err.contains("line 1"), "{err}");

@@ -15,11 +15,12 @@
 //! they do not know (podman 4.3 vendors CDI 0.5.x: it knows 0.1.0..0.5.0 only, and rejects
 //! unknown fields such as `annotations`). actk therefore always declares the minimum.
 
-use super::spec::{ContainerEdits, Spec};
 use super::CdiError;
+use super::spec::{ContainerEdits, Spec};
 
 /// The released CDI spec versions, oldest first.
-pub const KNOWN_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"];
+pub const KNOWN_VERSIONS: &[&str] =
+    &["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0"];
 
 /// The version a spec that uses no versioned field needs.
 pub const BASE_VERSION: &str = "0.3.0";
@@ -77,7 +78,8 @@ fn feature_needing(spec: &Spec, version: &str) -> Option<String> {
             class.contains('.').then(|| format!("a dot in the kind's class ({:?})", spec.kind))
         }
         "0.5.0" => {
-            if let Some(d) = spec.devices.iter().find(|d| d.name.as_bytes().first().is_some_and(|b| b.is_ascii_digit())) {
+            if let Some(d) = spec.devices.iter().find(|d| d.name.as_bytes().first().is_some_and(|b| b.is_ascii_digit()))
+            {
                 return Some(format!("a device name starting with a digit ({:?})", d.name));
             }
             all_edits(spec).find_map(|(at, e)| {
@@ -162,10 +164,20 @@ mod tests {
     #[test]
     fn mount_type_needs_0_4_0() {
         let mut s = base();
-        s.container_edits.mounts.push(Mount { host_path: "/a".into(), container_path: "/a".into(), mount_type: Some("bind".into()), options: vec![] });
+        s.container_edits.mounts.push(Mount {
+            host_path: "/a".into(),
+            container_path: "/a".into(),
+            mount_type: Some("bind".into()),
+            options: vec![],
+        });
         assert_eq!(minimum_version(&s), "0.4.0");
         let mut s2 = base();
-        s2.container_edits.mounts.push(Mount { host_path: "/a".into(), container_path: "/a".into(), mount_type: None, options: vec!["bind".into()] });
+        s2.container_edits.mounts.push(Mount {
+            host_path: "/a".into(),
+            container_path: "/a".into(),
+            mount_type: None,
+            options: vec!["bind".into()],
+        });
         assert_eq!(minimum_version(&s2), "0.3.0");
     }
 

@@ -2,9 +2,9 @@
 //! a half-written spec: a temporary file in the same directory, written, set to mode 0644,
 //! fsynced, then renamed over the target, and the directory fsynced.
 
+use super::CdiError;
 use super::spec::Spec;
 use super::validate::Format;
-use super::CdiError;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -22,7 +22,9 @@ pub fn default_file_name(spec: &Spec, format: Format) -> String {
 pub fn to_text(spec: &Spec, format: Format) -> Result<String, CdiError> {
     let fail = |message: String| CdiError::Generate { kind: spec.kind.clone(), message };
     let mut text = match format {
-        Format::Json => serde_json::to_string_pretty(spec).map_err(|e| fail(format!("cannot serialise as JSON: {e}")))?,
+        Format::Json => {
+            serde_json::to_string_pretty(spec).map_err(|e| fail(format!("cannot serialise as JSON: {e}")))?
+        }
         Format::Yaml => serde_saphyr::to_string(spec).map_err(|e| fail(format!("cannot serialise as YAML: {e}")))?,
     };
     if !text.ends_with('\n') {
@@ -48,7 +50,8 @@ pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<(), CdiErr
     // A name engines skip (no .json/.yaml suffix), unique per process and attempt.
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique()));
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp).map_err(io(&tmp))?;
+        let mut f =
+            std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&tmp).map_err(io(&tmp))?;
         f.write_all(text.as_bytes()).map_err(io(&tmp))?;
         // The umask may have cleared bits of 0644; engines running as other users must read it.
         f.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io(&tmp))?;
@@ -92,7 +95,14 @@ mod tests {
             devices: vec![Device {
                 name: "0".into(),
                 container_edits: ContainerEdits {
-                    device_nodes: vec![DeviceNode { path: "/dev/x0".into(), node_type: Some("c".into()), major: Some(1), minor: Some(3), file_mode: Some(0o666), ..Default::default() }],
+                    device_nodes: vec![DeviceNode {
+                        path: "/dev/x0".into(),
+                        node_type: Some("c".into()),
+                        major: Some(1),
+                        minor: Some(3),
+                        file_mode: Some(0o666),
+                        ..Default::default()
+                    }],
                     ..Default::default()
                 },
                 ..Default::default()
@@ -114,7 +124,8 @@ mod tests {
             // overwrite in place works and leaves no temporary files
             write_spec(&spec(), &path, format).unwrap();
         }
-        let names: Vec<_> = std::fs::read_dir(tmp.path().join("cdi")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> =
+            std::fs::read_dir(tmp.path().join("cdi")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
     }
 

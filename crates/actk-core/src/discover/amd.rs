@@ -16,12 +16,8 @@ const IOLINK_XGMI: &str = "11";
 
 /// Discover AMD GPUs; `None` when there is no KFD topology under this root.
 pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Option<VendorInventory> {
-    let mut nodes: Vec<(u32, String)> = host
-        .list_dir(TOPOLOGY)
-        .ok()?
-        .into_iter()
-        .filter_map(|n| Some((n.parse::<u32>().ok()?, n)))
-        .collect();
+    let mut nodes: Vec<(u32, String)> =
+        host.list_dir(TOPOLOGY).ok()?.into_iter().filter_map(|n| Some((n.parse::<u32>().ok()?, n))).collect();
     nodes.sort();
     let mut vendor = vendor_for(profile);
     vendor.driver_version = host.read_to_string("/sys/module/amdgpu/version").ok().map(|v| v.trim().to_string());
@@ -48,11 +44,17 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         }
         if let Some(&loc) = props.get("location_id") {
             let domain = props.get("domain").copied().unwrap_or(0);
-            dev.pci_bus_id = normalize_pci(&format!("{domain:04x}:{:02x}:{:02x}.{:x}", (loc >> 8) & 0xff, (loc >> 3) & 0x1f, loc & 7));
+            dev.pci_bus_id = normalize_pci(&format!(
+                "{domain:04x}:{:02x}:{:02x}.{:x}",
+                (loc >> 8) & 0xff,
+                (loc >> 3) & 0x1f,
+                loc & 7
+            ));
         }
         for key in ["gfx_target_version", "device_id", "vendor_id"] {
             if let Some(v) = props.get(key) {
-                dev.attributes.insert(key.into(), if key == "gfx_target_version" { v.to_string() } else { format!("0x{v:04x}") });
+                dev.attributes
+                    .insert(key.into(), if key == "gfx_target_version" { v.to_string() } else { format!("0x{v:04x}") });
             }
         }
         dev.attributes.insert("kfd_node".into(), node_id.to_string());
@@ -63,9 +65,15 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
                     Ok(n) => dev.numa_node = n,
                     Err(why) => warnings.add(host, format!("{pci}/numa_node"), why),
                 },
-                Err(e) => warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}")),
+                Err(e) => {
+                    warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}"))
+                }
             }
-            dev.model = host.read_to_string(format!("{pci}/product_name")).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+            dev.model = host
+                .read_to_string(format!("{pci}/product_name"))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
         }
         if dev.model.is_none() {
             dev.model = props.get("device_id").and_then(|&id| model_name(id)).map(str::to_string);
@@ -82,19 +90,30 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
                     .list_dir(&drm)
                     .unwrap_or_default()
                     .into_iter()
-                    .filter(|n| n.strip_prefix("card").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
+                    .filter(|n| {
+                        n.strip_prefix("card").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                    })
                     .collect();
                 match cards.first() {
                     Some(card) => match host.device_node(&format!("/dev/dri/{card}")) {
                         Ok(n) => dev.nodes.push(n),
-                        Err(e) => warnings.add(host, format!("/dev/dri/{card}"), format!("card node of GPU {index} unusable: {e}")),
+                        Err(e) => warnings.add(
+                            host,
+                            format!("/dev/dri/{card}"),
+                            format!("card node of GPU {index} unusable: {e}"),
+                        ),
                     },
-                    None => warnings.add(host, &drm, format!("no cardN entry for GPU {index}; only its render node is used")),
+                    None => warnings.add(
+                        host,
+                        &drm,
+                        format!("no cardN entry for GPU {index}; only its render node is used"),
+                    ),
                 }
             }
             None => warnings.add(host, &props_path, "GPU node without drm_render_minor; no device node"),
         }
-        dev.attributes.insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
+        dev.attributes
+            .insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
         let links_dir = format!("{TOPOLOGY}/{name}/io_links");
         let mut peers = Vec::new();
         for l in host.list_dir(&links_dir).unwrap_or_default() {
@@ -111,7 +130,8 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         vendor.devices.push(dev);
     }
     for (dev, peers) in vendor.devices.iter_mut().zip(links_by_node) {
-        let mut l: Vec<u32> = peers.iter().filter_map(|p| gpu_index.get(p).copied()).filter(|&i| i != dev.index).collect();
+        let mut l: Vec<u32> =
+            peers.iter().filter_map(|p| gpu_index.get(p).copied()).filter(|&i| i != dev.index).collect();
         l.sort_unstable();
         l.dedup();
         dev.links = l;
@@ -154,15 +174,24 @@ mod tests {
     fn kfd_topology_gpus_nodes_and_xgmi_links() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        if !(node(r, "/dev/kfd", 235, 0) && node(r, "/dev/dri/renderD128", 226, 128) && node(r, "/dev/dri/card1", 226, 1)
-            && node(r, "/dev/dri/renderD129", 226, 129) && node(r, "/dev/dri/card2", 226, 2))
+        if !(node(r, "/dev/kfd", 235, 0)
+            && node(r, "/dev/dri/renderD128", 226, 128)
+            && node(r, "/dev/dri/card1", 226, 1)
+            && node(r, "/dev/dri/renderD129", 226, 129)
+            && node(r, "/dev/dri/card2", 226, 2))
         {
             return;
         }
         file(r, &format!("{TOPOLOGY}/0/properties"), "cpu_cores_count 96\nsimd_count 0\n");
         for (n, minor, loc, card) in [(1u32, 128, 0x0c00u32, 1), (2, 129, 0x2200, 2)] {
-            file(r, &format!("{TOPOLOGY}/{n}/properties"),
-                &format!("simd_count 1216\ndrm_render_minor {minor}\nlocation_id {loc}\ndomain 0\ndevice_id 29857\nunique_id {}\n", 1000 + n));
+            file(
+                r,
+                &format!("{TOPOLOGY}/{n}/properties"),
+                &format!(
+                    "simd_count 1216\ndrm_render_minor {minor}\nlocation_id {loc}\ndomain 0\ndevice_id 29857\nunique_id {}\n",
+                    1000 + n
+                ),
+            );
             let bus = format!("0000:{:02x}:00.0", loc >> 8);
             file(r, &format!("/sys/bus/pci/devices/{bus}/numa_node"), "0\n");
             file(r, &format!("/sys/class/drm/renderD{minor}/device/drm/card{card}/dev"), "");
@@ -177,7 +206,10 @@ mod tests {
         assert_eq!(d.pci_bus_id.as_deref(), Some("0000:22:00.0"));
         assert_eq!(d.model.as_deref(), Some("AMD Instinct MI300X"));
         assert_eq!(d.links, [0]);
-        assert_eq!(d.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/dri/renderD129", "/dev/dri/card2"]);
+        assert_eq!(
+            d.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            ["/dev/dri/renderD129", "/dev/dri/card2"]
+        );
         assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
     }
 }

@@ -9,11 +9,17 @@ use crate::inventory::VendorInventory;
 use crate::profile::Profile;
 
 /// Discover Gaudi devices; `None` when the profile has no node pattern.
-pub fn discover(host: &HostRoot, profile: &Profile, all: &[Profile], warnings: &mut Warnings) -> Option<VendorInventory> {
+pub fn discover(
+    host: &HostRoot,
+    profile: &Profile,
+    all: &[Profile],
+    warnings: &mut Warnings,
+) -> Option<VendorInventory> {
     let mut vendor = generic::discover(host, profile, all, warnings)?;
     if !vendor.devices.is_empty() {
         let driver = profile.devices.driver.as_deref().unwrap_or("habanalabs");
-        vendor.driver_version = host.read_to_string(format!("/sys/module/{driver}/version")).ok().map(|v| v.trim().to_string());
+        vendor.driver_version =
+            host.read_to_string(format!("/sys/module/{driver}/version")).ok().map(|v| v.trim().to_string());
     }
     Some(vendor)
 }

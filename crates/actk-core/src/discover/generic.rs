@@ -13,7 +13,12 @@ use crate::inventory::{Device, VendorInventory};
 use crate::profile::Profile;
 
 /// Discover the devices of a generic profile. `None` when the profile names no node pattern.
-pub fn discover(host: &HostRoot, profile: &Profile, all: &[Profile], warnings: &mut Warnings) -> Option<VendorInventory> {
+pub fn discover(
+    host: &HostRoot,
+    profile: &Profile,
+    all: &[Profile],
+    warnings: &mut Warnings,
+) -> Option<VendorInventory> {
     profile.devices.node.as_ref()?;
     let mut vendor = vendor_for(profile);
     vendor.devices = devices(host, profile, all, warnings);
@@ -52,7 +57,11 @@ pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warni
     let proc_major = t.proc_devices_name.as_deref().and_then(|name| match host.proc_devices_major(name) {
         Ok(Some(m)) => Some(m),
         Ok(None) => {
-            warnings.add(host, "/proc/devices", format!("no character device entry {name:?}; the {} driver may not be loaded", profile.name));
+            warnings.add(
+                host,
+                "/proc/devices",
+                format!("no character device entry {name:?}; the {} driver may not be loaded", profile.name),
+            );
             None
         }
         Err(e) => {
@@ -72,20 +81,37 @@ pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warni
             }
         };
         if let Some(want) = t.major.filter(|&m| m != node.major) {
-            warnings.add(host, &path, format!("skipped: major {} is not the {} driver's major {want}", node.major, profile.name));
+            warnings.add(
+                host,
+                &path,
+                format!("skipped: major {} is not the {} driver's major {want}", node.major, profile.name),
+            );
             continue;
         }
         if let Some(m) = proc_major.filter(|&m| m != node.major) {
-            warnings.add(host, &path, format!("major {} differs from /proc/devices {:?} = {m}; the node may be stale", node.major, t.proc_devices_name.as_deref().unwrap_or_default()));
+            warnings.add(
+                host,
+                &path,
+                format!(
+                    "major {} differs from /proc/devices {:?} = {m}; the node may be stale",
+                    node.major,
+                    t.proc_devices_name.as_deref().unwrap_or_default()
+                ),
+            );
         }
         let sysfs = t.sysfs.as_ref().map(|s| s.replace("{index}", &idx));
         let sysfs_present = sysfs.as_ref().is_some_and(|s| host.exists(s));
-        let driver = sysfs.as_ref().filter(|_| sysfs_present).and_then(|s| host.link_name(format!("{s}/device/driver")).ok());
+        let driver =
+            sysfs.as_ref().filter(|_| sysfs_present).and_then(|s| host.link_name(format!("{s}/device/driver")).ok());
         match (&t.driver, &driver) {
             (Some(want), Some(got)) if want != got => continue,
             (Some(want), None) => {
                 // Without the driver link we cannot tell whose device this is: leave it.
-                warnings.add(host, sysfs.as_deref().unwrap_or(&path), format!("no device/driver link; cannot tell whether {path} belongs to {want}"));
+                warnings.add(
+                    host,
+                    sysfs.as_deref().unwrap_or(&path),
+                    format!("no device/driver link; cannot tell whether {path} belongs to {want}"),
+                );
                 continue;
             }
             (None, Some(got)) if claimed_elsewhere.contains(&got.as_str()) => continue,
@@ -110,14 +136,21 @@ pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warni
 }
 
 /// Read `profile.devices.attributes` under sysfs directory `dir` into `dev`.
-pub(crate) fn read_attributes(host: &HostRoot, profile: &Profile, dir: &str, dev: &mut Device, warnings: &mut Warnings) {
+pub(crate) fn read_attributes(
+    host: &HostRoot,
+    profile: &Profile,
+    dir: &str,
+    dev: &mut Device,
+    warnings: &mut Warnings,
+) {
     for (name, rel) in &profile.devices.attributes {
         let (is_link, rel) = match rel.strip_prefix('@') {
             Some(r) => (true, r),
             None => (false, rel.as_str()),
         };
         let path = format!("{dir}/{rel}");
-        let value = if is_link { host.link_name(&path) } else { host.read_to_string(&path).map(|s| s.trim().to_string()) };
+        let value =
+            if is_link { host.link_name(&path) } else { host.read_to_string(&path).map(|s| s.trim().to_string()) };
         match value {
             Ok(v) => {
                 if let Err(why) = set_attribute(dev, name, &v) {
@@ -136,11 +169,16 @@ pub(crate) fn set_attribute(dev: &mut Device, name: &str, value: &str) -> Result
         "uuid" => dev.uuid = Some(value.to_string()),
         "model" => dev.model = Some(value.to_string()),
         "pci_bus_id" => {
-            dev.pci_bus_id = Some(normalize_pci(value).ok_or_else(|| format!("pci_bus_id {value:?} is not a PCI address like 0000:18:00.0"))?)
+            dev.pci_bus_id = Some(
+                normalize_pci(value)
+                    .ok_or_else(|| format!("pci_bus_id {value:?} is not a PCI address like 0000:18:00.0"))?,
+            )
         }
         "numa_node" => dev.numa_node = parse_numa(value)?,
         "cores" => dev.cores = Some(value.parse().map_err(|_| format!("cores {value:?} is not a number"))?),
-        "links" => dev.links = parse_links(value).ok_or_else(|| format!("links {value:?} is not a list of device indexes"))?,
+        "links" => {
+            dev.links = parse_links(value).ok_or_else(|| format!("links {value:?} is not a list of device indexes"))?
+        }
         other => {
             dev.attributes.insert(other.to_string(), value.to_string());
         }
@@ -163,8 +201,8 @@ pub(crate) fn parse_links(text: &str) -> Option<Vec<u32>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::*;
     use super::super::discover;
+    use super::super::testutil::*;
     use super::*;
     use crate::profile;
 
@@ -260,7 +298,10 @@ path = "/dev/npu_ctl"
     fn accel_devices_split_by_claimed_driver() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        if !(node(r, "/dev/accel/accel0", 261, 0) && node(r, "/dev/accel/accel_controlD0", 239, 0) && node(r, "/dev/accel/accel1", 261, 1)) {
+        if !(node(r, "/dev/accel/accel0", 261, 0)
+            && node(r, "/dev/accel/accel_controlD0", 239, 0)
+            && node(r, "/dev/accel/accel1", 261, 1))
+        {
             return;
         }
         for (i, bus, driver) in [(0, "0000:33:00.0", "habanalabs"), (1, "0000:00:0b.0", "intel_vpu")] {
@@ -284,7 +325,10 @@ path = "/dev/npu_ctl"
         assert_eq!(vpu.pci_bus_id.as_deref(), Some("0000:00:0b.0"));
         assert_eq!(vpu.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/accel/accel1"]);
         let hl = &inv.vendor("gaudi").unwrap().devices[0];
-        assert_eq!(hl.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/accel/accel0", "/dev/accel/accel_controlD0"]);
+        assert_eq!(
+            hl.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            ["/dev/accel/accel0", "/dev/accel/accel_controlD0"]
+        );
         assert_eq!(hl.attributes.get("module_id").map(String::as_str), Some("3"));
     }
 

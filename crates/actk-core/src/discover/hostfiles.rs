@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 
 /// Library directories scanned when ld.so.cache has no entry, x86-64 (Debian/Ubuntu
 /// multiarch first, then RHEL/SUSE lib64, then plain lib).
-const LIB_DIRS_64: &[&str] = &["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"];
+const LIB_DIRS_64: &[&str] =
+    &["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"];
 /// The same for the 32-bit (i386) copies.
 const LIB_DIRS_32: &[&str] = &["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"];
 /// Directories searched for executables.
@@ -27,7 +28,12 @@ const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws
 /// The host files `profile` asks for that exist under `host`, in capability-name order,
 /// without duplicates (by container path). `driver_version` filters libraries and fills
 /// `{driver_version}` in file patterns (patterns needing it are skipped without one).
-pub fn find(host: &HostRoot, profile: &Profile, driver_version: Option<&str>, warnings: &mut Warnings) -> Vec<HostFile> {
+pub fn find(
+    host: &HostRoot,
+    profile: &Profile,
+    driver_version: Option<&str>,
+    warnings: &mut Warnings,
+) -> Vec<HostFile> {
     let cache = load_cache(host, warnings);
     // Fallback directory listings, read once per discovery: a real /usr/lib/x86_64-linux-gnu
     // holds thousands of entries and most optional libraries (compat32, ngx, ...) are absent.
@@ -64,7 +70,15 @@ pub fn find(host: &HostRoot, profile: &Profile, driver_version: Option<&str>, wa
                         // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
                         // its target do not become two mounts of one file.
                         let container_path = real.to_string_lossy().into_owned();
-                        push(HostFile { capability: cap.clone(), kind, host_path: host.host_path(&real), container_path }, &mut out);
+                        push(
+                            HostFile {
+                                capability: cap.clone(),
+                                kind,
+                                host_path: host.host_path(&real),
+                                container_path,
+                            },
+                            &mut out,
+                        );
                     }
                 }
             }
@@ -166,7 +180,12 @@ fn find_library(
     for (path, real) in &found {
         let path = canonical_dir(host, path);
         if path != real.to_string_lossy() && !out.iter().any(|o| o.container_path == path) {
-            out.push(HostFile { capability: cap.to_string(), kind: HostFileKind::Library, host_path: host.host_path(real), container_path: path });
+            out.push(HostFile {
+                capability: cap.to_string(),
+                kind: HostFileKind::Library,
+                host_path: host.host_path(real),
+                container_path: path,
+            });
         }
     }
     out
@@ -249,7 +268,13 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         );
         assert!(files.iter().all(|f| f.host_path.starts_with(r)));
         assert_eq!(files[2].host_path, r.join("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05"));
-        assert!(w.0.iter().any(|x| x.path == r.join("usr/lib64/libcuda.so.535.104.05") && x.message.contains("another driver version")), "{:?}", w.0);
+        assert!(
+            w.0.iter()
+                .any(|x| x.path == r.join("usr/lib64/libcuda.so.535.104.05")
+                    && x.message.contains("another driver version")),
+            "{:?}",
+            w.0
+        );
     }
 
     /// compat32 takes the i386 copy from the cache, compute the x86-64 one; same soname.
@@ -262,7 +287,9 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         for (dir, m32) in [("usr/lib/x86_64-linux-gnu", false), ("usr/lib/i386-linux-gnu", true)] {
             std::fs::create_dir_all(r.join(dir)).unwrap();
             let mut gcc = std::process::Command::new("gcc");
-            gcc.args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"]).arg(r.join(dir).join("libcuda.so.580.95.05")).arg(&src);
+            gcc.args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
+                .arg(r.join(dir).join("libcuda.so.580.95.05"))
+                .arg(&src);
             if m32 {
                 gcc.arg("-m32");
             }
@@ -305,7 +332,9 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
         let dir = r.join("opt/drv/lib");
         std::fs::create_dir_all(&dir).unwrap();
-        for (file, soname) in [("libcuda.so.580.95.05", "libcuda.so.1"), ("libnvidia-ml.so.470.1.2", "libnvidia-ml.so.1")] {
+        for (file, soname) in
+            [("libcuda.so.580.95.05", "libcuda.so.1"), ("libnvidia-ml.so.470.1.2", "libnvidia-ml.so.1")]
+        {
             let ok = std::process::Command::new("gcc")
                 .args(["-shared", "-fPIC", "-nostdlib", &format!("-Wl,-soname,{soname}"), "-o"])
                 .arg(dir.join(file))

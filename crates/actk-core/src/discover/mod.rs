@@ -356,7 +356,7 @@ pub(crate) mod testutil {
 
     /// mknod a character node; returns false (and the caller skips) when not permitted.
     pub fn node(root: &Path, rel: &str, major: u32, minor: u32) -> bool {
-        use rustix::fs::{FileType, Mode, makedev, mknodat, CWD};
+        use rustix::fs::{CWD, FileType, Mode, makedev, mknodat};
         let p = root.join(rel.trim_start_matches('/'));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         match mknodat(CWD, &p, FileType::CharacterDevice, Mode::from_raw_mode(0o666), makedev(major, minor)) {
@@ -386,7 +386,10 @@ mod tests {
         link(r, "/escape_abs", "/etc/passwd");
         link(r, "/loop", "loop");
         let h = HostRoot::new(r);
-        assert_eq!(h.resolve("/lib/x86_64-linux-gnu/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
+        assert_eq!(
+            h.resolve("/lib/x86_64-linux-gnu/libx.so.1").unwrap(),
+            Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0")
+        );
         assert_eq!(h.resolve("/abs").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
         assert_eq!(h.resolve_parent("/abs").unwrap(), Path::new("/abs"));
         // The host's /etc/passwd must not be reached through either link: there is none in root.
@@ -422,7 +425,10 @@ mod tests {
             assert_eq!(h.resolve("/sys/up/sys/devices").unwrap(), Path::new("/sys/devices"));
             assert_eq!(h.resolve("/sys/up/etc/passwd").unwrap_err().kind(), io::ErrorKind::NotFound);
             assert!(h.resolve("/d/loop/x").unwrap_err().to_string().contains("too many levels"));
-            assert_eq!(h.resolve_parent("/sys/bus/pci/devices/0000:1b:00.0").unwrap(), Path::new("/sys/bus/pci/devices/0000:1b:00.0"));
+            assert_eq!(
+                h.resolve_parent("/sys/bus/pci/devices/0000:1b:00.0").unwrap(),
+                Path::new("/sys/bus/pci/devices/0000:1b:00.0")
+            );
         }
     }
 

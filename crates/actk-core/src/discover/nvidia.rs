@@ -19,7 +19,14 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
     if !host.exists(PROC) {
         let stray = super::generic::node_indexes(host, "/dev/nvidia{index}");
         if !stray.is_empty() {
-            warnings.add(host, PROC, format!("{} /dev/nvidiaN node(s) but no {PROC}: the nvidia driver is not loaded; GPUs skipped", stray.len()));
+            warnings.add(
+                host,
+                PROC,
+                format!(
+                    "{} /dev/nvidiaN node(s) but no {PROC}: the nvidia driver is not loaded; GPUs skipped",
+                    stray.len()
+                ),
+            );
         }
         return None;
     }
@@ -45,7 +52,8 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
     let mut keyed: Vec<(String, BTreeMap<String, String>)> = gpus
         .into_iter()
         .map(|(dir, info)| {
-            let bus = info.get("Bus Location").and_then(|b| normalize_pci(b)).or_else(|| normalize_pci(&dir)).unwrap_or(dir);
+            let bus =
+                info.get("Bus Location").and_then(|b| normalize_pci(b)).or_else(|| normalize_pci(&dir)).unwrap_or(dir);
             (bus, info)
         })
         .collect();
@@ -65,14 +73,30 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         match info.get("Device Minor").map(|m| m.parse::<u32>()) {
             Some(Ok(minor)) => {
                 dev.attributes.insert("minor".into(), minor.to_string());
-                let path = profile.devices.node.as_deref().unwrap_or("/dev/nvidia{index}").replace("{index}", &minor.to_string());
+                let path = profile
+                    .devices
+                    .node
+                    .as_deref()
+                    .unwrap_or("/dev/nvidia{index}")
+                    .replace("{index}", &minor.to_string());
                 match host.device_node(&path) {
                     Ok(n) if n.major == want_major && n.minor == minor => dev.nodes.push(n),
-                    Ok(n) => warnings.add(host, &path, format!("node is {}:{}, expected {want_major}:{minor} for GPU {bus}; not used", n.major, n.minor)),
+                    Ok(n) => warnings.add(
+                        host,
+                        &path,
+                        format!(
+                            "node is {}:{}, expected {want_major}:{minor} for GPU {bus}; not used",
+                            n.major, n.minor
+                        ),
+                    ),
                     Err(e) => warnings.add(host, &path, format!("device node of GPU {bus} unusable: {e}")),
                 }
             }
-            _ => warnings.add(host, format!("{PROC}/gpus/{bus}/information"), "no usable `Device Minor` line; GPU has no device node"),
+            _ => warnings.add(
+                host,
+                format!("{PROC}/gpus/{bus}/information"),
+                "no usable `Device Minor` line; GPU has no device node",
+            ),
         }
         let numa_path = format!("/sys/bus/pci/devices/{bus}/numa_node");
         match host.read_to_string(&numa_path) {
@@ -165,14 +189,20 @@ mod tests {
     fn gpus_in_pci_order_with_minor_nodes_and_numa() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        if !(node(r, "/dev/nvidia0", 195, 0) && node(r, "/dev/nvidia1", 195, 1) && node(r, "/dev/nvidiactl", 195, 255)) {
+        if !(node(r, "/dev/nvidia0", 195, 0) && node(r, "/dev/nvidia1", 195, 1) && node(r, "/dev/nvidiactl", 195, 255))
+        {
             return;
         }
         file(r, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue\n");
         // Minor 0 sits on the higher bus: index must follow the bus, not the minor.
         for (bus, minor, uuid) in [("0000:9d:00.0", 0, "GPU-b"), ("0000:1b:00.0", 1, "GPU-a")] {
-            file(r, &format!("/proc/driver/nvidia/gpus/{bus}/information"),
-                &format!("Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"));
+            file(
+                r,
+                &format!("/proc/driver/nvidia/gpus/{bus}/information"),
+                &format!(
+                    "Model: \t\t NVIDIA H100 80GB HBM3\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+                ),
+            );
         }
         file(r, "/sys/bus/pci/devices/0000:1b:00.0/numa_node", "0\n");
         file(r, "/sys/bus/pci/devices/0000:9d:00.0/numa_node", "-1\n");
@@ -183,9 +213,20 @@ mod tests {
         let summary: Vec<(u32, &str, &str, Option<u32>, &str)> = v
             .devices
             .iter()
-            .map(|d| (d.index, d.uuid.as_deref().unwrap(), d.pci_bus_id.as_deref().unwrap(), d.numa_node, d.nodes[0].path.as_str()))
+            .map(|d| {
+                (
+                    d.index,
+                    d.uuid.as_deref().unwrap(),
+                    d.pci_bus_id.as_deref().unwrap(),
+                    d.numa_node,
+                    d.nodes[0].path.as_str(),
+                )
+            })
             .collect();
-        assert_eq!(summary, [(0, "GPU-a", "0000:1b:00.0", Some(0), "/dev/nvidia1"), (1, "GPU-b", "0000:9d:00.0", None, "/dev/nvidia0")]);
+        assert_eq!(
+            summary,
+            [(0, "GPU-a", "0000:1b:00.0", Some(0), "/dev/nvidia1"), (1, "GPU-b", "0000:9d:00.0", None, "/dev/nvidia0")]
+        );
         assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/nvidiactl"]);
         assert_eq!(v.devices[0].model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
     }
@@ -195,7 +236,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
         file(r, "/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue\n");
-        file(r, "/proc/driver/nvidia/gpus/0000:18:00.0/information", "Model: X\nBus Location: 0000:18:00.0\nDevice Minor: 0\n");
+        file(
+            r,
+            "/proc/driver/nvidia/gpus/0000:18:00.0/information",
+            "Model: X\nBus Location: 0000:18:00.0\nDevice Minor: 0\n",
+        );
         let inv = super::super::discover(r, &crate::profile::builtin());
         let paths: Vec<_> = inv.warnings.iter().map(|w| w.path.clone()).collect();
         assert!(paths.contains(&r.join("dev/nvidia0")), "{paths:?}");

@@ -1,12 +1,12 @@
 //! `actk cdi`: generate CDI specs from discovery, list the qualified device names of the spec
 //! directories, validate spec files (CNCF container-device-interface SPEC.md).
 
-use actk_core::cdi::generate::{generate_all, GenerateOptions};
-use actk_core::cdi::validate::{validate_file, validate_spec, Format};
+use actk_core::cdi::generate::{GenerateOptions, generate_all};
+use actk_core::cdi::validate::{Format, validate_file, validate_spec};
 use actk_core::cdi::write::{to_text, write_spec, write_spec_in_dir};
 use actk_core::cdi::{DeviceNameStrategy, Registry};
 use actk_core::config::Config;
-use anyhow::{bail, Context};
+use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
 /// `actk cdi` subcommands.
@@ -124,7 +124,9 @@ fn output_kind(path: Option<&Path>) -> Output {
 fn ldcache_hook(arg: Option<&str>) -> anyhow::Result<Option<String>> {
     match arg {
         Some("none") => return Ok(None),
-        Some(p) if !p.starts_with('/') => bail!("--ldcache-hook {p}: must be an absolute path (engines run hooks by path) or `none`"),
+        Some(p) if !p.starts_with('/') => {
+            bail!("--ldcache-hook {p}: must be an absolute path (engines run hooks by path) or `none`")
+        }
         Some(p) => return Ok(Some(p.to_string())),
         None => {}
     }
@@ -135,7 +137,8 @@ fn ldcache_hook(arg: Option<&str>) -> anyhow::Result<Option<String>> {
             None => return Ok(None),
         },
     };
-    let executable = std::fs::metadata(&candidate).is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
+    let executable = std::fs::metadata(&candidate)
+        .is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0);
     Ok(if executable && candidate.is_absolute() { candidate.to_str().map(str::to_string) } else { None })
 }
 
@@ -213,12 +216,24 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
                 );
             }
             write_spec(&specs[0], &path, format)?;
-            println!("wrote {} ({}, {} devices, cdiVersion {})", path.display(), specs[0].kind, specs[0].devices.len(), specs[0].cdi_version);
+            println!(
+                "wrote {} ({}, {} devices, cdiVersion {})",
+                path.display(),
+                specs[0].kind,
+                specs[0].devices.len(),
+                specs[0].cdi_version
+            );
         }
         Output::Dir(dir) => {
             for spec in &specs {
                 let path = write_spec_in_dir(spec, &dir, format)?;
-                println!("wrote {} ({}, {} devices, cdiVersion {})", path.display(), spec.kind, spec.devices.len(), spec.cdi_version);
+                println!(
+                    "wrote {} ({}, {} devices, cdiVersion {})",
+                    path.display(),
+                    spec.kind,
+                    spec.devices.len(),
+                    spec.cdi_version
+                );
             }
         }
     }
@@ -241,7 +256,13 @@ fn validate(a: ValidateArgs) -> anyhow::Result<()> {
     let mut bad = 0;
     for file in &a.files {
         match validate_file(file) {
-            Ok(spec) => println!("{}: valid ({}, {} devices, cdiVersion {})", file.display(), spec.kind, spec.devices.len(), spec.cdi_version),
+            Ok(spec) => println!(
+                "{}: valid ({}, {} devices, cdiVersion {})",
+                file.display(),
+                spec.kind,
+                spec.devices.len(),
+                spec.cdi_version
+            ),
             Err(errors) => {
                 bad += 1;
                 for e in errors {

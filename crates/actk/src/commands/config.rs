@@ -19,7 +19,11 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         Command::Show => {
             let path = Config::path_from_env();
             let config = Config::load_default()?;
-            let source = if path.exists() { format!("{}", path.display()) } else { format!("{} (absent: defaults)", path.display()) };
+            let source = if path.exists() {
+                format!("{}", path.display())
+            } else {
+                format!("{} (absent: defaults)", path.display())
+            };
             print!("# effective actk configuration from {source}\n{}", config.to_toml());
         }
     }

@@ -67,7 +67,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             writeln!(s, "    {cap}:")?;
             for f in files {
                 let kind = format!("{:?}", f.kind).to_lowercase();
-                if f.host_path.ends_with(f.container_path.trim_start_matches('/')) && f.container_path.rsplit('/').next() == f.host_path.file_name().and_then(|n| n.to_str()) {
+                if f.host_path.ends_with(f.container_path.trim_start_matches('/'))
+                    && f.container_path.rsplit('/').next() == f.host_path.file_name().and_then(|n| n.to_str())
+                {
                     writeln!(s, "      {} [{kind}]", f.container_path)?;
                 } else {
                     writeln!(s, "      {} [{kind}] from {}", f.container_path, f.host_path.display())?;

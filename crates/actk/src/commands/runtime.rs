@@ -103,7 +103,10 @@ fn reload_hint(engine: Engine) -> &'static str {
 fn runtime_path(given: Option<&Path>) -> Result<PathBuf> {
     if let Some(p) = given {
         if !p.is_absolute() {
-            bail!("--path {} must be absolute: engines start the runtime from their own working directory", p.display());
+            bail!(
+                "--path {} must be absolute: engines start the runtime from their own working directory",
+                p.display()
+            );
         }
         return Ok(p.to_path_buf());
     }
@@ -119,7 +122,10 @@ fn runtime_path(given: Option<&Path>) -> Result<PathBuf> {
             return Ok(p);
         }
     }
-    bail!("actk-runtime not found next to {} nor on PATH={path}; give it with --path", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default())
+    bail!(
+        "actk-runtime not found next to {} nor on PATH={path}; give it with --path",
+        std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
+    )
 }
 
 fn backup_path(file: &Path) -> PathBuf {
@@ -138,8 +144,12 @@ struct Ops {
 
 fn ops(engine: Engine) -> Ops {
     match engine {
-        Engine::Docker => Ops { add: docker::add, remove: docker::remove, same: docker::same, is_empty: docker::is_empty },
-        Engine::Containerd => Ops { add: containerd::add, remove: containerd::remove, same: toml_same, is_empty: toml_is_empty },
+        Engine::Docker => {
+            Ops { add: docker::add, remove: docker::remove, same: docker::same, is_empty: docker::is_empty }
+        }
+        Engine::Containerd => {
+            Ops { add: containerd::add, remove: containerd::remove, same: toml_same, is_empty: toml_is_empty }
+        }
         Engine::Crio => Ops { add: crio::add, remove: crio::remove, same: toml_same, is_empty: toml_is_empty },
         Engine::Podman => Ops { add: podman::add, remove: podman::remove, same: toml_same, is_empty: toml_is_empty },
     }
@@ -167,7 +177,8 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
             println!("{} does not exist: nothing to remove", file.display());
             return Ok(());
         };
-        let edited = (ops.remove)(&current, &a.name, original.as_deref()).with_context(|| format!("in {}", file.display()))?;
+        let edited =
+            (ops.remove)(&current, &a.name, original.as_deref()).with_context(|| format!("in {}", file.display()))?;
         // Back to what the `.bak` holds (nothing else changed since configure, and no other
         // name registered by configure is left): the original bytes, formatting and all.
         let restored = original.as_ref().is_some_and(|o| (ops.same)(&edited, o));
@@ -195,7 +206,8 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
     let path = runtime_path(a.path.as_deref())?;
     let path_s = path.to_str().with_context(|| format!("--path {} is not UTF-8", path.display()))?;
     let entry = Entry { name: &a.name, path: path_s, set_as_default: a.set_as_default };
-    let edited = (ops.add)(current.as_deref().unwrap_or(""), &entry).with_context(|| format!("in {}", file.display()))?;
+    let edited =
+        (ops.add)(current.as_deref().unwrap_or(""), &entry).with_context(|| format!("in {}", file.display()))?;
     if a.dry_run {
         print!("{edited}");
         return Ok(());
@@ -238,8 +250,13 @@ fn write_atomic(file: &Path, text: &str) -> Result<()> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let perms = std::fs::metadata(file).ok().map(|m| m.permissions());
-    let mut tmp = tempfile::Builder::new().prefix(".actk-").tempfile_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
-    tmp.write_all(text.as_bytes()).and_then(|_| tmp.as_file().sync_all()).with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".actk-")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes())
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
     let perms = perms.unwrap_or_else(|| {
         use std::os::unix::fs::PermissionsExt;
         std::fs::Permissions::from_mode(0o644)

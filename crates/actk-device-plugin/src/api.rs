@@ -1,7 +1,7 @@
 //! The kubelet device plugin API v1beta1 (proto/v1beta1/api.proto, compiled by build.rs) and
 //! its constants (k8s.io/kubelet pkg/apis/deviceplugin/v1beta1 constants.go).
 
-#![allow(missing_docs, clippy::all)]
+#![allow(missing_docs, unused_qualifications, clippy::all)]
 
 tonic::include_proto!("v1beta1");
 

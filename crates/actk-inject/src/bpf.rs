@@ -18,6 +18,9 @@
 //! test loads, attaches and replaces programs on a cgroup of the unified mount (device programs
 //! apply there even on a hybrid host) and checks that access really changes.
 
+// Raw syscalls with no safe wrapper in rustix: each unsafe block says what it relies on.
+#![allow(unsafe_code)]
+
 use rustix::fd::{AsRawFd, OwnedFd};
 
 /// One device cgroup rule (OCI `LinuxDeviceCgroup`).

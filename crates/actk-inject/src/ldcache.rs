@@ -15,6 +15,9 @@
 //! An image without /etc/ld.so.conf has no glibc loader configuration (busybox, musl): then
 //! nothing is written or run.
 
+// Raw syscalls with no safe wrapper in rustix: each unsafe block says what it relies on.
+#![allow(unsafe_code)]
+
 use crate::env::minimal_env;
 use crate::error::{InjectError, Result};
 use crate::root::ContainerRoot;

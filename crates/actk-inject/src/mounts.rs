@@ -9,6 +9,9 @@
 //!    onto its target fd. No path is resolved after the fds exist, so swapping a symlink in the
 //!    image after step 2 changes nothing.
 
+// Raw syscalls with no safe wrapper in rustix: each unsafe block says what it relies on.
+#![allow(unsafe_code)]
+
 use crate::error::{InjectError, Result};
 use crate::root::{ContainerRoot, TargetKind};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -121,7 +124,7 @@ impl PreparedMount {
                 c"".as_ptr(),
                 (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
                 &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
+                size_of::<MountAttr>(),
             )
         };
         if rc != 0 {

@@ -134,9 +134,16 @@ pub fn cache_dir() -> PathBuf {
     d
 }
 
-/// Run `f` while holding an exclusive `flock` on `<cache_dir>/<name>.lock`.
+/// Run `f` while holding an exclusive `flock` on `<cache_dir>/<name>.lock` (a resource of this
+/// checkout's target dir, such as a cached rootfs).
 pub fn with_lock<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     with_lock_at(&cache_dir().join(format!("{name}.lock")), f)
+}
+
+/// The lock file guarding a resource of the whole machine (`/var/run/cdi`, daemon.json):
+/// `/run/lock/actk-e2e-<name>.lock`, shared by every checkout and worktree that runs tests here.
+pub fn machine_lock_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/lock/actk-e2e-{name}.lock"))
 }
 
 /// Run `f` while holding an exclusive `flock` on the file `lock` (created if absent).

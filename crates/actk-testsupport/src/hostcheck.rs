@@ -239,8 +239,7 @@ pub fn daemon_json() -> BTreeMap<String, usize> {
     out
 }
 
-/// Holds an exclusive flock on `<cache_dir>/<name>.lock` (the file [`engines::with_lock`] uses)
-/// until dropped.
+/// Holds an exclusive flock on a lock file (those of [`engines::machine_lock_path`]) until dropped.
 struct HeldLock(fs::File);
 
 impl HeldLock {
@@ -268,7 +267,7 @@ pub fn snapshot(cdi_lock_held: bool) -> Result<Snapshot> {
     let cdi = if cdi_lock_held {
         files(CDI_DIRS)
     } else {
-        let _l = HeldLock::take(&engines::cache_dir().join("var-run-cdi.lock"))?;
+        let _l = HeldLock::take(&engines::machine_lock_path("var-run-cdi"))?;
         files(CDI_DIRS)
     };
     let daemon = {
@@ -344,7 +343,7 @@ impl HostGuard {
 
     /// Like [`HostGuard::new`], holding the `var-run-cdi` lock until the guard is finished.
     pub fn exclusive_cdi(name: &str) -> Result<HostGuard> {
-        let lock = HeldLock::take(&engines::cache_dir().join("var-run-cdi.lock"))?;
+        let lock = HeldLock::take(&engines::machine_lock_path("var-run-cdi"))?;
         Ok(HostGuard {
             name: name.to_string(),
             before: snapshot(true)?,

@@ -10,8 +10,8 @@
 //! touching nothing else in the directory.
 
 use actk_testsupport::engines::{
-    bin, expect_success, podman, podman_busybox_image, podman_glibc_image, require_root, text, unique_name, which,
-    with_lock,
+    bin, expect_success, machine_lock_path, podman, podman_busybox_image, podman_glibc_image, require_root, text,
+    unique_name, which, with_lock_at,
 };
 use actk_testsupport::fixture;
 use anyhow::Result;
@@ -65,7 +65,7 @@ fn podman_image_with_generated_spec(
     image: &str,
     script: &str,
 ) -> Result<String> {
-    with_lock("var-run-cdi", || {
+    with_lock_at(&machine_lock_path("var-run-cdi"), || {
         remove_stale_specs();
         std::fs::create_dir_all(SPEC_DIR)?;
         let spec =

@@ -318,7 +318,7 @@ fn symlink_swapped_while_the_hook_runs() {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     // Swap the real directory for a symlink to the host sentinel and back.
                     let _ = std::fs::remove_file(&link);
-                    let _ = symlink(if n % 2 == 0 { sent.as_path() } else { Path::new("/") }, &link);
+                    let _ = symlink(if n.is_multiple_of(2) { sent.as_path() } else { Path::new("/") }, &link);
                     let _ = std::fs::rename(&dir, &aside);
                     let _ = std::fs::rename(&link, &dir);
                     std::thread::yield_now();

@@ -136,7 +136,7 @@ fn backup_path(file: &Path) -> PathBuf {
 
 /// The engine module's functions.
 struct Ops {
-    add: fn(&str, &Entry) -> Result<String>,
+    add: fn(&str, &Entry<'_>) -> Result<String>,
     remove: fn(&str, &str, Option<&str>) -> Result<String>,
     same: fn(&str, &str) -> bool,
     is_empty: fn(&str) -> bool,

@@ -18,7 +18,7 @@ fn plugin(doc: &DocumentMut) -> &'static str {
 }
 
 /// config.toml with the runtime added (or updated).
-pub fn add(text: &str, e: &Entry) -> Result<String> {
+pub fn add(text: &str, e: &Entry<'_>) -> Result<String> {
     let mut doc = parse(text)?;
     if doc.as_table().is_empty() {
         doc.insert("version", value(2));

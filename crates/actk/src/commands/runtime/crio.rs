@@ -9,7 +9,7 @@ use anyhow::Result;
 use toml_edit::value;
 
 /// The drop-in with the runtime added (or updated).
-pub fn add(text: &str, e: &Entry) -> Result<String> {
+pub fn add(text: &str, e: &Entry<'_>) -> Result<String> {
     let mut doc = parse(text)?;
     let rt = table_at(&mut doc, &["crio", "runtime", "runtimes", e.name])?;
     rt.set_implicit(false);

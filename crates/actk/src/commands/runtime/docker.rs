@@ -52,7 +52,7 @@ fn render(m: &Map<String, Value>, like: &str) -> Result<String> {
 
 /// daemon.json with runtime `e.name` added (or its path updated) and, with `set_as_default`,
 /// `default-runtime` set. Errors: not JSON, not an object, `runtimes` not an object.
-pub fn add(text: &str, e: &Entry) -> Result<String> {
+pub fn add(text: &str, e: &Entry<'_>) -> Result<String> {
     let mut m = parse(text)?;
     let runtimes = m.entry("runtimes").or_insert_with(|| Value::Object(Map::new()));
     let Some(r) = runtimes.as_object_mut() else { bail!("\"runtimes\" is {}, expected an object", kind(runtimes)) };

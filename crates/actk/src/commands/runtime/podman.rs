@@ -8,7 +8,7 @@ use anyhow::Result;
 use toml_edit::{Array, value};
 
 /// containers.conf with the runtime added (or updated).
-pub fn add(text: &str, e: &Entry) -> Result<String> {
+pub fn add(text: &str, e: &Entry<'_>) -> Result<String> {
     let mut doc = parse(text)?;
     let rts = table_at(&mut doc, &["engine", "runtimes"])?;
     rts.set_implicit(false);

@@ -149,8 +149,12 @@ fn main() {
     // In-process: the answer itself, on the same node, with the same strategies.
     let profiles_all = actk_core::profile::load(Some(&profiles)).expect("bench profile loads");
     let inv = actk_core::discover::discover(&root, &profiles_all);
-    let res =
-        actk_device_plugin::resources::build(&inv, &profiles_all, actk_device_plugin::config::DeviceIds::Index, None);
+    let res = actk_device_plugin::resources::build(
+        &inv,
+        &profiles_all,
+        actk_device_plugin::resources::DeviceIds::Index,
+        None,
+    );
     let res = res.into_iter().find(|r| r.name == "example.com/npu").expect("the npu resource");
     let opts = actk_device_plugin::allocate::AllocateOptions {
         strategies: "cdi-cri,cdi-annotations,envvar,device-specs".split(',').map(|s| s.parse().unwrap()).collect(),

@@ -8,6 +8,7 @@
 //! then the file's, then the default.
 
 use crate::allocate::Strategy;
+use crate::resources::DeviceIds;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,29 +20,6 @@ pub const DEFAULT_CONFIG: &str = "/etc/actk/device-plugin.toml";
 /// Poll interval of the health loop when none is configured: well under the 2 s within which a
 /// failed device must show as Unhealthy.
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 500;
-
-/// How kubelet device IDs are formed for whole devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DeviceIds {
-    /// The device's UUID or serial when it has one (stable across reboots, as the kubelet's
-    /// checkpoint needs), else its index.
-    #[default]
-    Uuid,
-    /// The index as the vendor tools number devices (`0`, `1`, ...).
-    Index,
-}
-
-impl std::str::FromStr for DeviceIds {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "uuid" => Ok(DeviceIds::Uuid),
-            "index" => Ok(DeviceIds::Index),
-            other => Err(format!("unknown device id scheme {other:?}: use uuid or index")),
-        }
-    }
-}
 
 /// The config file's shape. Every key is optional; unknown keys are errors naming the key.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]

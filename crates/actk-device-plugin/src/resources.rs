@@ -9,9 +9,32 @@
 //!   devices that report a core count: the ID is the global core number as the Neuron runtime
 //!   counts in NEURON_RT_VISIBLE_CORES (device 0's cores first), e.g. `5`.
 
-use crate::config::DeviceIds;
 use actk_core::inventory::{Inventory, VendorInventory};
 use actk_core::profile::Profile;
+use serde::Deserialize;
+
+/// How kubelet device IDs are formed for whole devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceIds {
+    /// The device's UUID or serial when it has one (stable across reboots, as the kubelet's
+    /// checkpoint needs), else its index.
+    #[default]
+    Uuid,
+    /// The index as the vendor tools number devices (`0`, `1`, ...).
+    Index,
+}
+
+impl std::str::FromStr for DeviceIds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uuid" => Ok(DeviceIds::Uuid),
+            "index" => Ok(DeviceIds::Index),
+            other => Err(format!("unknown device id scheme {other:?}: use uuid or index")),
+        }
+    }
+}
 
 /// Longest device ID the kubelet accepts (api.proto `Device.ID`).
 pub const MAX_ID_LEN: usize = 63;

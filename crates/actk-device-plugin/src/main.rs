@@ -20,7 +20,7 @@ use std::time::Duration;
 #[derive(Debug, Parser)]
 #[command(
     name = "actk-device-plugin",
-    version,
+    version = actk_version::LONG,
     about = "Kubernetes device plugin for every accelerator vendor actk knows"
 )]
 struct Cli {

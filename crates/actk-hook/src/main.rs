@@ -42,6 +42,10 @@ fn run(args: &[String]) -> Result<()> {
         "prestart" | "createRuntime" | "createContainer" => prestart::run(cmd, &rest),
         "poststart" | "poststop" | "startContainer" => Ok(()),
         "update-ldcache" => update_ldcache::run(&rest),
+        "--version" | "version" => {
+            println!("{}", actk_version::line("actk-hook"));
+            Ok(())
+        }
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

@@ -28,6 +28,11 @@ fn main() {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let rest = argv.get(1..).unwrap_or_default().to_vec();
     let inv = args::parse(&rest);
+    // `--version` / `-v` as the only argument: our line first, then the low-level runtime's own
+    // (exec'd below with the arguments unchanged), as nvidia-container-runtime does.
+    if inv.subcommand.is_none() && matches!(rest.as_slice(), [a] if a == "--version" || a == "-v") {
+        println!("{}", actk_version::line("actk-runtime"));
+    }
     let err = match run(&rest, &inv) {
         // `run` only returns on failure: success replaces this process.
         Ok(never) => match never {},

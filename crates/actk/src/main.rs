@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 /// actk: one toolkit to give containers the host's accelerators (NVIDIA, AWS Neuron, AMD,
 /// Intel Gaudi, DRM accel) through CDI, an OCI runtime shim, an OCI hook and a device plugin.
 #[derive(Parser, Debug)]
-#[command(name = "actk", version, about, long_about = None)]
+#[command(name = "actk", version = actk_version::LONG, about, long_about = None)]
 struct Cli {
     /// Log level (error, warn, info, debug, trace); also ACTK_LOG.
     #[arg(long, global = true, env = "ACTK_LOG", default_value = "warn")]

@@ -1,0 +1,36 @@
+//! Records the git commit the binaries are built from (`ACTK_GIT_COMMIT`), and asks Cargo to
+//! rebuild this small crate, and only it, when HEAD moves. Outside a git checkout (a source
+//! tarball) or without git, the commit is `unknown`; `ACTK_GIT_COMMIT` in the build environment
+//! (image builds from an exported tree) wins.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string()).filter(|s| !s.is_empty())
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=ACTK_GIT_COMMIT");
+    let commit = std::env::var("ACTK_GIT_COMMIT").ok().filter(|s| !s.is_empty()).or_else(|| {
+        let head = git(&["rev-parse", "--short=12", "HEAD"])?;
+        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
+        Some(if dirty { format!("{head}-dirty") } else { head })
+    });
+    // HEAD, the ref it names and packed-refs: a commit or checkout changes one of them. In a
+    // worktree, HEAD lives in the worktree's git dir and refs in the common dir.
+    if let (Some(dir), Some(common)) = (git(&["rev-parse", "--git-dir"]), git(&["rev-parse", "--git-common-dir"])) {
+        let (dir, common) = (PathBuf::from(dir), PathBuf::from(common));
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        println!("cargo:rerun-if-changed={}", dir.join("index").display());
+        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", common.join(r).display());
+        }
+    }
+    println!("cargo:rustc-env=ACTK_GIT_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));
+}

@@ -38,6 +38,8 @@ verify: build
 	scripts/verify.sh
 
 # The house style and lints (rustfmt.toml, [workspace.lints]); CI runs this before `make test`.
+# check-shim-deps: actk-runtime and actk-hook link nothing only the CLI needs (docs/architecture.md, "Build").
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	scripts/check-shim-deps.sh

@@ -12,7 +12,7 @@
 //!
 //! Cases per property: `PROPTEST_CASES` (default 256); counts go to `$ACTK_VERIFY_COUNTS`.
 
-use actk_core::cdi::validate::{parse_value, spec_from_value};
+use actk_core::cdi::validate::{parse_value, spec_from_value, validate_value};
 use actk_core::cdi::write::to_text;
 use actk_core::cdi::{CdiError, Format, Kind, QualifiedName};
 use proptest::prelude::*;
@@ -98,7 +98,7 @@ fn errors_name_file(errors: &[CdiError], file: &Path) -> Result<(), TestCaseErro
 /// Parse + validate, as `actk cdi validate` does (with the schema) or the registry (without).
 fn read(text: &str, file: &Path, format: Option<Format>, schema: bool) -> Result<actk_core::cdi::Spec, Vec<CdiError>> {
     let v = parse_value(text, file, format).map_err(|e| vec![e])?;
-    spec_from_value(v, Some(file), schema)
+    if schema { validate_value(v, Some(file)) } else { spec_from_value(v, Some(file)) }
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn arbitrary_text_as_json_or_yaml_never_panics_and_errors_name_the_file() {
 fn mutated_valid_specs_are_accepted_or_rejected_naming_file_and_field() {
     let base = good();
     let file = Path::new("/var/run/cdi/nvidia.com-gpu.json");
-    if let Err(e) = spec_from_value(base.clone(), Some(file), true) {
+    if let Err(e) = validate_value(base.clone(), Some(file)) {
         panic!("the base spec must be valid: {e:?}");
     }
     let mut ptrs = Vec::new();

@@ -90,7 +90,7 @@ impl Registry {
                 .collect();
             files.sort();
             for file in files {
-                match read_spec_file(&file, false) {
+                match read_spec_file(&file) {
                     Ok(spec) => reg.add(spec, file, priority),
                     Err(errors) => reg.errors.push(SpecFileError { path: file, errors }),
                 }

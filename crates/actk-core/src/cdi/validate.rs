@@ -20,7 +20,6 @@ use super::version::check_declared;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 /// The CDI JSON schema (top level), from cncf-tags/container-device-interface schema/.
 pub const SCHEMA_JSON: &str = include_str!("../../schema/schema.json");
@@ -65,16 +64,25 @@ pub fn parse_value(text: &str, file: &Path, format: Option<Format>) -> Result<Va
             format: "JSON",
             message: e.to_string(),
         }),
+        #[cfg(feature = "yaml")]
         Format::Yaml => serde_saphyr::from_str(text).map_err(|e| CdiError::Parse {
             file: file.to_path_buf(),
             format: "YAML",
             message: e.to_string(),
         }),
+        #[cfg(not(feature = "yaml"))]
+        Format::Yaml => Err(CdiError::Parse { file: file.to_path_buf(), format: "YAML", message: NO_YAML.into() }),
     }
 }
 
+/// Why a binary built without the `yaml` feature (actk-runtime, actk-hook) rejects a YAML spec.
+#[cfg(not(feature = "yaml"))]
+pub const NO_YAML: &str = "this binary reads JSON spec files only (YAML support is linked into `actk`, not into \
+    the per-container binaries); write the spec as JSON (`actk cdi generate` writes JSON by default)";
+
+#[cfg(feature = "schema")]
 fn validator() -> Option<&'static jsonschema::Validator> {
-    static VALIDATOR: OnceLock<Option<jsonschema::Validator>> = OnceLock::new();
+    static VALIDATOR: std::sync::OnceLock<Option<jsonschema::Validator>> = std::sync::OnceLock::new();
     VALIDATOR
         .get_or_init(|| {
             // Both documents are embedded and checked by a unit test; a failure here is a build
@@ -97,7 +105,8 @@ fn validator() -> Option<&'static jsonschema::Validator> {
         .as_ref()
 }
 
-/// Errors of the JSON schema for a document (empty when it conforms).
+/// Errors of the JSON schema for a document (empty when it conforms). Feature `schema`.
+#[cfg(feature = "schema")]
 pub fn schema_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError> {
     let Some(v) = validator() else {
         return vec![invalid(file, "", "the embedded CDI JSON schema could not be built (a defect in actk)")];
@@ -285,38 +294,58 @@ pub fn rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
     out
 }
 
-/// Turns a JSON value into a [`Spec`], checking fields first so errors carry pointers.
-/// With `schema`, the JSON schema is checked too (the `actk cdi validate` path); without it
-/// only fields and SPEC.md rules (the fast path of the registry and the runtime shim).
-pub fn spec_from_value(value: Value, file: Option<&Path>, schema: bool) -> Result<Spec, Vec<CdiError>> {
-    let mut errors = if schema { schema_errors(&value, file) } else { Vec::new() };
-    errors.extend(unknown_field_errors(&value, file));
+/// Turns a JSON value into a [`Spec`], checking fields first so errors carry pointers, then
+/// SPEC.md's rules. No JSON schema: this is the fast path of the registry, which actk-runtime
+/// and actk-hook load on container starts; [`validate_value`] (feature `schema`) adds the schema.
+pub fn spec_from_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
+    let errors = unknown_field_errors(&value, file);
     if !errors.is_empty() {
         return Err(errors);
     }
+    typed_spec(value, file)
+}
+
+fn typed_spec(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
     let spec: Spec = serde_json::from_value(value).map_err(|e| vec![invalid(file, "", e.to_string())])?;
     let errors = rule_errors(&spec, file);
     if errors.is_empty() { Ok(spec) } else { Err(errors) }
 }
 
-/// Reads, parses and validates one spec file (format from the extension, else sniffed).
-/// `schema`: also check the JSON schema. Errors name the file and the JSON pointer.
-pub fn read_spec_file(path: &Path, schema: bool) -> Result<Spec, Vec<CdiError>> {
+/// [`spec_from_value`] plus the CDI JSON schema (the `actk cdi validate` path). Feature `schema`.
+#[cfg(feature = "schema")]
+pub fn validate_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
+    let mut errors = schema_errors(&value, file);
+    errors.extend(unknown_field_errors(&value, file));
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    typed_spec(value, file)
+}
+
+/// Reads, parses and checks one spec file (format from the extension, else sniffed), without
+/// the JSON schema (see [`spec_from_value`]). Errors name the file and the JSON pointer.
+pub fn read_spec_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
+    spec_from_value(read_value(path)?, Some(path))
+}
+
+fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
     let text =
         std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
-    let value = parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])?;
-    spec_from_value(value, Some(path), schema)
+    parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])
 }
 
 /// Validates a spec file fully: schema, fields and SPEC.md rules (`actk cdi validate`).
+/// Feature `schema`.
+#[cfg(feature = "schema")]
 pub fn validate_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
-    read_spec_file(path, true)
+    validate_value(read_value(path)?, Some(path))
 }
 
-/// Validates an in-memory spec (as generated) against the schema and the rules.
+/// Validates an in-memory spec (as generated) against the schema and the rules. Feature `schema`.
+#[cfg(feature = "schema")]
 pub fn validate_spec(spec: &Spec) -> Result<(), Vec<CdiError>> {
     let value = serde_json::to_value(spec).map_err(|e| vec![invalid(None, "", e.to_string())])?;
-    spec_from_value(value, None, true).map(|_| ())
+    validate_value(value, None).map(|_| ())
 }
 
 /// A file path for messages when a spec has none.
@@ -343,7 +372,7 @@ mod tests {
     }
 
     fn errors_of(v: Value) -> Vec<String> {
-        match spec_from_value(v, Some(Path::new("/etc/cdi/x.json")), true) {
+        match validate_value(v, Some(Path::new("/etc/cdi/x.json"))) {
             Ok(_) => vec![],
             Err(e) => e.iter().map(|e| e.to_string()).collect(),
         }
@@ -446,9 +475,8 @@ mod tests {
     fn yaml_and_json_parse_to_the_same_spec() {
         let json_text = serde_json::to_string_pretty(&good()).unwrap();
         let yaml_text = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: \"0\"\n    containerEdits:\n      deviceNodes:\n        - path: /dev/nvidia0\n          type: c\n          major: 195\n          minor: 0\ncontainerEdits:\n  env: [\"A=b\"]\n  mounts:\n    - hostPath: /usr/lib/libcuda.so.1\n      containerPath: /usr/lib/libcuda.so.1\n      options: [ro, bind]\n  hooks:\n    - hookName: createContainer\n      path: /usr/bin/hook\n      env: [\"PATH=/bin\"]\n";
-        let a = spec_from_value(parse_value(&json_text, Path::new("a.json"), None).unwrap(), None, true).unwrap();
-        let b = spec_from_value(parse_value(yaml_text, Path::new("a.yaml"), Some(Format::Yaml)).unwrap(), None, true)
-            .unwrap();
+        let a = validate_value(parse_value(&json_text, Path::new("a.json"), None).unwrap(), None).unwrap();
+        let b = validate_value(parse_value(yaml_text, Path::new("a.yaml"), Some(Format::Yaml)).unwrap(), None).unwrap();
         assert_eq!(a, b);
         let err = parse_value("{\"kind\": ", Path::new("/x/bad.json"), None).unwrap_err().to_string();
         assert!(err.starts_with("/x/bad.json: cannot parse CDI spec as JSON") && err.contains("line 1"), "{err}");

@@ -245,10 +245,11 @@ fn lock_dir(file: &Path) -> Result<Option<std::fs::File>> {
 }
 
 /// Writes `text` to `file` atomically (temporary file in the same directory, fsync, rename),
-/// keeping the old file's permissions; creates the directory when missing.
+/// keeping the old file's permissions; creates the directory when missing (0755 under any
+/// umask: engines reading it as another user, rootless podman, must be able to).
 fn write_atomic(file: &Path, text: &str) -> Result<()> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    actk_core::cdi::write::create_dirs_0755(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let perms = std::fs::metadata(file).ok().map(|m| m.permissions());
     let mut tmp = tempfile::Builder::new()
         .prefix(".actk-")

@@ -1,6 +1,23 @@
 //! `actk`: the command-line tool. One file per subcommand under `commands/`, each thin over
 //! actk-core.
 
+/// `print!` to stdout that returns the write error instead of panicking: with `?`, a closed
+/// pipe (`actk list | head -1`) ends the command, and [`main`] ends it quietly.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// `println!` counterpart of [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
 mod commands;
 
 use clap::{Parser, Subcommand};
@@ -48,9 +65,21 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader went away (`actk list | head -1`): what it wanted was written; say nothing,
+        // as ls or grep end on SIGPIPE without a word.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("actk: error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Whether an error comes from writing to a closed pipe (an io error, or serde_json's wrapping of one).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind) == Some(BrokenPipe)
+    })
 }

@@ -261,3 +261,54 @@ fn config_file_gives_root_and_spec_dirs() {
         "{names}"
     );
 }
+
+/// Issue 13 item 4: `actk cdi generate --root <relative path>` resolves the root against the
+/// working directory (the spec names absolute host paths and validates), instead of refusing
+/// its own output as "a defect in actk".
+#[test]
+fn item4_relative_root_is_resolved_against_the_working_directory() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let parent = f.root.parent().unwrap();
+    let rel = f.root.file_name().unwrap().to_str().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("gpu.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_actk"))
+        .args(["cdi", "generate", "--ldcache-hook", "none", "--root", rel, "--output", file.to_str().unwrap()])
+        .current_dir(parent)
+        .env("ACTK_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let node = &spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+    assert_eq!(node["hostPath"], format!("{}/dev/nvidia0", f.root.display()), "{node}");
+    for m in spec["containerEdits"]["mounts"].as_array().unwrap() {
+        assert!(m["hostPath"].as_str().unwrap().starts_with(&format!("{}/", f.root.display())), "{m}");
+    }
+    let v = actk(&["cdi", "validate", file.to_str().unwrap()]);
+    assert!(v.status.success(), "{}", stderr(&v));
+}
+
+/// Issue 13 item 4: under `umask 077` the spec directories `actk cdi generate` creates are 0755
+/// (and the spec 0644), so an engine reading them as another user (rootless podman) can.
+#[test]
+fn item4_spec_directories_are_0755_under_umask_077() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("run/cdi");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077 && exec \"$0\" cdi generate --ldcache-hook none --root \"$1\" --output \"$2\"")
+        .arg(env!("CARGO_BIN_EXE_actk"))
+        .arg(&f.root)
+        .arg(&dir)
+        .env("ACTK_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&out.path().join("run")), 0o755, "parent created by actk");
+    assert_eq!(mode(&dir), 0o755, "spec directory");
+    assert_eq!(mode(&dir.join("nvidia.com-gpu.json")), 0o644, "spec file");
+}

@@ -137,3 +137,34 @@ fn info_shows_driver_kinds_and_what_a_request_injects() {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
 }
+
+/// Issue 13 item 8: output into a pipe whose reader is gone (`actk list | head -1`) ends the
+/// command quietly, as `ls | head -1` does: exit 0 and nothing on stderr, for every command that
+/// prints (the read end is closed before actk starts, so every write meets a broken pipe).
+#[test]
+fn item8_broken_pipe_ends_quietly_for_every_printing_command() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let root = f.root.to_string_lossy().into_owned();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["list", "--root", &root],
+        vec!["list", "--json", "--root", &root],
+        vec!["info", "--root", &root],
+        vec!["cdi", "generate", "--ldcache-hook", "none", "--root", &root],
+        vec!["config", "default"],
+        vec!["--help"],
+    ];
+    for args in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("actk"))
+            .args(&args)
+            .env("ACTK_PROFILES_DIR", "/nonexistent/actk-profiles.d")
+            .env_remove("ACTK_ROOT")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.is_empty(), "actk {args:?} | (closed pipe): {}\n{err}", out.status);
+    }
+}

@@ -36,7 +36,8 @@ pub fn to_text(spec: &Spec, format: Format) -> Result<String, CdiError> {
     Ok(text)
 }
 
-/// Writes `spec` to exactly `path` (parent directories are created, mode 0755), atomically,
+/// Writes `spec` to exactly `path` (missing parent directories are created with mode 0755 under
+/// any umask, [`create_dirs_0755`]), atomically,
 /// with mode 0644. Errors: [`CdiError::Io`] naming the file or directory.
 pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<(), CdiError> {
     let text = to_text(spec, format)?;
@@ -48,7 +49,7 @@ pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<(), CdiErr
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    create_dirs_0755(&dir).map_err(io(&dir))?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "spec".into());
     // A name engines skip (no .json/.yaml suffix), unique per process and attempt.
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), unique()));
@@ -69,6 +70,31 @@ pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<(), CdiErr
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Creates `dir` and its missing parents with mode 0755 whatever the umask (under `umask 077`
+/// `create_dir_all` would make them 0700, and engines that read specs as another user, rootless
+/// podman, could not list them). Directories that already exist keep their mode.
+pub fn create_dirs_0755(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut missing = Vec::new();
+    let mut cur = Some(dir);
+    while let Some(d) = cur.filter(|d| !d.as_os_str().is_empty()) {
+        if d.is_dir() {
+            break;
+        }
+        missing.push(d);
+        cur = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(0o755).create(d) {
+            Ok(()) => std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?,
+            // Made by a concurrent writer in the meantime: theirs, keep it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Writes `spec` into directory `dir` under [`default_file_name`]; returns the file's path.

@@ -51,9 +51,13 @@ impl Clone for HostRoot {
 }
 
 impl HostRoot {
-    /// A host root at `root` (not checked here; a missing root simply has no devices).
+    /// A host root at `root` (not checked here; a missing root simply has no devices). A
+    /// relative `root` (`actk cdi generate --root fixture`) is made absolute against the working
+    /// directory, so every host path discovery reports (and a CDI spec's `hostPath`) is absolute.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        HostRoot { root: root.into(), dirs: Mutex::new(HashMap::new()) }
+        let root: PathBuf = root.into();
+        let root = if root.is_absolute() { root } else { std::path::absolute(&root).unwrap_or(root) };
+        HostRoot { root, dirs: Mutex::new(HashMap::new()) }
     }
 
     /// The root directory itself.
@@ -251,6 +255,7 @@ impl Warnings {
 /// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
 pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
     let host = HostRoot::new(root);
+    let root = host.root();
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {

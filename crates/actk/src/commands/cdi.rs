@@ -200,9 +200,9 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
         Output::Stdout => {
             for (i, spec) in specs.iter().enumerate() {
                 if format == Format::Yaml && i > 0 {
-                    println!("---");
+                    outln!("---")?;
                 }
-                print!("{}", to_text(spec, format)?);
+                out!("{}", to_text(spec, format)?)?;
             }
         }
         Output::File(path) => {
@@ -216,24 +216,24 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
                 );
             }
             write_spec(&specs[0], &path, format)?;
-            println!(
+            outln!(
                 "wrote {} ({}, {} devices, cdiVersion {})",
                 path.display(),
                 specs[0].kind,
                 specs[0].devices.len(),
                 specs[0].cdi_version
-            );
+            )?;
         }
         Output::Dir(dir) => {
             for spec in &specs {
                 let path = write_spec_in_dir(spec, &dir, format)?;
-                println!(
+                outln!(
                     "wrote {} ({}, {} devices, cdiVersion {})",
                     path.display(),
                     spec.kind,
                     spec.devices.len(),
                     spec.cdi_version
-                );
+                )?;
             }
         }
     }
@@ -247,7 +247,7 @@ fn list(a: ListArgs) -> anyhow::Result<()> {
         eprintln!("actk: warning: skipped {}: {e}", e.path.display());
     }
     for name in registry.device_names() {
-        println!("{name}");
+        outln!("{name}")?;
     }
     Ok(())
 }
@@ -256,13 +256,13 @@ fn validate(a: ValidateArgs) -> anyhow::Result<()> {
     let mut bad = 0;
     for file in &a.files {
         match validate_file(file) {
-            Ok(spec) => println!(
+            Ok(spec) => outln!(
                 "{}: valid ({}, {} devices, cdiVersion {})",
                 file.display(),
                 spec.kind,
                 spec.devices.len(),
                 spec.cdi_version
-            ),
+            )?,
             Err(errors) => {
                 bad += 1;
                 for e in errors {

@@ -15,7 +15,7 @@ pub enum Command {
 /// Runs an `actk config` subcommand. Errors: a config file that cannot be read or parsed (`show`).
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Default => print!("{}", default_toml()),
+        Command::Default => out!("{}", default_toml())?,
         Command::Show => {
             let path = Config::path_from_env();
             let config = Config::load_default()?;
@@ -24,7 +24,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             } else {
                 format!("{} (absent: defaults)", path.display())
             };
-            print!("# effective actk configuration from {source}\n{}", config.to_toml());
+            out!("# effective actk configuration from {source}\n{}", config.to_toml())?;
         }
     }
     Ok(())

@@ -84,6 +84,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             writeln!(s, "    {}={}{id}: {nodes}", v.kind, d.index)?;
         }
     }
-    print!("{s}");
+    out!("{s}")?;
     Ok(())
 }

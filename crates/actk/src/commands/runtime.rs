@@ -174,7 +174,7 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
 
     if a.remove {
         let Some(current) = current else {
-            println!("{} does not exist: nothing to remove", file.display());
+            outln!("{} does not exist: nothing to remove", file.display())?;
             return Ok(());
         };
         let edited =
@@ -189,7 +189,7 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
             None => Some(edited),
         };
         if a.dry_run {
-            print!("{}", result.as_deref().unwrap_or(""));
+            out!("{}", result.as_deref().unwrap_or(""))?;
             return Ok(());
         }
         match result {
@@ -199,7 +199,7 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
         if restored {
             let _ = std::fs::remove_file(&bak);
         }
-        println!("removed runtime {} from {}; {}", a.name, file.display(), reload_hint(a.runtime));
+        outln!("removed runtime {} from {}; {}", a.name, file.display(), reload_hint(a.runtime))?;
         return Ok(());
     }
 
@@ -209,7 +209,7 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
     let edited =
         (ops.add)(current.as_deref().unwrap_or(""), &entry).with_context(|| format!("in {}", file.display()))?;
     if a.dry_run {
-        print!("{edited}");
+        out!("{edited}")?;
         return Ok(());
     }
     if let Some(cur) = &current
@@ -218,14 +218,14 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
         std::fs::write(&bak, cur).with_context(|| format!("cannot write the backup {}", bak.display()))?;
     }
     write_atomic(&file, &edited)?;
-    println!(
+    outln!(
         "registered runtime {} = {} in {}{}; {}",
         a.name,
         path_s,
         file.display(),
         if a.set_as_default { " (default runtime)" } else { "" },
         reload_hint(a.runtime)
-    );
+    )?;
     Ok(())
 }
 
@@ -245,10 +245,11 @@ fn lock_dir(file: &Path) -> Result<Option<std::fs::File>> {
 }
 
 /// Writes `text` to `file` atomically (temporary file in the same directory, fsync, rename),
-/// keeping the old file's permissions; creates the directory when missing.
+/// keeping the old file's permissions; creates the directory when missing (0755 under any
+/// umask: engines reading it as another user, rootless podman, must be able to).
 fn write_atomic(file: &Path, text: &str) -> Result<()> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    actk_core::cdi::write::create_dirs_0755(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let perms = std::fs::metadata(file).ok().map(|m| m.permissions());
     let mut tmp = tempfile::Builder::new()
         .prefix(".actk-")

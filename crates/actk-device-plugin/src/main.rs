@@ -63,6 +63,10 @@ struct Cli {
     /// Refuse GetPreferredAllocation sizes that cannot be placed well instead of warning.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRICT_TOPOLOGY", num_args = 0..=1, default_missing_value = "true")]
     strict_topology: Option<bool>,
+    /// CDI spec directories the node's runtime reads (node paths, comma-separated; default
+    /// /etc/cdi,/var/run/cdi), read under --host-mount: CDI strategies name only devices they define.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_SPEC_DIRS", value_delimiter = ',')]
+    spec_dirs: Option<Vec<PathBuf>>,
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -83,6 +87,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         health_interval_ms: cli.health_interval_ms,
         metrics_address: cli.metrics_address,
         strict_topology: cli.strict_topology,
+        spec_dirs: cli.spec_dirs,
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -104,6 +109,15 @@ fn main() -> Result<()> {
 const REDISCOVER: Duration = Duration::from_secs(5);
 
 async fn run(s: Settings) -> Result<()> {
+    // A root that is not there is a configuration error, unlike a root without devices (a driver
+    // may load later): say so and stop, so a pod shows it in its status.
+    if !s.root.is_dir() {
+        anyhow::bail!(
+            "host root {} does not exist or is not a directory (--root / ACTK_ROOT / root in the config file; \
+             the Helm chart's hostRoot): point it at the directory holding the node's dev/ and sys/",
+            s.root.display()
+        );
+    }
     let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
@@ -143,17 +157,17 @@ async fn run(s: Settings) -> Result<()> {
         }
     };
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
+    let spec_dirs: Vec<PathBuf> =
+        s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
     if s.strategies.iter().any(|st| matches!(st, Strategy::CdiCri | Strategy::CdiAnnotations)) {
-        let dirs: Vec<PathBuf> =
-            actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
-        let registry = actk_core::cdi::Registry::load(&dirs);
+        let registry = actk_core::cdi::Registry::load(&spec_dirs);
         for r in &res {
             if !registry.has_kind(&r.vendor.kind) {
                 tracing::warn!(
-                    "{}: no CDI spec for {} in {}; containers will not get devices by CDI name until one is written (actk cdi generate)",
+                    "{}: no CDI spec for {} in {} yet; Allocate fails until one defines the devices (actk cdi generate)",
                     r.name,
                     r.vendor.kind,
-                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                    spec_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
                 );
             }
         }
@@ -165,6 +179,7 @@ async fn run(s: Settings) -> Result<()> {
             strategies: s.strategies.clone(),
             host_mount: s.host_mount.clone(),
             capabilities: s.capabilities.clone(),
+            spec_dirs,
         }),
         strict_topology: s.strict_topology,
     });

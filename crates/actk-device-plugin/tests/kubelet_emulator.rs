@@ -131,11 +131,28 @@ struct PluginProcess {
     _config: tempfile::TempDir,
 }
 
+/// The node's CDI specs as `actk cdi generate --output DIR` writes them for `root` (names by
+/// index and UUID), in `dir`.
+fn write_specs(root: &Path, dir: &Path, names: actk_core::cdi::DeviceNameStrategy) {
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(root, &profiles);
+    let opts = actk_core::cdi::GenerateOptions { device_name_strategy: names, ..Default::default() };
+    for spec in actk_core::cdi::generate::generate_all(&profiles, &inv, None, &opts).unwrap() {
+        actk_core::cdi::write::write_spec_in_dir(&spec, dir, actk_core::cdi::Format::Json).unwrap();
+    }
+}
+
 impl PluginProcess {
+    /// The plugin for `root`, with the node's CDI specs in a directory of its own (unless
+    /// `args` name `--spec-dirs`).
     fn start(root: &Path, socket_dir: &Path, args: &[&str]) -> PluginProcess {
         let config = tempfile::tempdir().unwrap();
         std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
         std::fs::create_dir_all(config.path().join("profiles.d")).unwrap();
+        let spec_dir = config.path().join("cdi");
+        if !args.contains(&"--spec-dirs") {
+            write_specs(root, &spec_dir, actk_core::cdi::DeviceNameStrategy::Both);
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
             .arg("--config")
             .arg(config.path().join("dp.toml"))
@@ -145,6 +162,7 @@ impl PluginProcess {
             .arg(socket_dir)
             .arg("--profiles-dir")
             .arg(config.path().join("profiles.d"))
+            .args(if args.contains(&"--spec-dirs") { vec![] } else { vec!["--spec-dirs".into(), spec_dir] })
             .args(args)
             .env("ACTK_LOG", "actk_device_plugin=debug,info")
             .stdin(Stdio::null())
@@ -280,6 +298,41 @@ fn http_get(addr: &str, path: &str) -> String {
             Err(e) => panic!("metrics endpoint {addr}: {e}"),
         }
     }
+}
+
+/// F18: a node whose CDI spec names GPUs by UUID only: Allocate answers with the UUID names
+/// that spec defines; with no spec for the kind it refuses, naming the device and the fix,
+/// instead of handing out a name the runtime cannot resolve.
+#[tokio::test]
+async fn f18_cdi_names_come_from_the_node_specs() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let specs = tempfile::tempdir().unwrap();
+    write_specs(&f.root, specs.path(), actk_core::cdi::DeviceNameStrategy::Uuid);
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let spec_dir = specs.path().display().to_string();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "cdi-cri", "--spec-dirs", &spec_dir]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let uuids = gpu_uuids(&f.root);
+    let resp = client.allocate(one(&[&uuids[3]])).await.unwrap().into_inner();
+    let names: Vec<&str> = resp.container_responses[0].cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [format!("nvidia.com/gpu={}", uuids[3])], "the name the node's spec defines, not =3");
+    let text = std::fs::read_to_string(specs.path().join("nvidia.com-gpu.json")).unwrap();
+    assert!(text.contains(&format!("\"name\": \"{}\"", uuids[3])) && !text.contains("\"name\": \"3\""));
+
+    // The spec is removed (the generator's pod went): no name is handed out any more.
+    std::fs::remove_file(specs.path().join("nvidia.com-gpu.json")).unwrap();
+    let err = client.allocate(one(&[&uuids[3]])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let msg = err.message();
+    assert!(msg.contains("no CDI spec in") && msg.contains(&spec_dir) && msg.contains("device 3"), "{msg}");
+    assert!(msg.contains("actk cdi generate"), "{msg}");
+    // Written again (index names this time): picked up at the next Allocate.
+    write_specs(&f.root, specs.path(), actk_core::cdi::DeviceNameStrategy::Index);
+    let resp = client.allocate(one(&[&uuids[3]])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=3");
 }
 
 #[tokio::test]

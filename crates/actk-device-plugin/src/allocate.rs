@@ -176,7 +176,11 @@ impl CdiNames {
             format!("no spec there has kind {kind}")
         } else {
             let list: Vec<String> = of_kind.iter().map(|n| n.to_string()).collect();
-            format!("they define {}", list.join(", "))
+            if list.len() > 6 {
+                format!("they define {} names: {}, ..., {}", list.len(), list[..4].join(", "), list[list.len() - 1])
+            } else {
+                format!("they define {}", list.join(", "))
+            }
         };
         let dirs = registry.dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
         CdiNames { names, dirs, defined }

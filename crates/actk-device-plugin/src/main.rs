@@ -104,8 +104,10 @@ fn main() -> Result<()> {
     rt.block_on(run(s))
 }
 
-/// How often discovery runs again while no device has been found: a driver container often
-/// loads the driver after the plugin started, and a DaemonSet pod must not crash-loop meanwhile.
+/// How often discovery runs again: while no device has been found (a driver container often
+/// loads the driver after the plugin started, and a DaemonSet pod must not crash-loop
+/// meanwhile), and while serving, to serve what changed (a device whose node appeared late, a
+/// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
 async fn run(s: Settings) -> Result<()> {
@@ -131,31 +133,80 @@ async fn run(s: Settings) -> Result<()> {
         });
     }
     let mut first = true;
-    let res = loop {
-        let inventory = actk_core::discover::discover(&s.root, &profiles);
-        let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
-        if first || !res.is_empty() {
-            for w in &inventory.warnings {
-                tracing::warn!("discovery: {w}");
+    // One pass per set of devices: serve it until discovery sees another (a device that got its
+    // node late, one that went, a driver upgrade with other files), then serve the new one.
+    loop {
+        let (inventory, res) = loop {
+            let inventory = actk_core::discover::discover(&s.root, &profiles);
+            let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+            if first || !res.is_empty() {
+                for w in &inventory.warnings {
+                    tracing::warn!("discovery: {w}");
+                }
             }
+            if !res.is_empty() {
+                break (inventory, res);
+            }
+            if first {
+                tracing::warn!(
+                    "no accelerators found under {} (or none selected); looking again every {} s",
+                    s.root.display(),
+                    REDISCOVER.as_secs()
+                );
+                first = false;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(REDISCOVER) => {}
+                _ = term.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        };
+        let seen = fingerprint(&inventory);
+        let (sockets, tasks) = serve(&s, res, &metrics);
+        let changed = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(REDISCOVER) => {
+                    if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
+                        break true;
+                    }
+                }
+                _ = term.recv() => break false,
+                _ = tokio::signal::ctrl_c() => break false,
+            }
+        };
+        drop(tasks);
+        for p in sockets {
+            let _ = std::fs::remove_file(p);
         }
-        if !res.is_empty() {
-            break res;
+        if !changed {
+            break;
         }
-        if first {
-            tracing::warn!(
-                "no accelerators found under {} (or none selected); looking again every {} s",
-                s.root.display(),
-                REDISCOVER.as_secs()
-            );
-            first = false;
+        tracing::info!("the devices under {} changed; serving them again", s.root.display());
+        first = true;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What discovery found, as text: devices, their nodes, shared nodes, host files.
+fn fingerprint(inventory: &actk_core::inventory::Inventory) -> String {
+    serde_json::to_string(&inventory.vendors).unwrap_or_default()
+}
+
+/// Tasks that are aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
         }
-        tokio::select! {
-            _ = tokio::time::sleep(REDISCOVER) => {}
-            _ = term.recv() => return Ok(()),
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        }
-    };
+    }
+}
+
+/// Serves `res` (a manager per resource, a health loop per vendor); returns the socket paths and
+/// the tasks, which stop when dropped.
+fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) -> (Vec<PathBuf>, Tasks) {
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     let spec_dirs: Vec<PathBuf> =
         s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
@@ -186,6 +237,7 @@ async fn run(s: Settings) -> Result<()> {
     // One health loop per vendor, shared by its resources (neuron and neuroncore).
     let mut health_rx = BTreeMap::new();
     let mut sockets = Vec::new();
+    let mut tasks = Vec::new();
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
@@ -200,15 +252,7 @@ async fn run(s: Settings) -> Result<()> {
             s.socket_dir.join(r.socket_name()).display()
         );
         sockets.push(s.socket_dir.join(r.socket_name()));
-        tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone()));
+        tasks.push(tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone())));
     }
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    for p in sockets {
-        let _ = std::fs::remove_file(p);
-    }
-    tracing::info!("stopped");
-    Ok(())
+    (sockets, Tasks(tasks))
 }

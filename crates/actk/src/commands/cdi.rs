@@ -218,8 +218,16 @@ fn discover_and_generate(
         }
     }
     let found = inventory.vendors.iter().map(|v| v.kind.clone()).collect();
-    for w in &inventory.warnings {
-        tracing::warn!("{w}");
+    // Once per distinct set: `--watch` asks every few seconds and a node that stays broken
+    // must not fill the log.
+    static LAST: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let warnings: Vec<String> = inventory.warnings.iter().map(|w| w.to_string()).collect();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if *last != warnings {
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        *last = warnings;
     }
     Ok((specs, found))
 }

@@ -1,11 +1,13 @@
-//! deploy/: the DaemonSet manifest and the Helm chart parse (serde-saphyr), ask for no more
-//! privilege than the plugin needs, configure it with keys and variables the plugin accepts,
-//! and agree with each other.
+//! deploy/: the manifest and the Helm chart parse (serde-saphyr), ask for no more privilege than
+//! each part needs (the plugin, the CDI spec generator, the node setup), configure the plugin
+//! with keys and variables it accepts, and agree with each other; the chart's schema refuses bad
+//! values.
 //!
 //! The chart is rendered with a real `helm template` (and `helm lint`) when a helm binary is
 //! found ($ACTK_HELM, `target/tools/helm` as deploy/helm/install-helm.sh puts it, or PATH);
-//! without one that test says it is skipping. The checks that need no helm always run: every
-//! `.Values.x.y` a template uses exists in values.yaml.
+//! without one those tests say they are skipping. The checks that need no helm always run: every
+//! `.Values.x.y` a template uses exists in values.yaml. The chart on a real cluster:
+//! crates/k8s-e2e.
 
 use actk_device_plugin::config::{FileConfig, Settings};
 use serde_json::Value;

@@ -96,8 +96,8 @@ impl Drop for Watcher {
     }
 }
 
-/// The chart's generator: specs at start, rewritten when a device appears or goes, a kind whose
-/// devices are all gone removed, and every spec removed on SIGTERM.
+/// The chart's generator: specs at start, rewritten when a device appears or goes and when the
+/// driver's files change, and every spec removed on SIGTERM.
 #[test]
 fn watch_refreshes_specs_and_removes_them_on_sigterm() {
     let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
@@ -128,6 +128,13 @@ fn watch_refreshes_specs_and_removes_them_on_sigterm() {
     let ok = Command::new("mknod").arg(root.join("dev/nvidia7")).args(["c", "195", "7"]).status().unwrap().success();
     assert!(ok);
     wait_for("GPU 7 back", Duration::from_secs(10), || spec_names(&file).is_some_and(|n| n.contains(&"7".to_string())));
+
+    // A driver upgrade changes the driver's files: the spec follows (here a library goes).
+    let lib = root.join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05");
+    let mounts_lib = |f: &Path| std::fs::read_to_string(f).is_ok_and(|t| t.contains("libnvidia-ml.so.580.95.05"));
+    assert!(mounts_lib(&file));
+    std::fs::remove_file(&lib).unwrap();
+    wait_for("the spec without the removed library", Duration::from_secs(10), || file.exists() && !mounts_lib(&file));
 
     let pid = rustix::process::Pid::from_child(&w.0);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();

@@ -6,7 +6,9 @@
 #   up, cached   `down`, then `up` again: binaries, certificates and image tars reused
 #   pod start    ROUNDS busybox pods with `limits: {nvidia.com/gpu: 2}` and ROUNDS without
 #                devices, interleaved (so drift of the machine hits both alike): seconds from
-#                `kubectl apply` to the container running; medians and their ratio
+#                `kubectl apply` until `kubectl wait` sees the container started; medians and
+#                their ratio (the 2-GPU pod gets 2 GPU nodes, the control
+#                nodes and the DGX fixture's 53 driver file mounts from the CDI spec)
 # Both `up` figures end when the node's allocatable shows the DGX fixture's 8 GPUs.
 #
 # Usage: benches/k8s-bench.sh [--cold-build] [ROUNDS]     (ROUNDS default 10)
@@ -28,7 +30,7 @@ printf 'config:\n  strategies: [cdi-cri]\n' >"$work/values.yaml"
 "$repo/scripts/k8s/actk-image.sh" >/dev/null
 
 now() { date +%s.%N; }
-secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f\n", b - a }'; }
 
 up() {
   local t0 t1
@@ -76,9 +78,8 @@ start_time() { # NAME GPUS
   pod "$1" "$2" >"$work/$1.yaml"
   t0=$(now)
   "$node" kubectl apply -f "$work/$1.yaml" >/dev/null
-  until [ "$("$node" kubectl get pod "$1" -o 'jsonpath={.status.containerStatuses[0].state.running.startedAt}' 2>/dev/null)" != "" ]; do
-    sleep 0.05
-  done
+  # A watch, not a poll: kubectl returns as soon as the kubelet reports the container started.
+  "$node" kubectl wait --for=jsonpath='{.status.containerStatuses[0].started}'=true "pod/$1" --timeout=120s >/dev/null
   t1=$(now)
   "$node" kubectl delete pod "$1" --grace-period=0 --force --wait=true >/dev/null 2>&1
   secs "$t0" "$t1"

@@ -10,5 +10,6 @@ pub mod hooksd;
 pub mod inventory;
 pub mod ldcache;
 pub mod plan;
+pub mod policy;
 pub mod profile;
 pub mod request;

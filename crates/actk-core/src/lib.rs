@@ -13,3 +13,4 @@ pub mod plan;
 pub mod policy;
 pub mod profile;
 pub mod request;
+pub mod trusted;

@@ -12,6 +12,14 @@
 //!
 //! podman and CRI-O users meet this when a spec was written by a non-root tool into a shared
 //! directory: `chown root: FILE; chmod go-w FILE DIR` fixes it.
+//!
+//! Owners are judged as the host sees them. In a user namespace (a hook of a rootless engine, or
+//! run inside a userns container) `stat` shows owners through the namespace's uid map: a mapped
+//! owner is translated back to its host uid (`/proc/self/uid_map`) and must be host root or the
+//! reader; an owner the namespace does not map (shown as the overflow uid, 65534) is a user
+//! outside the namespace, whom nobody inside it can act for (no capability reaches an unmapped
+//! uid), as host root is: such a file is trusted when its mode is. In the initial namespace the
+//! map is the identity and only root (or the reader) is trusted.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -51,11 +59,42 @@ fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// A uid as this process's user namespace shows it, translated to the host: `Some(host uid)`
+/// when the namespace maps it, `None` when it is the overflow uid of an owner the namespace does
+/// not map (see the module docs).
+fn host_uid(shown: u32) -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_else(|_| "0 0 4294967295".into());
+    host_uid_in(&map, shown, overflow_uid())
+}
+
+fn overflow_uid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
+}
+
+/// [`host_uid`] for a `uid_map` text (`inside outside count` lines, user_namespaces(7)).
+fn host_uid_in(map: &str, shown: u32, overflow: u32) -> Option<u32> {
+    for line in map.lines() {
+        let f: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        if let [inside, outside, count] = f[..]
+            && (inside..inside + count).contains(&u64::from(shown))
+        {
+            return u32::try_from(outside + (u64::from(shown) - inside)).ok();
+        }
+    }
+    if shown == overflow { None } else { Some(shown) }
+}
+
+/// Whether an owner (as `stat` shows it) may own a trusted file: the reader, host root, or a
+/// user outside this user namespace.
+fn owner_trusted(shown: u32) -> bool {
+    shown == euid() || host_uid(shown).is_none_or(|h| h == 0)
+}
+
 /// Checks the owner and mode of a file or directory already stat'ed.
 fn judge(path: &Path, md: &std::fs::Metadata, what: &str) -> Result<(), Untrusted> {
     let untrusted = |reason: String| Untrusted { path: path.to_path_buf(), reason };
     let uid = md.uid();
-    if uid != 0 && uid != euid() {
+    if !owner_trusted(uid) {
         return Err(untrusted(format!(
             "{what} is owned by uid {uid}, not root; `chown root {}` if its content is yours",
             path.display()
@@ -137,6 +176,21 @@ mod tests {
 
     fn chmod(p: &Path, mode: u32) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn owners_are_judged_as_the_host_sees_them() {
+        let initial = "         0          0 4294967295\n";
+        assert_eq!(host_uid_in(initial, 0, 65534), Some(0));
+        assert_eq!(host_uid_in(initial, 65534, 65534), Some(65534), "nobody is nobody on the host");
+        // A container's user namespace: 0..65535 inside are 100000.. on the host.
+        let userns = "0 100000 65536\n";
+        assert_eq!(host_uid_in(userns, 0, 65534), Some(100_000), "the container's root is not the host's");
+        assert_eq!(host_uid_in(userns, 65534, 65534), Some(165_534), "a mapped 65534 is mapped");
+        // Rootless: 0 is the user 1000, the rest a subordinate range; host root is unmapped.
+        let rootless = "0 1000 1\n1 100000 65536\n";
+        assert_eq!(host_uid_in(rootless, 0, 65534), Some(1000));
+        assert_eq!(host_uid_in("0 1000 1\n", 65534, 65534), None, "shown as overflow: outside the namespace");
     }
 
     #[test]

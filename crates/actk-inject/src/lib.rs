@@ -4,8 +4,9 @@
 //! Everything inside the container goes through [`root::ContainerRoot`] (openat2
 //! `RESOLVE_IN_ROOT`), mounts are cloned from the host driver root and attached by fd in the
 //! container's mount namespace ([`mounts`]), device access is granted in the container's device
-//! cgroup ([`cgroup`], [`bpf`]), and the ld.so.cache is rebuilt by the host's verified ldconfig
-//! ([`ldcache`]). Every exec gets [`env::minimal_env`].
+//! cgroup ([`cgroup`], [`bpf`]), and the injected library directories are added to the
+//! container's ld.so.cache by actk itself, through the same resolver ([`ldcache`]: no ldconfig
+//! runs). Every exec gets [`env::minimal_env`].
 //!
 //! Entry point: [`inject`].
 
@@ -23,7 +24,6 @@ pub use error::{InjectError, Result};
 use actk_core::cdi::ContainerEdits;
 use bpf::DeviceRule;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The live container to inject into.
 #[derive(Debug)]
@@ -143,10 +143,8 @@ pub struct Options {
     /// Host driver root: mount sources must be under it; device nodes without numbers are
     /// stat'ed under it (`/` on a node).
     pub host_root: PathBuf,
-    /// The host's ldconfig (`/sbin/ldconfig`); `None` skips the ld.so.cache update.
-    pub ldconfig: Option<PathBuf>,
-    /// Time limit for ldconfig.
-    pub ldconfig_timeout: Duration,
+    /// Whether to add the injected library directories to the container's ld.so.cache.
+    pub ldcache: bool,
     /// Whether to add device cgroup rules (false for tests that inject into a plain directory).
     pub cgroup: bool,
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
@@ -156,13 +154,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            host_root: PathBuf::from("/"),
-            ldconfig: Some(PathBuf::from("/sbin/ldconfig")),
-            ldconfig_timeout: ldcache::DEFAULT_TIMEOUT,
-            cgroup: true,
-            existing_device_rules: Vec::new(),
-        }
+        Options { host_root: PathBuf::from("/"), ldcache: true, cgroup: true, existing_device_rules: Vec::new() }
     }
 }
 
@@ -183,9 +175,8 @@ pub struct Report {
 
 /// Applies `edits` to the live container `target`.
 ///
-/// Order: everything that reads the host happens first (node numbers, mount sources cloned,
-/// ldconfig verified), then the container is changed: nodes, mount targets, mounts, cgroup
-/// rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
+/// Order: everything that reads the host happens first (node numbers, mount sources cloned),
+/// then the container is changed: nodes, mount targets, mounts, cgroup rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
 /// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
 ///
 /// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
@@ -207,10 +198,6 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         let Some(hr) = &host_root else { break };
         prepared.push(mounts::PreparedMount::new(hr, Path::new(&m.host_path), &m.container_path)?);
     }
-    let ldconfig = match &opts.ldconfig {
-        Some(p) if !lib_dirs(edits).is_empty() => Some(ldcache::HostLdconfig::open(p)?),
-        _ => None,
-    };
 
     for s in &specs {
         report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
@@ -225,8 +212,9 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
             specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
         report.cgroup = Some(cgroup::allow(target.pid, &opts.existing_device_rules, &rules)?);
     }
-    if let Some(ld) = &ldconfig {
-        report.ldcache = Some(ldcache::update(&target.root, ld, &lib_dirs(edits), opts.ldconfig_timeout)?);
+    let dirs = lib_dirs(edits);
+    if opts.ldcache && !dirs.is_empty() {
+        report.ldcache = Some(ldcache::update(&target.root, &dirs)?);
     }
     for e in &edits.env {
         report.not_applicable.push(format!("env {e}"));

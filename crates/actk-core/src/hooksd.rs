@@ -167,7 +167,7 @@ pub fn parse(text: &str, path: &Path) -> Result<LoadedHook, HooksError> {
 pub fn load(dirs: &[PathBuf]) -> Result<Vec<LoadedHook>, HooksError> {
     let loaded = load_with_skipped(dirs)?;
     for u in &loaded.skipped {
-        tracing::warn!("{u}");
+        tracing::warn!("hooks file skipped: {u}");
     }
     Ok(loaded.hooks)
 }
@@ -426,7 +426,7 @@ mod tests {
         assert_eq!(paths, ["/trusted"], "the untrusted file must not mask the trusted one");
         assert_eq!(l.skipped.len(), 1);
         let w = l.skipped[0].to_string();
-        assert!(w.contains("10-x.json: not trusted, skipped: the file is writable by group and others"), "{w}");
+        assert!(w.contains("10-x.json: not trusted: the file is writable by group and others"), "{w}");
         std::fs::set_permissions(b.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let l = load_with_skipped(&[b.path().to_owned()]).unwrap();
         assert!(l.hooks.is_empty());

@@ -331,7 +331,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
 
     if let Some(reg) = &state.registry {
-        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec {} skipped: {e}", e.path.display())));
+        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
     }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;

@@ -30,7 +30,7 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// Why a file or directory is not trusted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: not trusted, skipped: {reason}", .path.display())]
+#[error("{}: not trusted: {reason}", .path.display())]
 pub struct Untrusted {
     /// The file or directory at fault.
     pub path: PathBuf,
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(read(&f).unwrap(), b"{}");
         chmod(&f, 0o664);
         let e = read(&f).unwrap_err().to_string();
-        assert!(e.contains("a.json: not trusted, skipped: the file is writable by its group (mode 0664)"), "{e}");
+        assert!(e.contains("a.json: not trusted: the file is writable by its group (mode 0664)"), "{e}");
         chmod(&f, 0o646);
         assert!(read(&f).unwrap_err().to_string().contains("writable by others"));
         chmod(&f, 0o644);

@@ -97,7 +97,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, inv: &args::Invocation) -> Res
 
     let hooks = hooksd::load_with_skipped(&config.hooks_dirs)?;
     for u in &hooks.skipped {
-        warn(&u.to_string());
+        warn(&format!("hooks file skipped: {u}"));
     }
     let added = hooksd::merge(&mut spec, &hooks.hooks)?;
     for f in &added {

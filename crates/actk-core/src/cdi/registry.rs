@@ -357,7 +357,7 @@ mod tests {
         let one = reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap()]).unwrap();
         assert_eq!(one.env, ["FROM=etc"], "the untrusted higher-priority file must not override");
         let msg = reg.errors()[0].to_string();
-        assert!(msg.contains("evil.json: not trusted, skipped: the file is"), "{msg}");
+        assert!(msg.contains("evil.json: not trusted: the file is"), "{msg}");
         // The whole directory when it is world-writable.
         fs::set_permissions(&run, fs::Permissions::from_mode(0o1777)).unwrap();
         fs::write(run.join("other.json"), spec_text("vendor.com/other", &["0"], "X=1")).unwrap();

@@ -739,3 +739,53 @@ fn glibc_loader_finds_a_library_through_the_cache_actk_wrote() {
         "the image's ldconfig -p does not list it:\n{out}"
     );
 }
+
+/// The trust policy through actk-hook (the prestart hook `docker run --gpus` uses): the same
+/// planning path, so the same answer as actk-runtime for a CRI-shaped pod (F13).
+#[test]
+fn f13_policy_through_actk_hook_serves_only_the_device_list() {
+    let Some(n) = node("nvidia-dgx-h100", K8S_POLICY) else { return };
+    let kubelet = tempfile::tempdir().unwrap();
+    for (what, listed, want) in
+        [("allocated GPU 2", vec!["nvidia.com/gpu/2"], vec!["nvidia2"]), ("no request", vec![], vec![])]
+    {
+        let b = n.bundle(Via::Hook, "ls -1 /dev", &["NVIDIA_VISIBLE_DEVICES=all"]);
+        let hooks = b.config().unwrap()["hooks"].clone();
+        cri_shape(&b, kubelet.path(), &listed, false);
+        b.edit(|c| c["hooks"] = hooks).unwrap();
+        let o = n.start(Via::Hook, &b);
+        let out = expect_success(&format!("hook path, {what}"), &o);
+        assert_eq!(gpus(&out), want, "{what}:\n{out}");
+    }
+}
+
+/// The trust policy through podman with actk-runtime: `-e NVIDIA_VISIBLE_DEVICES=all` in an
+/// unprivileged container gets nothing; a device list entry given as a podman mount of /dev/null
+/// (what the kubelet does for the device plugin) gets exactly that GPU; `--privileged` may ask.
+#[test]
+fn policy_through_podman_with_actk_runtime() {
+    if !engines::require_root_and_engines() {
+        return;
+    }
+    let Some(n) = node("nvidia-dgx-h100", K8S_POLICY) else { return };
+    let wrapper = n.config.write_wrapper().unwrap();
+    let image = engines::podman_busybox_image().unwrap();
+    let runtime = wrapper.display().to_string();
+    let list = "type=bind,src=/dev/null,dst=/var/run/actk/devices/nvidia.com/gpu/1,ro";
+    for (what, extra, want) in [
+        ("env all", vec![], 0),
+        ("device list entry for GPU 1", vec!["--mount", list], 1),
+        ("privileged, env all", vec!["--privileged"], 8),
+    ] {
+        let mut args =
+            vec!["run", "--rm", "--network", "none", "--runtime", runtime.as_str(), "-e", "NVIDIA_VISIBLE_DEVICES=all"];
+        args.extend(extra);
+        args.extend([image, "ls", "-1", "/dev"]);
+        let out = expect_success(what, &podman(&args));
+        let g = gpus(&out);
+        assert_eq!(g.len(), want, "{what}: {g:?}\n{out}");
+        if want == 1 {
+            assert_eq!(g, ["nvidia1"], "{what}");
+        }
+    }
+}

@@ -789,3 +789,49 @@ fn policy_through_podman_with_actk_runtime() {
         }
     }
 }
+
+/// Issue 13 item 1: under a user namespace the update-ldcache hook (a createContainer hook, so it
+/// runs inside the container's namespaces) refused "/sbin/ldconfig is not owned by root": host
+/// root shows as the overflow uid there. No ldconfig is run now and nothing is judged through the
+/// namespace: a bundle mapping uid/gid 0 to 100000 starts through actk-runtime with the driver
+/// libraries in its own ld.so.cache.
+#[test]
+fn update_ldcache_hook_works_under_a_user_namespace() {
+    let Some(n) = node("nvidia-dgx-h100", "") else { return };
+    let canary = Canary::new(None);
+    // Only libraries and the update-ldcache hook: device nodes under a user namespace are runc's
+    // bind mounts of host nodes, which the fixture's are not (issue 13 covers those).
+    fs::write(
+        n.config.spec_dir().join("lib.json"),
+        json!({"cdiVersion": "0.5.0", "kind": "example.com/lib", "devices": [{"name": "0", "containerEdits": {
+            "mounts": [{"hostPath": n.fixture.path(LIBCUDA), "containerPath": LIBCUDA, "options": ["ro", "nosuid", "nodev", "bind"]}],
+            "hooks": [{"hookName": "createContainer", "path": bin("actk-hook").to_string_lossy(),
+                       "args": ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]}]}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let b = n.bundle(Via::Runtime, "true", &[]);
+    b.edit(|c| c["annotations"] = json!({"cdi.k8s.io/lib": "example.com/lib=0"})).unwrap();
+    plant(&b.rootfs().join("var/cache"), &format!("/proc/1/root{}", canary.path().display()));
+    let st = Command::new("chown").args(["-R", "-h", "100000:100000"]).arg(b.rootfs()).status().unwrap();
+    assert!(st.success());
+    b.edit(|c| {
+        c["linux"]["namespaces"].as_array_mut().unwrap().push(json!({"type": "user"}));
+        c["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        c["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        // A user namespace cannot mount a new sysfs over the host's: runc's usual rbind instead.
+        for m in c["mounts"].as_array_mut().unwrap() {
+            if m["destination"] == "/sys" {
+                *m = json!({"destination": "/sys", "type": "none", "source": "/sys", "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]});
+            }
+        }
+    })
+    .unwrap();
+    let o = n.start(Via::Runtime, &b);
+    expect_success("user-namespace bundle through actk-runtime", &o);
+    let cache = cache_of(&b.rootfs());
+    assert!(contains(&cache, LIBCUDA), "the container's ld.so.cache lacks {LIBCUDA}");
+    let m = fs::metadata(b.rootfs().join("etc/ld.so.cache")).unwrap();
+    assert_eq!(m.uid(), 100_000, "written as the container's root, inside its namespace");
+    canary.assert_unchanged("user namespace");
+}

@@ -37,7 +37,9 @@
 //!
 //! Not indexed (the loader still finds such libraries by its own search path): the
 //! `glibc-hwcaps` subdirectories of the added directories (existing `glibc-hwcaps` entries of
-//! the image's cache are kept).
+//! the image's cache are kept). The image's other directories are not re-scanned either: its
+//! cache stays as the image built it (an image that installed libraries without running
+//! ldconfig keeps that mistake, as it has without actk), where `ldconfig -r` rebuilt it all.
 
 use crate::error::{InjectError, Result};
 use crate::root::ContainerRoot;

@@ -13,6 +13,11 @@
 //! hook_path = "/usr/bin/actk-hook"     # unset: the actk-hook next to actk-runtime
 //! [nvidia]
 //! default_capabilities = ["utility", "compute"]
+//! [policy]                             # who may ask for devices (crate::policy); defaults: docker/podman hosts
+//! env_requests = "always"              # selection variables: "always", "privileged" (CAP_SYS_ADMIN) or "never"
+//! annotation_requests = "always"       # cdi.k8s.io/* annotations: the same values
+//! mount_requests = "always"            # the device list (/dev/null mounts under /var/run/actk/devices)
+//! on_refused = "fail"                  # a refused request fails the container ("fail") or is dropped with a warning ("warn")
 //! ```
 //!
 //! Unknown keys are errors (`deny_unknown_fields`): a typo must not silently fall back to a
@@ -51,6 +56,8 @@ pub struct Config {
     pub hook_path: Option<PathBuf>,
     /// NVIDIA-specific settings.
     pub nvidia: VendorConfig,
+    /// The node's trust policy: which inputs may ask for devices ([`crate::policy`]).
+    pub policy: crate::policy::Policy,
 }
 
 /// Per-vendor settings.
@@ -78,6 +85,7 @@ impl Default for Config {
             log_level: "info".into(),
             hook_path: None,
             nvidia: VendorConfig::default(),
+            policy: crate::policy::Policy::default(),
         }
     }
 }
@@ -197,6 +205,21 @@ log_level = {log_level:?}
 # Driver capabilities when a container does not set NVIDIA_DRIVER_CAPABILITIES
 # (unset: the profile's default, utility and compute).
 # default_capabilities = ["utility", "compute"]
+
+[policy]
+# Who may ask for devices (see SECURITY.md). Each input is trusted "always", only for
+# "privileged" containers (CAP_SYS_ADMIN in the bounding set), or "never". The defaults suit
+# docker and podman hosts, where whoever runs the container is the authority. A Kubernetes node
+# sets env_requests and annotation_requests to "privileged" and on_refused to "warn", and lets
+# the device plugin's volume-mounts strategy (the device list) say what a container gets.
+# Selection variables in the container's env (NVIDIA_VISIBLE_DEVICES, ..., docker run --gpus):
+env_requests = {env:?}
+# cdi.k8s.io/* annotations:
+annotation_requests = {annotations:?}
+# The device list: /dev/null bind mounts at /var/run/actk/devices/<vendor>/<class>/<device>:
+mount_requests = {mounts:?}
+# A refused request fails the container ("fail") or is dropped with a warning ("warn"):
+on_refused = {on_refused:?}
 "#,
         runtimes = list(&d.runtimes),
         spec_dirs = paths(&d.spec_dirs),
@@ -204,6 +227,10 @@ log_level = {log_level:?}
         root = d.root.display().to_string(),
         profiles_dir = d.profiles_dir.display().to_string(),
         log_level = d.log_level,
+        env = d.policy.env_requests.as_str(),
+        annotations = d.policy.annotation_requests.as_str(),
+        mounts = d.policy.mount_requests.as_str(),
+        on_refused = d.policy.on_refused.as_str(),
     )
 }
 
@@ -258,6 +285,26 @@ mod tests {
     fn unknown_key_in_section_is_named() {
         let err = Config::parse("[nvidia]\ndefault_caps = []\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("default_caps") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn policy_section_parses_and_bad_values_are_named() {
+        use crate::policy::{OnRefused, Trust};
+        let c = Config::parse(
+            "[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"never\"\non_refused = \"warn\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.policy.env_requests, Trust::Privileged);
+        assert_eq!(c.policy.annotation_requests, Trust::Never);
+        assert_eq!(c.policy.mount_requests, Trust::Always);
+        assert_eq!(c.policy.on_refused, OnRefused::Warn);
+        let err = Config::parse("[policy]\nenv_requests = \"sometimes\"\n", Path::new("c.toml")).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("c.toml") && err.contains("line 2") && err.contains("sometimes"), "{err}");
+        assert!(err.contains("always") && err.contains("privileged") && err.contains("never"), "{err}");
+        let err = Config::parse("[policy]\nenv = \"never\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("`env`") && err.contains("env_requests"), "{err}");
     }
 
     #[test]

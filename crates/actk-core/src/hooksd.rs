@@ -20,6 +20,10 @@
 //! - regexes are unanchored searches (Go `regexp.MatchString`), write `^...$` to anchor.
 //!
 //! A missing directory is not an error; a malformed file is, naming the file and the problem.
+//!
+//! Only trusted files are read (crate::trusted): a file or directory that root does not own, or
+//! that group or others may write, is skipped with a warning naming it and why, and masks
+//! nothing (its hook would run as root in every container).
 
 use crate::edits::{EditError, HOOK_DEFAULT_PATH, HOOK_STAGES, array_at};
 use regex::Regex;
@@ -158,30 +162,70 @@ pub fn parse(text: &str, path: &Path) -> Result<LoadedHook, HooksError> {
 }
 
 /// Loads every `*.json` file of `dirs` (increasing precedence: a later directory's file masks the
-/// same name in an earlier one), in file-name order. Missing directories are skipped.
+/// same name in an earlier one), in file-name order. Missing directories are skipped; untrusted
+/// files and directories are skipped with a `tracing` warning ([`load_with_skipped`] returns them).
 pub fn load(dirs: &[PathBuf]) -> Result<Vec<LoadedHook>, HooksError> {
-    let mut by_name: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let loaded = load_with_skipped(dirs)?;
+    for u in &loaded.skipped {
+        tracing::warn!("hooks file skipped: {u}");
+    }
+    Ok(loaded.hooks)
+}
+
+/// What [`load_with_skipped`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The hooks of trusted files, in file-name order.
+    pub hooks: Vec<LoadedHook>,
+    /// Files and directories skipped because they are not trusted, each with the reason.
+    pub skipped: Vec<crate::trusted::Untrusted>,
+}
+
+/// [`load`], returning the untrusted files and directories it skipped instead of logging them.
+pub fn load_with_skipped(dirs: &[PathBuf]) -> Result<Loaded, HooksError> {
+    use crate::trusted::{self, ReadError};
+    let mut loaded = Loaded::default();
+    let mut by_name: BTreeMap<String, (PathBuf, Vec<u8>)> = BTreeMap::new();
     for dir in dirs {
         let rd = match std::fs::read_dir(dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(HooksError::Read { path: dir.clone(), source }),
         };
+        let mut names = Vec::new();
         for entry in rd {
             let entry = entry.map_err(|source| HooksError::Read { path: dir.clone(), source })?;
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(".json") {
-                by_name.insert(name, entry.path());
+                names.push((name, entry.path()));
+            }
+        }
+        if names.is_empty() {
+            continue;
+        }
+        match trusted::check_dir(dir) {
+            Ok(()) => {}
+            Err(ReadError::Untrusted(u)) => {
+                loaded.skipped.push(u);
+                continue;
+            }
+            Err(ReadError::Io { path, source }) => return Err(HooksError::Read { path, source }),
+        }
+        for (name, path) in names {
+            match trusted::read(&path) {
+                Ok(bytes) => {
+                    by_name.insert(name, (path, bytes));
+                }
+                Err(ReadError::Untrusted(u)) => loaded.skipped.push(u),
+                Err(ReadError::Io { path, source }) => return Err(HooksError::Read { path, source }),
             }
         }
     }
-    by_name
-        .values()
-        .map(|p| {
-            let text = std::fs::read_to_string(p).map_err(|source| HooksError::Read { path: p.clone(), source })?;
-            parse(&text, p)
-        })
-        .collect()
+    for (path, bytes) in by_name.values() {
+        let text = std::str::from_utf8(bytes).map_err(|_| invalid(path, "is not UTF-8 text"))?;
+        loaded.hooks.push(parse(text, path)?);
+    }
+    Ok(loaded)
 }
 
 impl LoadedHook {
@@ -362,5 +406,30 @@ mod tests {
         let hooks = load(&[a.path().to_owned(), b.path().to_owned(), "/nonexistent/hooks.d".into()]).unwrap();
         let paths: Vec<_> = hooks.iter().map(|h| h.def.hook.path.as_str()).collect();
         assert_eq!(paths, vec!["/y", "/from/b"]);
+    }
+
+    #[test]
+    fn untrusted_files_and_directories_are_skipped_and_mask_nothing() {
+        use std::os::unix::fs::PermissionsExt;
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let hook = |path: &str| {
+            format!(
+                r#"{{"version":"1.0.0","hook":{{"path":"{path}"}},"when":{{"always":true}},"stages":["prestart"]}}"#
+            )
+        };
+        std::fs::write(a.path().join("10-x.json"), hook("/trusted")).unwrap();
+        std::fs::write(b.path().join("10-x.json"), hook("/evil")).unwrap();
+        std::fs::set_permissions(b.path().join("10-x.json"), std::fs::Permissions::from_mode(0o666)).unwrap();
+        let l = load_with_skipped(&[a.path().to_owned(), b.path().to_owned()]).unwrap();
+        let paths: Vec<_> = l.hooks.iter().map(|h| h.def.hook.path.as_str()).collect();
+        assert_eq!(paths, ["/trusted"], "the untrusted file must not mask the trusted one");
+        assert_eq!(l.skipped.len(), 1);
+        let w = l.skipped[0].to_string();
+        assert!(w.contains("10-x.json: not trusted: the file is writable by group and others"), "{w}");
+        std::fs::set_permissions(b.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let l = load_with_skipped(&[b.path().to_owned()]).unwrap();
+        assert!(l.hooks.is_empty());
+        assert!(l.skipped[0].to_string().contains("the directory is writable"), "{:?}", l.skipped);
     }
 }

@@ -10,5 +10,7 @@ pub mod hooksd;
 pub mod inventory;
 pub mod ldcache;
 pub mod plan;
+pub mod policy;
 pub mod profile;
 pub mod request;
+pub mod trusted;

@@ -19,17 +19,25 @@
 //! 4. Device nodes without major/minor (allowed by CDI) get them from the host node (stat).
 //!
 //! Spec directories are read by [`crate::cdi::registry::Registry`] (CDI SPEC.md rules: a later
-//! directory wins). A malformed spec file does not stop other requests: it is named in the
-//! error when a requested name is then missing, and in the plan's warnings otherwise.
+//! directory wins). A malformed or untrusted spec file does not stop other requests: it is
+//! named in the error when a requested name is then missing, and in the plan's warnings otherwise.
+//!
+//! Before any of this, the node's trust policy ([`crate::policy`], [`PlanContext::policy`])
+//! decides which inputs may ask: the device list (mounts under
+//! [`crate::policy::DEVICE_LIST_DIR`]), selection variables, `cdi.k8s.io/*` annotations, each
+//! trusted always, only for privileged containers, or never. A request from an untrusted input
+//! fails the plan with [`PlanError::Refused`] (naming the policy key) or, with
+//! `on_refused = "warn"`, is dropped with a warning naming it.
 
 use crate::cdi::name::QualifiedName;
 use crate::cdi::registry::Registry;
 use crate::cdi::spec::{ContainerEdits, Hook};
 use crate::inventory::Inventory;
+use crate::policy::{self, Channel, OnRefused, Policy};
 use crate::profile::Profile;
-use crate::request::{self, CdiNameRequest, DeviceRef, RequestError, Selection, VendorRequest};
+use crate::request::{self, CdiNameRequest, DeviceRef, Refused, RequestError, Selection, Sources, VendorRequest};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// What planning needs besides the spec. Cheap to build: nothing here is read until a request needs it.
@@ -45,6 +53,11 @@ pub struct PlanContext {
     pub default_capabilities: BTreeMap<String, Vec<String>>,
     /// An inventory to use instead of discovering `root` (tests; callers that already discovered).
     pub inventory: Option<Inventory>,
+    /// The node's trust policy (config `[policy]`): which inputs may ask for devices. The
+    /// default trusts every input (docker/podman hosts).
+    pub policy: Policy,
+    /// Where the policy comes from, for refusal messages (`/etc/actk/config.toml`); may be empty.
+    pub policy_origin: String,
 }
 
 impl PlanContext {
@@ -64,6 +77,8 @@ impl PlanContext {
             spec_dirs: config.spec_dirs.clone(),
             default_capabilities,
             inventory: None,
+            policy: config.policy.clone(),
+            policy_origin: crate::config::Config::path_from_env().display().to_string(),
         })
     }
 }
@@ -118,6 +133,13 @@ pub enum PlanError {
         name: String,
         /// The registry's message: what the spec directories define (and which files could not be used).
         known: String,
+    },
+    /// A request from an input the node's trust policy does not trust for this container
+    /// (`policy.on_refused = "fail"`). The message names each refused request and the policy key.
+    #[error("{message}")]
+    Refused {
+        /// `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = ...)`.
+        message: String,
     },
     /// A device node without numbers whose host node cannot be read.
     #[error("device node {path}: cannot read the host node {host_path}: {message}")]
@@ -175,16 +197,53 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         .and_then(Value::as_object)
         .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
         .unwrap_or_default();
-    let req = request::collect(&env, &annotations, &ctx.profiles, &ctx.default_capabilities)?;
+    let mounts = config_json.get("mounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+
+    let privileged = policy::is_privileged(config_json);
+    let trusted = |c: Channel| ctx.policy.trust(c).allows(privileged);
+    let (mut list, mut warnings) = request::device_list(mounts);
+    let mut refused_list = None;
+    if !list.is_empty() && !trusted(Channel::Mount) {
+        let value = list.iter().map(|d| format!("{}={}", d.kind, d.name)).collect::<Vec<_>>().join(",");
+        let source = format!("device list {}", policy::DEVICE_LIST_DIR);
+        refused_list = Some(Refused { source, value: request::shorten(&value), channel: Channel::Mount });
+        list.clear();
+    }
+    let sources = Sources {
+        env: &env,
+        annotations: &annotations,
+        device_list: &list,
+        env_trusted: trusted(Channel::Env),
+        annotations_trusted: trusted(Channel::Annotation),
+    };
+    let mut req = request::collect_from(&sources, &ctx.profiles, &ctx.default_capabilities)?;
+    req.refused.extend(refused_list);
+    warnings.append(&mut req.notes);
+    if !req.refused.is_empty() {
+        let lines: Vec<String> = req.refused.iter().map(|r| refusal(r, ctx)).collect();
+        match ctx.policy.on_refused {
+            OnRefused::Fail => {
+                return Err(PlanError::Refused {
+                    message: format!(
+                        "{}; only the devices a trusted input grants are served (on a Kubernetes node: the kubelet's allocation, \
+                         given as mounts under {}); set policy.on_refused = \"warn\" to start such containers without the refused request",
+                        lines.join("; "),
+                        policy::DEVICE_LIST_DIR
+                    ),
+                });
+            }
+            OnRefused::Warn => warnings.extend(lines.into_iter().map(|l| format!("{l}; request ignored"))),
+        }
+    }
     if req.vendors.is_empty() && req.cdi_names.is_empty() {
-        return Ok(Plan::default());
+        return Ok(Plan { warnings, ..Plan::default() });
     }
 
     let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new() };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
     }
-    let mut plan = Plan::default();
+    let mut plan = Plan { warnings, ..Plan::default() };
     let mut cdi_requests: Vec<CdiNameRequest> = Vec::new();
 
     for vr in &req.vendors {
@@ -247,16 +306,18 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
 
     // Explicit names, after the names derived from variables (both through the spec directories).
+    let mut seen: HashSet<&str> = cdi_requests.iter().map(|c| c.name.as_str()).collect();
+    let mut explicit = Vec::new();
     for n in &req.cdi_names {
-        if !cdi_requests.iter().any(|c| c.name == n.name) {
-            cdi_requests.push(n.clone());
+        if seen.insert(n.name.as_str()) {
+            explicit.push(n.clone());
         }
     }
+    cdi_requests.extend(explicit);
     if !cdi_requests.is_empty() {
         let reg = state.registry();
         let edits = resolve_names(reg, &cdi_requests)?;
         plan.edits.append(&edits);
-        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec {} skipped: {e}", e.path.display())));
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
                 plan.served.push(Served {
@@ -269,9 +330,22 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         }
     }
 
+    if let Some(reg) = &state.registry {
+        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
+    }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     Ok(plan)
+}
+
+/// One refused request in words: `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust
+/// policy (policy.env_requests = "privileged" in /etc/actk/config.toml: the container is not
+/// privileged (no CAP_SYS_ADMIN in its bounding set))`.
+fn refusal(r: &Refused, ctx: &PlanContext) -> String {
+    let reason = ctx.policy.reason(r.channel);
+    let (key_value, why) = reason.split_once(": ").unwrap_or((reason.as_str(), ""));
+    let origin = if ctx.policy_origin.is_empty() { String::new() } else { format!(" in {}", ctx.policy_origin) };
+    format!("{}={}: refused by the node's trust policy ({key_value}{origin}: {why})", r.source, r.value)
 }
 
 /// The createContainer hook that adds the directories of the driver libraries mounted by `edits`
@@ -361,11 +435,14 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
         .into()
     };
     let mut out: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     let mut push = |n: String| {
-        if !out.contains(&n) {
+        if seen.insert(n.clone()) {
             out.push(n);
         }
     };
+    // Case-insensitive lookup of the spec's names, built once (a request may list 24k UUIDs).
+    let by_lower: HashMap<String, &String> = known.iter().rev().map(|k| (k.to_ascii_lowercase(), k)).collect();
     match &vr.selection {
         Selection::All => {
             if !known.iter().any(|k| k == "all") {
@@ -383,8 +460,8 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
                         format!("{m:?} is a MIG device; MIG is not supported yet and no CDI spec defines it"),
                     ),
                 };
-                match known.iter().find(|k| k.eq_ignore_ascii_case(&name)) {
-                    Some(k) => push(k.clone()),
+                match by_lower.get(&name.to_ascii_lowercase()) {
+                    Some(k) => push((*k).clone()),
                     None => return Err(unknown(what)),
                 }
             }
@@ -637,5 +714,119 @@ mod tests {
         let e = plan(&s, &ctx(Some(d.path()))).unwrap_err().to_string();
         assert!(e.starts_with("annotation cdi.k8s.io/x: ") && e.contains("example.com/accel=0"), "{e}");
         assert!(e.contains("broken.json could not be used"), "{e}");
+    }
+
+    /// A CRI-shaped config.json as containerd writes it for a pod: the kubelet's mounts (here the
+    /// device list of the volume-mounts strategy), the image's env, CAP_SYS_ADMIN absent.
+    fn cri_spec(env: &[&str], listed: &[&str], privileged: bool) -> Value {
+        let mut caps = vec!["CAP_CHOWN", "CAP_NET_BIND_SERVICE"];
+        if privileged {
+            caps.push("CAP_SYS_ADMIN");
+        }
+        let mut mounts = vec![json!({"destination": "/etc/hosts", "type": "bind",
+            "source": "/var/lib/kubelet/pods/0a/etc-hosts", "options": ["rbind", "rprivate", "rw"]})];
+        for name in listed {
+            mounts.push(json!({"destination": format!("/var/run/actk/devices/nvidia.com/gpu/{name}"),
+                "type": "bind", "source": "/dev/null", "options": ["rbind", "rprivate", "ro"]}));
+        }
+        json!({"process": {"env": env, "capabilities": {"bounding": caps, "effective": caps}},
+               "mounts": mounts,
+               "annotations": {"io.kubernetes.cri.container-type": "container"}})
+    }
+
+    fn k8s_ctx() -> PlanContext {
+        PlanContext { policy: Policy::kubernetes(), policy_origin: "/etc/actk/config.toml".into(), ..ctx(None) }
+    }
+
+    /// Field case F13: the pod was allocated GPU 0 (the device list), its image says
+    /// NVIDIA_VISIBLE_DEVICES=all: only GPU 0, and the refusal names the policy key.
+    #[test]
+    fn f13_allocated_gpu_only_and_env_refusal_names_the_policy() {
+        let spec = cri_spec(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"], &["0"], false);
+        let p = plan(&spec, &k8s_ctx()).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        assert_eq!(p.served[0].source, "device list /var/run/actk/devices/nvidia.com/gpu");
+        let w = p.warnings.join("\n");
+        assert!(
+            w.contains("NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = \"privileged\" in /etc/actk/config.toml"),
+            "{w}"
+        );
+        // The same with the default policy (a node set up without the chart): the list still wins.
+        let p = plan(&spec, &ctx(None)).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        assert!(p.warnings.iter().any(|w| w.contains("ignored, the device list")), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn untrusted_env_and_annotations_grant_nothing() {
+        let c = k8s_ctx();
+        for env in
+            [&["NVIDIA_VISIBLE_DEVICES=all"][..], &["NVIDIA_VISIBLE_DEVICES=none"], &["NVIDIA_VISIBLE_DEVICES=0,1"]]
+        {
+            let p = plan(&cri_spec(env, &[], false), &c).unwrap();
+            assert!(p.is_empty(), "{env:?}: {p:?}");
+            assert!(p.warnings.iter().any(|w| w.contains("policy.env_requests")), "{:?}", p.warnings);
+        }
+        // Not a request at all: nothing refused, nothing said.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=void"], &[], false), &c).unwrap();
+        assert!(p.is_empty() && p.warnings.is_empty(), "{p:?}");
+        // A malformed untrusted value is not parsed: refused, not a syntax error.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=0,,x"], &[], false), &c).unwrap();
+        assert!(p.is_empty() && p.warnings[0].contains("refused"), "{p:?}");
+        let mut spec = cri_spec(&[], &[], false);
+        spec["annotations"]["cdi.k8s.io/x"] = json!("nvidia.com/gpu=all");
+        let p = plan(&spec, &c).unwrap();
+        assert!(p.is_empty(), "{p:?}");
+        assert!(p.warnings[0].starts_with("annotation cdi.k8s.io/x=nvidia.com/gpu=all: refused by the node's trust policy (policy.annotation_requests = \"privileged\""), "{:?}", p.warnings);
+        // Privileged containers may ask.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=all"], &[], true), &c).unwrap();
+        assert_eq!(paths(&p).len(), 5, "{p:?}");
+    }
+
+    #[test]
+    fn on_refused_fail_fails_with_the_policy_key() {
+        let mut c = k8s_ctx();
+        c.policy.on_refused = OnRefused::Fail;
+        let e = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=all"], &["1"], false), &c).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = \"privileged\""
+            ),
+            "{e}"
+        );
+        assert!(e.contains("policy.on_refused = \"warn\""), "{e}");
+        c.policy.env_requests = policy::Trust::Never;
+        let e = plan(&cri_spec(&["AWS_NEURON_VISIBLE_DEVICES=ALL"], &[], true), &c);
+        // No neuron profile in this context: nothing asked, nothing refused.
+        assert!(e.unwrap().is_empty());
+        let e = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=0"], &[], true), &c).unwrap_err().to_string();
+        assert!(
+            e.contains("policy.env_requests = \"never\" in /etc/actk/config.toml: no container may ask this way"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn device_list_entries_must_be_dev_null_binds_and_trusted() {
+        let c = k8s_ctx();
+        let mut spec = cri_spec(&[], &["2"], false);
+        // An emptyDir a pod put at the same place: not an entry.
+        spec["mounts"].as_array_mut().unwrap().push(json!({"destination": "/var/run/actk/devices/nvidia.com/gpu/all",
+            "type": "bind", "source": "/var/lib/kubelet/pods/0a/volumes/kubernetes.io~empty-dir/x", "options": ["rbind"]}));
+        let p = plan(&spec, &c).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia2"]);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("mount /var/run/actk/devices/nvidia.com/gpu/all ignored")),
+            "{:?}",
+            p.warnings
+        );
+        let mut c = k8s_ctx();
+        c.policy.mount_requests = policy::Trust::Never;
+        let p = plan(&cri_spec(&[], &["2"], false), &c).unwrap();
+        assert!(p.is_empty(), "{p:?}");
+        assert!(p.warnings[0].contains("policy.mount_requests = \"never\""), "{:?}", p.warnings);
+        // Unknown device in the list: the error names the list.
+        let e = plan(&cri_spec(&[], &["9"], false), &k8s_ctx()).unwrap_err().to_string();
+        assert!(e.starts_with("device list /var/run/actk/devices/nvidia.com/gpu=9: no such device 9"), "{e}");
     }
 }

@@ -11,7 +11,13 @@
 //! - `envvar`: the vendor's selection variable (`NVIDIA_VISIBLE_DEVICES=<UUIDs>`,
 //!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook;
 //! - `device-specs`: kubelet DeviceSpecs, mounts and env taken from the CDI container edits
-//!   actk generates (actk_core::cdi::edits_for), which work with any runtime.
+//!   actk generates (actk_core::cdi::edits_for), which work with any runtime;
+//! - `volume-mounts`: the device list, a read-only mount of `/dev/null` at
+//!   `/var/run/actk/devices/<vendor>/<class>/<index>` per device (actk_core::policy
+//!   `DEVICE_LIST_DIR`), which actk-runtime (and actk-hook) serve as the kubelet's allocation. No
+//!   image and no pod without a `hostPath` volume can make such a mount, so on a node whose trust
+//!   policy refuses env and annotation requests from unprivileged containers this is the strategy
+//!   that cannot be widened (what NVIDIA's `volume-mounts` device list strategy does).
 //!
 //! A core resource (`aws.amazon.com/neuroncore`) always sets the cores variable
 //! (`NEURON_RT_VISIBLE_CORES`): no CDI name or device node can select part of a device, so
@@ -39,20 +45,21 @@ pub enum Strategy {
     EnvVar,
     /// Device specs, mounts and env from the CDI edits.
     DeviceSpecs,
+    /// The device list: `/dev/null` mounted under `DEVICE_LIST_DIR`.
+    VolumeMounts,
 }
 
 impl FromStr for Strategy {
     type Err = String;
-    /// Parses `cdi-cri`, `cdi-annotations`, `envvar` or `device-specs`.
+    /// Parses `cdi-cri`, `cdi-annotations`, `envvar`, `device-specs` or `volume-mounts`.
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "cdi-cri" => Ok(Strategy::CdiCri),
             "cdi-annotations" => Ok(Strategy::CdiAnnotations),
             "envvar" => Ok(Strategy::EnvVar),
             "device-specs" => Ok(Strategy::DeviceSpecs),
-            other => Err(format!(
-                "unknown allocate strategy {other:?}: use one or more of cdi-cri, cdi-annotations, envvar, device-specs"
-            )),
+            "volume-mounts" => Ok(Strategy::VolumeMounts),
+            other => Err(format!("unknown allocate strategy {other:?}: use one or more of {STRATEGY_NAMES}")),
         }
     }
 }
@@ -64,9 +71,13 @@ impl fmt::Display for Strategy {
             Strategy::CdiAnnotations => "cdi-annotations",
             Strategy::EnvVar => "envvar",
             Strategy::DeviceSpecs => "device-specs",
+            Strategy::VolumeMounts => "volume-mounts",
         })
     }
 }
+
+/// Every strategy name, for messages.
+pub const STRATEGY_NAMES: &str = "cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts";
 
 /// Options of [`container_response`].
 #[derive(Debug, Clone)]
@@ -290,6 +301,15 @@ pub fn container_response(
                 }
             }
             Strategy::DeviceSpecs => device_specs(res, &devices, opts, &mut resp),
+            Strategy::VolumeMounts => {
+                for d in &devices {
+                    resp.mounts.push(Mount {
+                        container_path: format!("{}/{}/{d}", actk_core::policy::DEVICE_LIST_DIR, res.vendor.kind),
+                        host_path: actk_core::policy::DEVICE_LIST_SOURCE.into(),
+                        read_only: true,
+                    });
+                }
+            }
         }
     }
     Ok(resp)
@@ -357,7 +377,7 @@ mod tests {
 
     #[test]
     fn strategies_parse_and_print() {
-        for s in ["cdi-cri", "cdi-annotations", "envvar", "device-specs"] {
+        for s in ["cdi-cri", "cdi-annotations", "envvar", "device-specs", "volume-mounts"] {
             assert_eq!(s.parse::<Strategy>().unwrap().to_string(), s);
         }
         assert!("cdi".parse::<Strategy>().unwrap_err().contains("\"cdi\""));

@@ -36,7 +36,7 @@ pub struct FileConfig {
     pub socket_dir: Option<PathBuf>,
     /// The kubelet's Registration socket (default `<socket_dir>/kubelet.sock`).
     pub kubelet_socket: Option<PathBuf>,
-    /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`).
+    /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`, `volume-mounts`).
     pub strategies: Option<Vec<String>>,
     /// Only these resource names are served (default: every resource of every vendor found).
     pub resources: Option<Vec<String>>,
@@ -194,7 +194,7 @@ impl Settings {
                 origin,
                 key: "strategies".into(),
                 value: strategies.join(","),
-                expected: "at least one of cdi-cri, cdi-annotations, envvar, device-specs".into(),
+                expected: format!("at least one of {}", crate::allocate::STRATEGY_NAMES),
             });
         }
         let device_ids = match (o.device_ids, f.device_ids) {
@@ -296,7 +296,7 @@ mod tests {
         let file: FileConfig = toml::from_str("strategies = [\"cdi\"]\n").unwrap();
         let err = Settings::merge(Overrides::default(), file, "/etc/actk/device-plugin.toml").unwrap_err().to_string();
         assert!(err.starts_with("/etc/actk/device-plugin.toml: strategies = \"cdi\":"), "{err}");
-        assert!(err.contains("cdi-cri, cdi-annotations, envvar, device-specs"), "{err}");
+        assert!(err.contains("cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts"), "{err}");
         let o = Overrides { metrics_address: Some("9400".into()), ..Default::default() };
         let err = Settings::merge(o, FileConfig::default(), "f").unwrap_err().to_string();
         assert!(err.contains("metrics_address = \"9400\"") && err.contains("host:port"), "{err}");

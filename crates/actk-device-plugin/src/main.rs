@@ -42,7 +42,7 @@ struct Cli {
     /// The kubelet's Registration socket (default <socket-dir>/kubelet.sock).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_KUBELET_SOCKET")]
     kubelet_socket: Option<PathBuf>,
-    /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs.
+    /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRATEGIES", value_delimiter = ',')]
     strategies: Option<Vec<String>>,
     /// Only serve these resource names (comma-separated).

@@ -222,7 +222,12 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     let _plugin = PluginProcess::start(
         &f.root,
         dir.path(),
-        &["--strategies", "cdi-cri,cdi-annotations,envvar,device-specs", "--metrics-address", &metrics_addr],
+        &[
+            "--strategies",
+            "cdi-cri,cdi-annotations,envvar,device-specs,volume-mounts",
+            "--metrics-address",
+            &metrics_addr,
+        ],
     );
     let reg = kubelet.next_register(Duration::from_secs(10)).await;
     assert_eq!((reg.version.as_str(), reg.resource_name.as_str()), ("v1beta1", "nvidia.com/gpu"));
@@ -258,6 +263,20 @@ async fn register_stream_allocate_and_errors_on_dgx() {
         c.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05") && m.read_only),
         "{:?}",
         c.mounts
+    );
+    // volume-mounts: the device list actk-runtime serves as the allocation (issue 10).
+    let list: Vec<(&str, &str, bool)> = c
+        .mounts
+        .iter()
+        .filter(|m| m.container_path.starts_with("/var/run/actk/devices/"))
+        .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only))
+        .collect();
+    assert_eq!(
+        list,
+        [
+            ("/var/run/actk/devices/nvidia.com/gpu/0", "/dev/null", true),
+            ("/var/run/actk/devices/nvidia.com/gpu/1", "/dev/null", true)
+        ]
     );
 
     let err = client.allocate(one(&[&uuids[0], "GPU-nope", "7x"])).await.unwrap_err();

@@ -4,8 +4,9 @@
 //! Everything inside the container goes through [`root::ContainerRoot`] (openat2
 //! `RESOLVE_IN_ROOT`), mounts are cloned from the host driver root and attached by fd in the
 //! container's mount namespace ([`mounts`]), device access is granted in the container's device
-//! cgroup ([`cgroup`], [`bpf`]), and the ld.so.cache is rebuilt by the host's verified ldconfig
-//! ([`ldcache`]). Every exec gets [`env::minimal_env`].
+//! cgroup ([`cgroup`], [`bpf`]), and the injected library directories are added to the
+//! container's ld.so.cache by actk itself, through the same resolver ([`ldcache`]: no ldconfig
+//! runs). Every exec gets [`env::minimal_env`].
 //!
 //! Entry point: [`inject`].
 
@@ -23,7 +24,6 @@ pub use error::{InjectError, Result};
 use actk_core::cdi::ContainerEdits;
 use bpf::DeviceRule;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The live container to inject into.
 #[derive(Debug)]
@@ -44,10 +44,16 @@ impl Target {
     ///
     /// Errors: the root cannot be opened, or it is the caller's own root directory (a `pid`
     /// that is not the container's, e.g. a pid of another pid namespace: never inject into the host).
+    ///
+    /// Also refused: a `pid` whose mount namespace is the caller's own or the host's (pid 1's):
+    /// that is a host process, not a container (a forged or stale OCI state), and injecting
+    /// would bind-mount into the host and grant that process devices.
     pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Target> {
+        let mnt_ns = mounts::open_mnt_ns(pid)?;
+        refuse_shared_mnt_ns(pid, &mnt_ns)?;
         let root = root::ContainerRoot::for_pid(pid, rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid, root, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
+        Ok(Target { pid, root, mnt_ns: Some(mnt_ns) })
     }
 
     /// The target for a hook that runs inside the container's mount and pid namespaces before
@@ -55,7 +61,17 @@ impl Target {
     /// container-namespace pid, useless against the host's /proc): the rootfs is opened in the
     /// caller's own mount namespace, mounts are attached there, and the device cgroup is the
     /// caller's (a hook is a child of the container's init, in its cgroup). `pid` is 0.
+    ///
+    /// Refused when the caller's mount namespace is the host's (pid 1's): a container without
+    /// its own mount namespace would have its mounts attached to the host.
     pub fn current(rootfs: &Path) -> Result<Target> {
+        let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+        if host_mnt_ns().is_some_and(|host| ns_id(&own, "/proc/thread-self/ns/mnt").ok() == Some(host)) {
+            return Err(InjectError::HostRefused {
+                path: "/proc/thread-self/ns/mnt".into(),
+                reason: "this hook runs in the host's mount namespace, not a container's; refusing to inject (does the container have a mount namespace?)".into(),
+            });
+        }
         let root = root::ContainerRoot::open(rootfs)?;
         refuse_own_root(&root)?;
         Ok(Target { pid: 0, root, mnt_ns: None })
@@ -72,6 +88,40 @@ pub fn in_child_pid_namespace() -> Result<bool> {
         reason: format!("points to {link:?}, not a pid; is /proc a procfs?"),
     })?;
     Ok(procs_pid != rustix::process::getpid().as_raw_nonzero().get())
+}
+
+/// `(st_dev, st_ino)` of a namespace file: equal pairs are the same namespace (namespaces(7)).
+fn ns_id(fd: &rustix::fd::OwnedFd, shown: &str) -> Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd).map_err(|e| InjectError::host("stat", shown, e))?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The host's mount namespace (pid 1's), when it can be read: an init that is not dumpable
+/// (some VM agents) hides its namespace files even from root, and then only the comparison with
+/// the caller's own namespace is made.
+fn host_mnt_ns() -> Option<(u64, u64)> {
+    let init = mounts::open_mnt_ns(1).ok()?;
+    ns_id(&init, "/proc/1/ns/mnt").ok()
+}
+
+/// Refuses a target whose mount namespace (`ns`, opened from `/proc/PID/ns/mnt` and kept for the
+/// injection, so the check holds for the namespace actually entered) is the caller's or pid 1's.
+fn refuse_shared_mnt_ns(pid: i32, ns: &rustix::fd::OwnedFd) -> Result<()> {
+    let theirs = ns_id(ns, &format!("/proc/{pid}/ns/mnt"))?;
+    let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+    let whose = if theirs == ns_id(&own, "/proc/thread-self/ns/mnt")? {
+        "this hook's own"
+    } else if host_mnt_ns() == Some(theirs) {
+        "the host's (pid 1's)"
+    } else {
+        return Ok(());
+    };
+    Err(InjectError::HostRefused {
+        path: format!("/proc/{pid}/ns/mnt").into(),
+        reason: format!(
+            "pid {pid} of the OCI state shares {whose} mount namespace: it is not a container's process (a forged or stale state?); refusing to inject"
+        ),
+    })
 }
 
 fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
@@ -93,10 +143,8 @@ pub struct Options {
     /// Host driver root: mount sources must be under it; device nodes without numbers are
     /// stat'ed under it (`/` on a node).
     pub host_root: PathBuf,
-    /// The host's ldconfig (`/sbin/ldconfig`); `None` skips the ld.so.cache update.
-    pub ldconfig: Option<PathBuf>,
-    /// Time limit for ldconfig.
-    pub ldconfig_timeout: Duration,
+    /// Whether to add the injected library directories to the container's ld.so.cache.
+    pub ldcache: bool,
     /// Whether to add device cgroup rules (false for tests that inject into a plain directory).
     pub cgroup: bool,
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
@@ -106,13 +154,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            host_root: PathBuf::from("/"),
-            ldconfig: Some(PathBuf::from("/sbin/ldconfig")),
-            ldconfig_timeout: ldcache::DEFAULT_TIMEOUT,
-            cgroup: true,
-            existing_device_rules: Vec::new(),
-        }
+        Options { host_root: PathBuf::from("/"), ldcache: true, cgroup: true, existing_device_rules: Vec::new() }
     }
 }
 
@@ -133,9 +175,8 @@ pub struct Report {
 
 /// Applies `edits` to the live container `target`.
 ///
-/// Order: everything that reads the host happens first (node numbers, mount sources cloned,
-/// ldconfig verified), then the container is changed: nodes, mount targets, mounts, cgroup
-/// rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
+/// Order: everything that reads the host happens first (node numbers, mount sources cloned),
+/// then the container is changed: nodes, mount targets, mounts, cgroup rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
 /// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
 ///
 /// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
@@ -157,10 +198,6 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         let Some(hr) = &host_root else { break };
         prepared.push(mounts::PreparedMount::new(hr, Path::new(&m.host_path), &m.container_path)?);
     }
-    let ldconfig = match &opts.ldconfig {
-        Some(p) if !lib_dirs(edits).is_empty() => Some(ldcache::HostLdconfig::open(p)?),
-        _ => None,
-    };
 
     for s in &specs {
         report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
@@ -175,8 +212,9 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
             specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
         report.cgroup = Some(cgroup::allow(target.pid, &opts.existing_device_rules, &rules)?);
     }
-    if let Some(ld) = &ldconfig {
-        report.ldcache = Some(ldcache::update(&target.root, ld, &lib_dirs(edits), opts.ldconfig_timeout)?);
+    let dirs = lib_dirs(edits);
+    if opts.ldcache && !dirs.is_empty() {
+        report.ldcache = Some(ldcache::update(&target.root, &dirs)?);
     }
     for e in &edits.env {
         report.not_applicable.push(format!("env {e}"));
@@ -226,6 +264,20 @@ pub fn lib_dirs(edits: &ContainerEdits) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_process_is_not_a_container() {
+        // The test's own pid and pid 1 share the host's mount namespace (or this one's).
+        let e = Target::for_pid(std::process::id() as i32, Path::new("/")).unwrap_err().to_string();
+        assert!(e.contains("shares this hook's own mount namespace") && e.contains("refusing to inject"), "{e}");
+        if host_mnt_ns().is_some() {
+            // pid 1 is readable here: it is the host, and so is the caller.
+            let e = Target::for_pid(1, Path::new("/")).unwrap_err().to_string();
+            assert!(e.contains("mount namespace") && e.contains("refusing to inject"), "{e}");
+            let e = Target::current(Path::new("/tmp")).unwrap_err().to_string();
+            assert!(e.contains("host's mount namespace"), "{e}");
+        }
+    }
     use actk_core::cdi::{CdiHook, CdiMount};
 
     #[test]

@@ -238,9 +238,12 @@ unsafe fn child_attach(ns: i32, pairs: &[(i32, i32)], flags: u32, wr: i32) -> ! 
 
 /// Opens `/proc/PID/ns/mnt`.
 pub fn open_mnt_ns(pid: i32) -> Result<OwnedFd> {
-    let p = format!("/proc/{pid}/ns/mnt");
-    rustix::fs::open(p.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| InjectError::host("open", p, e))
+    open_mnt_ns_path(&format!("/proc/{pid}/ns/mnt"))
+}
+
+/// Opens a mount namespace file (`/proc/thread-self/ns/mnt`, `/proc/PID/ns/mnt`).
+pub fn open_mnt_ns_path(p: &str) -> Result<OwnedFd> {
+    rustix::fs::open(p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| InjectError::host("open", p, e))
 }
 
 impl AsFd for PreparedMount {

@@ -59,7 +59,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
             None => std::env::current_dir()
                 .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
-        prepare_bundle(&bundle, &config)?;
+        prepare_bundle(&bundle, &config, inv)?;
     }
     let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
     let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
@@ -67,8 +67,10 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 }
 
 /// Plans and applies the edits for the bundle's config.json, merges hooks.d, and writes the file
-/// back when anything changed.
-fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
+/// back when anything changed. Warnings (requests the trust policy refused, untrusted spec and
+/// hooks files) go to stderr, the log file and the engine's `--log` file.
+fn prepare_bundle(bundle: &Path, config: &Config, inv: &args::Invocation) -> Result<()> {
+    let warn = |msg: &str| log::warn(inv.log.as_deref(), inv.log_format.as_deref(), msg);
     let config_json = bundle.join("config.json");
     let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
     let original: serde_json::Value =
@@ -78,7 +80,7 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
     let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config) })?;
     for w in &p.warnings {
-        tracing::warn!("{w}");
+        warn(w);
     }
     if !p.is_empty() {
         edits::apply(&mut spec, &p.edits)
@@ -93,8 +95,11 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         tracing::info!("{}: {}", bundle.display(), p.summary());
     }
 
-    let hooks = hooksd::load(&config.hooks_dirs)?;
-    let added = hooksd::merge(&mut spec, &hooks)?;
+    let hooks = hooksd::load_with_skipped(&config.hooks_dirs)?;
+    for u in &hooks.skipped {
+        warn(&format!("hooks file skipped: {u}"));
+    }
+    let added = hooksd::merge(&mut spec, &hooks.hooks)?;
     for f in &added {
         tracing::info!("{}: hooks from {}", bundle.display(), f.display());
     }

@@ -334,6 +334,13 @@ fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
     parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])
 }
 
+/// Parses and checks a spec file's text (format from `path`'s extension, else sniffed), as
+/// [`read_spec_file`] does after reading it; `path` names the file in errors.
+pub fn spec_from_text(text: &str, path: &Path) -> Result<Spec, Vec<CdiError>> {
+    let value = parse_value(text, path, Format::from_path(path)).map_err(|e| vec![e])?;
+    spec_from_value(value, Some(path))
+}
+
 /// Validates a spec file fully: schema, fields and SPEC.md rules (`actk cdi validate`).
 /// Feature `schema`.
 #[cfg(feature = "schema")]

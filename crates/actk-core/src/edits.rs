@@ -17,6 +17,13 @@
 //! - hooks -> `hooks.<stage>[]`, each with an explicit `env` (a minimal PATH when the edit has
 //!   none: a hook must never inherit the engine's environment); an identical hook is not added twice.
 //! - additional GIDs -> `process.user.additionalGids`, each at most once.
+//! - net devices (CDI 1.1 `netDevices`) -> `linux.netDevices` (runtime-spec config-linux.md
+//!   "Network Devices"): an object keyed by the host interface name whose value names the
+//!   interface in the container, `{"eth1": {"name": "net1"}}`; an entry with the same key is
+//!   replaced.
+//! - Intel RDT (CDI `intelRdt`) -> `linux.intelRdt` (config-linux.md "IntelRdt"): the fields the
+//!   edit sets replace the same fields; fields the engine set and the edit does not name stay.
+//!   Whether the low-level runtime can take them is checked by [`unsupported_by_runtime`].
 //!
 //! Applying the same edits twice gives the same document as applying them once.
 
@@ -67,6 +74,14 @@ pub enum EditError {
         /// The entry.
         entry: String,
     },
+    /// A CDI `netDevices` or `intelRdt` edit of the wrong shape (a spec that skipped validation).
+    #[error("CDI edit `{field}`: {problem}")]
+    BadEdit {
+        /// `netDevices[0]`, `intelRdt`.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// Applies `edits` to `spec` (a whole config.json). See the module docs for the rules.
@@ -82,6 +97,14 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
             return Err(EditError::BadStage { path: h.path.clone(), stage: h.hook_name.clone() });
         }
     }
+    let net_devices = net_device_entries(edits)?;
+    let rdt = match &edits.intel_rdt {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(other) => {
+            return Err(EditError::BadEdit { field: "intelRdt".into(), problem: format!("{other} is not an object") });
+        }
+    };
     let root =
         spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
 
@@ -133,7 +156,96 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
             }
         }
     }
+
+    if !net_devices.is_empty() {
+        let nd = object_at(root, &["linux", "netDevices"])?;
+        for (host, name) in net_devices {
+            nd.insert(host.to_string(), json!({ "name": name }));
+        }
+    }
+
+    if let Some(rdt) = rdt {
+        let target = object_at(root, &["linux", "intelRdt"])?;
+        for (k, v) in rdt {
+            target.insert(k.clone(), v.clone());
+        }
+    }
     Ok(())
+}
+
+/// `(hostInterfaceName, name)` of every CDI net device edit. Errors: an entry without both names.
+fn net_device_entries(edits: &ContainerEdits) -> Result<Vec<(&str, &str)>, EditError> {
+    edits
+        .net_devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let get = |k: &str| d.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+            match (get("hostInterfaceName"), get("name")) {
+                (Some(h), Some(n)) => Ok((h, n)),
+                _ => Err(EditError::BadEdit {
+                    field: format!("netDevices[{i}]"),
+                    problem: format!("{d} needs a non-empty hostInterfaceName and name"),
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Runtime-spec 1.3 `linux.intelRdt` fields a runtime announces in its features document
+/// (features-linux.md "IntelRdt"): `schemata` and `enableMonitoring` (as `monitoring`). The
+/// other fields (`closID`, `l3CacheSchema`, `memBwSchema`) are in every runtime-spec version.
+const RDT_FEATURE_FIELDS: &[(&str, &str)] = &[("schemata", "schemata"), ("enableMonitoring", "monitoring")];
+
+/// The edits of `edits` that the low-level runtime would silently ignore, judged by its features
+/// document (`runc features`, runtime-spec features.md; `None` when the runtime has no
+/// `features` command, as crun 1.8 and runc before 1.1): one line per refused field, naming it
+/// and why. An empty result means every edit reaches the runtime, which applies it or fails
+/// naming it (runc refuses `intelRdt` on a host without resctrl).
+///
+/// - `netDevices` (OCI `linux.netDevices`, runtime-spec 1.3) needs `linux.netDevices.enabled`;
+/// - `intelRdt` needs the host's resctrl filesystem (`resctrl`: mounted at /sys/fs/resctrl):
+///   runc 1.1 starts the container without the class when it is missing;
+/// - `intelRdt.schemata` / `intelRdt.enableMonitoring` (runtime-spec 1.3) need
+///   `linux.intelRdt.schemata` / `linux.intelRdt.monitoring`.
+pub fn unsupported_by_runtime(
+    edits: &ContainerEdits,
+    runtime: &str,
+    features: Option<&Value>,
+    resctrl: bool,
+) -> Vec<String> {
+    let flag = |ptr: &str| features.and_then(|f| f.pointer(ptr)).and_then(Value::as_bool) == Some(true);
+    let said = match features {
+        Some(_) => format!("`{runtime} features` does not list it"),
+        None => format!("{runtime} has no `features` command to say it can"),
+    };
+    let mut out = Vec::new();
+    if !edits.net_devices.is_empty() && !flag("/linux/netDevices/enabled") {
+        let names: Vec<String> = edits
+            .net_devices
+            .iter()
+            .map(|d| d.get("hostInterfaceName").and_then(Value::as_str).unwrap_or("?").to_string())
+            .collect();
+        out.push(format!(
+            "CDI edit netDevices ({}) becomes OCI linux.netDevices, which {runtime} would ignore ({said}); use a runtime that supports network devices (runc >= 1.3) or drop the netDevices edit",
+            names.join(", ")
+        ));
+    }
+    if edits.intel_rdt.is_some() && !resctrl {
+        out.push(format!(
+            "CDI edit intelRdt becomes OCI linux.intelRdt, but this host has no Intel RDT (no resctrl filesystem mounted at /sys/fs/resctrl) and {runtime} would start the container without it; mount resctrl (`mount -t resctrl resctrl /sys/fs/resctrl`) on an RDT-capable host or drop the intelRdt edit"
+        ));
+    }
+    if let Some(rdt) = edits.intel_rdt.as_ref().and_then(Value::as_object) {
+        for (field, feature) in RDT_FEATURE_FIELDS {
+            if rdt.contains_key(*field) && !flag(&format!("/linux/intelRdt/{feature}")) {
+                out.push(format!(
+                    "CDI edit intelRdt.{field} becomes OCI linux.intelRdt.{field}, which {runtime} would ignore ({said}: linux.intelRdt.{feature}); use a runtime that supports it or drop the field"
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// Removes the prestart hooks Docker's `--gpus` adds (executable or argv[0] named
@@ -397,6 +509,59 @@ mod tests {
         let mut nonum = ContainerEdits::default();
         nonum.device_nodes.push(DeviceNode { path: "/dev/x".into(), ..Default::default() });
         assert!(matches!(apply(&mut s, &nonum), Err(EditError::MissingNumbers { .. })));
+    }
+
+    /// Field case F17 (in core): CDI 1.1 netDevices and intelRdt edits land in the OCI spec as
+    /// `linux.netDevices` and `linux.intelRdt`; the engine's own fields survive; twice == once.
+    #[test]
+    fn f17_net_devices_and_intel_rdt_are_applied_to_the_oci_spec() {
+        let e = ContainerEdits {
+            net_devices: vec![json!({"hostInterfaceName": "eth1", "name": "net1"})],
+            intel_rdt: Some(json!({"closID": "gpu-jobs", "schemata": ["L3:0=ff"]})),
+            ..Default::default()
+        };
+        let mut s = json!({"linux": {"intelRdt": {"l3CacheSchema": "L3:0=f", "closID": "old"},
+                                     "netDevices": {"eth0": {"name": "eth0"}}}});
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["netDevices"], json!({"eth0": {"name": "eth0"}, "eth1": {"name": "net1"}}));
+        assert_eq!(
+            s["linux"]["intelRdt"],
+            json!({"l3CacheSchema": "L3:0=f", "closID": "gpu-jobs", "schemata": ["L3:0=ff"]})
+        );
+        let mut twice = s.clone();
+        apply(&mut twice, &e).unwrap();
+        assert_eq!(twice, s);
+        let bad = ContainerEdits { net_devices: vec![json!({"name": "net1"})], ..Default::default() };
+        assert_eq!(
+            apply(&mut json!({}), &bad).unwrap_err().to_string(),
+            "CDI edit `netDevices[0]`: {\"name\":\"net1\"} needs a non-empty hostInterfaceName and name"
+        );
+    }
+
+    /// F17: what the low-level runtime would ignore is named, judged by its features document.
+    #[test]
+    fn f17_edits_the_runtime_would_ignore_are_named() {
+        let e = ContainerEdits {
+            net_devices: vec![json!({"hostInterfaceName": "eth1", "name": "net1"})],
+            intel_rdt: Some(json!({"closID": "g", "enableMonitoring": true})),
+            ..Default::default()
+        };
+        // runc 1.1.5's features: neither netDevices nor intelRdt.
+        let old = json!({"ociVersionMax": "1.0.2-dev", "linux": {"namespaces": ["user"]}});
+        let refused = unsupported_by_runtime(&e, "runc", Some(&old), true);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(refused[0].starts_with("CDI edit netDevices (eth1) becomes OCI linux.netDevices"), "{refused:?}");
+        assert!(refused[1].contains("intelRdt.enableMonitoring"), "{refused:?}");
+        assert!(unsupported_by_runtime(&e, "crun", None, true)[0].contains("crun has no `features` command"));
+        let new =
+            json!({"linux": {"netDevices": {"enabled": true}, "intelRdt": {"enabled": true, "monitoring": true}}});
+        assert!(unsupported_by_runtime(&e, "runc", Some(&new), true).is_empty());
+        // closID alone is runtime-spec 1.0: passed on where the host has RDT; without resctrl
+        // runc 1.1 would drop it quietly, so it is refused naming the field.
+        let plain = ContainerEdits { intel_rdt: Some(json!({"closID": "g"})), ..Default::default() };
+        assert!(unsupported_by_runtime(&plain, "runc", Some(&old), true).is_empty());
+        let no_rdt = unsupported_by_runtime(&plain, "runc", Some(&old), false);
+        assert!(no_rdt.len() == 1 && no_rdt[0].contains("no resctrl filesystem"), "{no_rdt:?}");
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
             p.edits
         }
     };
+    actk_inject::refuse_runtime_only(&container_edits).with_context(|| format!("container {}", st.id))?;
     if container_edits.device_nodes.is_empty() && container_edits.mounts.is_empty() {
         return Ok(());
     }

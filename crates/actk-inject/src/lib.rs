@@ -139,9 +139,11 @@ pub struct Report {
 /// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
 ///
 /// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
-/// container and go away with it).
+/// container and go away with it). `netDevices` and `intelRdt` edits are refused before anything
+/// changes ([`InjectError::NotInjectable`]).
 pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
     let mut report = Report::default();
+    refuse_runtime_only(edits)?;
     let specs: Vec<nodes::NodeSpec> =
         edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
     let mut prepared = Vec::new();
@@ -188,6 +190,20 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         report.not_applicable.push(format!("{} hook {}", h.hook_name, h.path));
     }
     Ok(report)
+}
+
+/// Refuses edits only the runtime can apply at create time (`netDevices`, `intelRdt`): moving a
+/// network device into the container or setting its resctrl group is not a hook's work, and
+/// dropping them quietly would start the container without what it asked for.
+pub fn refuse_runtime_only(edits: &ContainerEdits) -> Result<()> {
+    let runtime_only = [("netDevices", !edits.net_devices.is_empty()), ("intelRdt", edits.intel_rdt.is_some())];
+    match runtime_only.iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err(InjectError::NotInjectable {
+            field,
+            reason: "request the device through actk-runtime (or a CDI-aware engine), which puts it into config.json before the container is created".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Container directories that need an ld.so.cache entry: the parents of mounted shared

@@ -11,6 +11,7 @@
 
 mod args;
 mod bundle;
+mod features;
 mod log;
 
 use actk_core::config::Config;
@@ -59,7 +60,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
             None => std::env::current_dir()
                 .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
-        prepare_bundle(&bundle, &config)?;
+        prepare_bundle(&bundle, &config, &runtime)?;
     }
     let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
     let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
@@ -68,7 +69,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 
 /// Plans and applies the edits for the bundle's config.json, merges hooks.d, and writes the file
 /// back when anything changed.
-fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
+fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path) -> Result<()> {
     let config_json = bundle.join("config.json");
     let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
     let original: serde_json::Value =
@@ -81,6 +82,15 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         tracing::warn!("{w}");
     }
     if !p.is_empty() {
+        if !p.edits.net_devices.is_empty() || p.edits.intel_rdt.is_some() {
+            // Edits an old runtime would silently ignore are refused, naming the field.
+            let name = runtime.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let refused =
+                edits::unsupported_by_runtime(&p.edits, &name, features::of(runtime).as_ref(), features::has_resctrl());
+            if !refused.is_empty() {
+                anyhow::bail!("{}: {}", p.summary(), refused.join("; "));
+            }
+        }
         edits::apply(&mut spec, &p.edits)
             .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
         if p.serves_nvidia() {

@@ -15,7 +15,8 @@
 //! - env -> `process.env`: every entry with the same NAME is removed, then `NAME=value` appended
 //!   (the last duplicate wins anyway; removing the others keeps the list readable).
 //! - hooks -> `hooks.<stage>[]`, each with an explicit `env` (a minimal PATH when the edit has
-//!   none: a hook must never inherit the engine's environment); an identical hook is not added twice.
+//!   none: a hook must never inherit the engine's environment); a hook already in the stage
+//!   (same path and argv, [`same_hook`]) is not added again.
 //! - additional GIDs -> `process.user.additionalGids`, each at most once.
 //! - net devices (CDI 1.1 `netDevices`) -> `linux.netDevices` (runtime-spec config-linux.md
 //!   "Network Devices"): an object keyed by the host interface name whose value names the
@@ -142,7 +143,7 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
     for h in &edits.hooks {
         let stage = array_at(root, &["hooks", h.hook_name.as_str()])?;
         let entry = hook_json(h);
-        if !stage.contains(&entry) {
+        if !stage.iter().any(|e| same_hook(e, &entry)) {
             stage.push(entry);
         }
     }
@@ -246,6 +247,23 @@ pub fn unsupported_by_runtime(
         }
     }
     out
+}
+
+/// Whether two OCI hook entries run the same program the same way: same `path` and the same
+/// argv (an absent or empty `args` is argv `[path]`, as runtimes execute it). `env` and
+/// `timeout` do not count: the same hook merged by podman and by actk differs only there.
+pub fn same_hook(a: &Value, b: &Value) -> bool {
+    let path = |h: &Value| h.get("path").and_then(Value::as_str).map(str::to_string);
+    let argv = |h: &Value| -> Option<Vec<String>> {
+        let p = path(h)?;
+        let args: Vec<String> = h
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).collect())
+            .unwrap_or_default();
+        Some(if args.is_empty() { vec![p] } else { args })
+    };
+    path(a).is_some() && path(a) == path(b) && argv(a) == argv(b)
 }
 
 /// Removes the prestart hooks Docker's `--gpus` adds (executable or argv[0] named

@@ -190,8 +190,19 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     for vr in &req.vendors {
         let use_specs =
             matches!(vr.selection, Selection::All | Selection::Devices(_)) && state.registry().has_kind(&vr.kind);
+        let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
+        let device_env = profile.map(|p| p.selection.device_env.as_slice()).unwrap_or_default();
         if use_specs {
             let names = spec_names_for(vr, state.registry())?;
+            if !device_env.is_empty() {
+                // The spec names the devices; their attributes are in the inventory.
+                let inventory = state.inventory();
+                let vendor = inventory.vendor(&vr.profile);
+                let indexes = indexes_of_names(vendor, &names);
+                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                plan.edits.env.extend(env_edits);
+                plan.warnings.extend(notes);
+            }
             plan.served.push(Served {
                 kind: vr.kind.clone(),
                 source: vr.variable.clone(),
@@ -202,10 +213,14 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 names.iter().map(|n| CdiNameRequest { name: format!("{}={n}", vr.kind), source: vr.variable.clone() }),
             );
         } else {
-            let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
             let indexes = vr.resolve(vendor)?;
+            if !device_env.is_empty() && !indexes.is_empty() {
+                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                plan.edits.env.extend(env_edits);
+                plan.warnings.extend(notes);
+            }
             // A listed device whose node discovery could not use (removed since the last look, or
             // its driver gone) would otherwise start the container silently without it.
             if let (Some(v), Selection::Devices(_)) = (vendor, &vr.selection)
@@ -272,6 +287,80 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     Ok(plan)
+}
+
+/// Device indexes of the CDI device names a spec served (`all`, an index, or a UUID).
+fn indexes_of_names(vendor: Option<&crate::inventory::VendorInventory>, names: &[String]) -> Vec<u32> {
+    let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
+    let mut out: Vec<u32> = Vec::new();
+    for n in names {
+        if n == crate::cdi::generate::ALL_DEVICE {
+            out.extend(devices.iter().map(|d| d.index));
+        } else if let Ok(i) = n.parse::<u32>() {
+            out.push(i);
+        } else if let Some(d) = devices.iter().find(|d| d.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(n))) {
+            out.push(d.index);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The env edits of a profile's `selection.device_env` for the selected devices `indexes`
+/// (ascending), and notes for the plan's warnings. A variable the container sets itself is kept
+/// when every value in it belongs to a selected device (Habana: HABANA_VISIBLE_MODULES naming a
+/// subset of the modules mounted); otherwise the request is refused naming both variables.
+fn device_env_edits(
+    entries: &[crate::profile::DeviceEnv],
+    vr: &VendorRequest,
+    vendor: Option<&crate::inventory::VendorInventory>,
+    indexes: &[u32],
+    env: &[String],
+) -> Result<(Vec<String>, Vec<String>), PlanError> {
+    let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
+    let (mut edits, mut notes) = (Vec::new(), Vec::new());
+    for e in entries {
+        let mut values = Vec::new();
+        for i in indexes {
+            match devices.iter().find(|d| d.index == *i).and_then(|d| d.attributes.get(&e.attribute)) {
+                Some(v) => values.push(v.trim().to_string()),
+                None => {
+                    notes.push(format!(
+                        "{}: {} device {i} has no {} attribute; {} not set",
+                        vr.variable, vr.kind, e.attribute, e.name
+                    ));
+                    values.clear();
+                    break;
+                }
+            }
+        }
+        if values.is_empty() {
+            continue;
+        }
+        match request::env_value(env, &e.name) {
+            Some(given) if !given.trim().is_empty() => {
+                for item in given.split(',').map(str::trim) {
+                    if !values.iter().any(|v| v == item) {
+                        return Err(PlanError::Request(RequestError {
+                            variable: e.name.clone(),
+                            value: given.to_string(),
+                            problem: format!(
+                                "{} {item:?} is not one of the devices {}={} selects ({} {})",
+                                e.attribute,
+                                vr.variable,
+                                vr.value,
+                                e.attribute,
+                                values.join(",")
+                            ),
+                        }));
+                    }
+                }
+            }
+            _ => edits.push(format!("{}={}", e.name, values.join(","))),
+        }
+    }
+    Ok((edits, notes))
 }
 
 /// The createContainer hook that adds the directories of the driver libraries mounted by `edits`
@@ -594,6 +683,73 @@ mod tests {
             "video was not asked for"
         );
         assert!(!h.env.is_empty());
+    }
+
+    fn gaudi_ctx(spec_dir: Option<&Path>) -> PlanContext {
+        let profiles = crate::profile::builtin();
+        // gaudi2 fixture numbering: accel index -> module_id (OAM slot) 3,2,1,6,7,4,5,0.
+        let modules = [3, 2, 1, 6, 7, 4, 5, 0];
+        let devices = (0..8u32)
+            .map(|i| Device {
+                index: i,
+                nodes: vec![DeviceNode {
+                    path: format!("/dev/accel/accel{i}"),
+                    host_path: format!("/dev/accel/accel{i}").into(),
+                    node_type: 'c',
+                    major: 261,
+                    minor: i,
+                    file_mode: Some(0o666),
+                }],
+                attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
+                ..Default::default()
+            })
+            .collect();
+        let inventory = Inventory {
+            root: "/".into(),
+            vendors: vec![VendorInventory {
+                profile: "gaudi".into(),
+                kind: "habana.ai/gaudi".into(),
+                devices,
+                ..Default::default()
+            }],
+            warnings: vec![],
+        };
+        PlanContext {
+            profiles,
+            root: "/nonexistent".into(),
+            spec_dirs: spec_dir.into_iter().map(Path::to_path_buf).collect(),
+            inventory: Some(inventory),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 13 item 6: HABANA_VISIBLE_MODULES is set to the selected devices' module ids, as
+    /// Habana's runtime does; a value the container sets itself is kept when it names modules of
+    /// its devices and refused, naming both variables, when it does not. The same through a CDI
+    /// spec file of the kind.
+    #[test]
+    fn item6_habana_visible_modules_is_set_and_read_as_habanas_runtime_does() {
+        let c = gaudi_ctx(None);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=1,7"]), &c).unwrap();
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=2,0"]);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=all"]), &c).unwrap();
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=3,2,1,6,7,4,5,0"]);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=all", "HABANA_VISIBLE_MODULES=0,1"]), &c).unwrap();
+        assert!(p.edits.env.is_empty(), "the container's own narrowing is kept: {:?}", p.edits.env);
+        let e = plan(&spec(&["HABANA_VISIBLE_DEVICES=1,7", "HABANA_VISIBLE_MODULES=5"]), &c).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "HABANA_VISIBLE_MODULES=5: module_id \"5\" is not one of the devices HABANA_VISIBLE_DEVICES=1,7 selects (module_id 2,0)"
+        );
+        // Served by a CDI spec file: the module ids still come from the devices it names.
+        let d = tempfile::tempdir().unwrap();
+        let s = json!({"cdiVersion": "0.5.0", "kind": "habana.ai/gaudi", "devices": [
+            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}]}},
+            {"name": "7", "containerEdits": {"deviceNodes": [{"path": "/dev/zero", "type": "c", "major": 1, "minor": 5}]}}]});
+        std::fs::write(d.path().join("gaudi.json"), s.to_string()).unwrap();
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=7"]), &gaudi_ctx(Some(d.path()))).unwrap();
+        assert!(p.served[0].from_spec);
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=0"]);
     }
 
     fn write_spec(dir: &Path) {

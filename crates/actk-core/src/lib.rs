@@ -12,3 +12,4 @@ pub mod ldcache;
 pub mod plan;
 pub mod profile;
 pub mod request;
+pub mod require;

@@ -119,6 +119,9 @@ pub enum PlanError {
         /// The registry's message: what the spec directories define (and which files could not be used).
         known: String,
     },
+    /// An `NVIDIA_REQUIRE_*` constraint the host does not meet (or cannot be parsed).
+    #[error(transparent)]
+    Require(#[from] crate::require::RequireError),
     /// A device node without numbers whose host node cannot be read.
     #[error("device node {path}: cannot read the host node {host_path}: {message}")]
     DeviceNode {
@@ -192,8 +195,26 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             matches!(vr.selection, Selection::All | Selection::Devices(_)) && state.registry().has_kind(&vr.kind);
         let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
         let device_env = profile.map(|p| p.selection.device_env.as_slice()).unwrap_or_default();
+        let requirements = match profile {
+            Some(p) if p.selection.nvidia_require => crate::require::requirements(&env)?,
+            _ => Vec::new(),
+        };
         if use_specs {
             let names = spec_names_for(vr, state.registry())?;
+            if !requirements.is_empty() {
+                let (ctx_root, inv) = (&ctx.root, &mut state);
+                check_requirements(
+                    &requirements,
+                    ctx_root,
+                    vr,
+                    |s| {
+                        let inventory = s.inventory();
+                        let vendor = inventory.vendor(&vr.profile);
+                        (vendor.cloned(), indexes_of_names(vendor, &names))
+                    },
+                    inv,
+                )?;
+            }
             if !device_env.is_empty() {
                 // The spec names the devices; their attributes are in the inventory.
                 let inventory = state.inventory();
@@ -213,6 +234,21 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 names.iter().map(|n| CdiNameRequest { name: format!("{}={n}", vr.kind), source: vr.variable.clone() }),
             );
         } else {
+            if !requirements.is_empty() {
+                let ctx_root = &ctx.root;
+                check_requirements(
+                    &requirements,
+                    ctx_root,
+                    vr,
+                    |s| {
+                        let inventory = s.inventory();
+                        let vendor = inventory.vendor(&vr.profile);
+                        let indexes = vr.resolve(vendor).unwrap_or_default();
+                        (vendor.cloned(), indexes)
+                    },
+                    &mut state,
+                )?;
+            }
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
             let indexes = vr.resolve(vendor)?;
@@ -242,8 +278,11 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             match (profile, vendor) {
                 (Some(p), Some(v)) => {
                     let mut edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);
-                    if let Some(hook) = &opts.ldcache_hook {
-                        edits.hooks.extend(ldcache_hook(hook, v, &edits));
+                    if let Some(hook) = &opts.ldcache_hook
+                        && let Some(refresh) = ldcache_hook(hook, v, &edits)
+                    {
+                        edits.hooks.extend(crate::cdi::generate::compat_hook(hook, p, v));
+                        edits.hooks.push(refresh);
                     }
                     plan.edits.append(&edits);
                 }
@@ -287,6 +326,59 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     Ok(plan)
+}
+
+/// Checks the container's `NVIDIA_REQUIRE_*` requirements (see [`crate::require`]) before
+/// anything is injected. The driver version comes from /proc/driver/nvidia/version of the host
+/// root, the CUDA version from NVML on the running system (else from the driver branch); only
+/// when a requirement still fails and names `arch` or `brand` are the selected GPUs looked at
+/// (`selected` discovers them), so the usual CUDA image (`cuda>=12.x ...` first) costs one read.
+fn check_requirements<'a>(
+    reqs: &[crate::require::Requirement],
+    root: &std::path::Path,
+    vr: &VendorRequest,
+    selected: impl FnOnce(&mut State<'a>) -> (Option<crate::inventory::VendorInventory>, Vec<u32>),
+    state: &mut State<'a>,
+) -> Result<(), PlanError> {
+    use crate::require::{GpuProperties, HostProperties, arch_of_model, check, cuda_of_driver, from_nvml};
+    let host = crate::discover::HostRoot::new(root);
+    let driver = host
+        .read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|t| crate::discover::nvidia::parse_version(&t));
+    let system = host.is_system_root();
+    let nvml_cuda = if system { from_nvml(&[]).and_then(|(c, _)| c) } else { None };
+    let cuda = nvml_cuda.or_else(|| driver.as_deref().and_then(cuda_of_driver).map(str::to_string));
+    let mut props = HostProperties { driver, cuda, gpus: Vec::new() };
+    let first = check(reqs, &props);
+    let needs_gpus = reqs.iter().any(|r| r.value.contains("arch") || r.value.contains("brand"));
+    if first.is_ok() || !needs_gpus {
+        return first.map_err(|e| add_request(e, vr));
+    }
+    let (vendor, indexes) = selected(state);
+    let devices: Vec<&crate::inventory::Device> =
+        vendor.as_ref().map(|v| v.devices.iter().filter(|d| indexes.contains(&d.index)).collect()).unwrap_or_default();
+    let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_deref().unwrap_or("")).collect();
+    let nvml = if system { from_nvml(&uuids).map(|(_, g)| g) } else { None };
+    props.gpus = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let (arch, brand) = nvml.as_ref().and_then(|g| g.get(i).cloned()).unwrap_or((None, None));
+            GpuProperties {
+                index: d.index,
+                arch: arch.or_else(|| d.model.as_deref().and_then(arch_of_model).map(str::to_string)),
+                brand,
+            }
+        })
+        .collect();
+    check(reqs, &props).map_err(|e| add_request(e, vr))
+}
+
+/// Says which request a requirement error belongs to.
+fn add_request(mut e: crate::require::RequireError, vr: &VendorRequest) -> PlanError {
+    e.problem = format!("{} (for {}={})", e.problem, vr.variable, vr.value);
+    PlanError::Require(e)
 }
 
 /// Device indexes of the CDI device names a spec served (`all`, an index, or a UUID).
@@ -576,6 +668,7 @@ mod tests {
                 env: vec!["NVIDIA_VISIBLE_DEVICES".into()],
                 capabilities_env: Some("NVIDIA_DRIVER_CAPABILITIES".into()),
                 default_capabilities: vec!["utility".into(), "compute".into()],
+                nvidia_require: true,
                 ..Default::default()
             },
             ..Default::default()
@@ -750,6 +843,42 @@ mod tests {
         let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=7"]), &gaudi_ctx(Some(d.path()))).unwrap();
         assert!(p.served[0].from_spec);
         assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=0"]);
+    }
+
+    /// Issue 13 item 6: NVIDIA_REQUIRE_* is checked against the host root's driver before any
+    /// edit is planned; NVIDIA_DISABLE_REQUIRE=true skips it; arch uses the selected GPUs.
+    #[test]
+    fn item6_requirements_are_checked_before_anything_is_injected() {
+        let root = tempfile::tempdir().unwrap();
+        let v = root.path().join("proc/driver/nvidia");
+        std::fs::create_dir_all(&v).unwrap();
+        std::fs::write(
+            v.join("version"),
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U22)\n",
+        )
+        .unwrap();
+        let mut c = ctx(None);
+        c.root = root.path().to_path_buf();
+        for d in &mut c.inventory.as_mut().unwrap().vendors[0].devices {
+            d.model = Some("NVIDIA H100 80GB HBM3".into());
+        }
+        let e =
+            plan(&spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"]), &c).unwrap_err().to_string();
+        assert!(
+            e.starts_with("NVIDIA_REQUIRE_CUDA=cuda>=99.0: unsatisfied condition: cuda>=99.0 (cuda=13.0)")
+                && e.ends_with("(for NVIDIA_VISIBLE_DEVICES=0)"),
+            "{e}"
+        );
+        let ok = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.4 driver>=999"]), &c).unwrap();
+        assert_eq!(paths(&ok), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        let off = plan(
+            &spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_DISABLE_REQUIRE=true"]),
+            &c,
+        );
+        assert!(off.is_ok(), "{off:?}");
+        let e =
+            plan(&spec(&["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=10.0"]), &c).unwrap_err().to_string();
+        assert!(e.contains("arch>=10.0 (GPU 1 arch=9.0)"), "{e}");
     }
 
     fn write_spec(dir: &Path) {

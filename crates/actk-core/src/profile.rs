@@ -62,6 +62,21 @@ pub struct Profile {
     /// Kubernetes extended resource names (`nvidia.com/gpu`).
     #[serde(default)]
     pub kubernetes: Kubernetes,
+    /// Forward-compatibility libraries an image may ship (CUDA's /usr/local/cuda/compat): with
+    /// the ld.so.cache hook, generated edits also get `actk-hook enable-cuda-compat`, which puts
+    /// them first when they are of a newer driver than the host's.
+    #[serde(default)]
+    pub forward_compat: Option<ForwardCompat>,
+}
+
+/// [`Profile::forward_compat`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardCompat {
+    /// Absolute container directory (`/usr/local/cuda/compat`).
+    pub dir: String,
+    /// Library name without version (`libcuda.so`); its versioned file names the driver.
+    pub library: String,
 }
 
 fn default_discovery() -> String {
@@ -93,6 +108,10 @@ pub struct Selection {
     /// selected device (the vendor's user space narrows to them).
     #[serde(default)]
     pub device_env: Vec<DeviceEnv>,
+    /// Check the image's `NVIDIA_REQUIRE_*` constraints (cuda, driver, arch, brand) against
+    /// this vendor's driver before injecting ([`crate::require`]; `NVIDIA_DISABLE_REQUIRE`).
+    #[serde(default)]
+    pub nvidia_require: bool,
 }
 
 /// One [`Selection::device_env`] entry.
@@ -362,6 +381,14 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
                 rel,
                 "a path relative to the sysfs directory, without `..` (prefix `@` for a link's target name)",
             );
+        }
+    }
+    if let Some(fc) = &p.forward_compat {
+        if !fc.dir.starts_with('/') || fc.dir.split('/').any(|c| c == "..") {
+            return bad("forward_compat.dir", &fc.dir, "an absolute container directory without `..`");
+        }
+        if fc.library.contains('/') || !fc.library.contains(".so") {
+            return bad("forward_compat.library", &fc.library, "a library name such as libcuda.so");
         }
     }
     for c in &p.control_nodes {

@@ -2,7 +2,7 @@
 
 use crate::state;
 use actk_core::config::Config;
-use actk_core::plan::{PlanContext, plan};
+use actk_core::plan::{PlanContext, PlanOptions, plan_with};
 use actk_core::{cdi::ContainerEdits, edits};
 use actk_inject::bpf::DeviceRule;
 use actk_inject::{Options, Target, inject};
@@ -36,7 +36,12 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         }
         None => {
             let ctx = PlanContext::from_config(&config).context("cannot load vendor profiles")?;
-            let p = plan(&spec, &ctx).with_context(|| format!("container {}", st.id))?;
+            // With this executable as the ld.so.cache hook, the edits carry the hooks a CDI spec
+            // would (enable-cuda-compat, update-ldcache); a live container cannot take hooks, so
+            // their work is done here (cuda_compat::apply_from_edits, inject's cache refresh).
+            let me = std::env::current_exe().ok().and_then(|p| p.to_str().map(str::to_string));
+            let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: me })
+                .with_context(|| format!("container {}", st.id))?;
             for w in &p.warnings {
                 eprintln!("actk-hook: warning: {w}");
             }
@@ -49,6 +54,8 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
     }
     let rootfs = rootfs_of(&spec, &st.bundle)?;
     let target = target_for(&st, &rootfs)?;
+    crate::cuda_compat::apply_from_edits(&target.root, &container_edits)
+        .with_context(|| format!("container {}", st.id))?;
     let existing: Vec<DeviceRule> = spec
         .pointer("/linux/resources/devices")
         .and_then(Value::as_array)
@@ -65,6 +72,12 @@ pub fn read_config(bundle: &Path) -> Result<Value> {
     let p = bundle.join("config.json");
     let text = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
     serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", p.display()))
+}
+
+/// The rootfs of the container of state `st`: config.json's `root.path` ([`rootfs_of`]).
+pub fn container_rootfs(st: &state::State) -> Result<PathBuf> {
+    let spec = read_config(&st.bundle)?;
+    rootfs_of(&spec, &st.bundle)
 }
 
 /// The container's rootfs as an absolute host path: `root.path`, relative to the bundle unless

@@ -157,6 +157,11 @@ pub fn update(
     if !root.exists("/etc/ld.so.conf") {
         return Ok(LdcacheOutcome::NoLoaderConfig);
     }
+    // CUDA forward-compat directories (crate::compat) go first: ldconfig keeps the first
+    // directory's library of a soname, and the image's newer libcuda.so.1 must win.
+    let compat = crate::compat::compat_dirs(root);
+    let dirs: Vec<String> = compat.iter().chain(dirs.iter().filter(|d| !compat.contains(d))).cloned().collect();
+    let dirs = dirs.as_slice();
     let mut body = String::from("# Written by actk: driver library directories mounted from the host.\n");
     for d in dirs {
         body.push_str(d);

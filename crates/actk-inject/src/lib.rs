@@ -11,6 +11,7 @@
 
 pub mod bpf;
 pub mod cgroup;
+pub mod compat;
 pub mod env;
 pub mod error;
 pub mod ldcache;

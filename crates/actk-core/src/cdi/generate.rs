@@ -195,6 +195,8 @@ fn shared_edits(
         dirs.sort_unstable();
         dirs.dedup();
         if !dirs.is_empty() {
+            // Before the cache refresh: it must see the compat drop-in.
+            edits.hooks.extend(compat_hook(hook, profile, vendor));
             let argv0 = hook.rsplit('/').next().unwrap_or(hook).to_string();
             let mut args = vec![argv0, "update-ldcache".to_string()];
             for d in dirs {
@@ -211,6 +213,32 @@ fn shared_edits(
         }
     }
     Ok(edits)
+}
+
+/// The createContainer hook `actk-hook enable-cuda-compat --host-driver-version V --compat-dir
+/// DIR --library LIB` for a profile with `forward_compat` and a known driver version (as
+/// nvidia-ctk writes `nvidia-cdi-hook enable-cuda-compat --host-driver-version V`); it must run
+/// before the ld.so.cache refresh.
+pub fn compat_hook(hook: &str, profile: &Profile, vendor: &VendorInventory) -> Option<Hook> {
+    let fc = profile.forward_compat.as_ref()?;
+    let version = vendor.driver_version.as_deref()?;
+    let argv0 = hook.rsplit('/').next().unwrap_or(hook).to_string();
+    Some(Hook {
+        hook_name: "createContainer".into(),
+        path: hook.to_string(),
+        args: vec![
+            argv0,
+            "enable-cuda-compat".into(),
+            "--host-driver-version".into(),
+            version.to_string(),
+            "--compat-dir".into(),
+            fc.dir.clone(),
+            "--library".into(),
+            fc.library.clone(),
+        ],
+        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+        timeout: None,
+    })
 }
 
 /// Generates the CDI spec of one vendor (one kind).

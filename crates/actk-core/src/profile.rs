@@ -27,6 +27,7 @@ const BUILTIN_FILES: &[(&str, &str)] = &[
     ("amd.toml", include_str!("../profiles/amd.toml")),
     ("gaudi.toml", include_str!("../profiles/gaudi.toml")),
     ("accel.toml", include_str!("../profiles/accel.toml")),
+    ("imex.toml", include_str!("../profiles/imex.toml")),
 ];
 
 /// One vendor profile. See `profiles/*.toml` for commented examples.
@@ -180,7 +181,8 @@ pub struct CapabilityFiles {
     #[serde(default)]
     pub binaries: Vec<String>,
     /// Other absolute paths (may contain `{driver_version}`; `*` allowed in the last
-    /// component), mounted when present.
+    /// component), mounted when present: regular files, unix sockets (a daemon's socket such
+    /// as /run/nvidia-persistenced/socket) and directories (/tmp/nvidia-mps), not device nodes.
     #[serde(default)]
     pub files: Vec<String>,
     /// Firmware paths, same syntax as `files` (`/lib/firmware/nvidia/{driver_version}/*`).
@@ -241,7 +243,8 @@ pub enum ProfileError {
     },
 }
 
-/// The built-in profiles, in this order: `nvidia`, `neuron`, `amd`, `gaudi`, `accel`.
+/// The built-in profiles, in this order: `nvidia`, `neuron`, `amd`, `gaudi`, `accel`,
+/// `nvidia-imex`.
 ///
 /// They are the TOML files under `crates/actk-core/profiles/`, embedded at build time; a unit
 /// test checks that each parses and validates, so this never fails at run time.
@@ -483,13 +486,14 @@ mod tests {
                 ("neuron", "aws.amazon.com/neuron"),
                 ("amd", "amd.com/gpu"),
                 ("gaudi", "habana.ai/gaudi"),
-                ("accel", "kernel.org/accel")
+                ("accel", "kernel.org/accel"),
+                ("nvidia-imex", "nvidia.com/imex-channel")
             ]
         );
         let nv = &all[0];
         assert_eq!(nv.selection.env, ["NVIDIA_VISIBLE_DEVICES"]);
         assert_eq!(nv.selection.default_capabilities, ["utility", "compute"]);
-        for cap in ["utility", "compute", "video", "graphics", "display", "compat32", "ngx"] {
+        for cap in ["utility", "compute", "video", "graphics", "display", "compat32", "ngx", "fabric"] {
             assert!(nv.capabilities.contains_key(cap), "nvidia profile lacks capability {cap}");
         }
         assert!(nv.capabilities["compute"].libraries.contains(&"libcuda.so".to_string()));
@@ -527,7 +531,7 @@ mod tests {
         write(tmp.path(), "notes.txt", "not a profile");
         let got = load(Some(tmp.path())).unwrap();
         let names: Vec<&str> = got.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["nvidia", "neuron", "amd", "gaudi", "accel", "npu"]);
+        assert_eq!(names, ["nvidia", "neuron", "amd", "gaudi", "accel", "nvidia-imex", "npu"]);
         assert_eq!(got[2].description, "mine");
         assert!(got[2].control_nodes.is_empty(), "the user file replaces the built-in entirely");
     }

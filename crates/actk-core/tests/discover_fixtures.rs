@@ -50,7 +50,21 @@ fn dgx_h100_eight_gpus_in_pci_order_with_identity_from_procfs() {
         assert_eq!(d.numa_node.map(|n| n.to_string()), Some(numa.trim().to_string()));
     }
     let shared: Vec<&str> = v.shared_nodes.iter().map(|n| n.path.as_str()).collect();
-    assert_eq!(shared, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]);
+    // The NVSwitch nodes the DGX has are shared nodes too; only the `fabric` capability gets them.
+    assert_eq!(
+        shared,
+        [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-nvswitchctl",
+            "/dev/nvidia-nvswitch0",
+            "/dev/nvidia-nvswitch1",
+            "/dev/nvidia-nvswitch2",
+            "/dev/nvidia-nvswitch3"
+        ]
+    );
     let has = |cap: &str, path: &str, kind: HostFileKind| {
         v.host_files.iter().any(|h| h.capability == cap && h.container_path == path && h.kind == kind)
     };
@@ -58,6 +72,16 @@ fn dgx_h100_eight_gpus_in_pci_order_with_identity_from_procfs() {
     assert!(has("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", HostFileKind::Library));
     assert!(has("utility", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05", HostFileKind::Library));
     assert!(has("utility", "/usr/bin/nvidia-smi", HostFileKind::Binary));
+    // Issue 13 item 7: graphics gets the Vulkan ICD, its layer and the EGL vendor/platform files.
+    for json in [
+        "/usr/share/vulkan/icd.d/nvidia_icd.json",
+        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    ] {
+        assert!(has("graphics", json, HostFileKind::File), "{json} not a graphics host file");
+    }
     assert!(has("base", "/usr/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin", HostFileKind::Firmware));
     for h in &v.host_files {
         assert!(h.host_path.starts_with(&f.root), "{} outside the root", h.host_path.display());

@@ -121,10 +121,15 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 }
 
 /// Whether a shared node is wanted for the capability selection: a node whose profile control
-/// node lists capabilities is taken only when one of them is selected.
+/// node lists capabilities is taken only when one of them is explicitly selected. Without a
+/// selection (a spec for every request, `actk cdi generate` with no `--capabilities`) such nodes
+/// are left out: they grant more than using the GPUs (NVSwitch nodes configure the fabric), and a
+/// spec-level node would reach every container that asks for any device of the kind.
 fn shared_node_selected(profile: &Profile, node: &DeviceNode, selection: Option<&[String]>) -> bool {
     match profile.control_nodes.iter().find(|c| path_matches(&c.path, &node.path)) {
-        Some(c) if !c.capabilities.is_empty() => c.capabilities.iter().any(|cap| capability_selected(cap, selection)),
+        Some(c) if !c.capabilities.is_empty() => {
+            selection.is_some() && c.capabilities.iter().any(|cap| capability_selected(cap, selection))
+        }
         _ => true,
     }
 }
@@ -478,8 +483,12 @@ mod tests {
         assert_eq!(d1[0].file_mode, Some(0o666));
         assert_eq!(spec.devices[4].container_edits.device_nodes.len(), 2);
         let shared = &spec.container_edits;
+        // A control node reserved to a capability is in a spec only when that capability is named.
+        assert_eq!(shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/nvidiactl"]);
+        let named = GenerateOptions { capabilities: Some(vec!["display".into()]), ..Default::default() };
+        let with_display = generate(&p, &v, &named).unwrap();
         assert_eq!(
-            shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            with_display.container_edits.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
             ["/dev/nvidiactl", "/dev/nvidia-modeset"]
         );
         assert_eq!(shared.mounts.len(), 3, "every capability's files by default");

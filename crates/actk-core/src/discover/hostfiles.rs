@@ -65,7 +65,7 @@ pub fn find(
                 };
                 for path in expand_glob(host, &pattern) {
                     if let Ok(real) = host.resolve(&path)
-                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| m.is_file())
+                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| mountable(&m, kind))
                     {
                         // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
                         // its target do not become two mounts of one file.
@@ -85,6 +85,15 @@ pub fn find(
         }
     }
     out
+}
+
+/// Whether a host path of `kind` is mounted: firmware only as regular files; other `files` also
+/// as unix sockets (nvidia-persistenced's, fabric manager's) and directories (the MPS pipe
+/// directory), never device nodes (those are device node edits) or FIFOs.
+fn mountable(m: &std::fs::Metadata, kind: HostFileKind) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    t.is_file() || (kind == HostFileKind::File && (t.is_dir() || t.is_socket()))
 }
 
 /// The parsed host ld.so.cache; empty (with a warning if the file exists but is bad) otherwise.

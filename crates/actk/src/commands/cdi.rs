@@ -65,7 +65,9 @@ pub struct GenerateArgs {
     #[arg(long, env = "ACTK_PROFILES_DIR")]
     pub profiles_dir: Option<PathBuf>,
     /// Only the host files of these capabilities (comma separated, e.g. `utility,compute`);
-    /// default: every capability whose files exist on the host.
+    /// default: every capability whose files exist on the host. Control nodes reserved to a
+    /// capability (NVIDIA's NVSwitch nodes: `fabric`) are in the spec only when it is named here
+    /// (or `all`).
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Option<Vec<String>>,
     /// Absolute path of an executable added as a createContainer hook that refreshes the

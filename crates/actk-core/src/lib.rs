@@ -4,6 +4,7 @@
 
 pub mod cdi;
 pub mod config;
+pub mod devchar;
 pub mod discover;
 pub mod edits;
 pub mod hooksd;

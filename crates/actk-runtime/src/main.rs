@@ -60,7 +60,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
             None => std::env::current_dir()
                 .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
-        prepare_bundle(&bundle, &config, &runtime)?;
+        prepare_bundle(&bundle, &config, &runtime, inv.systemd_cgroup)?;
     }
     let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
     let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
@@ -69,7 +69,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 
 /// Plans and applies the edits for the bundle's config.json, merges hooks.d, and writes the file
 /// back when anything changed.
-fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path) -> Result<()> {
+fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, systemd_cgroup: bool) -> Result<()> {
     let config_json = bundle.join("config.json");
     let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
     let original: serde_json::Value =
@@ -97,6 +97,18 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path) -> Result<()> 
             let n = edits::remove_legacy_nvidia_hook(&mut spec);
             if n > 0 {
                 tracing::info!("removed {n} {} prestart hook(s): actk served the request", edits::LEGACY_NVIDIA_HOOK);
+            }
+        }
+        if systemd_cgroup {
+            // systemd keeps a DeviceAllow rule only for a node it finds under /dev/char
+            // (actk_core::devchar): without the link the GPU is gone after a daemon-reload.
+            let dir = config.root.join("dev/char");
+            match actk_core::devchar::create_links(&dir, &actk_core::devchar::nodes_of_edits(&p.edits)) {
+                Ok(made) if !made.is_empty() => tracing::info!("created {} link(s) in {}", made.len(), dir.display()),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    "cannot create /dev/char links (device access may not survive systemctl daemon-reload): {e}"
+                ),
             }
         }
         edits::mark_applied(&mut spec, &p.summary())?;

@@ -480,3 +480,25 @@ fn f07_two_containers_started_at_the_same_moment_both_get_all_devices() {
         assert_eq!(device_paths(&read_json(&b.join("config.json"))), want, "{}", b.display());
     }
 }
+
+/// Issue 13 item 7: with the systemd cgroup driver (`--systemd-cgroup`), actk-runtime makes the
+/// /dev/char/MAJOR:MINOR links of the nodes it injects (systemd drops a DeviceAllow rule whose
+/// /dev/char path is missing, and a daemon-reload then takes the device away); without it, none.
+#[test]
+fn item7_systemd_cgroup_gets_dev_char_links_for_the_injected_nodes() {
+    let e = Env::new();
+    e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
+    let b = e.bundle("b", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    let o = e.run(&["create", "--bundle", &b.display().to_string(), "c1"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!e.p("root/dev/char").exists(), "cgroupfs driver: no links");
+    let b = e.bundle("b2", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    let o = e.run(&["--systemd-cgroup", "create", "--bundle", &b.display().to_string(), "c2"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let links: Vec<String> = fs::read_dir(e.p("root/dev/char"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(links, ["195:1"], "only the injected GPU's node");
+    assert_eq!(fs::read_link(e.p("root/dev/char/195:1")).unwrap(), Path::new("/dev/nvidia1"));
+}

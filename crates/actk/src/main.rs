@@ -49,6 +49,9 @@ enum Command {
     /// Show the configuration file.
     #[command(subcommand)]
     Config(commands::config::Command),
+    /// Host setup: /dev/char links for systemd hosts.
+    #[command(subcommand)]
+    System(commands::system::Command),
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +65,7 @@ fn main() -> std::process::ExitCode {
         Command::Cdi(c) => commands::cdi::run(c),
         Command::Runtime(c) => commands::runtime::run(c),
         Command::Config(c) => commands::config::run(c),
+        Command::System(c) => commands::system::run(c),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

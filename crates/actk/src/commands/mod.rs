@@ -3,3 +3,4 @@ pub mod config;
 pub mod info;
 pub mod list;
 pub mod runtime;
+pub mod system;

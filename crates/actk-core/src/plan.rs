@@ -37,8 +37,10 @@ use std::path::PathBuf;
 pub struct PlanContext {
     /// Vendor profiles (built-in plus user profiles), in order.
     pub profiles: Vec<Profile>,
-    /// Host root for discovery (`/`).
+    /// Host root for discovery (`/`): devices, /proc, /sys.
     pub root: PathBuf,
+    /// Root of the driver's files when apart from `root` (config `driver_root`); `None`: `root`.
+    pub driver_root: Option<PathBuf>,
     /// CDI spec directories, increasing priority.
     pub spec_dirs: Vec<PathBuf>,
     /// Default capabilities per profile name (config `[nvidia] default_capabilities`).
@@ -61,6 +63,7 @@ impl PlanContext {
         Ok(PlanContext {
             profiles,
             root: config.root.clone(),
+            driver_root: config.driver_root.clone(),
             spec_dirs: config.spec_dirs.clone(),
             default_capabilities,
             inventory: None,
@@ -525,7 +528,11 @@ impl State<'_> {
         let caps = &self.capabilities;
         self.inventory.get_or_insert_with(|| match &ctx.inventory {
             Some(i) => i.clone(),
-            None => crate::discover::discover(&ctx.root, &profiles_for_request(&ctx.profiles, caps)),
+            None => crate::discover::discover_roots(
+                &ctx.root,
+                ctx.driver_root.as_deref().unwrap_or(&ctx.root),
+                &profiles_for_request(&ctx.profiles, caps),
+            ),
         })
     }
 }

@@ -61,7 +61,12 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(DeviceRule::from_oci).collect())
         .unwrap_or_default();
-    let opts = Options { host_root: config.root.clone(), existing_device_rules: existing, ..Options::default() };
+    let opts = Options {
+        host_root: config.root.clone(),
+        driver_root: config.driver_root.clone(),
+        existing_device_rules: existing,
+        ..Options::default()
+    };
     inject(&target, &container_edits, &opts)
         .with_context(|| format!("cannot inject devices into container {}", st.id))?;
     Ok(())

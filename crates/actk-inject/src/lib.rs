@@ -91,9 +91,12 @@ fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
 /// How to inject.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Host driver root: mount sources must be under it; device nodes without numbers are
-    /// stat'ed under it (`/` on a node).
+    /// Host root: device nodes without numbers are stat'ed under it, and mount sources must be
+    /// under it unless `driver_root` is set (`/` on a node).
     pub host_root: PathBuf,
+    /// Root of the driver's files when apart from `host_root` (a GPU Operator driver container,
+    /// `/run/nvidia/driver`): mount sources must be under it.
+    pub driver_root: Option<PathBuf>,
     /// The host's ldconfig (`/sbin/ldconfig`); `None` skips the ld.so.cache update.
     pub ldconfig: Option<PathBuf>,
     /// Time limit for ldconfig.
@@ -109,6 +112,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             host_root: PathBuf::from("/"),
+            driver_root: None,
             ldconfig: Some(PathBuf::from("/sbin/ldconfig")),
             ldconfig_timeout: ldcache::DEFAULT_TIMEOUT,
             cgroup: true,
@@ -148,7 +152,8 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
     let specs: Vec<nodes::NodeSpec> =
         edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
     let mut prepared = Vec::new();
-    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(&opts.host_root)?) };
+    let mount_root = opts.driver_root.as_deref().unwrap_or(&opts.host_root);
+    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(mount_root)?) };
     for m in &edits.mounts {
         let t = m.mount_type.as_deref().unwrap_or("bind");
         if t != "bind" && t != "rbind" && !m.options.iter().any(|o| o == "bind" || o == "rbind") {

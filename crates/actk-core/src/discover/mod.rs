@@ -253,8 +253,18 @@ impl Warnings {
 
 /// Read `root` into an inventory, one [`VendorInventory`] per profile that finds a device, in
 /// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
+/// One root serves devices and driver files; [`discover_roots`] takes them apart.
 pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
+    discover_roots(root, root, profiles)
+}
+
+/// [`discover`] with the driver files apart from the devices, as on a GPU Operator node: the
+/// device root (`/`) holds /dev, /proc and /sys (the kernel module is the host's), the driver
+/// root (`/run/nvidia/driver`, the driver container's file system) holds ld.so.cache, the driver
+/// libraries, tools and firmware. Both are made absolute against the working directory.
+pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> Inventory {
     let host = HostRoot::new(root);
+    let driver = if driver_root == root { host.clone() } else { HostRoot::new(driver_root) };
     let root = host.root();
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
@@ -271,7 +281,7 @@ pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
             continue;
         }
         vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
-        vendor.host_files = hostfiles::find(&host, profile, vendor.driver_version.as_deref(), &mut warnings);
+        vendor.host_files = hostfiles::find(&driver, profile, vendor.driver_version.as_deref(), &mut warnings);
         vendors.push(vendor);
     }
     Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }

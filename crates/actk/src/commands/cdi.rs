@@ -47,6 +47,11 @@ pub struct GenerateArgs {
     /// default: `root` of the config file (ACTK_CONFIG, /etc/actk/config.toml), else `/`.
     #[arg(long, env = "ACTK_ROOT")]
     pub root: Option<PathBuf>,
+    /// Where the driver's libraries, tools and firmware are when apart from --root (GPU
+    /// Operator: `--root / --driver-root /run/nvidia/driver`); default: `driver_root` of the
+    /// config file, else --root.
+    #[arg(long, env = "ACTK_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
     /// Only this vendor: a profile name (`nvidia`) or a CDI kind (`nvidia.com/gpu`).
     #[arg(long)]
     pub vendor: Option<String>,
@@ -150,14 +155,18 @@ fn config() -> anyhow::Result<Config> {
 }
 
 fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
-    if a.root.is_none() || a.profiles_dir.is_none() {
+    if a.root.is_none() || a.profiles_dir.is_none() || a.driver_root.is_none() {
         let c = config()?;
+        if a.root.is_none() && a.driver_root.is_none() {
+            a.driver_root = c.driver_root.clone();
+        }
         a.root.get_or_insert(c.root);
         a.profiles_dir.get_or_insert(c.profiles_dir);
     }
     let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let driver_root = a.driver_root.clone().unwrap_or_else(|| root.clone());
     let profiles = actk_core::profile::load(a.profiles_dir.as_deref()).context("loading vendor profiles")?;
-    let inventory = actk_core::discover::discover(&root, &profiles);
+    let inventory = actk_core::discover::discover_roots(&root, &driver_root, &profiles);
     for w in &inventory.warnings {
         tracing::warn!("{w}");
     }

@@ -613,7 +613,7 @@ mod tests {
             let errs = errors_of(v.clone());
             assert!(errs.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errs:?}");
             // The runtime's registry (no schema) refuses it too, so the spec is never applied.
-            let fast = spec_from_value(v, Some(Path::new("/etc/cdi/x.json")), false).err().unwrap_or_default();
+            let fast = spec_from_value(v, Some(Path::new("/etc/cdi/x.json"))).err().unwrap_or_default();
             assert!(fast.iter().any(|e| e.to_string().contains(expected)), "without schema: {fast:?}");
         }
         // The good spec, with every 1.1 edit, stays valid.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing actk needs on Debian 12, only what is missing (idempotent).
 #   system packages: runc, crun, docker.io, podman, busybox-static, debootstrap, jq, gcc, make,
+#                    binutils-aarch64-linux-gnu, qemu-user (the arm64 fixture),
 #                    pkg-config, curl, ca-certificates, procps, kmod-free tools used by tests
 #   Rust: rustup's stable toolchain when cargo is not on PATH (crates.io must be reachable)
 # Needs root. Runs `apt-get update` at most once per call, and only when something is missing.
@@ -30,6 +31,9 @@ declare -A probe=(
   [iptables]=/usr/sbin/iptables
   [libc-bin]=/sbin/ldconfig
   [unzip]=/usr/bin/unzip
+  # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
+  [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
+  [qemu-user]=/usr/bin/qemu-aarch64
 )
 missing=()
 for pkg in "${!probe[@]}"; do

@@ -188,8 +188,10 @@ pub struct CapabilityFiles {
     /// Firmware paths, same syntax as `files` (`/lib/firmware/nvidia/{driver_version}/*`).
     #[serde(default)]
     pub firmware: Vec<String>,
-    /// Architecture of the libraries: `x86_64` (default) or `i386` (32-bit copies, as
-    /// `compat32` mounts), matched against the ld.so.cache entry flags.
+    /// Architecture of the libraries. Unset: the host's own (x86-64 or aarch64, from its kernel:
+    /// /proc/sys/kernel/arch, uname). `compat32` or `i386`: the 32-bit copies next to them (i386
+    /// on x86-64, none on aarch64). `x86_64` / `aarch64`: only on a host of that architecture.
+    /// Matched against the ld.so.cache entry flags, and the ELF header when scanning directories.
     #[serde(default)]
     pub arch: Option<String>,
 }
@@ -404,10 +406,13 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
             return bad("capabilities", cap, "a capability name of letters, digits, '-' and '_'");
         }
         if let Some(arch) = &files.arch
-            && arch != "x86_64"
-            && arch != "i386"
+            && !["x86_64", "aarch64", "i386", "compat32"].contains(&arch.as_str())
         {
-            return bad(&format!("capabilities.{cap}.arch"), arch, "x86_64 or i386");
+            return bad(
+                &format!("capabilities.{cap}.arch"),
+                arch,
+                "compat32 (or i386: the 32-bit copies of an x86-64 host), or x86_64 / aarch64 (only on such hosts)",
+            );
         }
         for lib in &files.libraries {
             if lib.contains('/') || !lib.contains(".so") {

@@ -229,3 +229,32 @@ fn absolute_links_resolve_inside_the_root() {
         .expect("found via in-root link");
     assert_eq!(smi.host_path, f.path("/opt/drv/nvidia-smi"));
 }
+
+/// Issue 13 item 2: on the Grace Hopper (arm64) node, libraries are found by the host's
+/// architecture: the aarch64 entries of its ld.so.cache (written by aarch64 ldconfig), in the
+/// aarch64 multiarch directory; no 32-bit copies are looked for.
+#[test]
+fn item2_gh200_arm64_libraries_by_the_hosts_architecture() {
+    let Some(f) = fixture::prepare("nvidia-gh200").unwrap() else { return };
+    let inv = discover(&f.root, &profile::builtin());
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+    let v = inv.vendor("nvidia").expect("nvidia found");
+    assert_eq!(v.devices.len(), 1);
+    assert_eq!(v.devices[0].model.as_deref(), Some("NVIDIA GH200 480GB"));
+    assert_eq!(v.devices[0].pci_bus_id.as_deref(), Some("0009:01:00.0"));
+    let libs: Vec<&str> =
+        v.host_files.iter().filter(|h| h.kind == HostFileKind::Library).map(|h| h.container_path.as_str()).collect();
+    for want in [
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.580.95.05",
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+        "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.580.95.05",
+        "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
+    ] {
+        assert!(libs.contains(&want), "{want} not found: {libs:?}");
+    }
+    assert!(libs.iter().all(|l| l.starts_with("/usr/lib/aarch64-linux-gnu/")), "{libs:?}");
+    assert!(!v.host_files.iter().any(|h| h.capability == "compat32"), "no 32-bit copies on arm64");
+    // The cache really is an arm64 one.
+    let cache = actk_core::ldcache::parse(&std::fs::read(f.path("/etc/ld.so.cache")).unwrap()).unwrap();
+    assert!(cache.iter().all(|e| e.arch() == actk_core::ldcache::LibArch::Aarch64), "{cache:?}");
+}

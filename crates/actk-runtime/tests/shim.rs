@@ -283,9 +283,14 @@ fn nothing_requested_leaves_config_json_byte_for_byte() {
 #[test]
 fn hooks_d_file_merged_only_for_matching_annotation_and_malformed_file_named() {
     let e = Env::new();
+    // The hook's executable must exist (a file naming a missing one is skipped, as podman does).
+    let hook = e.p("neuron-oci-hook");
+    fs::write(&hook, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
     fs::write(
         e.p("hooks.d/10-neuron.json"),
-        r#"{"version":"1.0.0","hook":{"path":"/usr/bin/neuron-oci-hook","args":["neuron-oci-hook"]},"when":{"annotations":{"^com\\.example\\.neuron$":"^yes$"}},"stages":["createRuntime"]}"#,
+        r#"{"version":"1.0.0","hook":{"path":"HOOK","args":["neuron-oci-hook"]},"when":{"annotations":{"^com\\.example\\.neuron$":"^yes$"}},"stages":["createRuntime"]}"#
+            .replace("HOOK", &hook.display().to_string()),
     )
     .unwrap();
     let mut c = minimal(&[]);
@@ -294,7 +299,7 @@ fn hooks_d_file_merged_only_for_matching_annotation_and_malformed_file_named() {
     let no = e.bundle("no", &minimal(&[]));
     assert!(e.run(&["create", "-b", yes.to_str().unwrap(), "a"], None).status.success());
     assert!(e.run(&["create", "-b", no.to_str().unwrap(), "b"], None).status.success());
-    assert_eq!(read_json(&yes.join("config.json"))["hooks"]["createRuntime"][0]["path"], "/usr/bin/neuron-oci-hook");
+    assert_eq!(read_json(&yes.join("config.json"))["hooks"]["createRuntime"][0]["path"], hook.display().to_string());
     assert!(read_json(&no.join("config.json")).get("hooks").is_none());
 
     fs::write(e.p("hooks.d/20-bad.json"), "{\"version\": \"1.0.0\",").unwrap();

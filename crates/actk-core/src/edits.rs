@@ -7,7 +7,9 @@
 //!
 //! Rules (CDI SPEC.md "Container Edits" applied as OCI fields):
 //! - device nodes -> `linux.devices[]` (`path`, `type`, `major`, `minor`, `fileMode`, `uid`,
-//!   `gid`), an entry with the same `path` is replaced in place; and an allow rule
+//!   `gid`), an entry with the same `path` is replaced in place (in a user namespace a node whose
+//!   `hostPath` differs from its `path` becomes a bind mount from `hostPath` instead, since runc
+//!   would bind-mount it from `path`, which that host lacks); and an allow rule
 //!   `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
 //!   deny-all earlier in the list).
@@ -119,8 +121,24 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
     }
 
     if !edits.device_nodes.is_empty() {
-        let entries = edits.device_nodes.iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
-        upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
+        // In a user namespace runc cannot mknod; it bind-mounts each linux.devices entry from the
+        // same path on the host. A node that exists only elsewhere on the host (a driver root,
+        // /run/nvidia/driver/dev/nvidiactl; a fixture) is bind-mounted from there instead, as
+        // runc would have done from its path: the cgroup rule below still grants it.
+        let userns = has_user_namespace(root);
+        let (moved, direct): (Vec<&DeviceNode>, Vec<&DeviceNode>) =
+            edits.device_nodes.iter().partition(|n| userns && n.host_path.as_deref().is_some_and(|h| h != n.path));
+        let entries = direct.into_iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
+        for n in &moved {
+            device_json(n)?; // same checks as a linux.devices entry (numbers present)
+        }
+        if !entries.is_empty() {
+            upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
+        }
+        if !moved.is_empty() {
+            let binds = moved.iter().map(|n| device_bind_json(n)).collect();
+            upsert_all(array_at(root, &["mounts"])?, "destination", binds);
+        }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let rule = json!({
@@ -330,6 +348,26 @@ fn device_json(n: &DeviceNode) -> Result<Value, EditError> {
         m.insert("gid".into(), json!(gid));
     }
     Ok(Value::Object(m))
+}
+
+/// Whether the spec asks for a user namespace (`linux.namespaces[].type == "user"`): podman
+/// rootless and `--uidmap`, Docker userns-remap, Kubernetes `hostUsers: false`.
+pub fn has_user_namespace(spec: &Map<String, Value>) -> bool {
+    spec.get("linux")
+        .and_then(|l| l.get("namespaces"))
+        .and_then(Value::as_array)
+        .is_some_and(|ns| ns.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user")))
+}
+
+/// The bind mount of a host device node (what runc does for linux.devices in a user namespace):
+/// `nosuid,noexec`, never `nodev` or `ro` (the node must open read-write).
+fn device_bind_json(n: &DeviceNode) -> Value {
+    json!({
+        "destination": n.path,
+        "type": "bind",
+        "source": n.host_path.as_deref().unwrap_or(&n.path),
+        "options": ["bind", "nosuid", "noexec"],
+    })
 }
 
 fn mount_json(m: &Mount) -> Value {
@@ -580,6 +618,44 @@ mod tests {
         assert!(unsupported_by_runtime(&plain, "runc", Some(&old), true).is_empty());
         let no_rdt = unsupported_by_runtime(&plain, "runc", Some(&old), false);
         assert!(no_rdt.len() == 1 && no_rdt[0].contains("no resctrl filesystem"), "{no_rdt:?}");
+    }
+
+    /// Issue 13 item 1: in a user namespace a node that exists only under a driver root is bind-
+    /// mounted from there (runc would look for it at its container path on the host and fail);
+    /// a node at its own path stays a linux.devices entry; both get their cgroup rule.
+    #[test]
+    fn item1_userns_nodes_under_a_driver_root_become_bind_mounts() {
+        let node = |path: &str, host: Option<&str>, minor| DeviceNode {
+            path: path.into(),
+            host_path: host.map(String::from),
+            node_type: Some("c".into()),
+            major: Some(195),
+            minor: Some(minor),
+            ..Default::default()
+        };
+        let e = ContainerEdits {
+            device_nodes: vec![
+                node("/dev/nvidiactl", Some("/run/nvidia/driver/dev/nvidiactl"), 255),
+                node("/dev/nvidia0", None, 0),
+            ],
+            ..Default::default()
+        };
+        let mut s = json!({"linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}, "mounts": []});
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["devices"], json!([{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]));
+        assert_eq!(
+            s["mounts"],
+            json!([{"destination": "/dev/nvidiactl", "type": "bind", "source": "/run/nvidia/driver/dev/nvidiactl", "options": ["bind", "nosuid", "noexec"]}])
+        );
+        assert_eq!(s["linux"]["resources"]["devices"].as_array().unwrap().len(), 2);
+        let mut twice = s.clone();
+        apply(&mut twice, &e).unwrap();
+        assert_eq!(twice, s);
+        // Without a user namespace runc makes the node from its numbers: linux.devices as before.
+        let mut plain = json!({"linux": {"namespaces": [{"type": "mount"}]}});
+        apply(&mut plain, &e).unwrap();
+        assert_eq!(plain["linux"]["devices"].as_array().unwrap().len(), 2);
+        assert!(plain.get("mounts").is_none());
     }
 
     #[test]

@@ -72,17 +72,53 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Reads `<bundle>/config.json`.
+/// Reads `<bundle>/config.json`. Errors: unreadable (inside a container's user namespace, with
+/// what to do: the request is in config.json, so planning hooks belong to the prestart or
+/// createRuntime stage, which run in the runtime's namespaces), or not JSON.
 pub fn read_config(bundle: &Path) -> Result<Value> {
-    let p = bundle.join("config.json");
-    let text = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
-    serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", p.display()))
+    read_config_raw(bundle).map_err(|e| {
+        if is_permission_denied(&e) && actk_inject::in_child_user_namespace().unwrap_or(false) {
+            e.context(
+                "the hook runs inside the container's user namespace (a createContainer hook), where the bundle cannot be read; run `actk-hook prestart` or `createRuntime` instead, which run in the runtime's namespaces",
+            )
+        } else {
+            e
+        }
+    })
 }
 
 /// The rootfs of the container of state `st`: config.json's `root.path` ([`rootfs_of`]).
+///
+/// A createContainer hook of a container with its own user namespace runs inside it, where the
+/// bundle's config.json (host root's, mode 0600 as engines write it) cannot be read: there the
+/// rootfs is the working directory, which runc and crun set to the rootfs before running these
+/// hooks (runtime-spec: createContainer hooks run "after the root filesystem is prepared,
+/// before pivot_root"). Errors: config.json unreadable otherwise, or no such working directory.
 pub fn container_rootfs(st: &state::State) -> Result<PathBuf> {
-    let spec = read_config(&st.bundle)?;
-    rootfs_of(&spec, &st.bundle)
+    match read_config_raw(&st.bundle) {
+        Ok(spec) => rootfs_of(&spec, &st.bundle),
+        Err(e) if is_permission_denied(&e) && actk_inject::in_child_user_namespace().unwrap_or(false) => {
+            let cwd = std::env::current_dir().context("cannot read the working directory (the container's rootfs)")?;
+            if cwd == Path::new("/") {
+                bail!(
+                    "{e:#}; in the container's user namespace the rootfs is taken from the working directory, which is /: refusing (the runtime did not chdir to the rootfs)"
+                );
+            }
+            Ok(cwd)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn is_permission_denied(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied))
+}
+
+fn read_config_raw(bundle: &Path) -> Result<Value> {
+    let p = bundle.join("config.json");
+    let text = std::fs::read(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", p.display()))
 }
 
 /// The container's rootfs as an absolute host path: `root.path`, relative to the bundle unless

@@ -25,10 +25,14 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let st = state::read_stdin()?;
-    let config = crate::prestart::read_config(&st.bundle)?;
-    let rootfs = crate::prestart::rootfs_of(&config, &st.bundle)?;
+    let rootfs = crate::prestart::container_rootfs(&st)?;
     let target = crate::prestart::target_for(&st, &rootfs)?;
     let root = &target.root;
+    if !root.exists("/etc/ld.so.conf") {
+        // No glibc loader configuration in the image (busybox, musl): no cache to refresh, and
+        // no host ldconfig to vet.
+        return Ok(());
+    }
     let ld = HostLdconfig::open(Path::new(&ldconfig))?;
     ldcache::update(root, &ld, &folders, ldcache::DEFAULT_TIMEOUT)?;
     Ok(())

@@ -36,6 +36,12 @@ pub struct Target {
     pub root: root::ContainerRoot,
     /// `/proc/PID/ns/mnt`, or `None` to attach mounts in the caller's own namespace.
     pub mnt_ns: Option<rustix::fd::OwnedFd>,
+    /// When the container has its own user namespace (podman rootless and `--uidmap`, Docker
+    /// userns-remap, Kubernetes `hostUsers: false`): the uid and gid of its root as this process
+    /// sees them (the host ids from outside, 0 and 0 from inside). Device nodes are then
+    /// bind-mounted from the host, as runc does, and files on the container's own /dev are
+    /// created as its root.
+    pub userns: Option<(u32, u32)>,
 }
 
 impl Target {
@@ -48,7 +54,8 @@ impl Target {
     pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Target> {
         let root = root::ContainerRoot::for_pid(pid, rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid, root, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
+        let userns = root_ids(&format!("/proc/{pid}/uid_map"), &format!("/proc/{pid}/gid_map"))?;
+        Ok(Target { pid, root, mnt_ns: Some(mounts::open_mnt_ns(pid)?), userns })
     }
 
     /// The target for a hook that runs inside the container's mount and pid namespaces before
@@ -59,8 +66,44 @@ impl Target {
     pub fn current(rootfs: &Path) -> Result<Target> {
         let root = root::ContainerRoot::open(rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid: 0, root, mnt_ns: None })
+        let userns = in_child_user_namespace()?.then_some((0, 0));
+        Ok(Target { pid: 0, root, mnt_ns: None, userns })
     }
+}
+
+/// The ids that user namespace maps to 0 inside, from `uid_map`/`gid_map` (`inside outside
+/// count` lines; proc(5) user_namespaces). `None` for the initial namespace (`0 0 4294967295`).
+fn root_ids(uid_map: &str, gid_map: &str) -> Result<Option<(u32, u32)>> {
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| InjectError::host("read", p, e));
+    let (u, g) = (read(uid_map)?, read(gid_map)?);
+    if is_identity_map(&u) {
+        return Ok(None);
+    }
+    let zero = |map: &str| {
+        map.lines().find_map(|l| {
+            let v: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [inside, outside, count] if inside == 0 && count > 0 => u32::try_from(outside).ok(),
+                _ => None,
+            }
+        })
+    };
+    // A namespace that does not map 0 has no root: its files are created by nobody we can be.
+    Ok(Some((zero(&u).unwrap_or(0), zero(&g).unwrap_or(0))))
+}
+
+fn is_identity_map(map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = map.lines().map(|l| l.split_whitespace().collect()).collect();
+    matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
+}
+
+/// True when this process runs in a user namespace below the initial one (its uid_map is not
+/// the identity): a hook run inside the container (runc's createContainer) of a container with
+/// its own user namespace.
+pub fn in_child_user_namespace() -> Result<bool> {
+    let map = std::fs::read_to_string("/proc/self/uid_map")
+        .map_err(|e| InjectError::host("read", "/proc/self/uid_map", e))?;
+    Ok(!is_identity_map(&map))
 }
 
 /// True when the caller runs in a pid namespace below that of the mounted /proc: its pid as
@@ -170,11 +213,25 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         _ => None,
     };
 
-    for s in &specs {
-        report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+    // A container with its own user namespace gets the host's nodes bind-mounted (runc's way:
+    // it cannot mknod, and its /dev is nodev); the others get nodes made with mknod.
+    if target.userns.is_some() && !specs.is_empty() {
+        let dev_root = mounts::HostRoot::open(&opts.host_root)?;
+        for (s, n) in specs.iter().zip(&edits.device_nodes) {
+            let source = match &n.host_path {
+                Some(h) => PathBuf::from(h),
+                None => opts.host_root.join(n.path.trim_start_matches('/')),
+            };
+            prepared.push(mounts::PreparedMount::device(&dev_root, &source, &s.path)?);
+            report.nodes.push((s.path.clone(), nodes::NodeOutcome::BindMounted));
+        }
+    } else {
+        for s in &specs {
+            report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+        }
     }
     for p in &mut prepared {
-        p.create_target(&target.root)?;
+        p.create_target_as(&target.root, target.userns)?;
     }
     mounts::attach(target.mnt_ns.as_ref().map(rustix::fd::AsFd::as_fd), target.pid, &prepared)?;
     report.mounts = prepared.iter().map(|p| p.target.clone()).collect();

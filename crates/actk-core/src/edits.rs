@@ -90,6 +90,13 @@ pub enum EditError {
 /// Applies `edits` to `spec` (a whole config.json). See the module docs for the rules.
 /// Errors leave `spec` partly edited: callers work on a copy and write it only on success.
 pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> {
+    apply_in(spec, edits, false)
+}
+
+/// [`apply`] for a runtime that itself runs in a user namespace (`runtime_in_userns`: rootless
+/// podman runs runc inside its own namespace, and the config.json it writes then has no `user`
+/// namespace of its own): device nodes are handled as for a user-namespaced config.json.
+pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: bool) -> Result<(), EditError> {
     for e in &edits.env {
         if e.split_once('=').is_none_or(|(n, _)| n.is_empty()) {
             return Err(EditError::BadEnv { entry: e.clone() });
@@ -125,7 +132,7 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
         // same path on the host. A node that exists only elsewhere on the host (a driver root,
         // /run/nvidia/driver/dev/nvidiactl; a fixture) is bind-mounted from there instead, as
         // runc would have done from its path: the cgroup rule below still grants it.
-        let userns = has_user_namespace(root);
+        let userns = runtime_in_userns || has_user_namespace(root);
         let (moved, direct): (Vec<&DeviceNode>, Vec<&DeviceNode>) =
             edits.device_nodes.iter().partition(|n| userns && n.host_path.as_deref().is_some_and(|h| h != n.path));
         let entries = direct.into_iter().map(device_json).collect::<Result<Vec<_>, _>>()?;

@@ -91,7 +91,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, systemd_cgroup
                 anyhow::bail!("{}: {}", p.summary(), refused.join("; "));
             }
         }
-        edits::apply(&mut spec, &p.edits)
+        edits::apply_in(&mut spec, &p.edits, in_user_namespace())
             .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
         if p.serves_nvidia() {
             let n = edits::remove_legacy_nvidia_hook(&mut spec);
@@ -125,6 +125,15 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, systemd_cgroup
         bundle::write_atomic(&config_json, &spec)?;
     }
     Ok(())
+}
+
+/// Whether this process runs in a user namespace below the initial one (its uid_map is not the
+/// identity `0 0 4294967295`): rootless podman starts the runtime inside its own namespace.
+fn in_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        let lines: Vec<Vec<&str>> = m.lines().map(|l| l.split_whitespace().collect()).collect();
+        !matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
+    })
 }
 
 /// actk-hook for the ld.so.cache hook: the config's `hook_path`, else the `actk-hook` installed

@@ -235,3 +235,76 @@ fn item1_podman_uidmap_with_the_hook_from_hooks_d_sees_gpu_0() -> Result<()> {
     let out = expect_success("podman run --uidmap --hooks-dir (actk-hook)", &o);
     assert_f15(&out, &fx, "podman --uidmap + hook")
 }
+
+/// The first ordinary user (uid 1000-59999) with a home directory: rootless podman's user.
+fn rootless_user() -> Option<(String, u32)> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        let uid: u32 = f.get(2)?.parse().ok()?;
+        ((1000..60000).contains(&uid) && f.get(5).is_some_and(|h| Path::new(h).is_dir()))
+            .then(|| (f[0].to_string(), uid))
+    })
+}
+
+/// Rootless podman (where the machine has an ordinary user to run it): podman runs runc, and so
+/// actk-runtime, inside its own user namespace, and the config.json it writes has no user
+/// namespace of its own; the container still gets GPU 0, bind-mounted from the host root.
+#[test]
+fn item1_rootless_podman_through_actk_runtime_sees_gpu_0() -> Result<()> {
+    if !engines::require_root_and_engines() {
+        return Ok(());
+    }
+    let Some((user, uid)) = rootless_user() else {
+        eprintln!("skipping: no ordinary user (uid 1000-59999 with a home) to run rootless podman as");
+        return Ok(());
+    };
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    // The user must reach the fixture, the config and the wrapper.
+    if let Some(parent) = fx.root.parent() {
+        fs::set_permissions(parent, fs::Permissions::from_mode(0o755))?;
+    }
+    let dir = tempfile::Builder::new().prefix("actk-rootless-").tempdir()?;
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))?;
+    let none = dir.path().join("none");
+    let cfg = dir.path().join("config.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "root = {:?}\nruntimes = [\"runc\"]\nspec_dirs = [{none:?}]\nhooks_dirs = [{none:?}]\nprofiles_dir = {none:?}\n",
+            fx.root.display().to_string()
+        ),
+    )?;
+    let wrapper = dir.path().join("actk-runtime");
+    fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nACTK_CONFIG='{}' exec '{}' \"$@\"\n", cfg.display(), bin("actk-runtime").display()),
+    )?;
+    for p in [&cfg, &wrapper] {
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755))?;
+    }
+    let xdg = dir.path().join("xdg");
+    fs::create_dir_all(&xdg)?;
+    let o = Command::new("chown").arg(format!("{uid}:{uid}")).arg(&xdg).output()?;
+    expect_success("chown XDG_RUNTIME_DIR", &o);
+    fs::set_permissions(&xdg, fs::Permissions::from_mode(0o700))?;
+    let image = format!("actk-rootless-busybox:{}", std::process::id());
+    let rootfs = engines::busybox_rootfs()?;
+    let script = format!(
+        "export XDG_RUNTIME_DIR='{xdg}'; cd /tmp; tar -C '{rootfs}' -c . | podman import - {image} >/dev/null && \
+         podman run --rm --runtime '{wrapper}' --network none --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
+         -e NVIDIA_VISIBLE_DEVICES=0 {image} sh -c \"{script}\"; rc=$?; podman rmi -f {image} >/dev/null 2>&1; exit $rc",
+        xdg = xdg.display(),
+        rootfs = rootfs.display(),
+        wrapper = wrapper.display(),
+        script = SCRIPT.replace('"', "\\\"").replace('$', "\\$"),
+    );
+    let o = Command::new("timeout").args(["180", "su", &user, "-s", "/bin/sh", "-c", &script]).output()?;
+    let out = expect_success(&format!("rootless podman as {user} through actk-runtime"), &o);
+    assert!(out.contains("/dev/nvidia0 character special file c3:0"), "{out}");
+    assert!(out.contains("No such device or address"), "/dev/nvidia0 opens up to the driver: {out}");
+    let want = md5(&fx.root.join(&LIB[1..]))?;
+    assert!(out.contains(&format!("{want}  {LIB}")), "the host's libcuda: {out}");
+    assert!(out.contains(&format!("0       {uid}          1")), "rootless: the user's uid is root: {out}");
+    Ok(())
+}

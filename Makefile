@@ -46,8 +46,16 @@ test-k8s: build
 	  $(K8S_TEST) --test down -- --ignored; d=$$?; \
 	  [ $$s = 0 ] && [ $$d = 0 ]
 
+# CI-sized robustness run (.ci/run calls it): every property test at PROPTEST_CASES (default
+# 1000) cases and every cargo-fuzz target for FUZZ_SECONDS (default 15) over the committed corpus
+# fuzz/corpus, one line per property/target with its own count; a failing one never hides the
+# others. scripts/robustness.sh; `make verify` below is the long run of the same runner.
+.PHONY: robustness
+robustness: deps
+	scripts/robustness.sh
+
 # Robustness report (issue 6): property tests with PROPTEST_CASES cases (default 10000), each
-# cargo-fuzz target for FUZZ_SECONDS (default 120), 32 containers at once, injected faults and a
+# cargo-fuzz target for FUZZ_SECONDS (default 120; new coverage merged into fuzz/corpus), 32 containers at once, injected faults and a
 # host snapshot before/after; one line per property with its figure. Not part of `make test`.
 .PHONY: verify
 verify: build

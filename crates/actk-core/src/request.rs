@@ -974,6 +974,23 @@ mod tests {
         assert_eq!(r.vendors[0].selection, Selection::Cores(vec![0, 1, 2, 3]));
     }
 
+    /// Issue 13 item 6: AMD_VISIBLE_DEVICES takes ranges as AMD's container runtime does.
+    #[test]
+    fn item6_amd_ranges_are_accepted_as_amds_runtime_does() {
+        let profiles = crate::profile::builtin();
+        let amd = |v: &str| {
+            let r =
+                collect(&env(&[&format!("AMD_VISIBLE_DEVICES={v}")]), &BTreeMap::new(), &profiles, &BTreeMap::new())?;
+            r.vendors[0].resolve(Some(&inv("amd.com/gpu", 8, None)))
+        };
+        assert_eq!(amd("0-3").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(amd("0,2-3,7").unwrap(), vec![0, 2, 3, 7]);
+        let e = amd("3-1").unwrap_err().to_string();
+        assert!(e.starts_with("AMD_VISIBLE_DEVICES=3-1: range \"3-1\" runs backwards"), "{e}");
+        let e = amd("6-9").unwrap_err().to_string();
+        assert!(e.contains("no such device 8; this node has amd.com/gpu 0,1,2,3,4,5,6,7"), "{e}");
+    }
+
     #[test]
     fn format_indexes_compacts_runs() {
         assert_eq!(format_indexes(&[3, 0, 1, 2, 7, 5]), "0-3,5,7");

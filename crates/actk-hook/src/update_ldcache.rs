@@ -30,8 +30,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let st = state::read_stdin()?;
-    let config = crate::prestart::read_config(&st.bundle)?;
-    let rootfs = crate::prestart::rootfs_of(&config, &st.bundle)?;
+    let rootfs = crate::prestart::container_rootfs(&st)?;
     let target = crate::prestart::target_for(&st, &rootfs)?;
     if let LdcacheOutcome::Updated(notes) = ldcache::update(&target.root, &folders)?
         && !notes.is_empty()

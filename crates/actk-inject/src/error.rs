@@ -91,6 +91,15 @@ pub enum InjectError {
         /// The OS error.
         error: std::io::Error,
     },
+    /// A CDI edit that a live container cannot take and that must not be dropped silently
+    /// (`netDevices`, `intelRdt`: the runtime applies them when it creates the container).
+    #[error("CDI edit {field} cannot be applied to a running container by a hook: {reason}")]
+    NotInjectable {
+        /// The CDI field (`netDevices`, `intelRdt`).
+        field: &'static str,
+        /// What to do instead.
+        reason: String,
+    },
 }
 
 impl InjectError {

@@ -91,6 +91,11 @@ pub fn update(root: &ContainerRoot, dirs: &[String]) -> Result<LdcacheOutcome> {
     if !root.exists("/etc/ld.so.conf") && !root.exists(CACHE) {
         return Ok(LdcacheOutcome::NoLoaderConfig);
     }
+    // CUDA forward-compat directories (crate::compat) go first: the first entry added for a
+    // soname wins the lookup, and the image's newer libcuda.so.1 must win.
+    let compat = crate::compat::compat_dirs(root);
+    let dirs: Vec<String> = compat.iter().chain(dirs.iter().filter(|d| !compat.contains(d))).cloned().collect();
+    let dirs = dirs.as_slice();
     let mut notes = Vec::new();
     let mut added = Vec::new();
     let mut seen_dirs = HashSet::new();

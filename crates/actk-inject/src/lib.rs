@@ -12,6 +12,7 @@
 
 pub mod bpf;
 pub mod cgroup;
+pub mod compat;
 pub mod env;
 pub mod error;
 pub mod ldcache;
@@ -35,6 +36,12 @@ pub struct Target {
     pub root: root::ContainerRoot,
     /// `/proc/PID/ns/mnt`, or `None` to attach mounts in the caller's own namespace.
     pub mnt_ns: Option<rustix::fd::OwnedFd>,
+    /// When the container has its own user namespace (podman rootless and `--uidmap`, Docker
+    /// userns-remap, Kubernetes `hostUsers: false`): the uid and gid of its root as this process
+    /// sees them (the host ids from outside, 0 and 0 from inside). Device nodes are then
+    /// bind-mounted from the host, as runc does, and files on the container's own /dev are
+    /// created as its root.
+    pub userns: Option<(u32, u32)>,
 }
 
 impl Target {
@@ -53,7 +60,8 @@ impl Target {
         refuse_shared_mnt_ns(pid, &mnt_ns)?;
         let root = root::ContainerRoot::for_pid(pid, rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid, root, mnt_ns: Some(mnt_ns) })
+        let userns = root_ids(&format!("/proc/{pid}/uid_map"), &format!("/proc/{pid}/gid_map"))?;
+        Ok(Target { pid, root, mnt_ns: Some(mnt_ns), userns })
     }
 
     /// The target for a hook that runs inside the container's mount and pid namespaces before
@@ -74,8 +82,44 @@ impl Target {
         }
         let root = root::ContainerRoot::open(rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid: 0, root, mnt_ns: None })
+        let userns = in_child_user_namespace()?.then_some((0, 0));
+        Ok(Target { pid: 0, root, mnt_ns: None, userns })
     }
+}
+
+/// The ids that user namespace maps to 0 inside, from `uid_map`/`gid_map` (`inside outside
+/// count` lines; proc(5) user_namespaces). `None` for the initial namespace (`0 0 4294967295`).
+fn root_ids(uid_map: &str, gid_map: &str) -> Result<Option<(u32, u32)>> {
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| InjectError::host("read", p, e));
+    let (u, g) = (read(uid_map)?, read(gid_map)?);
+    if is_identity_map(&u) {
+        return Ok(None);
+    }
+    let zero = |map: &str| {
+        map.lines().find_map(|l| {
+            let v: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [inside, outside, count] if inside == 0 && count > 0 => u32::try_from(outside).ok(),
+                _ => None,
+            }
+        })
+    };
+    // A namespace that does not map 0 has no root: its files are created by nobody we can be.
+    Ok(Some((zero(&u).unwrap_or(0), zero(&g).unwrap_or(0))))
+}
+
+fn is_identity_map(map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = map.lines().map(|l| l.split_whitespace().collect()).collect();
+    matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
+}
+
+/// True when this process runs in a user namespace below the initial one (its uid_map is not
+/// the identity): a hook run inside the container (runc's createContainer) of a container with
+/// its own user namespace.
+pub fn in_child_user_namespace() -> Result<bool> {
+    let map = std::fs::read_to_string("/proc/self/uid_map")
+        .map_err(|e| InjectError::host("read", "/proc/self/uid_map", e))?;
+    Ok(!is_identity_map(&map))
 }
 
 /// True when the caller runs in a pid namespace below that of the mounted /proc: its pid as
@@ -140,11 +184,14 @@ fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
 /// How to inject.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Host driver root: mount sources must be under it; device nodes without numbers are
-    /// stat'ed under it (`/` on a node).
+    /// Host root: device nodes without numbers are stat'ed under it, and mount sources must be
+    /// under it unless `driver_root` is set (`/` on a node).
     pub host_root: PathBuf,
     /// Whether to add the injected library directories to the container's ld.so.cache.
     pub ldcache: bool,
+    /// Root of the driver's files when apart from `host_root` (a GPU Operator driver container,
+    /// `/run/nvidia/driver`): mount sources must be under it.
+    pub driver_root: Option<PathBuf>,
     /// Whether to add device cgroup rules (false for tests that inject into a plain directory).
     pub cgroup: bool,
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
@@ -154,7 +201,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { host_root: PathBuf::from("/"), ldcache: true, cgroup: true, existing_device_rules: Vec::new() }
+        Options {
+            host_root: PathBuf::from("/"),
+            driver_root: None,
+            ldcache: true,
+            cgroup: true,
+            existing_device_rules: Vec::new(),
+        }
     }
 }
 
@@ -180,13 +233,16 @@ pub struct Report {
 /// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
 ///
 /// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
-/// container and go away with it).
+/// container and go away with it). `netDevices` and `intelRdt` edits are refused before anything
+/// changes ([`InjectError::NotInjectable`]).
 pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
     let mut report = Report::default();
+    refuse_runtime_only(edits)?;
     let specs: Vec<nodes::NodeSpec> =
         edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
     let mut prepared = Vec::new();
-    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(&opts.host_root)?) };
+    let mount_root = opts.driver_root.as_deref().unwrap_or(&opts.host_root);
+    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(mount_root)?) };
     for m in &edits.mounts {
         let t = m.mount_type.as_deref().unwrap_or("bind");
         if t != "bind" && t != "rbind" && !m.options.iter().any(|o| o == "bind" || o == "rbind") {
@@ -199,11 +255,25 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         prepared.push(mounts::PreparedMount::new(hr, Path::new(&m.host_path), &m.container_path)?);
     }
 
-    for s in &specs {
-        report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+    // A container with its own user namespace gets the host's nodes bind-mounted (runc's way:
+    // it cannot mknod, and its /dev is nodev); the others get nodes made with mknod.
+    if target.userns.is_some() && !specs.is_empty() {
+        let dev_root = mounts::HostRoot::open(&opts.host_root)?;
+        for (s, n) in specs.iter().zip(&edits.device_nodes) {
+            let source = match &n.host_path {
+                Some(h) => PathBuf::from(h),
+                None => opts.host_root.join(n.path.trim_start_matches('/')),
+            };
+            prepared.push(mounts::PreparedMount::device(&dev_root, &source, &s.path)?);
+            report.nodes.push((s.path.clone(), nodes::NodeOutcome::BindMounted));
+        }
+    } else {
+        for s in &specs {
+            report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+        }
     }
     for p in &mut prepared {
-        p.create_target(&target.root)?;
+        p.create_target_as(&target.root, target.userns)?;
     }
     mounts::attach(target.mnt_ns.as_ref().map(rustix::fd::AsFd::as_fd), target.pid, &prepared)?;
     report.mounts = prepared.iter().map(|p| p.target.clone()).collect();
@@ -226,6 +296,20 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         report.not_applicable.push(format!("{} hook {}", h.hook_name, h.path));
     }
     Ok(report)
+}
+
+/// Refuses edits only the runtime can apply at create time (`netDevices`, `intelRdt`): moving a
+/// network device into the container or setting its resctrl group is not a hook's work, and
+/// dropping them quietly would start the container without what it asked for.
+pub fn refuse_runtime_only(edits: &ContainerEdits) -> Result<()> {
+    let runtime_only = [("netDevices", !edits.net_devices.is_empty()), ("intelRdt", edits.intel_rdt.is_some())];
+    match runtime_only.iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err(InjectError::NotInjectable {
+            field,
+            reason: "request the device through actk-runtime (or a CDI-aware engine), which puts it into config.json before the container is created".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Container directories that need an ld.so.cache entry: the parents of mounted shared

@@ -52,6 +52,9 @@ enum Command {
     /// Set a Kubernetes node up for actk-runtime (the Helm chart's node setup), or undo it.
     #[command(subcommand)]
     Node(commands::node::Command),
+    /// Host setup: /dev/char links for systemd hosts.
+    #[command(subcommand)]
+    System(commands::system::Command),
 }
 
 fn main() -> std::process::ExitCode {
@@ -66,6 +69,7 @@ fn main() -> std::process::ExitCode {
         Command::Runtime(c) => commands::runtime::run(c),
         Command::Config(c) => commands::config::run(c),
         Command::Node(c) => commands::node::run(c),
+        Command::System(c) => commands::system::run(c),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

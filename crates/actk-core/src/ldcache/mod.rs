@@ -29,7 +29,7 @@ pub struct CacheEntry {
     /// (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`; usually the soname symlink).
     pub path: String,
     /// ldconfig's flags: low byte = type (3 = ELF libc6), next byte = architecture
-    /// (`0x03` x86-64, `0x00` i386 for libc6 type, ...).
+    /// (`0x03` x86-64, `0x0a` aarch64, `0x00` i386 for libc6 type, ...).
     pub flags: u32,
 }
 
@@ -40,8 +40,58 @@ pub enum LibArch {
     X86_64,
     /// No architecture bits, ELF type 1-3 (0x0003 for libc6): 32-bit x86, what `compat32` mounts.
     I386,
-    /// Anything else (x32, aarch64, other ELF types); carries the raw flags.
+    /// `FLAG_AARCH64_LIB64` set (0x0a03, `libc6,AArch64` in `ldconfig -p`): 64-bit Arm, what
+    /// ldconfig on an arm64 host (Grace Hopper, Grace Blackwell) writes for every library.
+    Aarch64,
+    /// Anything else (x32, 32-bit Arm, other ELF types); carries the raw flags.
     Other(u32),
+}
+
+impl LibArch {
+    /// The native 64-bit library architecture of a host whose kernel reports `machine`
+    /// (`uname -m`, /proc/sys/kernel/arch): `x86_64` or `aarch64` (`arm64` accepted). `None` for
+    /// other machines, whose libraries actk does not know how to tell apart.
+    pub fn native(machine: &str) -> Option<LibArch> {
+        match machine.trim() {
+            "x86_64" | "amd64" => Some(LibArch::X86_64),
+            "aarch64" | "arm64" => Some(LibArch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// The 32-bit compatibility architecture next to `self` (`compat32`): i386 on x86-64; none on
+    /// aarch64 (no 32-bit Arm driver libraries exist for data-center GPUs).
+    pub fn compat32(self) -> Option<LibArch> {
+        match self {
+            LibArch::X86_64 => Some(LibArch::I386),
+            _ => None,
+        }
+    }
+
+    /// The multiarch triplet directory name (`x86_64-linux-gnu`, `aarch64-linux-gnu`, `i386-linux-gnu`).
+    pub fn triplet(self) -> Option<&'static str> {
+        match self {
+            LibArch::X86_64 => Some("x86_64-linux-gnu"),
+            LibArch::Aarch64 => Some("aarch64-linux-gnu"),
+            LibArch::I386 => Some("i386-linux-gnu"),
+            LibArch::Other(_) => None,
+        }
+    }
+
+    /// Whether an ELF header (the first bytes of a file) is a shared object of this architecture:
+    /// class and `e_machine` (EM_X86_64 62, EM_AARCH64 183, EM_386 3), little-endian.
+    pub fn matches_elf(self, head: &[u8]) -> bool {
+        if head.len() < 20 || &head[..4] != b"\x7fELF" || head[5] != 1 {
+            return false;
+        }
+        let machine = u16::from_le_bytes([head[18], head[19]]);
+        match self {
+            LibArch::X86_64 => head[4] == 2 && machine == 62,
+            LibArch::Aarch64 => head[4] == 2 && machine == 183,
+            LibArch::I386 => head[4] == 1 && machine == 3,
+            LibArch::Other(_) => false,
+        }
+    }
 }
 
 impl CacheEntry {
@@ -54,9 +104,11 @@ impl CacheEntry {
         const FLAG_TYPE_MASK: u32 = 0x00ff;
         const FLAG_REQUIRED_MASK: u32 = 0xff00;
         const FLAG_X8664_LIB64: u32 = 0x0300;
+        const FLAG_AARCH64_LIB64: u32 = 0x0a00;
         let elf_type = self.flags & FLAG_TYPE_MASK;
         match self.flags & FLAG_REQUIRED_MASK {
             FLAG_X8664_LIB64 => LibArch::X86_64,
+            FLAG_AARCH64_LIB64 => LibArch::Aarch64,
             0 if (1..=3).contains(&elf_type) => LibArch::I386,
             _ => LibArch::Other(self.flags),
         }

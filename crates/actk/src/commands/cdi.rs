@@ -47,6 +47,11 @@ pub struct GenerateArgs {
     /// default: `root` of the config file (ACTK_CONFIG, /etc/actk/config.toml), else `/`.
     #[arg(long, env = "ACTK_ROOT")]
     pub root: Option<PathBuf>,
+    /// Where the driver's libraries, tools and firmware are when apart from --root (GPU
+    /// Operator: `--root / --driver-root /run/nvidia/driver`); default: `driver_root` of the
+    /// config file, else --root.
+    #[arg(long, env = "ACTK_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
     /// Only this vendor: a profile name (`nvidia`) or a CDI kind (`nvidia.com/gpu`).
     #[arg(long)]
     pub vendor: Option<String>,
@@ -65,7 +70,9 @@ pub struct GenerateArgs {
     #[arg(long, env = "ACTK_PROFILES_DIR")]
     pub profiles_dir: Option<PathBuf>,
     /// Only the host files of these capabilities (comma separated, e.g. `utility,compute`);
-    /// default: every capability whose files exist on the host.
+    /// default: every capability whose files exist on the host. Control nodes reserved to a
+    /// capability (NVIDIA's NVSwitch nodes: `fabric`) are in the spec only when it is named here
+    /// (or `all`).
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Option<Vec<String>>,
     /// Absolute path of an executable added as a createContainer hook that refreshes the
@@ -191,13 +198,15 @@ fn strip_host_mount(inv: &mut actk_core::inventory::Inventory, host_mount: &Path
     }
 }
 
-/// One discovery and generation pass: the specs of the host as the options ask.
+/// One discovery and generation pass: the specs of the host as the options ask (devices under
+/// `root`, driver files under `--driver-root`, default `root`).
 fn discover_and_generate(
     a: &GenerateArgs,
     root: &Path,
     profiles: &[actk_core::profile::Profile],
 ) -> anyhow::Result<(Vec<actk_core::cdi::Spec>, Vec<String>)> {
-    let mut inventory = actk_core::discover::discover(root, profiles);
+    let driver_root = a.driver_root.clone().unwrap_or_else(|| root.to_path_buf());
+    let mut inventory = actk_core::discover::discover_roots(root, &driver_root, profiles);
     if let Some(m) = &a.host_mount {
         strip_host_mount(&mut inventory, m);
     }
@@ -233,8 +242,11 @@ fn discover_and_generate(
 }
 
 fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
-    if a.root.is_none() || a.profiles_dir.is_none() {
+    if a.root.is_none() || a.profiles_dir.is_none() || a.driver_root.is_none() {
         let c = config()?;
+        if a.root.is_none() && a.driver_root.is_none() {
+            a.driver_root = c.driver_root.clone();
+        }
         a.root.get_or_insert(c.root);
         a.profiles_dir.get_or_insert(c.profiles_dir);
     }

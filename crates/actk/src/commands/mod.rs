@@ -43,3 +43,4 @@ impl Stop {
         !matches!(self.0.recv_timeout(d), Err(std::sync::mpsc::RecvTimeoutError::Timeout))
     }
 }
+pub mod system;

@@ -603,12 +603,13 @@ mod tests {
                 r#"{{"version":"1.0.0","hook":{{"path":"{path}"}},"when":{{"always":true}},"stages":["prestart"]}}"#
             )
         };
-        std::fs::write(a.path().join("10-x.json"), hook("/trusted")).unwrap();
-        std::fs::write(b.path().join("10-x.json"), hook("/evil")).unwrap();
+        // Executables that exist: a file whose hook is gone is skipped for that reason instead.
+        std::fs::write(a.path().join("10-x.json"), hook("/bin/true")).unwrap();
+        std::fs::write(b.path().join("10-x.json"), hook("/bin/false")).unwrap();
         std::fs::set_permissions(b.path().join("10-x.json"), std::fs::Permissions::from_mode(0o666)).unwrap();
         let l = load_with_skipped(&[a.path().to_owned(), b.path().to_owned()]).unwrap();
         let paths: Vec<_> = l.hooks.iter().map(|h| h.def.hook.path.as_str()).collect();
-        assert_eq!(paths, ["/trusted"], "the untrusted file must not mask the trusted one");
+        assert_eq!(paths, ["/bin/true"], "the untrusted file must not mask the trusted one");
         assert_eq!(l.skipped.len(), 1);
         let w = l.skipped[0].to_string();
         assert!(w.contains("10-x.json: not trusted: the file is writable by group and others"), "{w}");

@@ -3,9 +3,11 @@
 //! - [`fixture`]: prepare a fixture host root (fixtures/<name>) in a temporary directory with
 //!   real device nodes (mknod, needs root) and a real ld.so.cache.
 //! - [`engines`]: busybox/glibc images and OCI bundles, and access to runc, dockerd and podman.
+//! - [`nvml_double`]: the NVML test double of the NVIDIA fixtures: its state, Xid events, lost GPUs.
 //! - [`hostcheck`]: snapshots of the host (mount table, /dev, CDI dirs, daemon.json) and a guard
 //!   that fails a test which left something behind.
 
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;
+pub mod nvml_double;

@@ -426,6 +426,7 @@ mod tests {
                 lib("compute", "libcuda.so.580.95.05"),
                 lib("graphics", "libnvidia-glcore.so.580.95.05"),
             ],
+            ..Default::default()
         };
         (profile, vendor)
     }

@@ -18,6 +18,7 @@ pub mod generic;
 pub mod hostfiles;
 pub mod neuron;
 pub mod nvidia;
+pub mod nvml;
 
 use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
 use crate::profile::Profile;
@@ -63,11 +64,6 @@ impl HostRoot {
     /// The root directory itself.
     pub fn root(&self) -> &Path {
         &self.root
-    }
-
-    /// Whether this is the running system's own root (`/`), where NVML may be loaded.
-    pub fn is_system_root(&self) -> bool {
-        self.root.canonicalize().is_ok_and(|p| p == Path::new("/"))
     }
 
     /// The real path of host path `path` without resolving anything (for messages and for
@@ -251,16 +247,36 @@ impl Warnings {
     }
 }
 
+/// What discovery may do beyond reading files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoverOptions {
+    /// Load the root's NVML ([`nvml`]) for MIG devices, NVLink peers and UUIDs procfs lacks.
+    /// On by default; a container start turns it on only for a MIG request, so an ordinary
+    /// start never dlopens the driver's library.
+    pub nvml: bool,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> Self {
+        DiscoverOptions { nvml: true }
+    }
+}
+
+/// Read `root` into an inventory with the default [`DiscoverOptions`] (NVML on).
+pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
+    discover_with(root, profiles, &DiscoverOptions::default())
+}
+
 /// Read `root` into an inventory, one [`VendorInventory`] per profile that finds a device, in
 /// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
-pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
+pub fn discover_with(root: &Path, profiles: &[Profile], opts: &DiscoverOptions) -> Inventory {
     let host = HostRoot::new(root);
     let root = host.root();
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
         let found = match profile.discovery.as_str() {
-            "nvidia" => nvidia::discover(&host, profile, &mut warnings),
+            "nvidia" => nvidia::discover(&host, profile, opts, &mut warnings),
             "neuron" => neuron::discover(&host, profile, &mut warnings),
             "amd" => amd::discover(&host, profile, &mut warnings),
             "gaudi" => gaudi::discover(&host, profile, profiles, &mut warnings),

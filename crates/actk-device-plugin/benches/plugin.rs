@@ -152,8 +152,10 @@ fn main() {
     let res = actk_device_plugin::resources::build(
         &inv,
         &profiles_all,
-        actk_device_plugin::resources::DeviceIds::Index,
-        None,
+        &actk_device_plugin::resources::BuildOptions {
+            ids: actk_device_plugin::resources::DeviceIds::Index,
+            ..Default::default()
+        },
     );
     let res = res.into_iter().find(|r| r.name == "example.com/npu").expect("the npu resource");
     let opts = actk_device_plugin::allocate::AllocateOptions {

@@ -95,6 +95,19 @@ pub enum AllocateError {
     /// An empty request.
     #[error("allocate request for {0} names no device IDs")]
     Empty(String),
+    /// More than one replica of a time-sliced resource that refuses that
+    /// (`fail_requests_greater_than_one`, NVIDIA's `failRequestsGreaterThanOne`).
+    #[error(
+        "request for {count} {resource} is too large: {resource} is time-sliced ({replicas} replicas per device) with fail_requests_greater_than_one, so a container may ask for 1 (more replicas of one device would not add compute)"
+    )]
+    TooManyReplicas {
+        /// The resource name.
+        resource: String,
+        /// IDs asked for.
+        count: usize,
+        /// Replicas per device.
+        replicas: u32,
+    },
 }
 
 fn known_ids(res: &Resource) -> String {
@@ -142,21 +155,39 @@ pub fn container_response(
         return Err(AllocateError::UnknownIds { resource: res.name.clone(), ids: unknown, known: known_ids(res) });
     }
     let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    if res.fail_requests_greater_than_one && res.replicas > 1 && wanted.len() > 1 {
+        return Err(AllocateError::TooManyReplicas {
+            resource: res.name.clone(),
+            count: wanted.len(),
+            replicas: res.replicas,
+        });
+    }
     let units: Vec<_> = res.units.iter().filter(|u| wanted.contains(u.id.as_str())).collect();
-    let mut devices: Vec<u32> = Vec::new();
+    // What the container gets: whole devices and MIG devices, each once (two replicas of one
+    // device are one device).
+    let mut targets: Vec<(u32, Option<u32>)> = Vec::new();
     for u in &units {
-        if !devices.contains(&u.device) {
-            devices.push(u.device);
+        if !targets.contains(&u.target()) {
+            targets.push(u.target());
         }
     }
+    let devices: Vec<u32> = targets.iter().filter(|(_, m)| m.is_none()).map(|(d, _)| *d).collect();
+    let migs: Vec<(u32, u32)> = targets.iter().filter_map(|(d, m)| Some((*d, (*m)?))).collect();
     let mut resp = ContainerAllocateResponse::default();
-    let names: Vec<String> = devices.iter().map(|d| format!("{}={d}", res.vendor.kind)).collect();
+    let names: Vec<String> = targets
+        .iter()
+        .map(|(d, m)| match m {
+            Some(m) => format!("{}={d}:{m}", res.vendor.kind),
+            None => format!("{}={d}", res.vendor.kind),
+        })
+        .collect();
     let sel = &res.profile.selection;
     if res.per_core
         && let Some(var) = &sel.cores_env
     {
-        let cores: Vec<String> = units.iter().filter_map(|u| u.core).map(|c| c.to_string()).collect();
-        resp.envs.insert(var.clone(), cores.join(","));
+        let mut cores: Vec<u32> = units.iter().filter_map(|u| u.core).collect();
+        cores.dedup();
+        resp.envs.insert(var.clone(), cores.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
     }
     for s in &opts.strategies {
         match s {
@@ -166,10 +197,10 @@ pub fn container_response(
             }
             Strategy::EnvVar => {
                 if let Some(var) = sel.env.first() {
-                    resp.envs.insert(var.clone(), env_value(res, &devices));
+                    resp.envs.insert(var.clone(), env_value(res, &targets));
                 }
             }
-            Strategy::DeviceSpecs => device_specs(res, &devices, opts, &mut resp),
+            Strategy::DeviceSpecs => device_specs(res, &devices, &migs, opts, &mut resp),
         }
     }
     Ok(resp)
@@ -178,12 +209,17 @@ pub fn container_response(
 /// The selection variable's value: UUIDs for NVIDIA (NVIDIA_VISIBLE_DEVICES takes GPU UUIDs,
 /// which do not change when indexes do), device indexes for others (AWS_NEURON_VISIBLE_DEVICES
 /// and the other vendors' variables take indexes, not serial numbers).
-fn env_value(res: &Resource, devices: &[u32]) -> String {
+fn env_value(res: &Resource, targets: &[(u32, Option<u32>)]) -> String {
     let uuids = res.profile.discovery == "nvidia";
-    devices
+    targets
         .iter()
-        .map(|idx| {
+        .map(|(idx, mig)| {
             let dev = res.vendor.devices.iter().find(|d| d.index == *idx);
+            if let Some(m) = mig {
+                // MIG devices by their UUID (NVIDIA_VISIBLE_DEVICES=MIG-...), as NVIDIA's plugin does.
+                let m = dev.and_then(|d| d.mig.as_ref()).and_then(|x| x.devices.iter().find(|x| x.index == *m));
+                return m.map(|m| m.uuid.clone()).unwrap_or_else(|| format!("{idx}:{}", mig.unwrap_or_default()));
+            }
             match dev.and_then(|d| d.uuid.clone()).filter(|_| uuids) {
                 Some(u) => u,
                 None => idx.to_string(),
@@ -193,7 +229,13 @@ fn env_value(res: &Resource, devices: &[u32]) -> String {
         .join(",")
 }
 
-fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &mut ContainerAllocateResponse) {
+fn device_specs(
+    res: &Resource,
+    devices: &[u32],
+    migs: &[(u32, u32)],
+    opts: &AllocateOptions,
+    resp: &mut ContainerAllocateResponse,
+) {
     let caps: Vec<String> = match &opts.capabilities {
         Some(c) => c.clone(),
         None if !res.profile.selection.default_capabilities.is_empty() => {
@@ -201,7 +243,9 @@ fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &
         }
         None => vec!["all".into()],
     };
-    let edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
+    let mut edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
+    edits.append(&actk_core::cdi::generate::mig_edits(&res.vendor, migs));
+    actk_core::cdi::generate::dedup(&mut edits);
     for n in &edits.device_nodes {
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         resp.devices.push(DeviceSpec {

@@ -63,6 +63,10 @@ struct Cli {
     /// Refuse GetPreferredAllocation sizes that cannot be placed well instead of warning.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRICT_TOPOLOGY", num_args = 0..=1, default_missing_value = "true")]
     strict_topology: Option<bool>,
+    /// How NVIDIA MIG devices are served: none (whole GPUs), single (MIG devices as
+    /// nvidia.com/gpu), mixed (nvidia.com/mig-<profile> next to nvidia.com/gpu).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_MIG_STRATEGY")]
+    mig_strategy: Option<String>,
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -83,6 +87,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         health_interval_ms: cli.health_interval_ms,
         metrics_address: cli.metrics_address,
         strict_topology: cli.strict_topology,
+        mig_strategy: cli.mig_strategy,
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -119,7 +124,13 @@ async fn run(s: Settings) -> Result<()> {
     let mut first = true;
     let res = loop {
         let inventory = actk_core::discover::discover(&s.root, &profiles);
-        let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+        let build = resources::BuildOptions {
+            ids: s.device_ids,
+            filter: s.resources.as_deref(),
+            mig_strategy: s.mig_strategy,
+            time_slicing: s.time_slicing.as_ref(),
+        };
+        let res = resources::build(&inventory, &profiles, &build);
         if first || !res.is_empty() {
             for w in &inventory.warnings {
                 tracing::warn!("discovery: {w}");
@@ -168,14 +179,29 @@ async fn run(s: Settings) -> Result<()> {
         }),
         strict_topology: s.strict_topology,
     });
-    // One health loop per vendor, shared by its resources (neuron and neuroncore).
+    // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
+    // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.
     let mut health_rx = BTreeMap::new();
     let mut sockets = Vec::new();
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
             .or_insert_with(|| {
-                health::spawn(r.vendor.kind.clone(), health::probes(&s.root, &r.vendor), s.health_interval)
+                let xids = (r.profile.discovery == "nvidia").then(|| {
+                    let policy = health::XidPolicy::new(
+                        &s.ignored_xids,
+                        s.xid_recovery,
+                        std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
+                        std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
+                    );
+                    health::spawn_xid_watch(&s.root, health::watched_gpus(&r.vendor), policy, s.health_interval)
+                });
+                health::spawn(
+                    r.vendor.kind.clone(),
+                    health::probes(&s.root, &r.vendor),
+                    xids.flatten(),
+                    s.health_interval,
+                )
             })
             .clone();
         tracing::info!(

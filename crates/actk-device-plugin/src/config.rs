@@ -11,7 +11,7 @@
 //! then the file's, then the default.
 
 use crate::allocate::Strategy;
-use crate::resources::{DeviceIds, MAX_REPLICAS, MigStrategy, SharedResource, TimeSlicing};
+use crate::resources::{DeviceIds, MAX_REPLICAS, MigStrategy, ResourceNaming, SharedResource, TimeSlicing};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -55,6 +55,8 @@ pub struct FileConfig {
     pub strict_topology: Option<bool>,
     /// MIG strategy for NVIDIA GPUs: `none`, `single` or `mixed`.
     pub mig_strategy: Option<String>,
+    /// How partitioned AMD GPUs are named: `single` or `mixed`.
+    pub resource_naming_strategy: Option<String>,
     /// Sharing of devices between containers.
     pub sharing: Option<SharingFile>,
     /// Health checks.
@@ -270,6 +272,8 @@ pub struct Overrides {
     pub strict_topology: Option<bool>,
     /// `--mig-strategy` / `ACTK_DEVICE_PLUGIN_MIG_STRATEGY`.
     pub mig_strategy: Option<String>,
+    /// `--resource-naming-strategy` / `ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY`.
+    pub resource_naming_strategy: Option<String>,
 }
 
 /// The effective settings.
@@ -301,6 +305,8 @@ pub struct Settings {
     pub strict_topology: bool,
     /// How NVIDIA MIG devices are served.
     pub mig_strategy: MigStrategy,
+    /// How partitioned AMD GPUs are named.
+    pub amd_naming: ResourceNaming,
     /// Time-slicing, when configured.
     pub time_slicing: Option<TimeSlicing>,
     /// Xids ignored on top of the application ones.
@@ -432,6 +438,21 @@ impl Settings {
             })?,
             None => MigStrategy::default(),
         };
+        let amd_naming = match (o.resource_naming_strategy, f.resource_naming_strategy) {
+            (Some(v), _) => v.parse().map_err(|expected| ConfigError::Invalid {
+                origin: "--resource-naming-strategy / ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY".into(),
+                key: "resource_naming_strategy".into(),
+                value: v.clone(),
+                expected,
+            })?,
+            (None, Some(v)) => v.parse().map_err(|expected| ConfigError::Invalid {
+                origin: file_origin.into(),
+                key: "resource_naming_strategy".into(),
+                value: v.clone(),
+                expected,
+            })?,
+            (None, None) => ResourceNaming::default(),
+        };
         let time_slicing = match f.sharing.as_ref().and_then(|s| s.time_slicing.as_ref()) {
             Some(t) => Some(time_slicing(t, file_origin)?),
             None => None,
@@ -451,6 +472,7 @@ impl Settings {
             metrics_address,
             strict_topology: o.strict_topology.or(f.strict_topology).unwrap_or(false),
             mig_strategy,
+            amd_naming,
             time_slicing,
             ignored_xids: health.ignored_xids.unwrap_or_default(),
             xid_recovery: Duration::from_millis(health.xid_recovery_ms.unwrap_or(DEFAULT_XID_RECOVERY_MS)),

@@ -67,6 +67,9 @@ struct Cli {
     /// nvidia.com/gpu), mixed (nvidia.com/mig-<profile> next to nvidia.com/gpu).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_MIG_STRATEGY")]
     mig_strategy: Option<String>,
+    /// How partitioned AMD GPUs are named: single (amd.com/gpu) or mixed (amd.com/cpx_nps4, ...).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY")]
+    resource_naming_strategy: Option<String>,
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -88,6 +91,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         metrics_address: cli.metrics_address,
         strict_topology: cli.strict_topology,
         mig_strategy: cli.mig_strategy,
+        resource_naming_strategy: cli.resource_naming_strategy,
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -129,6 +133,7 @@ async fn run(s: Settings) -> Result<()> {
             filter: s.resources.as_deref(),
             mig_strategy: s.mig_strategy,
             time_slicing: s.time_slicing.as_ref(),
+            amd_naming: s.amd_naming,
         };
         let res = resources::build(&inventory, &profiles, &build);
         if first || !res.is_empty() {

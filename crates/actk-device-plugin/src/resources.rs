@@ -82,6 +82,29 @@ impl fmt::Display for MigStrategy {
     }
 }
 
+/// How partitioned AMD GPUs are named (ROCm k8s-device-plugin `--resource_naming_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResourceNaming {
+    /// Every GPU or partition is `amd.com/gpu`; a node whose GPUs are partitioned in different
+    /// modes is not served (logged), as ROCm's plugin refuses it.
+    #[default]
+    Single,
+    /// Partitions are `amd.com/<compute>_<memory>` (`amd.com/cpx_nps4`, `amd.com/spx_nps1`);
+    /// GPUs that cannot be partitioned stay `amd.com/gpu`.
+    Mixed,
+}
+
+impl FromStr for ResourceNaming {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "single" => Ok(ResourceNaming::Single),
+            "mixed" => Ok(ResourceNaming::Mixed),
+            other => Err(format!("unknown resource naming strategy {other:?}: use single or mixed")),
+        }
+    }
+}
+
 /// Most replicas of one unit: each replica is a kubelet device ID, and the kubelet sends the
 /// whole list in every ListAndWatch update.
 pub const MAX_REPLICAS: u32 = 1024;
@@ -195,6 +218,8 @@ pub struct BuildOptions<'a> {
     pub mig_strategy: MigStrategy,
     /// Time-slicing.
     pub time_slicing: Option<&'a TimeSlicing>,
+    /// How partitioned AMD GPUs are named.
+    pub amd_naming: ResourceNaming,
 }
 
 /// The resources of every vendor in `inventory` whose profile is in `profiles`, in inventory
@@ -226,6 +251,8 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], opts: &BuildOptions<'_
                 }
             } else if profile.discovery == "nvidia" && *name == profile.kind {
                 made.extend(nvidia_units(name, vendor, opts));
+            } else if profile.discovery == "amd" && *name == profile.kind {
+                made.extend(amd_units(name, vendor, opts));
             } else {
                 made.push((name.clone(), device_units(vendor, opts.ids, |_| true)));
             }
@@ -290,6 +317,40 @@ fn nvidia_units(name: &str, vendor: &VendorInventory, opts: &BuildOptions<'_>) -
             profiles.dedup();
             for p in profiles {
                 out.push((mig_resource_name(domain, p), mig_units(vendor, opts.ids, |m| m.profile == p)));
+            }
+            out
+        }
+    }
+}
+
+/// AMD GPUs and partitions under the naming strategy: `(name, units)` pairs.
+fn amd_units(name: &str, vendor: &VendorInventory, opts: &BuildOptions<'_>) -> Vec<(String, Vec<Unit>)> {
+    let mode = |d: &actk_core::inventory::Device| -> Option<String> {
+        Some(format!("{}_{}", d.attributes.get("compute_partition")?, d.attributes.get("memory_partition")?))
+    };
+    let domain = name.split_once('/').map(|(d, _)| d).unwrap_or(name);
+    let mut modes: Vec<String> = vendor.devices.iter().filter_map(mode).collect();
+    modes.sort();
+    modes.dedup();
+    match opts.amd_naming {
+        ResourceNaming::Single if modes.len() > 1 => {
+            tracing::error!(
+                "resource naming strategy single needs every GPU in one partition mode; this node has {}: {name} is not served (use the mixed strategy)",
+                modes.join(", ")
+            );
+            vec![]
+        }
+        ResourceNaming::Single => vec![(name.to_string(), device_units(vendor, opts.ids, |_| true))],
+        ResourceNaming::Mixed => {
+            let mut out = Vec::new();
+            if vendor.devices.iter().any(|d| mode(d).is_none()) {
+                out.push((name.to_string(), device_units(vendor, opts.ids, |d| mode(d).is_none())));
+            }
+            for m in modes {
+                out.push((
+                    format!("{domain}/{m}"),
+                    device_units(vendor, opts.ids, |d| mode(d).as_deref() == Some(m.as_str())),
+                ));
             }
             out
         }
@@ -536,6 +597,49 @@ mod tests {
             [("nvidia.com/gpu".to_string(), s(&["MIG-00", "MIG-01", "MIG-10"]))]
         );
         assert_eq!(single(&gpus(&[], 2)), [("nvidia.com/gpu".to_string(), s(&["GPU-0", "GPU-1"]))]);
+    }
+
+    #[test]
+    fn amd_partitions_single_or_mixed_as_rocm_names_them() {
+        let profiles = actk_core::profile::builtin();
+        let dev = |i: u32, modes: Option<(&str, &str)>| {
+            let mut d = Device { index: i, ..Default::default() };
+            if let Some((c, m)) = modes {
+                d.attributes.insert("compute_partition".into(), c.into());
+                d.attributes.insert("memory_partition".into(), m.into());
+            }
+            d
+        };
+        let inv = |devices: Vec<Device>| Inventory {
+            vendors: vec![VendorInventory {
+                profile: "amd".into(),
+                kind: "amd.com/gpu".into(),
+                devices,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let names = |i: &Inventory, n: ResourceNaming| -> Vec<(String, usize)> {
+            build(i, &profiles, &BuildOptions { amd_naming: n, ids: DeviceIds::Index, ..Default::default() })
+                .into_iter()
+                .map(|r| (r.name, r.units.len()))
+                .collect()
+        };
+        let cpx = inv((0..64).map(|i| dev(i, Some(("cpx", "nps4")))).collect());
+        assert_eq!(names(&cpx, ResourceNaming::Single), [("amd.com/gpu".to_string(), 64)]);
+        assert_eq!(names(&cpx, ResourceNaming::Mixed), [("amd.com/cpx_nps4".to_string(), 64)]);
+        // ROCm's heterogeneous example: 5 GPUs SPX-NPS1 and 3 in CPX-NPS1 (24 partitions).
+        let mut d: Vec<Device> = (0..5).map(|i| dev(i, Some(("spx", "nps1")))).collect();
+        d.extend((5..29).map(|i| dev(i, Some(("cpx", "nps1")))));
+        let het = inv(d);
+        assert_eq!(
+            names(&het, ResourceNaming::Mixed),
+            [("amd.com/cpx_nps1".to_string(), 24), ("amd.com/spx_nps1".to_string(), 5)]
+        );
+        assert!(names(&het, ResourceNaming::Single).is_empty(), "single refuses a heterogeneous node");
+        // GPUs without partitioning (MI210) stay amd.com/gpu whatever the strategy.
+        let mi210 = inv((0..4).map(|i| dev(i, None)).collect());
+        assert_eq!(names(&mi210, ResourceNaming::Mixed), [("amd.com/gpu".to_string(), 4)]);
     }
 
     #[test]

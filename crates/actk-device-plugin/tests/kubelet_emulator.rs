@@ -1020,3 +1020,35 @@ async fn nvlink_peers_from_nvml_decide_the_preferred_pair() {
     let r = client.get_preferred_allocation(preferred_req(avail, 2)).await.unwrap().into_inner();
     assert_eq!(r.container_responses[0].device_i_ds, ["1", "3"]);
 }
+
+#[tokio::test]
+async fn amd_cpx_partitions_are_served_per_partition_mode_and_kept_on_one_gpu() {
+    let Some(f) = prepare("amd-mi300x-cpx") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(
+        &f.root,
+        dir.path(),
+        &["--resource-naming-strategy", "mixed", "--device-ids", "index", "--strategies", "cdi-cri,device-specs"],
+    );
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "amd.com/cpx_nps4", "ROCm's mixed name for CPX/NPS4 partitions");
+    kubelet.assert_no_register(Duration::from_secs(1)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 64, "8 MI300X x 8 partitions");
+    // GPU 0's partitions 0-5 taken: 4 partitions come from one other GPU, not 2 + 2.
+    let avail: Vec<String> = (6..64).map(|i| i.to_string()).collect();
+    let r = client.get_preferred_allocation(preferred_req(avail, 4)).await.unwrap().into_inner();
+    let ids: Vec<u32> = r.container_responses[0].device_i_ds.iter().map(|i| i.parse().unwrap()).collect();
+    let gpus: std::collections::BTreeSet<u32> = ids.iter().map(|i| i / 8).collect();
+    assert_eq!(gpus.len(), 1, "{ids:?} span GPUs {gpus:?}");
+    // Allocate of one partition: its render node and /dev/kfd.
+    let resp = client.allocate(one(&["9"])).await.unwrap().into_inner();
+    let c = &resp.container_responses[0];
+    assert_eq!(c.cdi_devices[0].name, "amd.com/gpu=9");
+    let paths: Vec<&str> = c.devices.iter().map(|d| d.container_path.as_str()).collect();
+    assert_eq!(paths, ["/dev/kfd", "/dev/dri/renderD137"]);
+}

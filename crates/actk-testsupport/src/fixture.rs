@@ -27,6 +27,7 @@ pub const ALL: &[&str] = &[
     "aws-inf2-48xlarge",
     "aws-trn1-32xlarge",
     "amd-mi300x",
+    "amd-mi300x-cpx",
     "gaudi2",
     "empty",
 ];

@@ -107,6 +107,11 @@ pub fn device_line(kind: &str, d: &Device) -> String {
     if let Some(m) = &d.mig {
         s.push_str(if m.enabled { " mig on" } else { " mig off" });
     }
+    // A partition of a partitioned GPU (AMD CPX/DPX/QPX): its number and the GPU's modes.
+    if let Some(p) = d.attributes.get("partition") {
+        let mode = |k: &str| d.attributes.get(k).map(String::as_str).unwrap_or("?");
+        s.push_str(&format!(" partition {p} ({}, {})", mode("compute_partition"), mode("memory_partition")));
+    }
     s
 }
 

@@ -89,6 +89,9 @@ pub struct VendorRequest {
     pub selection: Selection,
     /// Driver capabilities, validated, in the order given, without duplicates.
     pub capabilities: Vec<String>,
+    /// Physical cores per core of the cores variable (the profile's `logical_core_size_env`,
+    /// e.g. `NEURON_LOGICAL_NC_CONFIG=2`); 1 when unset.
+    pub logical_core_size: u32,
 }
 
 /// What a device variable selects.
@@ -175,7 +178,16 @@ pub fn collect(
             continue;
         }
         let capabilities = capabilities(profile, env, default_capabilities)?;
+        let logical_core_size =
+            match sel.logical_core_size_env.as_deref().and_then(|v| env_value(env, v).map(|val| (v, val))) {
+                None => 1,
+                Some((var, val)) => match val.trim().parse::<u32>() {
+                    Ok(n @ 1..=8) => n,
+                    _ => return Err(err(var, val, "physical cores per logical core: 1, 2 (Trainium2), up to 8")),
+                },
+            };
         req.vendors.push(VendorRequest {
+            logical_core_size,
             profile: profile.name.clone(),
             kind: profile.kind.clone(),
             variable: variable.to_string(),
@@ -500,13 +512,21 @@ impl VendorRequest {
             Selection::Cores(cores) => {
                 let mut first = 0u32;
                 let mut spans = Vec::new();
+                let lnc = self.logical_core_size.max(1);
                 for d in devices {
-                    let n = d.cores.ok_or_else(|| {
+                    let physical = d.cores.ok_or_else(|| {
                         self.err(format!(
                             "device {} does not report its core count, so cores cannot be mapped to devices",
                             d.index
                         ))
                     })?;
+                    if physical % lnc != 0 {
+                        return Err(self.err(format!(
+                            "device {} has {physical} cores, which do not group into logical cores of {lnc}",
+                            d.index
+                        )));
+                    }
+                    let n = physical / lnc;
                     spans.push((first, first + n, d.index));
                     first += n;
                 }
@@ -931,6 +951,23 @@ mod tests {
         // The devices variable wins over the cores variable for device selection.
         let r = req(&["NEURON_RT_VISIBLE_CORES=0", "AWS_NEURON_VISIBLE_DEVICES=5"]).unwrap();
         assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(5)]));
+    }
+
+    #[test]
+    fn logical_core_size_groups_physical_cores() {
+        let mut p = neuron();
+        p.selection.logical_core_size_env = Some("NEURON_LOGICAL_NC_CONFIG".into());
+        let trn2 = inv("aws.amazon.com/neuron", 4, Some(8));
+        let r = |e: &[&str]| collect(&env(e), &BTreeMap::new(), std::slice::from_ref(&p), &BTreeMap::new());
+        // LNC=2: 4 logical cores per device, so cores 4-7 are device 1.
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=4-7", "NEURON_LOGICAL_NC_CONFIG=2"]).unwrap().vendors[0];
+        assert_eq!(v.resolve(Some(&trn2)).unwrap(), vec![1]);
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=4-7"]).unwrap().vendors[0];
+        assert_eq!(v.resolve(Some(&trn2)).unwrap(), vec![0], "LNC=1: 8 cores per device");
+        let e = r(&["NEURON_RT_VISIBLE_CORES=0", "NEURON_LOGICAL_NC_CONFIG=two"]).unwrap_err().to_string();
+        assert!(e.starts_with("NEURON_LOGICAL_NC_CONFIG=two: physical cores per logical core"), "{e}");
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=0", "NEURON_LOGICAL_NC_CONFIG=3"]).unwrap().vendors[0];
+        assert!(v.resolve(Some(&trn2)).unwrap_err().to_string().contains("do not group into logical cores of 3"));
     }
 
     #[test]

@@ -162,6 +162,7 @@ fn main() {
         strategies: "cdi-cri,cdi-annotations,envvar,device-specs".split(',').map(|s| s.parse().unwrap()).collect(),
         host_mount: "/".into(),
         capabilities: None,
+        logical_core_size: 1,
     };
     let mut pure = Vec::new();
     for per_call in [1usize, 8] {

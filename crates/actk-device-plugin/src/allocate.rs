@@ -77,6 +77,8 @@ pub struct AllocateOptions {
     /// Capabilities whose host files device specs mount (`None`: the profile's defaults, or
     /// every capability when the profile has none).
     pub capabilities: Option<Vec<String>>,
+    /// Physical cores per logical core the core resources count in (Neuron LNC; 0/1: physical).
+    pub logical_core_size: u32,
 }
 
 /// Why an Allocate cannot be answered; the gRPC layer maps it to `InvalidArgument`.
@@ -188,6 +190,12 @@ pub fn container_response(
         let mut cores: Vec<u32> = units.iter().filter_map(|u| u.core).collect();
         cores.dedup();
         resp.envs.insert(var.clone(), cores.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        // Logical cores (LNC > 1): the runtime must count them the same way.
+        if let Some(lnc_var) = &sel.logical_core_size_env
+            && opts.logical_core_size > 1
+        {
+            resp.envs.insert(lnc_var.clone(), opts.logical_core_size.to_string());
+        }
     }
     for s in &opts.strategies {
         match s {

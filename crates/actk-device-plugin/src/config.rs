@@ -57,6 +57,9 @@ pub struct FileConfig {
     pub mig_strategy: Option<String>,
     /// How partitioned AMD GPUs are named: `single` or `mixed`.
     pub resource_naming_strategy: Option<String>,
+    /// Physical cores per logical core for core resources (Neuron LNC: 1, or 2 on Trainium2);
+    /// the plugin's own `NEURON_LOGICAL_NC_CONFIG` is used when this is unset.
+    pub logical_core_size: Option<u32>,
     /// Sharing of devices between containers.
     pub sharing: Option<SharingFile>,
     /// Health checks.
@@ -274,6 +277,8 @@ pub struct Overrides {
     pub mig_strategy: Option<String>,
     /// `--resource-naming-strategy` / `ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY`.
     pub resource_naming_strategy: Option<String>,
+    /// `NEURON_LOGICAL_NC_CONFIG` of the plugin's environment (as the Neuron runtime reads it).
+    pub logical_core_size: Option<String>,
 }
 
 /// The effective settings.
@@ -307,6 +312,8 @@ pub struct Settings {
     pub mig_strategy: MigStrategy,
     /// How partitioned AMD GPUs are named.
     pub amd_naming: ResourceNaming,
+    /// Physical cores per logical core (Neuron LNC), 1 to 8.
+    pub logical_core_size: u32,
     /// Time-slicing, when configured.
     pub time_slicing: Option<TimeSlicing>,
     /// Xids ignored on top of the application ones.
@@ -453,6 +460,22 @@ impl Settings {
             })?,
             (None, None) => ResourceNaming::default(),
         };
+        let (lnc_value, lnc_origin) = match (o.logical_core_size, f.logical_core_size) {
+            (Some(v), _) => (v, "NEURON_LOGICAL_NC_CONFIG".to_string()),
+            (None, Some(n)) => (n.to_string(), file_origin.to_string()),
+            (None, None) => ("1".to_string(), String::new()),
+        };
+        let logical_core_size = match lnc_value.trim().parse::<u32>() {
+            Ok(n @ 1..=8) => (n, lnc_origin),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    origin: lnc_origin,
+                    key: "logical_core_size".into(),
+                    value: lnc_value,
+                    expected: "physical NeuronCores per logical core, 1 to 8 (Trainium2: 2)".into(),
+                });
+            }
+        };
         let time_slicing = match f.sharing.as_ref().and_then(|s| s.time_slicing.as_ref()) {
             Some(t) => Some(time_slicing(t, file_origin)?),
             None => None,
@@ -473,6 +496,7 @@ impl Settings {
             strict_topology: o.strict_topology.or(f.strict_topology).unwrap_or(false),
             mig_strategy,
             amd_naming,
+            logical_core_size: logical_core_size.0,
             time_slicing,
             ignored_xids: health.ignored_xids.unwrap_or_default(),
             xid_recovery: Duration::from_millis(health.xid_recovery_ms.unwrap_or(DEFAULT_XID_RECOVERY_MS)),

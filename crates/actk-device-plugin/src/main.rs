@@ -92,6 +92,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         strict_topology: cli.strict_topology,
         mig_strategy: cli.mig_strategy,
         resource_naming_strategy: cli.resource_naming_strategy,
+        logical_core_size: std::env::var("NEURON_LOGICAL_NC_CONFIG").ok(),
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -134,6 +135,7 @@ async fn run(s: Settings) -> Result<()> {
             mig_strategy: s.mig_strategy,
             time_slicing: s.time_slicing.as_ref(),
             amd_naming: s.amd_naming,
+            logical_core_size: s.logical_core_size,
         };
         let res = resources::build(&inventory, &profiles, &build);
         if first || !res.is_empty() {
@@ -181,6 +183,7 @@ async fn run(s: Settings) -> Result<()> {
             strategies: s.strategies.clone(),
             host_mount: s.host_mount.clone(),
             capabilities: s.capabilities.clone(),
+            logical_core_size: s.logical_core_size,
         }),
         strict_topology: s.strict_topology,
     });

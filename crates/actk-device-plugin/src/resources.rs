@@ -220,6 +220,9 @@ pub struct BuildOptions<'a> {
     pub time_slicing: Option<&'a TimeSlicing>,
     /// How partitioned AMD GPUs are named.
     pub amd_naming: ResourceNaming,
+    /// Physical cores per logical core for the core resources of profiles that have a
+    /// `logical_core_size_env` (Neuron LNC); 0 or 1: physical cores.
+    pub logical_core_size: u32,
 }
 
 /// The resources of every vendor in `inventory` whose profile is in `profiles`, in inventory
@@ -239,11 +242,13 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], opts: &BuildOptions<'_
             let per_core = is_core_resource(name);
             let mut made: Vec<(String, Vec<Unit>)> = Vec::new();
             if per_core {
-                match core_units(vendor) {
+                let lnc =
+                    if profile.selection.logical_core_size_env.is_some() { opts.logical_core_size.max(1) } else { 1 };
+                match core_units(vendor, lnc) {
                     Some(u) => made.push((name.clone(), u)),
                     None => {
                         tracing::warn!(
-                            "resource {name}: devices of {} do not report a core count; not served",
+                            "resource {name}: devices of {} do not report a core count (or it does not divide into logical cores of {lnc}); not served",
                             profile.name
                         );
                         continue;
@@ -392,11 +397,18 @@ fn mig_units(
         .collect()
 }
 
-fn core_units(vendor: &VendorInventory) -> Option<Vec<Unit>> {
+/// Core units of every device: global core numbers as the runtime counts them, in logical
+/// cores of `lnc` physical cores each. `None` when a device reports no core count or one that
+/// does not divide by `lnc`.
+fn core_units(vendor: &VendorInventory, lnc: u32) -> Option<Vec<Unit>> {
     let mut units = Vec::new();
     let mut next = 0u32;
     for d in &vendor.devices {
-        let n = d.cores?;
+        let physical = d.cores?;
+        if physical % lnc != 0 {
+            return None;
+        }
+        let n = physical / lnc;
         for c in next..next + n {
             units.push(Unit {
                 id: c.to_string(),
@@ -506,6 +518,25 @@ mod tests {
         );
         assert_eq!(res.len(), 1);
         assert_eq!(res[0].units.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), ["0", "1", "2"]);
+    }
+
+    #[test]
+    fn logical_core_size_groups_neuron_cores() {
+        let profiles = actk_core::profile::builtin();
+        let inv = Inventory { vendors: vec![vendor(2, Some(8))], ..Default::default() };
+        let cores = |lnc| {
+            let r = build(&inv, &profiles, &BuildOptions { logical_core_size: lnc, ..Default::default() });
+            r.into_iter()
+                .find(|r| r.per_core)
+                .map(|r| r.units.iter().map(|u| (u.core.unwrap(), u.device)).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            cores(2).unwrap(),
+            [(0, 0), (1, 0), (2, 0), (3, 0), (4, 1), (5, 1), (6, 1), (7, 1)],
+            "LNC=2: 4 per device"
+        );
+        assert_eq!(cores(1).unwrap().len(), 16);
+        assert_eq!(cores(3), None, "8 does not divide by 3: not served");
     }
 
     #[test]

@@ -1052,3 +1052,40 @@ async fn amd_cpx_partitions_are_served_per_partition_mode_and_kept_on_one_gpu() 
     let paths: Vec<&str> = c.devices.iter().map(|d| d.container_path.as_str()).collect();
     assert_eq!(paths, ["/dev/kfd", "/dev/dri/renderD137"]);
 }
+
+#[tokio::test]
+async fn neuron_logical_cores_follow_the_plugins_lnc() {
+    // NEURON_LOGICAL_NC_CONFIG=2 for the plugin: inf2's 2 physical cores per device are 1
+    // logical core, so 12 neuroncores, and the container is told the same LNC.
+    let Some(f) = prepare("aws-inf2-48xlarge") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
+        .arg("--config")
+        .arg(config.path().join("dp.toml"))
+        .arg("--root")
+        .arg(&f.root)
+        .arg("--socket-dir")
+        .arg(dir.path())
+        .args(["--resources", "aws.amazon.com/neuroncore"])
+        .env("NEURON_LOGICAL_NC_CONFIG", "2")
+        .env("ACTK_PROFILES_DIR", config.path().join("none"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _plugin = PluginProcess { child, _config: config };
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 12, "12 devices x 2 cores / LNC 2");
+    let c = client.allocate(one(&["4", "5"])).await.unwrap().into_inner().container_responses.remove(0);
+    assert_eq!(c.envs["NEURON_RT_VISIBLE_CORES"], "4,5");
+    assert_eq!(c.envs["NEURON_LOGICAL_NC_CONFIG"], "2");
+    assert_eq!(
+        c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["aws.amazon.com/neuron=4", "aws.amazon.com/neuron=5"]
+    );
+}

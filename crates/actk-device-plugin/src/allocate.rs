@@ -197,6 +197,9 @@ pub fn container_response(
             resp.envs.insert(lnc_var.clone(), opts.logical_core_size.to_string());
         }
     }
+    if let Some(mps) = &res.mps {
+        mps_edits(res, mps, &devices, &mut resp);
+    }
     for s in &opts.strategies {
         match s {
             Strategy::CdiCri => resp.cdi_devices.extend(names.iter().map(|n| CdiDevice { name: n.clone() })),
@@ -235,6 +238,40 @@ fn env_value(res: &Resource, targets: &[(u32, Option<u32>)]) -> String {
         })
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// What an MPS client container needs (NVIDIA device plugin's MPS sharing): the daemon's pipe
+/// directory at CUDA's default place, its shared memory as /dev/shm, and its share of the GPU:
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = 100 / replicas and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
+/// = the GPU's memory / replicas (MiB, from NVML).
+fn mps_edits(res: &Resource, mps: &crate::resources::Mps, devices: &[u32], resp: &mut ContainerAllocateResponse) {
+    use crate::resources::MPS_CONTAINER_PIPE_DIR;
+    resp.envs.insert("CUDA_MPS_PIPE_DIRECTORY".into(), MPS_CONTAINER_PIPE_DIR.into());
+    let replicas = res.replicas.max(1);
+    resp.envs.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), (100 / replicas).max(1).to_string());
+    let limits: Vec<String> = devices
+        .iter()
+        .filter_map(|d| {
+            let dev = res.vendor.devices.iter().find(|x| x.index == *d)?;
+            let mib: u64 = dev.attributes.get("memory_mib")?.parse().ok()?;
+            Some(format!("{}={}M", dev.uuid.as_deref()?, mib / u64::from(replicas)))
+        })
+        .collect();
+    if !limits.is_empty() {
+        resp.envs.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), limits.join(","));
+    }
+    resp.mounts.push(Mount {
+        container_path: MPS_CONTAINER_PIPE_DIR.into(),
+        host_path: mps.pipe_directory.display().to_string(),
+        read_only: false,
+    });
+    if let Some(shm) = &mps.shm_directory {
+        resp.mounts.push(Mount {
+            container_path: "/dev/shm".into(),
+            host_path: shm.display().to_string(),
+            read_only: false,
+        });
+    }
 }
 
 fn device_specs(

@@ -11,7 +11,7 @@
 //! then the file's, then the default.
 
 use crate::allocate::Strategy;
-use crate::resources::{DeviceIds, MAX_REPLICAS, MigStrategy, ResourceNaming, SharedResource, TimeSlicing};
+use crate::resources::{DeviceIds, MAX_REPLICAS, MigStrategy, Mps, ResourceNaming, SharedResource, TimeSlicing};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,25 @@ pub struct FileConfig {
 pub struct SharingFile {
     /// `[sharing.time_slicing]` (NVIDIA's `sharing.timeSlicing`).
     pub time_slicing: Option<TimeSlicingFile>,
+    /// `[sharing.mps]` (NVIDIA's `sharing.mps`).
+    pub mps: Option<MpsFile>,
 }
+
+/// `[sharing.mps]`: GPUs shared through the node's CUDA MPS control daemon.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct MpsFile {
+    /// Host directory of the daemon's pipes (default [`DEFAULT_MPS_PIPE_DIRECTORY`]).
+    pub pipe_directory: Option<PathBuf>,
+    /// Host directory mounted as the containers' /dev/shm (the daemon's shared memory).
+    pub shm_directory: Option<PathBuf>,
+    /// `[[sharing.mps.resources]]`: name, replicas (rename is not offered: MPS replicas are the resource).
+    #[serde(default)]
+    pub resources: Vec<SharedResourceFile>,
+}
+
+/// Default MPS pipe directory on the host.
+pub const DEFAULT_MPS_PIPE_DIRECTORY: &str = "/run/nvidia/mps";
 
 /// `[sharing.time_slicing]`.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -186,6 +204,7 @@ struct NvidiaFlags {
 #[serde(rename_all = "camelCase")]
 struct NvidiaSharing {
     time_slicing: Option<NvidiaTimeSlicing>,
+    mps: Option<NvidiaTimeSlicing>,
     #[serde(flatten)]
     other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
 }
@@ -236,14 +255,19 @@ fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
             })
             .collect(),
     });
+    let mps = y.sharing.mps.map(|m| MpsFile {
+        resources: m
+            .resources
+            .into_iter()
+            .map(|r| SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename })
+            .collect(),
+        ..Default::default()
+    });
     if !unused.is_empty() {
         tracing::warn!("{}: NVIDIA device plugin keys not used by actk: {}", path.display(), unused.join(", "));
     }
-    Ok(FileConfig {
-        mig_strategy: y.flags.mig_strategy,
-        sharing: time_slicing.map(|t| SharingFile { time_slicing: Some(t) }),
-        ..Default::default()
-    })
+    let sharing = (time_slicing.is_some() || mps.is_some()).then_some(SharingFile { time_slicing, mps });
+    Ok(FileConfig { mig_strategy: y.flags.mig_strategy, sharing, ..Default::default() })
 }
 
 /// Values given on the command line or in the environment (clap fills both), each optional.
@@ -316,6 +340,8 @@ pub struct Settings {
     pub logical_core_size: u32,
     /// Time-slicing, when configured.
     pub time_slicing: Option<TimeSlicing>,
+    /// CUDA MPS sharing, when configured.
+    pub mps: Option<Mps>,
     /// Xids ignored on top of the application ones.
     pub ignored_xids: Vec<u64>,
     /// Quiet time after which an Xid-unhealthy GPU that answers NVML is Healthy again (zero: never).
@@ -326,7 +352,7 @@ pub struct Settings {
 pub const DEFAULT_XID_RECOVERY_MS: u64 = 60_000;
 
 /// Checks `[sharing.time_slicing]`: resource names, replicas in range, no name twice.
-fn time_slicing(t: &TimeSlicingFile, origin: &str) -> Result<TimeSlicing, ConfigError> {
+fn check_time_slicing(t: &TimeSlicingFile, origin: &str) -> Result<TimeSlicing, ConfigError> {
     let mut out = TimeSlicing {
         rename_by_default: t.rename_by_default.unwrap_or(false),
         fail_requests_greater_than_one: t.fail_requests_greater_than_one.unwrap_or(false),
@@ -477,7 +503,50 @@ impl Settings {
             }
         };
         let time_slicing = match f.sharing.as_ref().and_then(|s| s.time_slicing.as_ref()) {
-            Some(t) => Some(time_slicing(t, file_origin)?),
+            Some(t) => Some(check_time_slicing(t, file_origin)?),
+            None => None,
+        };
+        let mps = match f.sharing.as_ref().and_then(|s| s.mps.as_ref()) {
+            Some(m) => {
+                let as_ts = TimeSlicingFile { resources: m.resources.clone(), ..Default::default() };
+                let checked = check_time_slicing(&as_ts, file_origin)
+                    .map_err(|e| match e {
+                        ConfigError::Invalid { origin, key, value, expected } => ConfigError::Invalid {
+                            origin,
+                            key: key.replace("sharing.time_slicing", "sharing.mps"),
+                            value,
+                            expected,
+                        },
+                        other => other,
+                    })?
+                    .resources;
+                for r in &checked {
+                    if time_slicing.as_ref().is_some_and(|t| t.resources.iter().any(|x| x.name == r.name)) {
+                        return Err(ConfigError::Invalid {
+                            origin: file_origin.into(),
+                            key: "sharing.mps.resources.name".into(),
+                            value: r.name.clone(),
+                            expected: "a resource shared by MPS or by time-slicing, not both".into(),
+                        });
+                    }
+                    if r.rename.is_some() {
+                        return Err(ConfigError::Invalid {
+                            origin: file_origin.into(),
+                            key: "sharing.mps.resources.rename".into(),
+                            value: r.rename.clone().unwrap_or_default(),
+                            expected: "no rename for MPS resources".into(),
+                        });
+                    }
+                }
+                Some(Mps {
+                    pipe_directory: m
+                        .pipe_directory
+                        .clone()
+                        .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_PIPE_DIRECTORY)),
+                    shm_directory: m.shm_directory.clone(),
+                    resources: checked,
+                })
+            }
             None => None,
         };
         let health = f.health.clone().unwrap_or_default();
@@ -498,6 +567,7 @@ impl Settings {
             amd_naming,
             logical_core_size: logical_core_size.0,
             time_slicing,
+            mps,
             ignored_xids: health.ignored_xids.unwrap_or_default(),
             xid_recovery: Duration::from_millis(health.xid_recovery_ms.unwrap_or(DEFAULT_XID_RECOVERY_MS)),
         })

@@ -135,6 +135,7 @@ async fn run(s: Settings) -> Result<()> {
             mig_strategy: s.mig_strategy,
             time_slicing: s.time_slicing.as_ref(),
             amd_naming: s.amd_naming,
+            mps: s.mps.as_ref(),
             logical_core_size: s.logical_core_size,
         };
         let res = resources::build(&inventory, &profiles, &build);

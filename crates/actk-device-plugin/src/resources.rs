@@ -135,6 +135,24 @@ pub struct SharedResource {
     pub rename: Option<String>,
 }
 
+/// CUDA MPS (NVIDIA device plugin `sharing.mps`): GPUs shared through an MPS control daemon
+/// that the node runs (`nvidia-cuda-mps-control -d` with its pipe directory on the host).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mps {
+    /// Host directory of the daemon's pipes (`CUDA_MPS_PIPE_DIRECTORY` of the daemon); holds
+    /// its `control` FIFO while it runs.
+    pub pipe_directory: std::path::PathBuf,
+    /// Host directory the daemon's processes share as /dev/shm, mounted there in the
+    /// container (MPS clients and server talk through shared memory); `None`: not mounted
+    /// (the pods then need hostIPC).
+    pub shm_directory: Option<std::path::PathBuf>,
+    /// The shared resources (replicas each; requests are limited to one replica, as NVIDIA does).
+    pub resources: Vec<SharedResource>,
+}
+
+/// Where the MPS pipe directory appears in the container: CUDA's default `CUDA_MPS_PIPE_DIRECTORY`.
+pub const MPS_CONTAINER_PIPE_DIR: &str = "/tmp/nvidia-mps";
+
 /// Longest device ID the kubelet accepts (api.proto `Device.ID`).
 pub const MAX_ID_LEN: usize = 63;
 
@@ -179,6 +197,8 @@ pub struct Resource {
     pub replicas: u32,
     /// Refuse an Allocate of more than one ID (time-slicing `failRequestsGreaterThanOne`).
     pub fail_requests_greater_than_one: bool,
+    /// Shared through CUDA MPS.
+    pub mps: Option<Mps>,
 }
 
 impl Resource {
@@ -220,6 +240,8 @@ pub struct BuildOptions<'a> {
     pub time_slicing: Option<&'a TimeSlicing>,
     /// How partitioned AMD GPUs are named.
     pub amd_naming: ResourceNaming,
+    /// CUDA MPS sharing.
+    pub mps: Option<&'a Mps>,
     /// Physical cores per logical core for the core resources of profiles that have a
     /// `logical_core_size_env` (Neuron LNC); 0 or 1: physical cores.
     pub logical_core_size: u32,
@@ -280,12 +302,33 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], opts: &BuildOptions<'_
                     units,
                     replicas: 1,
                     fail_requests_greater_than_one: false,
+                    mps: None,
                 });
             }
         }
     }
     if let Some(ts) = opts.time_slicing {
         apply_time_slicing(&mut out, ts);
+    }
+    if let Some(mps) = opts.mps {
+        // MPS: replicas as time-slicing does, one replica per request (NVIDIA's rule), and
+        // only for GPUs (an MPS daemon serves CUDA devices).
+        let ts = TimeSlicing {
+            rename_by_default: false,
+            fail_requests_greater_than_one: true,
+            resources: mps.resources.clone(),
+        };
+        let before: Vec<String> = out.iter().map(|r| r.name.clone()).collect();
+        apply_time_slicing(&mut out, &ts);
+        for (r, old) in out.iter_mut().zip(before) {
+            if mps.resources.iter().any(|m| m.name == old) {
+                if r.profile.discovery != "nvidia" {
+                    tracing::error!("MPS: {old} is not an NVIDIA resource; it is served without MPS");
+                    continue;
+                }
+                r.mps = Some(mps.clone());
+            }
+        }
     }
     out
 }

@@ -46,15 +46,27 @@ impl Plugin {
 /// device's state covers its MIG devices and replicas) and its NUMA node (no topology when
 /// unknown).
 pub fn device_list(res: &Resource, health: &HealthMap) -> Vec<api::Device> {
+    // An MPS resource is usable only while the node's MPS control daemon runs.
+    let mps_down = res.mps.as_ref().is_some_and(|m| !mps_daemon_running(&m.pipe_directory));
     res.units
         .iter()
         .map(|u| api::Device {
             id: u.id.clone(),
-            health: if crate::health::unhealthy(health, u.target()).is_some() { api::UNHEALTHY } else { api::HEALTHY }
-                .to_string(),
+            health: if mps_down || crate::health::unhealthy(health, u.target()).is_some() {
+                api::UNHEALTHY
+            } else {
+                api::HEALTHY
+            }
+            .to_string(),
             topology: u.numa.map(|n| TopologyInfo { nodes: vec![NumaNode { id: i64::from(n) }] }),
         })
         .collect()
+}
+
+/// Whether an MPS control daemon serves `pipe_dir`: its `control` FIFO is there.
+pub fn mps_daemon_running(pipe_dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(pipe_dir.join("control")).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 fn count_health(list: &[api::Device]) -> (u64, u64) {
@@ -164,8 +176,17 @@ impl DevicePlugin for Plugin {
                     }
                     last = Some(list);
                 }
+                // An MPS resource also follows its daemon, which no health event reports.
+                let recheck = async {
+                    if res.mps.is_some() {
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await
+                    } else {
+                        std::future::pending::<()>().await
+                    }
+                };
                 tokio::select! {
                     changed = health.changed() => if changed.is_err() { break },
+                    _ = recheck => {}
                     _ = tx.closed() => break,
                 }
             }

@@ -1089,3 +1089,47 @@ async fn neuron_logical_cores_follow_the_plugins_lnc() {
         ["aws.amazon.com/neuron=4", "aws.amazon.com/neuron=5"]
     );
 }
+
+#[tokio::test]
+async fn mps_shares_gpus_through_the_nodes_mps_daemon() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let uuids = gpu_uuids(&f.root);
+    let mps = tempfile::tempdir().unwrap();
+    let (pipe, shm) = (mps.path().join("pipe"), mps.path().join("shm"));
+    std::fs::create_dir_all(&pipe).unwrap();
+    std::fs::create_dir_all(&shm).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let cfg = format!(
+        "[sharing.mps]\npipe_directory = {:?}\nshm_directory = {:?}\n[[sharing.mps.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 2\n",
+        pipe.display().to_string(),
+        shm.display().to_string()
+    );
+    let _plugin = PluginProcess::start_with_config(&f.root, dir.path(), &cfg, &["--strategies", "cdi-cri"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 16, "8 GPUs x 2 MPS replicas");
+    assert!(list.devices.iter().all(|d| d.health == "Unhealthy"), "no MPS control daemon yet");
+    // The daemon starts: its control FIFO appears in the pipe directory.
+    let st = Command::new("mkfifo").arg(pipe.join("control")).status().unwrap();
+    assert!(st.success());
+    let up = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert!(up.devices.iter().all(|d| d.health == "Healthy"));
+    let c =
+        client.allocate(one(&[&format!("{}::1", uuids[2])])).await.unwrap().into_inner().container_responses.remove(0);
+    assert_eq!(c.cdi_devices[0].name, "nvidia.com/gpu=2");
+    assert_eq!(c.envs["CUDA_MPS_PIPE_DIRECTORY"], "/tmp/nvidia-mps");
+    assert_eq!(c.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+    // Half of the H100's 81559 MiB, as NVML reports it.
+    assert_eq!(c.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], format!("{}=40779M", uuids[2]));
+    let mounts: Vec<(&str, &str, bool)> =
+        c.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only)).collect();
+    assert!(mounts.contains(&("/tmp/nvidia-mps", pipe.to_str().unwrap(), false)), "{mounts:?}");
+    assert!(mounts.contains(&("/dev/shm", shm.to_str().unwrap(), false)), "{mounts:?}");
+    // One replica per container, as NVIDIA's MPS sharing requires.
+    let err = client.allocate(one(&[&format!("{}::0", uuids[2]), &format!("{}::0", uuids[3])])).await.unwrap_err();
+    assert!(err.message().contains("too large"), "{}", err.message());
+}

@@ -1,9 +1,12 @@
 //! Discovery + CDI generation cost on real node layouts: the DGX H100 fixture (8 GPUs) and a
 //! synthetic 64-GPU host built at setup time from a prepared copy of the same fixture.
 //!
-//! What one iteration measures: `discover::discover(root, &builtin profiles)` followed by
+//! What one iteration measures: discovery over the root followed by
 //! `cdi::generate::generate_all` with default options, i.e. what `actk cdi generate --root R`
-//! does minus writing the file. Profiles are loaded once, outside the timed loop.
+//! does minus writing the file. Profiles are loaded once, outside the timed loop. The 8/64 GPU
+//! pair reads procfs/sysfs only (NVML off: the 64-GPU host is synthetic and the NVML double
+//! knows 8 GPUs); a third measurement adds NVML (the fixture's test double: MIG devices, NVLink)
+//! on the DGX A100 with 17 MIG devices, and the bench prints its cost next to the 8-GPU one.
 //!
 //! Targets (issue 2): under 10 ms for 8 GPUs; 64 devices under 2x the 8-device cost. After the
 //! Criterion run the bench prints both medians and their ratio (read back from Criterion's
@@ -13,7 +16,7 @@
 //! why and measures nothing.
 
 use actk_core::cdi::generate::{GenerateOptions, generate_all};
-use actk_core::discover::discover;
+use actk_core::discover::{DiscoverOptions, discover_with};
 use actk_core::profile::{self, Profile};
 use criterion::Criterion;
 use std::fs;
@@ -23,6 +26,7 @@ use std::path::{Path, PathBuf};
 const GROUP: &str = "discover_generate";
 const ID_8: &str = "dgx-h100-8gpu";
 const ID_64: &str = "synthetic-64gpu";
+const ID_MIG: &str = "dgx-a100-8gpu-17mig-nvml";
 /// GPUs on the synthetic host: the DGX's 8, repeated over 8 PCI domains.
 const SYNTHETIC_GPUS: u32 = 64;
 
@@ -85,10 +89,17 @@ fn extend_to_64(root: &Path) -> Result<(), String> {
 /// can count the instructions of one iteration.
 #[inline(never)]
 fn discover_and_generate(root: &Path, profiles: &[Profile], opts: &GenerateOptions) -> usize {
-    let inv = discover(root, profiles);
+    discover_generate_with(root, profiles, opts, false)
+}
+
+/// The same with NVML read (`nvml`) or not; returns whole devices plus MIG devices. Never
+/// inlined either (`--toggle-collect=*discover_generate_with*` counts all three measurements).
+#[inline(never)]
+fn discover_generate_with(root: &Path, profiles: &[Profile], opts: &GenerateOptions, nvml: bool) -> usize {
+    let inv = discover_with(root, profiles, &DiscoverOptions { nvml });
     let specs = generate_all(profiles, &inv, None, opts).unwrap_or_default();
     black_box(&specs);
-    inv.vendors.iter().map(|v| v.devices.len()).sum()
+    inv.vendors.iter().map(|v| v.devices.len()).sum::<usize>() + inv.mig_devices().count()
 }
 
 /// Where Criterion writes its results: $CRITERION_HOME, else $CARGO_TARGET_DIR/criterion, else
@@ -124,7 +135,9 @@ fn main() {
             None
         }
     };
-    let (Some(dgx), Some(big)) = (prepare("nvidia-dgx-h100"), prepare("nvidia-dgx-h100")) else {
+    let (Some(dgx), Some(big), Some(a100)) =
+        (prepare("nvidia-dgx-h100"), prepare("nvidia-dgx-h100"), prepare("nvidia-dgx-a100"))
+    else {
         eprintln!("discovery bench: fixtures unavailable; nothing measured");
         return;
     };
@@ -140,11 +153,16 @@ fn main() {
             std::process::exit(1);
         }
     }
+    if discover_generate_with(&a100.root, &profiles, &opts, true) != 8 + 17 {
+        eprintln!("discovery bench: the DGX A100's NVML double did not give 8 GPUs and 17 MIG devices");
+        std::process::exit(1);
+    }
 
     {
         let mut g = c.benchmark_group(GROUP);
         g.bench_function(ID_8, |b| b.iter(|| discover_and_generate(black_box(&dgx.root), &profiles, &opts)));
         g.bench_function(ID_64, |b| b.iter(|| discover_and_generate(black_box(&big.root), &profiles, &opts)));
+        g.bench_function(ID_MIG, |b| b.iter(|| discover_generate_with(black_box(&a100.root), &profiles, &opts, true)));
         g.finish();
     }
     c.final_summary();
@@ -158,5 +176,12 @@ fn main() {
             m64 / 1e6,
             if ratio < 2.0 { "met" } else { "MISSED" },
         );
+        if let Some(mig) = median_ns(&out, ID_MIG) {
+            println!(
+                "with NVML (DGX A100, 8 GPUs + 17 MIG devices through the test double): {:.3} ms = {:.2}x the procfs-only 8 GPUs",
+                mig / 1e6,
+                mig / m8
+            );
+        }
     }
 }

@@ -58,6 +58,11 @@ pub struct VendorInventory {
     /// Host files (driver libraries, tools, firmware) to bind-mount, tagged with the capability
     /// that asks for them (`compute`, `utility`, ...; `base` for always-mounted files).
     pub host_files: Vec<HostFile>,
+    /// NVIDIA's MIG management capabilities by name (`config`, `monitor`): the
+    /// `/dev/nvidia-caps/nvidia-capN` nodes that let a (privileged) container create MIG
+    /// instances or monitor all of them (/proc/driver/nvidia/capabilities/mig/{config,monitor}).
+    #[serde(default)]
+    pub mig_capabilities: BTreeMap<String, DeviceNode>,
 }
 
 /// One accelerator device.
@@ -82,6 +87,56 @@ pub struct Device {
     pub cores: Option<u32>,
     /// Other vendor attributes (`minor`, `architecture`, `module_id`, `render_minor`, ...).
     pub attributes: BTreeMap<String, String>,
+    /// NVIDIA Multi-Instance GPU state, from NVML: `None` when the GPU has no MIG, or NVML was
+    /// not read (a container start that asked for no MIG device does not load it).
+    #[serde(default)]
+    pub mig: Option<Mig>,
+}
+
+/// MIG (NVIDIA Multi-Instance GPU) state of one GPU (NVIDIA MIG User Guide).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Mig {
+    /// Whether MIG mode is on (`nvidia-smi --query-gpu=mig.mode.current`).
+    pub enabled: bool,
+    /// MIG devices in NVML index order (what `nvidia-smi -L` lists under the GPU).
+    pub devices: Vec<MigDevice>,
+}
+
+/// One MIG device: a compute instance of a GPU instance of its parent GPU.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MigDevice {
+    /// Index on the parent GPU (`nvidia-smi -L` "MIG 3g.40gb Device 0"; `NVIDIA_VISIBLE_DEVICES=<gpu>:<index>`).
+    pub index: u32,
+    /// `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub uuid: String,
+    /// GPU instance id (`nvidia-smi mig -lgi` GI ID).
+    pub gpu_instance: u32,
+    /// Compute instance id within the GPU instance (`nvidia-smi mig -lci` CI ID).
+    pub compute_instance: u32,
+    /// Profile name as NVIDIA's tools print it (`1g.10gb`, `3g.40gb`, `1c.3g.40gb`, `1g.10gb+me`).
+    pub profile: String,
+    /// GPU instance profile id (`nvidia-smi mig -lgip` ID column: 19 = 1g.10gb on A100).
+    pub gi_profile_id: u32,
+    /// Where the GPU instance sits on the GPU, in memory slices.
+    pub placement: MigPlacement,
+    /// Memory of the GPU instance, MiB.
+    pub memory_mib: u64,
+    /// Streaming multiprocessors of the compute instance.
+    pub multiprocessors: u32,
+    /// The capability nodes that grant access to this instance: `/dev/nvidia-caps/nvidia-capN`
+    /// of the GPU instance and of the compute instance (minors from
+    /// /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access). A container also
+    /// needs the parent GPU's node ([`Device::nodes`]).
+    pub nodes: Vec<DeviceNode>,
+}
+
+/// A GPU instance's placement: first memory slice and number of slices (nvmlGpuInstancePlacement_t).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MigPlacement {
+    /// First memory slice.
+    pub start: u32,
+    /// Number of memory slices.
+    pub size: u32,
 }
 
 /// A character (or block) device node as a container must see it.
@@ -140,8 +195,20 @@ impl Inventory {
         self.vendors.iter().find(|v| v.profile == profile)
     }
 
+    /// MIG devices of the vendor as (parent GPU, MIG device), in GPU then MIG index order.
+    pub fn mig_devices(&self) -> impl Iterator<Item = (&Device, &MigDevice)> {
+        self.vendors.iter().flat_map(|v| v.mig_devices())
+    }
+
     /// Total number of devices of all vendors.
     pub fn device_count(&self) -> usize {
         self.vendors.iter().map(|v| v.devices.len()).sum()
+    }
+}
+
+impl VendorInventory {
+    /// This vendor's MIG devices as (parent GPU, MIG device), in GPU then MIG index order.
+    pub fn mig_devices(&self) -> impl Iterator<Item = (&Device, &MigDevice)> {
+        self.devices.iter().flat_map(|d| d.mig.iter().flat_map(move |m| m.devices.iter().map(move |x| (d, x))))
     }
 }

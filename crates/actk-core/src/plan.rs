@@ -13,7 +13,10 @@
 //!      ([`crate::cdi::generate::edits_for`] with the requested capabilities).
 //!
 //!    `none` and core requests always use discovery (no CDI name means "driver only"; cores need
-//!    each device's core count).
+//!    each device's core count). MIG devices (`MIG-<uuid>`, `0:1`, `0:2:0`) are CDI names of
+//!    the spec when one exists; discovery loads NVML only for them (an ordinary start does not).
+//!    `NVIDIA_MIG_CONFIG_DEVICES` / `NVIDIA_MIG_MONITOR_DEVICES` give the MIG management
+//!    capability node to a container with CAP_SYS_ADMIN, and are an error for any other.
 //! 3. Fully qualified CDI names (annotations `cdi.k8s.io/*`, or names in a selection variable)
 //!    always go through the spec directories.
 //! 4. Device nodes without major/minor (allowed by CDI) get them from the host node (stat).
@@ -241,11 +244,16 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             OnRefused::Warn => warnings.extend(lines.into_iter().map(|l| format!("{l}; request ignored"))),
         }
     }
-    if req.vendors.is_empty() && req.cdi_names.is_empty() {
+    if req.vendors.is_empty() && req.cdi_names.is_empty() && req.mig_capabilities.is_empty() {
         return Ok(Plan { warnings, ..Plan::default() });
     }
 
-    let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new() };
+    // NVML is loaded for a container start only when it asks for a MIG device by name and no
+    // spec file serves the kind (MIG UUIDs and indexes are NVML's).
+    let wants_mig = req.vendors.iter().any(
+        |v| matches!(&v.selection, Selection::Devices(refs) if refs.iter().any(|r| matches!(r, DeviceRef::Mig(_)))),
+    );
+    let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new(), nvml: wants_mig };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
     }
@@ -313,7 +321,8 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             }
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
-            let indexes = vr.resolve(vendor)?;
+            let resolved = vr.resolve_all(vendor)?;
+            let indexes = resolved.devices.clone();
             if !device_env.is_empty() && !indexes.is_empty() {
                 let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
                 plan.edits.env.extend(env_edits);
@@ -322,7 +331,10 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             // A listed device whose node discovery could not use (removed since the last look, or
             // its driver gone) would otherwise start the container silently without it.
             if let (Some(v), Selection::Devices(_)) = (vendor, &vr.selection)
-                && let Some(d) = v.devices.iter().find(|d| indexes.contains(&d.index) && d.nodes.is_empty())
+                && let Some(d) = v.devices.iter().find(|d| {
+                    (indexes.contains(&d.index) || resolved.migs.iter().any(|(g, _)| *g == d.index))
+                        && d.nodes.is_empty()
+                })
             {
                 let seen: Vec<String> = inventory
                     .warnings
@@ -340,6 +352,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             match (profile, vendor) {
                 (Some(p), Some(v)) => {
                     let mut edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);
+                    edits.append(&crate::cdi::generate::mig_edits(v, &resolved.migs));
                     if let Some(hook) = &opts.ldcache_hook
                         && let Some(refresh) = ldcache_hook(hook, v, &edits)
                     {
@@ -356,10 +369,25 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             plan.served.push(Served {
                 kind: vr.kind.clone(),
                 source: vr.variable.clone(),
-                devices: indexes.iter().map(u32::to_string).collect(),
+                devices: indexes
+                    .iter()
+                    .map(u32::to_string)
+                    .chain(resolved.migs.iter().map(|(g, m)| format!("{g}:{m}")))
+                    .collect(),
                 from_spec: false,
             });
         }
+    }
+
+    for cap in &req.mig_capabilities {
+        let edits = mig_capability_edits(config_json, cap, &mut state)?;
+        plan.edits.append(&edits.0);
+        plan.served.push(Served {
+            kind: NVIDIA_KIND.into(),
+            source: cap.variable.clone(),
+            devices: vec![format!("{}{}", crate::cdi::generate::MIG_CAPABILITY_PREFIX, cap.capability)],
+            from_spec: edits.1,
+        });
     }
 
     // Explicit names, after the names derived from variables (both through the spec directories).
@@ -563,6 +591,62 @@ fn ldcache_hook(hook: &str, vendor: &crate::inventory::VendorInventory, edits: &
     })
 }
 
+/// The CDI kind of NVIDIA GPUs, whose MIG management capabilities `NVIDIA_MIG_*_DEVICES` ask for.
+const NVIDIA_KIND: &str = "nvidia.com/gpu";
+
+/// Whether the container is privileged enough for MIG management: CAP_SYS_ADMIN in its
+/// effective set (what `--privileged` gives), as nvidia-container-toolkit requires.
+fn has_sys_admin(config_json: &Value) -> bool {
+    config_json
+        .pointer("/process/capabilities/effective")
+        .and_then(Value::as_array)
+        .is_some_and(|caps| caps.iter().any(|c| c.as_str() == Some("CAP_SYS_ADMIN")))
+}
+
+/// Edits for one MIG management capability request, and whether they came from a spec file.
+/// Errors: the container is not privileged, or the node has no such capability.
+fn mig_capability_edits(
+    config_json: &Value,
+    cap: &request::MigCapabilityRequest,
+    state: &mut State<'_>,
+) -> Result<(ContainerEdits, bool), PlanError> {
+    let err = |problem: String| -> PlanError {
+        RequestError { variable: cap.variable.clone(), value: cap.value.clone(), problem }.into()
+    };
+    if !has_sys_admin(config_json) {
+        return Err(err(format!(
+            "the MIG {} capability is given to privileged containers only (CAP_SYS_ADMIN), as nvidia-container-toolkit does; run the container privileged or unset {}",
+            cap.capability, cap.variable
+        )));
+    }
+    let name = format!("{}{}", crate::cdi::generate::MIG_CAPABILITY_PREFIX, cap.capability);
+    if state.registry().has_kind(NVIDIA_KIND) {
+        let q = QualifiedName::parse(&format!("{NVIDIA_KIND}={name}")).map_err(|e| err(e.to_string()))?;
+        return match state.registry().resolve(std::slice::from_ref(&q)) {
+            Ok(edits) => Ok((edits, true)),
+            Err(e) => Err(err(format!("{e} (regenerate the spec with actk cdi generate on a MIG-capable node)"))),
+        };
+    }
+    let node = state
+        .inventory()
+        .vendor_by_kind(NVIDIA_KIND)
+        .and_then(|v| v.mig_capabilities.get(&cap.capability))
+        .cloned()
+        .ok_or_else(|| {
+            err(format!("this node has no MIG {} capability (no MIG-capable NVIDIA driver)", cap.capability))
+        })?;
+    let n = crate::cdi::spec::DeviceNode {
+        path: node.path.clone(),
+        host_path: node.host_path.to_str().filter(|h| *h != node.path).map(str::to_string),
+        node_type: Some(node.node_type.to_string()),
+        major: Some(i64::from(node.major)),
+        minor: Some(i64::from(node.minor)),
+        file_mode: node.file_mode,
+        ..Default::default()
+    };
+    Ok((ContainerEdits { device_nodes: vec![n], ..Default::default() }, false))
+}
+
 /// Lazily loaded inputs: spec files and the inventory are read at most once, and only if needed.
 struct State<'a> {
     ctx: &'a PlanContext,
@@ -570,6 +654,8 @@ struct State<'a> {
     inventory: Option<Inventory>,
     /// Requested capabilities per profile name (only vendors with a request).
     capabilities: BTreeMap<String, Vec<String>>,
+    /// Whether discovery loads NVML (a MIG device was asked for).
+    nvml: bool,
 }
 
 /// The profiles to discover with for one container start: every profile keeps its devices (so
@@ -600,12 +686,14 @@ impl State<'_> {
     fn inventory(&mut self) -> &Inventory {
         let ctx = self.ctx;
         let caps = &self.capabilities;
+        let opts = crate::discover::DiscoverOptions { nvml: self.nvml };
         self.inventory.get_or_insert_with(|| match &ctx.inventory {
             Some(i) => i.clone(),
-            None => crate::discover::discover_roots(
+            None => crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
                 &profiles_for_request(&ctx.profiles, caps),
+                &opts,
             ),
         })
     }
@@ -645,7 +733,7 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
                     DeviceRef::Uuid(u) => (u.clone(), format!("no device has the id {u:?}")),
                     DeviceRef::Mig(m) => (
                         m.clone(),
-                        format!("{m:?} is a MIG device; MIG is not supported yet and no CDI spec defines it"),
+                        format!("no MIG device {m:?} (CDI names MIG devices GPU:MIG, GPU:GI:CI and MIG-<uuid>)"),
                     ),
                 };
                 match by_lower.get(&name.to_ascii_lowercase()) {

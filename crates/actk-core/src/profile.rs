@@ -100,6 +100,11 @@ pub struct Selection {
     /// Env variable selecting cores rather than devices (`NEURON_RT_VISIBLE_CORES`), if any.
     #[serde(default)]
     pub cores_env: Option<String>,
+    /// Env variable saying how many physical cores make one core of `cores_env` (AWS Neuron's
+    /// logical NeuronCore configuration, `NEURON_LOGICAL_NC_CONFIG`: 2 on Trainium2 groups two
+    /// physical NeuronCores into one), if the vendor has one.
+    #[serde(default)]
+    pub logical_core_size_env: Option<String>,
     /// Whether `a-b` ranges are accepted in lists (Neuron and AMD: yes).
     #[serde(default)]
     pub ranges: bool,
@@ -340,7 +345,9 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
         return bad("discovery", &p.discovery, &format!("one of {}", DISCOVERY_KINDS.join(", ")));
     }
     let s = &p.selection;
-    for v in s.env.iter().chain(s.capabilities_env.iter()).chain(s.cores_env.iter()) {
+    for v in
+        s.env.iter().chain(s.capabilities_env.iter()).chain(s.cores_env.iter()).chain(s.logical_core_size_env.iter())
+    {
         if !is_env_name(v) {
             return bad("selection", v, "an environment variable name: [A-Za-z_][A-Za-z0-9_]*");
         }

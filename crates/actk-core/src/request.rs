@@ -21,7 +21,7 @@
 //! | `0,2` | device indexes |
 //! | `0-3` | a range, only for profiles with `selection.ranges` (Neuron); `3-1`, `0-` are errors |
 //! | `GPU-8f6a...` | a device UUID (serial), exact or a unique prefix, case-insensitive |
-//! | `MIG-...`, `0:1` | MIG devices: an error "not supported yet" unless a CDI spec on the node defines the name |
+//! | `MIG-<uuid>`, `0:1` (GPU:MIG index), `0:2:0` (GPU:GI:CI), `MIG-GPU-<uuid>/<gi>/<ci>` | MIG devices (NVIDIA), as nvidia-container-toolkit accepts them: the parent GPU's node and the instance's capability nodes. Served from a CDI spec when one names them, else from discovery with NVML (loaded only for such a request) |
 //! | `vendor.com/class=name` | a fully qualified CDI device name, resolved through the CDI registry |
 //!
 //! Duplicates: when a variable appears several times in `process.env`, the LAST one wins (Docker
@@ -68,6 +68,9 @@ pub struct Request {
     /// Notes about inputs that were set but are not requests (a selection variable of a vendor
     /// the device list serves, a mount under the device list directory that is not an entry).
     pub notes: Vec<String>,
+    /// NVIDIA MIG management capabilities asked for (`NVIDIA_MIG_CONFIG_DEVICES`,
+    /// `NVIDIA_MIG_MONITOR_DEVICES`), served to privileged containers only.
+    pub mig_capabilities: Vec<MigCapabilityRequest>,
 }
 
 /// A request the trust policy refused.
@@ -154,6 +157,23 @@ pub fn device_list(mounts: &[Value]) -> (Vec<ListedDevice>, Vec<String>) {
     (list, notes)
 }
 
+/// The env variables of NVIDIA's MIG management capabilities and the capability each grants
+/// (nvidia-container-toolkit: `config` lets a privileged container create and destroy MIG
+/// instances, `monitor` lets it watch all of them).
+pub const MIG_CAPABILITY_ENV: &[(&str, &str)] =
+    &[("NVIDIA_MIG_CONFIG_DEVICES", "config"), ("NVIDIA_MIG_MONITOR_DEVICES", "monitor")];
+
+/// One MIG management capability request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigCapabilityRequest {
+    /// `NVIDIA_MIG_CONFIG_DEVICES` or `NVIDIA_MIG_MONITOR_DEVICES`.
+    pub variable: String,
+    /// Its value (`all`, or GPU indexes: the capability is node-wide either way).
+    pub value: String,
+    /// `config` or `monitor`.
+    pub capability: String,
+}
+
 /// A fully qualified CDI device name and where it was asked for (for error messages).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CdiNameRequest {
@@ -178,6 +198,9 @@ pub struct VendorRequest {
     pub selection: Selection,
     /// Driver capabilities, validated, in the order given, without duplicates.
     pub capabilities: Vec<String>,
+    /// Physical cores per core of the cores variable (the profile's `logical_core_size_env`,
+    /// e.g. `NEURON_LOGICAL_NC_CONFIG=2`); 1 when unset.
+    pub logical_core_size: u32,
 }
 
 /// What a device variable selects.
@@ -320,6 +343,8 @@ pub fn collect_from(
                 value,
                 selection,
                 capabilities,
+                // The device list names whole devices, never cores.
+                logical_core_size: 1,
             });
             continue;
         }
@@ -355,7 +380,16 @@ pub fn collect_from(
             continue;
         }
         let capabilities = capabilities(profile, env, default_capabilities)?;
+        let logical_core_size =
+            match sel.logical_core_size_env.as_deref().and_then(|v| env_value(env, v).map(|val| (v, val))) {
+                None => 1,
+                Some((var, val)) => match val.trim().parse::<u32>() {
+                    Ok(n @ 1..=8) => n,
+                    _ => return Err(err(var, val, "physical cores per logical core: 1, 2 (Trainium2), up to 8")),
+                },
+            };
         req.vendors.push(VendorRequest {
+            logical_core_size,
             profile: profile.name.clone(),
             kind: profile.kind.clone(),
             variable: variable.to_string(),
@@ -368,6 +402,24 @@ pub fn collect_from(
         if !profiles.iter().any(|p| p.kind == d.kind) {
             let source = format!("device list {DEVICE_LIST_DIR}/{}", d.kind);
             names.push(&format!("{}={}", d.kind, d.name), &source);
+        }
+    }
+    if profiles.iter().any(|p| p.discovery == "nvidia") {
+        for (var, cap) in MIG_CAPABILITY_ENV {
+            let Some(v) = env_value(env, var) else { continue };
+            let t = v.trim();
+            if t.is_empty() || t.eq_ignore_ascii_case("void") || t.eq_ignore_ascii_case("none") {
+                continue;
+            }
+            if !sources.env_trusted {
+                req.refused.push(Refused { source: var.to_string(), value: shorten(v), channel: Channel::Env });
+                continue;
+            }
+            req.mig_capabilities.push(MigCapabilityRequest {
+                variable: var.to_string(),
+                value: v.to_string(),
+                capability: cap.to_string(),
+            });
         }
     }
     for (key, value) in sources.annotations {
@@ -480,9 +532,10 @@ fn parse_devices(var: &str, value: &str, ranges: bool, names: &mut NameSet) -> R
     Ok(Some(Selection::Devices(refs)))
 }
 
+/// `GPU:MIG` (`0:1`) or `GPU:GI:CI` (`0:2:0`): two or three colon-separated numbers.
 fn is_mig_pair(item: &str) -> bool {
-    matches!(item.split_once(':'), Some((a, b)) if !a.is_empty() && !b.is_empty()
-        && a.bytes().all(|c| c.is_ascii_digit()) && b.bytes().all(|c| c.is_ascii_digit()))
+    let parts: Vec<&str> = item.split(':').collect();
+    (2..=3).contains(&parts.len()) && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
 }
 
 fn parse_index(var: &str, value: &str, item: &str) -> Result<u32, RequestError> {
@@ -588,6 +641,35 @@ fn capabilities(
     Ok(caps)
 }
 
+/// What a vendor request selects on a node ([`VendorRequest::resolve_all`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
+    /// Whole devices by index, ascending.
+    pub devices: Vec<u32>,
+    /// MIG devices as (GPU index, MIG index), ascending.
+    pub migs: Vec<(u32, u32)>,
+}
+
+/// The MIG devices of a node for error messages: `MIG devices on this node: 0:0-3, 1:0-6` (with
+/// `actk list` named for their UUIDs), or that there are none.
+fn mig_summary(vendor: Option<&VendorInventory>) -> String {
+    let Some(v) = vendor else { return "this node has no MIG devices".into() };
+    let parts: Vec<String> = v
+        .devices
+        .iter()
+        .filter_map(|d| {
+            let m = d.mig.as_ref().filter(|m| m.enabled && !m.devices.is_empty())?;
+            let idx: Vec<u32> = m.devices.iter().map(|x| x.index).collect();
+            Some(format!("{}:{}", d.index, format_indexes(&idx)))
+        })
+        .collect();
+    if parts.is_empty() {
+        "this node has no MIG devices".into()
+    } else {
+        format!("MIG devices on this node: {} (GPU:MIG; `actk list` shows their UUIDs)", parts.join(", "))
+    }
+}
+
 /// Every index, ascending, comma-separated (`0,1,2,3`), or `none`: the form error messages use
 /// for "the devices that exist", so that each index can be read (and matched) on its own.
 pub fn list_indexes(indexes: &[u32]) -> String {
@@ -637,11 +719,24 @@ impl VendorRequest {
 
     /// Maps the selection onto discovered devices: the selected device indexes, ascending and
     /// without duplicates (`DriverOnly` gives none; `All` gives every device, possibly none).
-    /// Errors name the variable, the value, and the devices that exist: an index or UUID the node
-    /// lacks, an ambiguous UUID prefix, a core beyond the cores the devices have, any MIG id.
+    /// Errors as [`VendorRequest::resolve_all`]; a selection of MIG devices is an error here
+    /// (they are not whole devices: use `resolve_all`).
     pub fn resolve(&self, vendor: Option<&VendorInventory>) -> Result<Vec<u32>, RequestError> {
+        let r = self.resolve_all(vendor)?;
+        if let Some((g, m)) = r.migs.first() {
+            return Err(self.err(format!("{g}:{m} is a MIG device, not a whole device")));
+        }
+        Ok(r.devices)
+    }
+
+    /// Maps the selection onto discovered devices and MIG devices (both ascending, without
+    /// duplicates). Errors name the variable, the value, and what exists: an index or UUID the
+    /// node lacks, an ambiguous UUID prefix, a core beyond the cores the devices have, a MIG id
+    /// no MIG device has, a MIG request on a GPU without MIG (or with MIG off).
+    pub fn resolve_all(&self, vendor: Option<&VendorInventory>) -> Result<Resolved, RequestError> {
         let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or(&[]);
         let mut out = Vec::new();
+        let mut migs = Vec::new();
         match &self.selection {
             Selection::DriverOnly => {}
             Selection::All => out.extend(devices.iter().map(|d| d.index)),
@@ -662,25 +757,28 @@ impl VendorRequest {
                             out.push(*i);
                         }
                         DeviceRef::Uuid(u) => out.push(self.resolve_uuid(u, &uuids, &exact, vendor)?),
-                        DeviceRef::Mig(m) => {
-                            return Err(self.err(format!(
-                                "{m:?} is a MIG device; MIG is not supported yet (request whole GPUs by index or UUID; {})",
-                                self.available(vendor)
-                            )));
-                        }
+                        DeviceRef::Mig(m) => migs.push(self.resolve_mig(m, vendor)?),
                     }
                 }
             }
             Selection::Cores(cores) => {
                 let mut first = 0u32;
                 let mut spans = Vec::new();
+                let lnc = self.logical_core_size.max(1);
                 for d in devices {
-                    let n = d.cores.ok_or_else(|| {
+                    let physical = d.cores.ok_or_else(|| {
                         self.err(format!(
                             "device {} does not report its core count, so cores cannot be mapped to devices",
                             d.index
                         ))
                     })?;
+                    if physical % lnc != 0 {
+                        return Err(self.err(format!(
+                            "device {} has {physical} cores, which do not group into logical cores of {lnc}",
+                            d.index
+                        )));
+                    }
+                    let n = physical / lnc;
                     spans.push((first, first + n, d.index));
                     first += n;
                 }
@@ -701,7 +799,107 @@ impl VendorRequest {
         }
         out.sort_unstable();
         out.dedup();
-        Ok(out)
+        migs.sort_unstable();
+        migs.dedup();
+        Ok(Resolved { devices: out, migs })
+    }
+
+    /// A MIG device `(GPU index, MIG index)` from `MIG-<uuid>` (exact or a unique prefix, any
+    /// case), the pre-R470 `MIG-GPU-<uuid>/<gi>/<ci>`, `<gpu>:<mig>` or `<gpu>:<gi>:<ci>`.
+    fn resolve_mig(&self, m: &str, vendor: Option<&VendorInventory>) -> Result<(u32, u32), RequestError> {
+        let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or(&[]);
+        let all: Vec<(&crate::inventory::Device, &crate::inventory::MigDevice)> =
+            vendor.map(|v| v.mig_devices().collect()).unwrap_or_default();
+        let existing = || mig_summary(vendor);
+        if is_mig_pair(m) {
+            let n: Vec<u32> = m.split(':').filter_map(|p| p.parse().ok()).collect();
+            if n.len() != m.split(':').count() {
+                return Err(self.err(format!("{m:?} is not a MIG device id; write GPU:MIG such as 0:1")));
+            }
+            let gpu = n[0];
+            let Some(d) = devices.iter().find(|d| d.index == gpu) else {
+                return Err(self.err(format!("{m:?}: no such GPU {gpu}; {}", self.available(vendor))));
+            };
+            let mig = self.mig_of(d, m, vendor)?;
+            let found = match n[..] {
+                [_, idx] => mig.devices.iter().find(|x| x.index == idx),
+                [_, gi, ci] => mig.devices.iter().find(|x| x.gpu_instance == gi && x.compute_instance == ci),
+                _ => None,
+            };
+            return match found {
+                Some(x) => Ok((gpu, x.index)),
+                None => Err(self.err(format!(
+                    "{m:?}: GPU {gpu} has no such MIG device; it has {}",
+                    mig.devices
+                        .iter()
+                        .map(|x| format!(
+                            "{gpu}:{} ({}, GI {} CI {})",
+                            x.index, x.profile, x.gpu_instance, x.compute_instance
+                        ))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))),
+            };
+        }
+        // MIG-GPU-<uuid>/<gi>/<ci> (the form before R470, still accepted by NVML).
+        if let Some(rest) =
+            m.get(4..).filter(|r| m[..4].eq_ignore_ascii_case("mig-") && r.to_ascii_lowercase().starts_with("gpu-"))
+            && let Some((gpu_uuid, gi_ci)) = rest.split_once('/')
+        {
+            let uuids: Vec<(u32, String)> =
+                devices.iter().filter_map(|d| d.uuid.as_ref().map(|id| (d.index, id.to_ascii_lowercase()))).collect();
+            let exact: HashMap<&str, u32> = uuids.iter().map(|(i, id)| (id.as_str(), *i)).collect();
+            let gpu = self.resolve_uuid(gpu_uuid, &uuids, &exact, vendor)?;
+            let d = devices.iter().find(|d| d.index == gpu).expect("resolved");
+            let mig = self.mig_of(d, m, vendor)?;
+            let ids: Vec<Option<u32>> = gi_ci.split('/').map(|p| p.parse().ok()).collect();
+            let [Some(gi), Some(ci)] = ids[..] else {
+                return Err(self.err(format!("{m:?} is not MIG-GPU-<uuid>/<gi>/<ci>")));
+            };
+            return match mig.devices.iter().find(|x| x.gpu_instance == gi && x.compute_instance == ci) {
+                Some(x) => Ok((gpu, x.index)),
+                None => Err(self.err(format!(
+                    "{m:?}: GPU {gpu} has no GPU instance {gi} with compute instance {ci}; {}",
+                    existing()
+                ))),
+            };
+        }
+        let lower = m.to_ascii_lowercase();
+        if let Some((d, x)) = all.iter().find(|(_, x)| x.uuid.to_ascii_lowercase() == lower) {
+            return Ok((d.index, x.index));
+        }
+        let prefixed: Vec<(u32, u32)> = all
+            .iter()
+            .filter(|(_, x)| x.uuid.to_ascii_lowercase().starts_with(&lower))
+            .map(|(d, x)| (d.index, x.index))
+            .collect();
+        match prefixed.as_slice() {
+            [one] => Ok(*one),
+            [] => Err(self.err(format!("no MIG device has the id {m:?}; {}", existing()))),
+            many => Err(self.err(format!(
+                "{m:?} is a prefix of the UUIDs of MIG devices {}; give more of the UUID",
+                many.iter().map(|(g, x)| format!("{g}:{x}")).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
+    /// The MIG state of GPU `d` when MIG is on; errors say why a MIG device cannot be on it.
+    fn mig_of<'a>(
+        &self,
+        d: &'a crate::inventory::Device,
+        m: &str,
+        vendor: Option<&VendorInventory>,
+    ) -> Result<&'a crate::inventory::Mig, RequestError> {
+        let name = d.model.as_deref().map(|n| format!(" ({n})")).unwrap_or_default();
+        match &d.mig {
+            Some(mig) if mig.enabled => Ok(mig),
+            Some(_) => Err(self.err(format!("{m:?}: GPU {}{name} has MIG disabled; {}", d.index, mig_summary(vendor)))),
+            None => Err(self.err(format!(
+                "{m:?}: GPU {}{name} does not support MIG (or NVML could not be read on this node); {}",
+                d.index,
+                mig_summary(vendor)
+            ))),
+        }
     }
 
     fn resolve_uuid(
@@ -739,6 +937,7 @@ mod tests {
         Profile {
             name: "nvidia".into(),
             kind: "nvidia.com/gpu".into(),
+            discovery: "nvidia".into(),
             selection: ProfileSelection {
                 env: vec!["NVIDIA_VISIBLE_DEVICES".into()],
                 capabilities_env: Some("NVIDIA_DRIVER_CAPABILITIES".into()),
@@ -849,12 +1048,83 @@ mod tests {
         assert!(e.contains("not a device index"), "{e}");
     }
 
+    /// A node like the DGX A100 fixture: GPU 0 with MIG devices 0 (GI 2 CI 0) and 1 (GI 3 CI
+    /// 0), GPU 1 MIG-capable but off, GPU 2 without MIG.
+    fn mig_inv() -> VendorInventory {
+        use crate::inventory::{Mig, MigDevice};
+        let mut v = inv("nvidia.com/gpu", 3, None);
+        let mig = |index, gi, uuid: &str, profile: &str| MigDevice {
+            index,
+            gpu_instance: gi,
+            uuid: uuid.into(),
+            profile: profile.into(),
+            ..Default::default()
+        };
+        v.devices[0].mig = Some(Mig {
+            enabled: true,
+            devices: vec![
+                mig(0, 2, "MIG-04e85a7c-8a74-584e-9f3f-bd495ea55d15", "3g.40gb"),
+                mig(1, 3, "MIG-2ee5e993-14d2-5064-8132-0a3049d40754", "2g.20gb"),
+            ],
+        });
+        v.devices[1].mig = Some(Mig { enabled: false, devices: vec![] });
+        v.devices[1].model = Some("NVIDIA A100-SXM4-80GB".into());
+        v
+    }
+
+    fn nv_resolve(value: &str) -> Result<Resolved, RequestError> {
+        let r = req(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")])?;
+        r.vendors[0].resolve_all(Some(&mig_inv()))
+    }
+
     #[test]
-    fn mig_ids_are_rejected_as_not_supported() {
-        for v in ["MIG-6f3a1c0e-0000", "0:1"] {
-            let e = nv_indexes(&[&format!("NVIDIA_VISIBLE_DEVICES={v}")], 2).unwrap_err().to_string();
-            assert!(e.contains("MIG is not supported yet"), "{e}");
-        }
+    fn mig_devices_by_uuid_index_pair_gi_ci_and_legacy_form() {
+        let want = Resolved { devices: vec![], migs: vec![(0, 1)] };
+        assert_eq!(nv_resolve("MIG-2ee5e993-14d2-5064-8132-0a3049d40754").unwrap(), want);
+        assert_eq!(nv_resolve("mig-2EE5E993").unwrap(), want, "unique prefix, any case");
+        assert_eq!(nv_resolve("0:1").unwrap(), want);
+        assert_eq!(nv_resolve("0:3:0").unwrap(), want, "GPU:GI:CI");
+        assert_eq!(nv_resolve("MIG-GPU-00aa0000-1111/3/0").unwrap(), want, "MIG-GPU-<uuid>/<gi>/<ci>");
+        let both = nv_resolve("2,0:0,0:1,0:0").unwrap();
+        assert_eq!(both, Resolved { devices: vec![2], migs: vec![(0, 0), (0, 1)] });
+    }
+
+    #[test]
+    fn bad_mig_requests_name_the_value_and_what_exists() {
+        let e = nv_resolve("MIG-deadbeef").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "NVIDIA_VISIBLE_DEVICES=MIG-deadbeef: no MIG device has the id \"MIG-deadbeef\"; MIG devices on this node: 0:0-1 (GPU:MIG; `actk list` shows their UUIDs)"
+        );
+        let e = nv_resolve("1:0").unwrap_err().to_string();
+        assert!(e.contains("GPU 1 (NVIDIA A100-SXM4-80GB) has MIG disabled") && e.contains("0:0-1"), "{e}");
+        let e = nv_resolve("2:0").unwrap_err().to_string();
+        assert!(e.contains("GPU 2 does not support MIG"), "{e}");
+        let e = nv_resolve("0:7").unwrap_err().to_string();
+        assert!(
+            e.contains("GPU 0 has no such MIG device; it has 0:0 (3g.40gb, GI 2 CI 0), 0:1 (2g.20gb, GI 3 CI 0)"),
+            "{e}"
+        );
+        let e = nv_resolve("9:0").unwrap_err().to_string();
+        assert!(e.contains("no such GPU 9; this node has nvidia.com/gpu 0,1,2"), "{e}");
+        // A node without MIG at all (or whose NVML was not read).
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=MIG-6f3a1c0e-0000"]).unwrap();
+        let e = r.vendors[0].resolve_all(Some(&inv("nvidia.com/gpu", 2, None))).unwrap_err().to_string();
+        assert!(e.ends_with("; this node has no MIG devices"), "{e}");
+        // resolve() is for whole devices only.
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=0:1"]).unwrap();
+        assert!(r.vendors[0].resolve(Some(&mig_inv())).unwrap_err().to_string().contains("is a MIG device"));
+    }
+
+    #[test]
+    fn mig_capability_variables() {
+        let r = req(&["NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=void"]).unwrap();
+        assert_eq!(r.mig_capabilities.len(), 1);
+        assert_eq!(
+            (r.mig_capabilities[0].variable.as_str(), r.mig_capabilities[0].capability.as_str()),
+            ("NVIDIA_MIG_CONFIG_DEVICES", "config")
+        );
+        assert!(req(&["NVIDIA_MIG_MONITOR_DEVICES="]).unwrap().mig_capabilities.is_empty());
     }
 
     #[test]
@@ -940,6 +1210,23 @@ mod tests {
         // The devices variable wins over the cores variable for device selection.
         let r = req(&["NEURON_RT_VISIBLE_CORES=0", "AWS_NEURON_VISIBLE_DEVICES=5"]).unwrap();
         assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(5)]));
+    }
+
+    #[test]
+    fn logical_core_size_groups_physical_cores() {
+        let mut p = neuron();
+        p.selection.logical_core_size_env = Some("NEURON_LOGICAL_NC_CONFIG".into());
+        let trn2 = inv("aws.amazon.com/neuron", 4, Some(8));
+        let r = |e: &[&str]| collect(&env(e), &BTreeMap::new(), std::slice::from_ref(&p), &BTreeMap::new());
+        // LNC=2: 4 logical cores per device, so cores 4-7 are device 1.
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=4-7", "NEURON_LOGICAL_NC_CONFIG=2"]).unwrap().vendors[0];
+        assert_eq!(v.resolve(Some(&trn2)).unwrap(), vec![1]);
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=4-7"]).unwrap().vendors[0];
+        assert_eq!(v.resolve(Some(&trn2)).unwrap(), vec![0], "LNC=1: 8 cores per device");
+        let e = r(&["NEURON_RT_VISIBLE_CORES=0", "NEURON_LOGICAL_NC_CONFIG=two"]).unwrap_err().to_string();
+        assert!(e.starts_with("NEURON_LOGICAL_NC_CONFIG=two: physical cores per logical core"), "{e}");
+        let v = &r(&["NEURON_RT_VISIBLE_CORES=0", "NEURON_LOGICAL_NC_CONFIG=3"]).unwrap().vendors[0];
+        assert!(v.resolve(Some(&trn2)).unwrap_err().to_string().contains("do not group into logical cores of 3"));
     }
 
     #[test]

@@ -258,3 +258,43 @@ fn item2_gh200_arm64_libraries_by_the_hosts_architecture() {
     let cache = actk_core::ldcache::parse(&std::fs::read(f.path("/etc/ld.so.cache")).unwrap()).unwrap();
     assert!(cache.iter().all(|e| e.arch() == actk_core::ldcache::LibArch::Aarch64), "{cache:?}");
 }
+
+/// AMD MI300X in CPX/NPS4 mode (modelled on ROCm k8s-device-plugin's topo-mi300-cpx capture):
+/// one device per partition, each with the render node its KFD node names, the GPU's PCI
+/// address and modes, and the other partitions of its GPU as closest peers.
+#[test]
+fn mi300x_cpx_partitions_are_one_device_each() {
+    let Some((f, inv)) = scan("amd-mi300x-cpx") else { return };
+    assert!(inv.warnings.is_empty(), "{:#?}", inv.warnings);
+    let v = inv.vendor("amd").expect("amd");
+    assert_eq!(v.devices.len(), 64, "8 GPUs x 8 CPX partitions");
+    let nodes = f.path("sys/class/kfd/kfd/topology/nodes");
+    for d in &v.devices {
+        let kfd = &d.attributes["kfd_node"];
+        let props = std::fs::read_to_string(nodes.join(kfd).join("properties")).unwrap();
+        let get =
+            |k: &str| -> u64 { props.lines().find_map(|l| l.strip_prefix(&format!("{k} "))).unwrap().parse().unwrap() };
+        assert_eq!(d.nodes[0].path, format!("/dev/dri/renderD{}", get("drm_render_minor")), "device {}", d.index);
+        let loc = get("location_id");
+        assert_eq!(d.pci_bus_id.as_deref(), Some(format!("0000:{:02x}:00.0", loc >> 8).as_str()));
+        assert_eq!(d.attributes["partition"], (loc & 7).to_string());
+        assert_eq!(
+            (d.attributes["compute_partition"].as_str(), d.attributes["memory_partition"].as_str()),
+            ("cpx", "nps4")
+        );
+        assert_eq!(d.attributes["unique_id"], format!("0x{:016x}", get("unique_id")));
+        assert!(d.uuid.is_none(), "the GPU's unique_id is not unique per partition");
+        // The first partition is the PCI function with the GPU's card node; the rest render only.
+        assert_eq!(d.nodes.len(), if d.attributes["partition"] == "0" { 2 } else { 1 });
+        let gpu = d.index / 8;
+        let same: Vec<u32> = (gpu * 8..gpu * 8 + 8).filter(|i| *i != d.index).collect();
+        assert_eq!(d.links, same, "closest XGMI peers are the GPU's own partitions");
+    }
+    // The unpartitioned MI300X fixture keeps one device per GPU with every other GPU as peer.
+    let Some((_, inv)) = scan("amd-mi300x") else { return };
+    let v = inv.vendor("amd").unwrap();
+    assert_eq!(v.devices.len(), 8);
+    assert!(v.devices.iter().all(|d| d.links.len() == 7
+        && d.attributes["compute_partition"] == "spx"
+        && !d.attributes.contains_key("partition")));
+}

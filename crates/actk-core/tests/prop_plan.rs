@@ -57,6 +57,7 @@ fn inventory() -> Inventory {
                 devices: (0..8).map(gpu).collect(),
                 shared_nodes: vec![node("/dev/nvidiactl".into(), 195, 255)],
                 host_files: vec![lib("compute", "libcuda.so.580.95.05"), lib("utility", "libnvidia-ml.so.580.95.05")],
+                ..Default::default()
             },
             VendorInventory {
                 profile: "neuron".into(),

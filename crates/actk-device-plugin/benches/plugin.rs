@@ -170,8 +170,10 @@ fn main() {
     let res = actk_device_plugin::resources::build(
         &inv,
         &profiles_all,
-        actk_device_plugin::resources::DeviceIds::Index,
-        None,
+        &actk_device_plugin::resources::BuildOptions {
+            ids: actk_device_plugin::resources::DeviceIds::Index,
+            ..Default::default()
+        },
     );
     let res = res.into_iter().find(|r| r.name == "example.com/npu").expect("the npu resource");
     let opts = actk_device_plugin::allocate::AllocateOptions {
@@ -179,6 +181,7 @@ fn main() {
         host_mount: "/".into(),
         capabilities: None,
         spec_dirs: vec![spec_dir.clone()],
+        logical_core_size: 1,
     };
     let names = actk_device_plugin::allocate::CdiNames::load(&res, &opts.spec_dirs);
     let mut pure = Vec::new();

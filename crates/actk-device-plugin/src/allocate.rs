@@ -91,6 +91,8 @@ pub struct AllocateOptions {
     /// Capabilities whose host files device specs mount (`None`: the profile's defaults, or
     /// every capability when the profile has none).
     pub capabilities: Option<Vec<String>>,
+    /// Physical cores per logical core the core resources count in (Neuron LNC; 0/1: physical).
+    pub logical_core_size: u32,
     /// The node runtime's CDI spec directories as this process sees them (under the host
     /// mount), lowest priority first: the CDI strategies name devices these specs define.
     pub spec_dirs: Vec<PathBuf>,
@@ -119,6 +121,19 @@ pub enum AllocateError {
     /// An empty request.
     #[error("allocate request for {0} names no device IDs")]
     Empty(String),
+    /// More than one replica of a time-sliced resource that refuses that
+    /// (`fail_requests_greater_than_one`, NVIDIA's `failRequestsGreaterThanOne`).
+    #[error(
+        "request for {count} {resource} is too large: {resource} is time-sliced ({replicas} replicas per device) with fail_requests_greater_than_one, so a container may ask for 1 (more replicas of one device would not add compute)"
+    )]
+    TooManyReplicas {
+        /// The resource name.
+        resource: String,
+        /// IDs asked for.
+        count: usize,
+        /// Replicas per device.
+        replicas: u32,
+    },
     /// A CDI strategy is on, but no spec in the node's spec directories defines the device
     /// (F18): handing out a name anyway would fail the container later as `unresolvable`.
     #[error(
@@ -256,17 +271,33 @@ pub fn container_response(
         return Err(AllocateError::UnknownIds { resource: res.name.clone(), ids: unknown, known: known_ids(res) });
     }
     let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    if res.fail_requests_greater_than_one && res.replicas > 1 && wanted.len() > 1 {
+        return Err(AllocateError::TooManyReplicas {
+            resource: res.name.clone(),
+            count: wanted.len(),
+            replicas: res.replicas,
+        });
+    }
     let units: Vec<_> = res.units.iter().filter(|u| wanted.contains(u.id.as_str())).collect();
-    let mut devices: Vec<u32> = Vec::new();
+    // What the container gets: whole devices and MIG devices, each once (two replicas of one
+    // device are one device).
+    let mut targets: Vec<(u32, Option<u32>)> = Vec::new();
     for u in &units {
-        if !devices.contains(&u.device) {
-            devices.push(u.device);
+        if !targets.contains(&u.target()) {
+            targets.push(u.target());
         }
     }
+    let devices: Vec<u32> = targets.iter().filter(|(_, m)| m.is_none()).map(|(d, _)| *d).collect();
+    let migs: Vec<(u32, u32)> = targets.iter().filter_map(|(d, m)| Some((*d, (*m)?))).collect();
     let mut resp = ContainerAllocateResponse::default();
     let mut names: Vec<String> = Vec::new();
     if opts.names_cdi_devices() {
-        for d in &devices {
+        for (d, m) in &targets {
+            if let Some(m) = m {
+                // MIG devices by their `GPU:MIG` index name, which `actk cdi generate` writes.
+                names.push(format!("{}={d}:{m}", res.vendor.kind));
+                continue;
+            }
             match cdi.get(*d) {
                 Some(n) => names.push(n.to_string()),
                 None => {
@@ -286,8 +317,18 @@ pub fn container_response(
     if res.per_core
         && let Some(var) = &sel.cores_env
     {
-        let cores: Vec<String> = units.iter().filter_map(|u| u.core).map(|c| c.to_string()).collect();
-        resp.envs.insert(var.clone(), cores.join(","));
+        let mut cores: Vec<u32> = units.iter().filter_map(|u| u.core).collect();
+        cores.dedup();
+        resp.envs.insert(var.clone(), cores.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        // Logical cores (LNC > 1): the runtime must count them the same way.
+        if let Some(lnc_var) = &sel.logical_core_size_env
+            && opts.logical_core_size > 1
+        {
+            resp.envs.insert(lnc_var.clone(), opts.logical_core_size.to_string());
+        }
+    }
+    if let Some(mps) = &res.mps {
+        mps_edits(res, mps, &devices, &mut resp);
     }
     for s in &opts.strategies {
         match s {
@@ -297,14 +338,18 @@ pub fn container_response(
             }
             Strategy::EnvVar => {
                 if let Some(var) = sel.env.first() {
-                    resp.envs.insert(var.clone(), env_value(res, &devices));
+                    resp.envs.insert(var.clone(), env_value(res, &targets));
                 }
             }
-            Strategy::DeviceSpecs => device_specs(res, &devices, opts, &mut resp),
+            Strategy::DeviceSpecs => device_specs(res, &devices, &migs, opts, &mut resp),
             Strategy::VolumeMounts => {
-                for d in &devices {
+                for (d, m) in &targets {
+                    let name = match m {
+                        Some(m) => format!("{d}:{m}"),
+                        None => d.to_string(),
+                    };
                     resp.mounts.push(Mount {
-                        container_path: format!("{}/{}/{d}", actk_core::policy::DEVICE_LIST_DIR, res.vendor.kind),
+                        container_path: format!("{}/{}/{name}", actk_core::policy::DEVICE_LIST_DIR, res.vendor.kind),
                         host_path: actk_core::policy::DEVICE_LIST_SOURCE.into(),
                         read_only: true,
                     });
@@ -318,12 +363,17 @@ pub fn container_response(
 /// The selection variable's value: UUIDs for NVIDIA (NVIDIA_VISIBLE_DEVICES takes GPU UUIDs,
 /// which do not change when indexes do), device indexes for others (AWS_NEURON_VISIBLE_DEVICES
 /// and the other vendors' variables take indexes, not serial numbers).
-fn env_value(res: &Resource, devices: &[u32]) -> String {
+fn env_value(res: &Resource, targets: &[(u32, Option<u32>)]) -> String {
     let uuids = res.profile.discovery == "nvidia";
-    devices
+    targets
         .iter()
-        .map(|idx| {
+        .map(|(idx, mig)| {
             let dev = res.vendor.devices.iter().find(|d| d.index == *idx);
+            if let Some(m) = mig {
+                // MIG devices by their UUID (NVIDIA_VISIBLE_DEVICES=MIG-...), as NVIDIA's plugin does.
+                let m = dev.and_then(|d| d.mig.as_ref()).and_then(|x| x.devices.iter().find(|x| x.index == *m));
+                return m.map(|m| m.uuid.clone()).unwrap_or_else(|| format!("{idx}:{}", mig.unwrap_or_default()));
+            }
             match dev.and_then(|d| d.uuid.clone()).filter(|_| uuids) {
                 Some(u) => u,
                 None => idx.to_string(),
@@ -333,7 +383,47 @@ fn env_value(res: &Resource, devices: &[u32]) -> String {
         .join(",")
 }
 
-fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &mut ContainerAllocateResponse) {
+/// What an MPS client container needs (NVIDIA device plugin's MPS sharing): the daemon's pipe
+/// directory at CUDA's default place, its shared memory as /dev/shm, and its share of the GPU:
+/// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` = 100 / replicas and `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`
+/// = the GPU's memory / replicas (MiB, from NVML).
+fn mps_edits(res: &Resource, mps: &crate::resources::Mps, devices: &[u32], resp: &mut ContainerAllocateResponse) {
+    use crate::resources::MPS_CONTAINER_PIPE_DIR;
+    resp.envs.insert("CUDA_MPS_PIPE_DIRECTORY".into(), MPS_CONTAINER_PIPE_DIR.into());
+    let replicas = res.replicas.max(1);
+    resp.envs.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), (100 / replicas).max(1).to_string());
+    let limits: Vec<String> = devices
+        .iter()
+        .filter_map(|d| {
+            let dev = res.vendor.devices.iter().find(|x| x.index == *d)?;
+            let mib: u64 = dev.attributes.get("memory_mib")?.parse().ok()?;
+            Some(format!("{}={}M", dev.uuid.as_deref()?, mib / u64::from(replicas)))
+        })
+        .collect();
+    if !limits.is_empty() {
+        resp.envs.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), limits.join(","));
+    }
+    resp.mounts.push(Mount {
+        container_path: MPS_CONTAINER_PIPE_DIR.into(),
+        host_path: mps.pipe_directory.display().to_string(),
+        read_only: false,
+    });
+    if let Some(shm) = &mps.shm_directory {
+        resp.mounts.push(Mount {
+            container_path: "/dev/shm".into(),
+            host_path: shm.display().to_string(),
+            read_only: false,
+        });
+    }
+}
+
+fn device_specs(
+    res: &Resource,
+    devices: &[u32],
+    migs: &[(u32, u32)],
+    opts: &AllocateOptions,
+    resp: &mut ContainerAllocateResponse,
+) {
     let caps: Vec<String> = match &opts.capabilities {
         Some(c) => c.clone(),
         None if !res.profile.selection.default_capabilities.is_empty() => {
@@ -341,7 +431,9 @@ fn device_specs(res: &Resource, devices: &[u32], opts: &AllocateOptions, resp: &
         }
         None => vec!["all".into()],
     };
-    let edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
+    let mut edits = actk_core::cdi::edits_for(&res.profile, &res.vendor, devices, &caps);
+    edits.append(&actk_core::cdi::generate::mig_edits(&res.vendor, migs));
+    actk_core::cdi::generate::dedup(&mut edits);
     for n in &edits.device_nodes {
         let host = n.host_path.as_deref().unwrap_or(&n.path);
         resp.devices.push(DeviceSpec {
@@ -410,7 +502,8 @@ mod tests {
         };
         let profiles = actk_core::profile::builtin();
         let inv = Inventory { vendors: vec![vendor], ..Default::default() };
-        crate::resources::build(&inv, &profiles, crate::resources::DeviceIds::Uuid, None).remove(0)
+        let build = crate::resources::BuildOptions { ids: crate::resources::DeviceIds::Uuid, ..Default::default() };
+        crate::resources::build(&inv, &profiles, &build).remove(0)
     }
 
     fn registry(res: &Resource, names: actk_core::cdi::DeviceNameStrategy) -> Registry {
@@ -428,6 +521,7 @@ mod tests {
             host_mount: "/".into(),
             capabilities: None,
             spec_dirs: vec![],
+            logical_core_size: 1,
         }
     }
 

@@ -2,13 +2,16 @@
 //! order of increasing precedence (flag > env > file > built-in default).
 //!
 //! The file (default [`DEFAULT_CONFIG`], or `--config` / `ACTK_DEVICE_PLUGIN_CONFIG`) has the
-//! keys of [`FileConfig`]; a missing default file is not an error, a missing named file is.
+//! keys of [`FileConfig`]; a missing default file is not an error, a missing named file is. A
+//! file ending in `.yaml`/`.yml` is read as NVIDIA k8s-device-plugin's config (`version: v1`,
+//! `flags.migStrategy`, `sharing.timeSlicing`), so a ConfigMap written for NVIDIA's plugin keeps
+//! working; its other keys are named in a warning and not used.
 //! Flags and their environment variables are declared in the binary (clap, `env` feature);
 //! [`Settings::merge`] takes the value given on the command line or in the environment first,
 //! then the file's, then the default.
 
 use crate::allocate::Strategy;
-use crate::resources::DeviceIds;
+use crate::resources::{DeviceIds, MAX_REPLICAS, MigStrategy, Mps, ResourceNaming, SharedResource, TimeSlicing};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -54,6 +57,79 @@ pub struct FileConfig {
     /// [`actk_core::cdi::DEFAULT_SPEC_DIRS`]); read under `host_mount`. The CDI strategies hand
     /// out only names a spec there defines (field case F18).
     pub spec_dirs: Option<Vec<PathBuf>>,
+    /// MIG strategy for NVIDIA GPUs: `none`, `single` or `mixed`.
+    pub mig_strategy: Option<String>,
+    /// How partitioned AMD GPUs are named: `single` or `mixed`.
+    pub resource_naming_strategy: Option<String>,
+    /// Physical cores per logical core for core resources (Neuron LNC: 1, or 2 on Trainium2);
+    /// the plugin's own `NEURON_LOGICAL_NC_CONFIG` is used when this is unset.
+    pub logical_core_size: Option<u32>,
+    /// Sharing of devices between containers.
+    pub sharing: Option<SharingFile>,
+    /// Health checks.
+    pub health: Option<HealthFile>,
+}
+
+/// `[sharing]`: how devices are shared.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct SharingFile {
+    /// `[sharing.time_slicing]` (NVIDIA's `sharing.timeSlicing`).
+    pub time_slicing: Option<TimeSlicingFile>,
+    /// `[sharing.mps]` (NVIDIA's `sharing.mps`).
+    pub mps: Option<MpsFile>,
+}
+
+/// `[sharing.mps]`: GPUs shared through the node's CUDA MPS control daemon.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct MpsFile {
+    /// Host directory of the daemon's pipes (default [`DEFAULT_MPS_PIPE_DIRECTORY`]).
+    pub pipe_directory: Option<PathBuf>,
+    /// Host directory mounted as the containers' /dev/shm (the daemon's shared memory).
+    pub shm_directory: Option<PathBuf>,
+    /// `[[sharing.mps.resources]]`: name, replicas (rename is not offered: MPS replicas are the resource).
+    #[serde(default)]
+    pub resources: Vec<SharedResourceFile>,
+}
+
+/// Default MPS pipe directory on the host.
+pub const DEFAULT_MPS_PIPE_DIRECTORY: &str = "/run/nvidia/mps";
+
+/// `[sharing.time_slicing]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct TimeSlicingFile {
+    /// Serve shared resources as `<resource>.shared` unless they name a `rename`.
+    pub rename_by_default: Option<bool>,
+    /// Refuse Allocate requests for more than one replica.
+    pub fail_requests_greater_than_one: Option<bool>,
+    /// `[[sharing.time_slicing.resources]]`.
+    #[serde(default)]
+    pub resources: Vec<SharedResourceFile>,
+}
+
+/// One `[[sharing.time_slicing.resources]]` entry.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct SharedResourceFile {
+    /// The resource to share (`nvidia.com/gpu`).
+    pub name: String,
+    /// Replicas per device, 1 to [`MAX_REPLICAS`] (wide type so that a huge value is named, not a parse error).
+    pub replicas: i64,
+    /// Serve it under this name instead.
+    pub rename: Option<String>,
+}
+
+/// `[health]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub struct HealthFile {
+    /// Xids ignored on top of NVIDIA's application Xids (13, 31, 43, 45, 68, 109).
+    pub ignored_xids: Option<Vec<u64>>,
+    /// How long after its last critical Xid a GPU that answers NVML is Healthy again, in
+    /// milliseconds; 0 keeps it Unhealthy until the plugin restarts (NVIDIA's behaviour).
+    pub xid_recovery_ms: Option<u64>,
 }
 
 /// Why the configuration is unusable. Each names the file, key or value at fault.
@@ -91,16 +167,111 @@ pub enum ConfigError {
 }
 
 impl FileConfig {
-    /// Read `path`. With `required == false` a missing file gives the empty config.
+    /// Read `path` (TOML; NVIDIA's YAML for `.yaml`/`.yml`). With `required == false` a missing
+    /// file gives the empty config.
     pub fn load(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(FileConfig::default()),
             Err(source) => return Err(ConfigError::Read { path: path.to_path_buf(), source }),
         };
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            return nvidia_yaml(path, &text);
+        }
         toml::from_str(&text)
             .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })
     }
+}
+
+/// NVIDIA k8s-device-plugin's config file (api/config/v1), the keys actk uses.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaYaml {
+    version: Option<String>,
+    #[serde(default)]
+    flags: NvidiaFlags,
+    #[serde(default)]
+    sharing: NvidiaSharing,
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaFlags {
+    mig_strategy: Option<String>,
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaSharing {
+    time_slicing: Option<NvidiaTimeSlicing>,
+    mps: Option<NvidiaTimeSlicing>,
+    #[serde(flatten)]
+    other: std::collections::BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaTimeSlicing {
+    rename_by_default: Option<bool>,
+    fail_requests_greater_than_one: Option<bool>,
+    #[serde(default)]
+    resources: Vec<NvidiaSharedResource>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NvidiaSharedResource {
+    name: String,
+    replicas: i64,
+    rename: Option<String>,
+    devices: Option<serde::de::IgnoredAny>,
+}
+
+fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+    let y: NvidiaYaml = serde_saphyr::from_str(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })?;
+    if let Some(v) = y.version.as_deref().filter(|v| *v != "v1") {
+        return Err(ConfigError::Invalid {
+            origin: path.display().to_string(),
+            key: "version".into(),
+            value: v.into(),
+            expected: "v1 (NVIDIA k8s-device-plugin config format)".into(),
+        });
+    }
+    let mut unused: Vec<String> = y.other.keys().cloned().collect();
+    unused.extend(y.flags.other.keys().map(|k| format!("flags.{k}")));
+    unused.extend(y.sharing.other.keys().map(|k| format!("sharing.{k}")));
+    let time_slicing = y.sharing.time_slicing.map(|t| TimeSlicingFile {
+        rename_by_default: t.rename_by_default,
+        fail_requests_greater_than_one: t.fail_requests_greater_than_one,
+        resources: t
+            .resources
+            .into_iter()
+            .map(|r| {
+                if r.devices.is_some() {
+                    unused.push(format!("sharing.timeSlicing.resources[{}].devices (every device is shared)", r.name));
+                }
+                SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename }
+            })
+            .collect(),
+    });
+    let mps = y.sharing.mps.map(|m| MpsFile {
+        resources: m
+            .resources
+            .into_iter()
+            .map(|r| SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename })
+            .collect(),
+        ..Default::default()
+    });
+    if !unused.is_empty() {
+        tracing::warn!("{}: NVIDIA device plugin keys not used by actk: {}", path.display(), unused.join(", "));
+    }
+    let sharing = (time_slicing.is_some() || mps.is_some()).then_some(SharingFile { time_slicing, mps });
+    Ok(FileConfig { mig_strategy: y.flags.mig_strategy, sharing, ..Default::default() })
 }
 
 /// Values given on the command line or in the environment (clap fills both), each optional.
@@ -132,6 +303,12 @@ pub struct Overrides {
     pub strict_topology: Option<bool>,
     /// `--spec-dirs` / `ACTK_DEVICE_PLUGIN_SPEC_DIRS` (comma-separated).
     pub spec_dirs: Option<Vec<PathBuf>>,
+    /// `--mig-strategy` / `ACTK_DEVICE_PLUGIN_MIG_STRATEGY`.
+    pub mig_strategy: Option<String>,
+    /// `--resource-naming-strategy` / `ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY`.
+    pub resource_naming_strategy: Option<String>,
+    /// `NEURON_LOGICAL_NC_CONFIG` of the plugin's environment (as the Neuron runtime reads it).
+    pub logical_core_size: Option<String>,
 }
 
 /// The effective settings.
@@ -163,6 +340,64 @@ pub struct Settings {
     pub strict_topology: bool,
     /// CDI spec directories of the node's runtime, node paths in priority order (lowest first).
     pub spec_dirs: Vec<PathBuf>,
+    /// How NVIDIA MIG devices are served.
+    pub mig_strategy: MigStrategy,
+    /// How partitioned AMD GPUs are named.
+    pub amd_naming: ResourceNaming,
+    /// Physical cores per logical core (Neuron LNC), 1 to 8.
+    pub logical_core_size: u32,
+    /// Time-slicing, when configured.
+    pub time_slicing: Option<TimeSlicing>,
+    /// CUDA MPS sharing, when configured.
+    pub mps: Option<Mps>,
+    /// Xids ignored on top of the application ones.
+    pub ignored_xids: Vec<u64>,
+    /// Quiet time after which an Xid-unhealthy GPU that answers NVML is Healthy again (zero: never).
+    pub xid_recovery: Duration,
+}
+
+/// Default of `health.xid_recovery_ms`: a minute without a critical Xid.
+pub const DEFAULT_XID_RECOVERY_MS: u64 = 60_000;
+
+/// Checks `[sharing.time_slicing]`: resource names, replicas in range, no name twice.
+fn check_time_slicing(t: &TimeSlicingFile, origin: &str) -> Result<TimeSlicing, ConfigError> {
+    let mut out = TimeSlicing {
+        rename_by_default: t.rename_by_default.unwrap_or(false),
+        fail_requests_greater_than_one: t.fail_requests_greater_than_one.unwrap_or(false),
+        resources: Vec::new(),
+    };
+    for (i, r) in t.resources.iter().enumerate() {
+        let bad = |key: &str, value: String, expected: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            key: format!("sharing.time_slicing.resources[{i}].{key}"),
+            value,
+            expected,
+        };
+        let name_ok = |n: &str| actk_core::profile::check_kind(n).is_ok();
+        if !name_ok(&r.name) {
+            return Err(bad("name", r.name.clone(), "an extended resource name such as nvidia.com/gpu".into()));
+        }
+        let replicas = u32::try_from(r.replicas).ok().filter(|n| (1..=MAX_REPLICAS).contains(n)).ok_or_else(|| {
+            bad(
+                "replicas",
+                r.replicas.to_string(),
+                format!(
+                    "1 to {MAX_REPLICAS} replicas of each {} device (each replica is one kubelet device ID, listed in every ListAndWatch update)",
+                    r.name
+                ),
+            )
+        })?;
+        if let Some(n) = &r.rename
+            && !name_ok(n)
+        {
+            return Err(bad("rename", n.clone(), "an extended resource name such as nvidia.com/gpu.shared".into()));
+        }
+        if out.resources.iter().any(|x: &SharedResource| x.name == r.name) {
+            return Err(bad("name", r.name.clone(), "each resource once".into()));
+        }
+        out.resources.push(SharedResource { name: r.name.clone(), replicas, rename: r.rename.clone() });
+    }
+    Ok(out)
 }
 
 impl Settings {
@@ -242,6 +477,99 @@ impl Settings {
                 expected: "absolute paths of CDI spec directories on the node, such as /var/run/cdi".into(),
             });
         }
+        let (mig_value, mig_origin) = match (o.mig_strategy, f.mig_strategy) {
+            (Some(v), _) => (Some(v), "--mig-strategy / ACTK_DEVICE_PLUGIN_MIG_STRATEGY".to_string()),
+            (None, Some(v)) => (Some(v), file_origin.to_string()),
+            (None, None) => (None, String::new()),
+        };
+        let mig_strategy = match mig_value {
+            Some(v) => v.parse().map_err(|expected| ConfigError::Invalid {
+                origin: mig_origin,
+                key: "mig_strategy".into(),
+                value: v.clone(),
+                expected,
+            })?,
+            None => MigStrategy::default(),
+        };
+        let amd_naming = match (o.resource_naming_strategy, f.resource_naming_strategy) {
+            (Some(v), _) => v.parse().map_err(|expected| ConfigError::Invalid {
+                origin: "--resource-naming-strategy / ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY".into(),
+                key: "resource_naming_strategy".into(),
+                value: v.clone(),
+                expected,
+            })?,
+            (None, Some(v)) => v.parse().map_err(|expected| ConfigError::Invalid {
+                origin: file_origin.into(),
+                key: "resource_naming_strategy".into(),
+                value: v.clone(),
+                expected,
+            })?,
+            (None, None) => ResourceNaming::default(),
+        };
+        let (lnc_value, lnc_origin) = match (o.logical_core_size, f.logical_core_size) {
+            (Some(v), _) => (v, "NEURON_LOGICAL_NC_CONFIG".to_string()),
+            (None, Some(n)) => (n.to_string(), file_origin.to_string()),
+            (None, None) => ("1".to_string(), String::new()),
+        };
+        let logical_core_size = match lnc_value.trim().parse::<u32>() {
+            Ok(n @ 1..=8) => (n, lnc_origin),
+            _ => {
+                return Err(ConfigError::Invalid {
+                    origin: lnc_origin,
+                    key: "logical_core_size".into(),
+                    value: lnc_value,
+                    expected: "physical NeuronCores per logical core, 1 to 8 (Trainium2: 2)".into(),
+                });
+            }
+        };
+        let time_slicing = match f.sharing.as_ref().and_then(|s| s.time_slicing.as_ref()) {
+            Some(t) => Some(check_time_slicing(t, file_origin)?),
+            None => None,
+        };
+        let mps = match f.sharing.as_ref().and_then(|s| s.mps.as_ref()) {
+            Some(m) => {
+                let as_ts = TimeSlicingFile { resources: m.resources.clone(), ..Default::default() };
+                let checked = check_time_slicing(&as_ts, file_origin)
+                    .map_err(|e| match e {
+                        ConfigError::Invalid { origin, key, value, expected } => ConfigError::Invalid {
+                            origin,
+                            key: key.replace("sharing.time_slicing", "sharing.mps"),
+                            value,
+                            expected,
+                        },
+                        other => other,
+                    })?
+                    .resources;
+                for r in &checked {
+                    if time_slicing.as_ref().is_some_and(|t| t.resources.iter().any(|x| x.name == r.name)) {
+                        return Err(ConfigError::Invalid {
+                            origin: file_origin.into(),
+                            key: "sharing.mps.resources.name".into(),
+                            value: r.name.clone(),
+                            expected: "a resource shared by MPS or by time-slicing, not both".into(),
+                        });
+                    }
+                    if r.rename.is_some() {
+                        return Err(ConfigError::Invalid {
+                            origin: file_origin.into(),
+                            key: "sharing.mps.resources.rename".into(),
+                            value: r.rename.clone().unwrap_or_default(),
+                            expected: "no rename for MPS resources".into(),
+                        });
+                    }
+                }
+                Some(Mps {
+                    pipe_directory: m
+                        .pipe_directory
+                        .clone()
+                        .unwrap_or_else(|| PathBuf::from(DEFAULT_MPS_PIPE_DIRECTORY)),
+                    shm_directory: m.shm_directory.clone(),
+                    resources: checked,
+                })
+            }
+            None => None,
+        };
+        let health = f.health.clone().unwrap_or_default();
         Ok(Settings {
             spec_dirs,
             root: o.root.or(f.root).unwrap_or_else(|| PathBuf::from("/")),
@@ -256,6 +584,13 @@ impl Settings {
             health_interval: Duration::from_millis(interval),
             metrics_address,
             strict_topology: o.strict_topology.or(f.strict_topology).unwrap_or(false),
+            mig_strategy,
+            amd_naming,
+            logical_core_size: logical_core_size.0,
+            time_slicing,
+            mps,
+            ignored_xids: health.ignored_xids.unwrap_or_default(),
+            xid_recovery: Duration::from_millis(health.xid_recovery_ms.unwrap_or(DEFAULT_XID_RECOVERY_MS)),
         })
     }
 }
@@ -300,6 +635,52 @@ mod tests {
         let o = Overrides { metrics_address: Some("9400".into()), ..Default::default() };
         let err = Settings::merge(o, FileConfig::default(), "f").unwrap_err().to_string();
         assert!(err.contains("metrics_address = \"9400\"") && err.contains("host:port"), "{err}");
+    }
+
+    #[test]
+    fn time_slicing_and_mig_strategy_are_checked() {
+        let file: FileConfig = toml::from_str(
+            "mig_strategy = \"mixed\"\n[sharing.time_slicing]\nrename_by_default = true\n[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 4\n",
+        )
+        .unwrap();
+        let s = Settings::merge(Overrides::default(), file, "dp.toml").unwrap();
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        let t = s.time_slicing.unwrap();
+        assert!(t.rename_by_default);
+        assert_eq!(t.resources, [SharedResource { name: "nvidia.com/gpu".into(), replicas: 4, rename: None }]);
+        for (replicas, shown) in [("0", "0"), ("1000000", "1000000"), ("-3", "-3")] {
+            let file: FileConfig = toml::from_str(&format!(
+                "[[sharing.time_slicing.resources]]\nname = \"amd.com/gpu\"\nreplicas = {replicas}\n"
+            ))
+            .unwrap();
+            let err = Settings::merge(Overrides::default(), file, "dp.toml").unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("dp.toml: sharing.time_slicing.resources[0].replicas = \"{shown}\": 1 to 1024 replicas of each amd.com/gpu device")),
+                "{err}"
+            );
+        }
+        let o = Overrides { mig_strategy: Some("mixd".into()), ..Default::default() };
+        let err = Settings::merge(o, FileConfig::default(), "f").unwrap_err().to_string();
+        assert!(err.contains("mig_strategy = \"mixd\"") && err.contains("none, single or mixed"), "{err}");
+    }
+
+    #[test]
+    fn nvidia_device_plugin_yaml_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("config.yaml");
+        std::fs::write(
+            &p,
+            "version: v1\nflags:\n  migStrategy: mixed\n  failOnInitError: true\nsharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        )
+        .unwrap();
+        let f = FileConfig::load(&p, true).unwrap();
+        let s = Settings::merge(Overrides::default(), f, "config.yaml").unwrap();
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        let t = s.time_slicing.unwrap();
+        assert!(t.fail_requests_greater_than_one && !t.rename_by_default);
+        assert_eq!(t.resources[0].replicas, 4);
+        std::fs::write(&p, "version: v2\n").unwrap();
+        assert!(FileConfig::load(&p, true).unwrap_err().to_string().contains("version = \"v2\""));
     }
 
     #[test]

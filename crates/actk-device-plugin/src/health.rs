@@ -1,24 +1,46 @@
-//! Device health: a probe per device over the host root, and a polling loop that publishes
-//! every change so that ListAndWatch re-sends the device list.
+//! Device health: a probe per device over the host root, NVIDIA Xid events through the NVML
+//! seam, and a polling loop that publishes every change so that ListAndWatch re-sends the
+//! device list.
 //!
 //! A device is Unhealthy when one of its device nodes is gone or has another device number
 //! than discovery saw (driver unloaded, device removed), when discovery found no usable node
 //! for it at all, or when its PCI function has left sysfs (fell off the bus, hot-unplug). It is Healthy again as soon as the probe passes, so
 //! a reset or re-plugged device comes back without restarting the plugin.
 //!
+//! NVIDIA GPUs are also watched through NVML ([`actk_core::discover::nvml::watch_xids`], in a
+//! thread of its own): a critical Xid event makes the GPU Unhealthy (or only the MIG device,
+//! when the driver names its GPU and compute instance), except the Xids of [`XidPolicy`]'s
+//! ignore list, which are application errors by default as in NVIDIA's device plugin (13, 31,
+//! 43, 45, 68, 109; `DP_DISABLE_HEALTHCHECKS` / `DP_ENABLE_HEALTHCHECKS` are honoured as there).
+//! A GPU that NVML cannot reach (GPU_IS_LOST) is Unhealthy while that lasts. Unlike NVIDIA's
+//! plugin, an Xid is not forever: the device is Healthy again when NVML answers for it and no
+//! critical Xid came for [`XidPolicy::recovery`] (0: never).
+//!
 //! Polling, not inotify: /dev and /sys seen through hostPath mounts do not reliably deliver
 //! inotify events for sysfs attributes, and a stat of a few nodes every
-//! [`crate::config::DEFAULT_HEALTH_INTERVAL_MS`] ms is cheap. NVML Xid events are not read yet.
+//! [`crate::config::DEFAULT_HEALTH_INTERVAL_MS`] ms is cheap.
 
 use actk_core::inventory::VendorInventory;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Health of each device of a vendor by index: `None` when healthy, else the reason.
-pub type HealthMap = BTreeMap<u32, Option<String>>;
+/// What a health state is about: a device (`mig: None`) or one MIG device of a GPU.
+pub type HealthKey = (u32, Option<u32>);
+
+/// Health by [`HealthKey`]: `None` when healthy, else the reason. A device-level entry applies
+/// to every MIG device of that GPU too.
+pub type HealthMap = BTreeMap<HealthKey, Option<String>>;
+
+/// Whether the unit for `target` (device, MIG index) is unhealthy in `health`, and why.
+pub fn unhealthy(health: &HealthMap, target: HealthKey) -> Option<&str> {
+    let device = health.get(&(target.0, None)).and_then(Option::as_deref);
+    let mig = target.1.and_then(|m| health.get(&(target.0, Some(m))).and_then(Option::as_deref));
+    device.or(mig)
+}
 
 /// What to check for one device.
 #[derive(Debug, Clone)]
@@ -85,14 +107,203 @@ pub fn check(p: &Probe) -> Option<String> {
 
 /// Health of every probed device now.
 pub fn check_all(probes: &[Probe]) -> HealthMap {
-    probes.iter().map(|p| (p.index, check(p))).collect()
+    probes.iter().map(|p| ((p.index, None), check(p))).collect()
+}
+
+/// Application Xids that say nothing about the GPU's health (NVIDIA device plugin
+/// `internal/rm/health.go`): 13 graphics engine exception, 31 GPU memory page fault, 43 GPU
+/// stopped processing, 45 preemptive cleanup, 68 video processor exception, 109 context switch
+/// timeout.
+pub const APPLICATION_XIDS: &[u64] = &[13, 31, 43, 45, 68, 109];
+
+/// Which Xids make a GPU Unhealthy, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidPolicy {
+    /// Xid health checks off altogether (`DP_DISABLE_HEALTHCHECKS=all` or `xids`).
+    pub disabled: bool,
+    /// Xids that are ignored: [`APPLICATION_XIDS`] plus the configured ones, minus the ones
+    /// explicitly enabled.
+    pub ignored: BTreeSet<u64>,
+    /// With every Xid disabled but some explicitly enabled: only those are critical.
+    pub only: Option<BTreeSet<u64>>,
+    /// How long after its last critical Xid a GPU that answers NVML is Healthy again; zero:
+    /// never (NVIDIA's plugin behaviour).
+    pub recovery: Duration,
+}
+
+impl XidPolicy {
+    /// The policy from the configured extra ignores, the recovery time, and NVIDIA's
+    /// environment variables `DP_DISABLE_HEALTHCHECKS` (`all`/`xids`, or Xids to ignore) and
+    /// `DP_ENABLE_HEALTHCHECKS` (Xids to check even if ignored). Malformed entries of those
+    /// variables are logged and skipped, as NVIDIA's plugin does.
+    pub fn new(
+        extra_ignored: &[u64],
+        recovery: Duration,
+        disable_env: Option<&str>,
+        enable_env: Option<&str>,
+    ) -> XidPolicy {
+        let mut ignored: BTreeSet<u64> =
+            APPLICATION_XIDS.iter().copied().chain(extra_ignored.iter().copied()).collect();
+        let parse = |v: Option<&str>, what: &str| -> (bool, Vec<u64>) {
+            let mut all = false;
+            let mut ids = Vec::new();
+            for item in v.unwrap_or("").split(',').map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()) {
+                if item == "all" || item == "xids" {
+                    all = true;
+                } else {
+                    match item.parse() {
+                        Ok(n) => ids.push(n),
+                        Err(_) => tracing::warn!("{what}: ignoring malformed Xid {item:?}"),
+                    }
+                }
+            }
+            (all, ids)
+        };
+        let (all_off, off) = parse(disable_env, "DP_DISABLE_HEALTHCHECKS");
+        let (_, on) = parse(enable_env, "DP_ENABLE_HEALTHCHECKS");
+        ignored.extend(off);
+        for x in &on {
+            ignored.remove(x);
+        }
+        let only = (all_off && !on.is_empty()).then(|| on.iter().copied().collect());
+        XidPolicy { disabled: all_off && on.is_empty(), ignored, only, recovery }
+    }
+
+    /// Whether Xid `xid` makes a device Unhealthy.
+    pub fn is_critical(&self, xid: u64) -> bool {
+        match &self.only {
+            _ if self.disabled => false,
+            Some(only) => only.contains(&xid),
+            None => !self.ignored.contains(&xid),
+        }
+    }
+}
+
+/// What the NVML watch found: key -> (reason, when the last critical Xid came; `None` for a
+/// GPU that does not answer NVML).
+type XidState = Arc<Mutex<BTreeMap<HealthKey, (String, Option<Instant>)>>>;
+
+/// A GPU the Xid watch covers: its index, UUID, and its MIG devices (index, GI, CI).
+#[derive(Debug, Clone)]
+pub struct WatchedGpu {
+    /// GPU index.
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: String,
+    /// MIG devices as (MIG index, GPU instance id, compute instance id).
+    pub migs: Vec<(u32, u32, u32)>,
+}
+
+/// The GPUs of an NVIDIA vendor, for [`spawn_xid_watch`].
+pub fn watched_gpus(vendor: &VendorInventory) -> Vec<WatchedGpu> {
+    vendor
+        .devices
+        .iter()
+        .filter_map(|d| {
+            Some(WatchedGpu {
+                index: d.index,
+                uuid: d.uuid.clone()?,
+                migs: d
+                    .mig
+                    .iter()
+                    .flat_map(|m| &m.devices)
+                    .map(|m| (m.index, m.gpu_instance, m.compute_instance))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// Start the NVML Xid watch of `gpus` under `root` in a thread; its findings are merged into
+/// the [`HealthMap`] the polling loop publishes. `None` when the policy disables it or there
+/// is nothing to watch. NVML that cannot be loaded is logged and leaves health to the probes.
+pub fn spawn_xid_watch(root: &Path, gpus: Vec<WatchedGpu>, policy: XidPolicy, poll: Duration) -> Option<XidState> {
+    if policy.disabled || gpus.is_empty() {
+        if policy.disabled {
+            tracing::info!("Xid health checks disabled (DP_DISABLE_HEALTHCHECKS)");
+        }
+        return None;
+    }
+    let state: XidState = Arc::new(Mutex::new(BTreeMap::new()));
+    let shared = state.clone();
+    let root = root.to_path_buf();
+    let spawned = std::thread::Builder::new().name("xid-watch".into()).spawn(move || {
+        let host = actk_core::discover::HostRoot::new(&root);
+        let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+        tracing::info!("Xid watch: {} GPU(s), ignoring Xids {:?}", uuids.len(), policy.ignored);
+        let mut on_event = |ev: actk_core::discover::nvml::XidEvent| {
+            let Some(g) = gpus.iter().find(|g| g.uuid == ev.gpu_uuid) else { return };
+            if !policy.is_critical(ev.xid) {
+                tracing::info!("Xid {} on GPU {} ignored (not critical under the configured policy)", ev.xid, g.index);
+                return;
+            }
+            let mig = match (ev.gpu_instance, ev.compute_instance) {
+                (Some(gi), Some(ci)) => g.migs.iter().find(|(_, a, b)| *a == gi && *b == ci).map(|(m, _, _)| *m),
+                _ => None,
+            };
+            let what = match mig {
+                Some(m) => format!("MIG device {}:{m}", g.index),
+                None => format!("GPU {}", g.index),
+            };
+            tracing::warn!("critical Xid {} on {what}: marking it unhealthy", ev.xid);
+            if let Ok(mut s) = shared.lock() {
+                s.insert((g.index, mig), (format!("Xid {} (critical) reported by NVML", ev.xid), Some(Instant::now())));
+            }
+        };
+        let mut on_tick = |probe: actk_core::discover::nvml::Probe<'_>| {
+            let Ok(mut s) = shared.lock() else { return };
+            for g in &gpus {
+                match probe(&g.uuid) {
+                    Err(why) => {
+                        s.entry((g.index, None)).or_insert_with(|| (format!("NVML cannot reach the GPU: {why}"), None));
+                    }
+                    Ok(()) => {
+                        // Reachable again: a lost GPU recovers at once, an Xid after the quiet time.
+                        s.retain(|(dev, _), (_, since)| {
+                            *dev != g.index
+                                || since.is_some_and(|t| policy.recovery.is_zero() || t.elapsed() < policy.recovery)
+                        });
+                    }
+                }
+            }
+        };
+        let stop = || false;
+        if let Err(e) = actk_core::discover::nvml::watch_xids(&host, &uuids, poll, &stop, &mut on_event, &mut on_tick) {
+            tracing::warn!("Xid watch not running: {e}; GPU health comes from device nodes and sysfs only");
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("Xid watch thread not started: {e}");
+        return None;
+    }
+    Some(state)
 }
 
 /// Starts the polling loop for one vendor on the current tokio runtime and returns the channel
-/// carrying the latest [`HealthMap`]; a new value is sent only when some device changed, and
-/// each change is logged. The loop ends when every receiver is dropped.
-pub fn spawn(name: String, probes: Vec<Probe>, interval: Duration) -> watch::Receiver<HealthMap> {
-    let (tx, rx) = watch::channel(check_all(&probes));
+/// carrying the latest [`HealthMap`] (probes, and the Xid watch's findings when given); a new
+/// value is sent only when some device changed, and each change is logged. The loop ends when
+/// every receiver is dropped.
+pub fn spawn(
+    name: String,
+    probes: Vec<Probe>,
+    xids: Option<XidState>,
+    interval: Duration,
+) -> watch::Receiver<HealthMap> {
+    let merged = move |probes: &[Probe]| -> HealthMap {
+        let mut m = check_all(probes);
+        if let Some(x) = &xids
+            && let Ok(x) = x.lock()
+        {
+            for (key, (why, _)) in x.iter() {
+                let e = m.entry(*key).or_insert(None);
+                if e.is_none() {
+                    *e = Some(why.clone());
+                }
+            }
+        }
+        m
+    };
+    let (tx, rx) = watch::channel(merged(&probes));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -101,14 +312,22 @@ pub fn spawn(name: String, probes: Vec<Probe>, interval: Duration) -> watch::Rec
                 _ = tick.tick() => {}
                 _ = tx.closed() => break,
             }
-            let now = check_all(&probes);
+            let mut now = merged(&probes);
             let old = tx.borrow().clone();
+            // A MIG entry that went away is healthy now: keep it as None so the change is seen.
+            for key in old.keys() {
+                now.entry(*key).or_insert(None);
+            }
             if now != old {
-                for (idx, state) in &now {
-                    if old.get(idx) != Some(state) {
+                for (key, state) in &now {
+                    if old.get(key).cloned().flatten() != state.clone() {
+                        let what = match key.1 {
+                            Some(m) => format!("MIG device {}:{m}", key.0),
+                            None => format!("device {}", key.0),
+                        };
                         match state {
-                            Some(why) => tracing::warn!("{name} device {idx} is unhealthy: {why}"),
-                            None => tracing::info!("{name} device {idx} is healthy again"),
+                            Some(why) => tracing::warn!("{name} {what} is unhealthy: {why}"),
+                            None => tracing::info!("{name} {what} is healthy again"),
                         }
                     }
                 }
@@ -163,5 +382,30 @@ mod tests {
         std::fs::remove_file(&node).unwrap();
         std::fs::write(&node, "").unwrap();
         assert_eq!(check(&p).unwrap(), "/dev/npu0 is no longer a device node");
+    }
+
+    #[test]
+    fn xid_policy_follows_nvidias_plugin() {
+        let p = XidPolicy::new(&[], Duration::from_secs(60), None, None);
+        assert!(!p.is_critical(13) && !p.is_critical(109), "application errors are ignored");
+        assert!(p.is_critical(79) && p.is_critical(48));
+        let p = XidPolicy::new(&[94], Duration::ZERO, Some("79, x"), Some("13"));
+        assert!(!p.is_critical(94) && !p.is_critical(79), "configured and DP_DISABLE_HEALTHCHECKS ignores");
+        assert!(p.is_critical(13), "DP_ENABLE_HEALTHCHECKS re-enables an ignored Xid");
+        let p = XidPolicy::new(&[], Duration::ZERO, Some("all"), None);
+        assert!(p.disabled && !p.is_critical(79));
+        let p = XidPolicy::new(&[], Duration::ZERO, Some("xids"), Some("48"));
+        assert!(!p.disabled && p.is_critical(48) && !p.is_critical(79), "all off but 48 explicitly on");
+    }
+
+    #[test]
+    fn device_level_health_covers_its_mig_devices() {
+        let mut h = HealthMap::new();
+        h.insert((0, None), None);
+        h.insert((0, Some(1)), Some("Xid 48".into()));
+        assert_eq!(unhealthy(&h, (0, Some(1))), Some("Xid 48"));
+        assert_eq!(unhealthy(&h, (0, Some(0))), None);
+        h.insert((0, None), Some("node gone".into()));
+        assert_eq!(unhealthy(&h, (0, Some(0))), Some("node gone"));
     }
 }

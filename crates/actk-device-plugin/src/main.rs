@@ -67,6 +67,13 @@ struct Cli {
     /// /etc/cdi,/var/run/cdi), read under --host-mount: CDI strategies name only devices they define.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_SPEC_DIRS", value_delimiter = ',')]
     spec_dirs: Option<Vec<PathBuf>>,
+    /// How NVIDIA MIG devices are served: none (whole GPUs), single (MIG devices as
+    /// nvidia.com/gpu), mixed (nvidia.com/mig-<profile> next to nvidia.com/gpu).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_MIG_STRATEGY")]
+    mig_strategy: Option<String>,
+    /// How partitioned AMD GPUs are named: single (amd.com/gpu) or mixed (amd.com/cpx_nps4, ...).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY")]
+    resource_naming_strategy: Option<String>,
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -88,6 +95,9 @@ fn settings(cli: Cli) -> Result<Settings> {
         metrics_address: cli.metrics_address,
         strict_topology: cli.strict_topology,
         spec_dirs: cli.spec_dirs,
+        mig_strategy: cli.mig_strategy,
+        resource_naming_strategy: cli.resource_naming_strategy,
+        logical_core_size: std::env::var("NEURON_LOGICAL_NC_CONFIG").ok(),
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -138,7 +148,16 @@ async fn run(s: Settings) -> Result<()> {
     loop {
         let (inventory, res) = loop {
             let inventory = actk_core::discover::discover(&s.root, &profiles);
-            let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+            let build = resources::BuildOptions {
+                ids: s.device_ids,
+                filter: s.resources.as_deref(),
+                mig_strategy: s.mig_strategy,
+                time_slicing: s.time_slicing.as_ref(),
+                amd_naming: s.amd_naming,
+                mps: s.mps.as_ref(),
+                logical_core_size: s.logical_core_size,
+            };
+            let res = resources::build(&inventory, &profiles, &build);
             if first || !res.is_empty() {
                 for w in &inventory.warnings {
                     tracing::warn!("discovery: {w}");
@@ -231,10 +250,12 @@ fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) ->
             host_mount: s.host_mount.clone(),
             capabilities: s.capabilities.clone(),
             spec_dirs,
+            logical_core_size: s.logical_core_size,
         }),
         strict_topology: s.strict_topology,
     });
-    // One health loop per vendor, shared by its resources (neuron and neuroncore).
+    // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
+    // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.
     let mut health_rx = BTreeMap::new();
     let mut sockets = Vec::new();
     let mut tasks = Vec::new();
@@ -242,7 +263,21 @@ fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) ->
         let rx = health_rx
             .entry(r.vendor.profile.clone())
             .or_insert_with(|| {
-                health::spawn(r.vendor.kind.clone(), health::probes(&s.root, &r.vendor), s.health_interval)
+                let xids = (r.profile.discovery == "nvidia").then(|| {
+                    let policy = health::XidPolicy::new(
+                        &s.ignored_xids,
+                        s.xid_recovery,
+                        std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
+                        std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
+                    );
+                    health::spawn_xid_watch(&s.root, health::watched_gpus(&r.vendor), policy, s.health_interval)
+                });
+                health::spawn(
+                    r.vendor.kind.clone(),
+                    health::probes(&s.root, &r.vendor),
+                    xids.flatten(),
+                    s.health_interval,
+                )
             })
             .clone();
         tracing::info!(

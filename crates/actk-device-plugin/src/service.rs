@@ -78,18 +78,31 @@ impl Plugin {
     }
 }
 
-/// The ListAndWatch device list of `res` under `health`: every unit with its health and its
-/// NUMA node (no topology when unknown).
+/// The ListAndWatch device list of `res` under `health`: every unit with its health (a
+/// device's state covers its MIG devices and replicas) and its NUMA node (no topology when
+/// unknown).
 pub fn device_list(res: &Resource, health: &HealthMap) -> Vec<api::Device> {
+    // An MPS resource is usable only while the node's MPS control daemon runs.
+    let mps_down = res.mps.as_ref().is_some_and(|m| !mps_daemon_running(&m.pipe_directory));
     res.units
         .iter()
         .map(|u| api::Device {
             id: u.id.clone(),
-            health: if health.get(&u.device).is_some_and(Option::is_some) { api::UNHEALTHY } else { api::HEALTHY }
-                .to_string(),
+            health: if mps_down || crate::health::unhealthy(health, u.target()).is_some() {
+                api::UNHEALTHY
+            } else {
+                api::HEALTHY
+            }
+            .to_string(),
             topology: u.numa.map(|n| TopologyInfo { nodes: vec![NumaNode { id: i64::from(n) }] }),
         })
         .collect()
+}
+
+/// Whether an MPS control daemon serves `pipe_dir`: its `control` FIFO is there.
+pub fn mps_daemon_running(pipe_dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(pipe_dir.join("control")).is_ok_and(|m| m.file_type().is_fifo())
 }
 
 fn count_health(list: &[api::Device]) -> (u64, u64) {
@@ -98,12 +111,13 @@ fn count_health(list: &[api::Device]) -> (u64, u64) {
 }
 
 impl Plugin {
-    fn ids_to_numbers(&self, ids: &[String], what: &str) -> Result<Vec<u32>, Status> {
+    /// Kubelet IDs to unit positions in `res.units` (what the topology code numbers).
+    fn ids_to_positions(&self, ids: &[String], what: &str) -> Result<Vec<u32>, Status> {
         let mut out = Vec::new();
         let mut unknown = Vec::new();
         for id in ids {
-            match self.res.unit(id) {
-                Some(u) => out.push(u.core.unwrap_or(u.device)),
+            match self.res.units.iter().position(|u| u.id == *id) {
+                Some(p) => out.push(p as u32),
                 None => unknown.push(id.as_str()),
             }
         }
@@ -118,8 +132,57 @@ impl Plugin {
         }
     }
 
-    fn number_to_id(&self, n: u32) -> Option<String> {
-        self.res.units.iter().find(|u| u.core.unwrap_or(u.device) == n).map(|u| u.id.clone())
+    /// The preferred units (positions) for one container request.
+    fn choose(&self, avail: &[u32], must: &[u32], size: usize) -> Result<topology::Choice, topology::TopologyError> {
+        let units = &self.res.units;
+        if self.res.replicas > 1 {
+            let targets: Vec<(u32, Option<u32>)> = units.iter().map(|u| u.target()).collect();
+            return topology::preferred_replicas(&targets, avail, must, size);
+        }
+        if self.res.per_core {
+            // Cores are numbered as the runtime counts them; positions map 1:1 onto them.
+            let core_of = |p: &u32| units[*p as usize].core.unwrap_or(*p);
+            let cores: BTreeMap<u32, u32> = units.iter().filter_map(|u| Some((u.core?, u.device))).collect();
+            let a: Vec<u32> = avail.iter().map(core_of).collect();
+            let m: Vec<u32> = must.iter().map(core_of).collect();
+            let links: BTreeMap<u32, Vec<u32>> =
+                self.res.vendor.devices.iter().map(|d| (d.index, d.links.clone())).collect();
+            let mut c = topology::preferred_cores(&cores, &links, &a, &m, size)?;
+            c.devices = c
+                .devices
+                .iter()
+                .filter_map(|core| units.iter().position(|u| u.core == Some(*core)).map(|p| p as u32))
+                .collect();
+            return Ok(c);
+        }
+        // Whole or MIG devices: one node per unit; whole devices keep their device's links.
+        let nodes: Vec<Node> = units
+            .iter()
+            .enumerate()
+            .map(|(p, u)| {
+                let links = match u.mig {
+                    Some(_) => vec![],
+                    None => {
+                        let peers = self
+                            .res
+                            .vendor
+                            .devices
+                            .iter()
+                            .find(|d| d.index == u.device)
+                            .map(|d| d.links.clone())
+                            .unwrap_or_default();
+                        units
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, x)| x.mig.is_none() && peers.contains(&x.device))
+                            .map(|(q, _)| q as u32)
+                            .collect()
+                    }
+                };
+                Node { index: p as u32, numa: u.numa, links }
+            })
+            .collect();
+        topology::preferred(&nodes, avail, must, size)
     }
 }
 
@@ -149,8 +212,17 @@ impl DevicePlugin for Plugin {
                     }
                     last = Some(list);
                 }
+                // An MPS resource also follows its daemon, which no health event reports.
+                let recheck = async {
+                    if res.mps.is_some() {
+                        tokio::time::sleep(std::time::Duration::from_millis(500)).await
+                    } else {
+                        std::future::pending::<()>().await
+                    }
+                };
                 tokio::select! {
                     changed = health.changed() => if changed.is_err() { break },
+                    _ = recheck => {}
                     _ = tx.closed() => break,
                 }
             }
@@ -165,29 +237,17 @@ impl DevicePlugin for Plugin {
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let mut out = PreferredAllocationResponse::default();
         for c in req.into_inner().container_requests {
-            let avail = self.ids_to_numbers(&c.available_device_i_ds, "available")?;
-            let must = self.ids_to_numbers(&c.must_include_device_i_ds, "must-include")?;
+            let avail = self.ids_to_positions(&c.available_device_i_ds, "available")?;
+            let must = self.ids_to_positions(&c.must_include_device_i_ds, "must-include")?;
             let size = usize::try_from(c.allocation_size).map_err(|_| {
                 Status::invalid_argument(format!(
                     "{}: allocation_size {} is negative",
                     self.res.name, c.allocation_size
                 ))
             })?;
-            let choice = if self.res.per_core {
-                let cores: BTreeMap<u32, u32> =
-                    self.res.units.iter().filter_map(|u| Some((u.core?, u.device))).collect();
-                topology::preferred_cores(&cores, &avail, &must, size)
-            } else {
-                let nodes: Vec<Node> = self
-                    .res
-                    .vendor
-                    .devices
-                    .iter()
-                    .map(|d| Node { index: d.index, numa: d.numa_node, links: d.links.clone() })
-                    .collect();
-                topology::preferred(&nodes, &avail, &must, size)
-            }
-            .map_err(|e| Status::invalid_argument(format!("{}: {e}", self.res.name)))?;
+            let choice = self
+                .choose(&avail, &must, size)
+                .map_err(|e| Status::invalid_argument(format!("{}: {e}", self.res.name)))?;
             self.metrics.update(&self.res.name, |m| {
                 m.preferred += 1;
                 m.poor_placements += u64::from(choice.note.is_some());
@@ -198,7 +258,8 @@ impl DevicePlugin for Plugin {
                 }
                 tracing::warn!("{}: {note}", self.res.name);
             }
-            let ids = choice.devices.iter().filter_map(|n| self.number_to_id(*n)).collect();
+            let ids =
+                choice.devices.iter().filter_map(|p| self.res.units.get(*p as usize).map(|u| u.id.clone())).collect();
             out.container_responses.push(ContainerPreferredAllocationResponse { device_i_ds: ids });
         }
         Ok(Response::new(out))

@@ -410,13 +410,17 @@ fn internal_links(ctx: &Ctx<'_>, set: &[u32]) -> usize {
     set.iter().map(|d| ctx.links.get(d).map_or(0, |l| l.iter().filter(|p| set.contains(p)).count())).sum::<usize>() / 2
 }
 
-/// Preferred cores of a per-core resource: `cores` maps each core to its device. Chooses a run
-/// of consecutive cores on as few devices as possible (a NeuronCore group the runtime can use
-/// as one), best fit, lowest first; without such a run, the must cores then the lowest free.
+/// Preferred cores of a per-core resource: `cores` maps each core to its device, `links` each
+/// device to its linked peers. Chooses a run of consecutive cores (a NeuronCore group the
+/// runtime can use as one, NEURON_RT_VISIBLE_CORES=a-b) on as few devices as possible whose
+/// devices follow each other over links (contiguous within a device and across linked
+/// devices), best fit, lowest first. Without such a run: a consecutive run over devices that
+/// are not linked, with a note; then the must cores and the lowest free, with a note.
 ///
 /// Errors as [`preferred`] (core numbers in place of device indexes).
 pub fn preferred_cores(
     cores: &BTreeMap<u32, u32>,
+    links: &BTreeMap<u32, Vec<u32>>,
     available: &[u32],
     must: &[u32],
     size: usize,
@@ -426,27 +430,85 @@ pub fn preferred_cores(
         Checked::Open { avail, must } => (avail, must),
     };
     let free_on = |dev: u32| cores.iter().filter(|(c, d)| **d == dev && avail.contains(c)).count();
+    let any_links = links.values().any(|l| !l.is_empty());
+    // Devices in the order a run visits them are each linked to the next.
+    let linked_run =
+        |devs: &[u32]| !any_links || devs.windows(2).all(|p| links.get(&p[0]).is_some_and(|l| l.contains(&p[1])));
     let all: Vec<u32> = cores.keys().copied().collect();
-    let mut best: Option<((usize, usize, u32), Vec<u32>)> = None;
+    // (not linked, devices spanned, free cores left on them, first core) and the run.
+    type Scored = ((bool, usize, usize, u32), Vec<u32>);
+    let mut best: Option<Scored> = None;
     for w in all.windows(size) {
         let consecutive = w.windows(2).all(|p| p[1] == p[0] + 1);
         if !consecutive || !w.iter().all(|c| avail.contains(c)) || !must.iter().all(|m| w.contains(m)) {
             continue;
         }
-        let devs: BTreeSet<u32> = w.iter().map(|c| cores[c]).collect();
+        let mut devs: Vec<u32> = w.iter().map(|c| cores[c]).collect();
+        devs.dedup();
         let left: usize = devs.iter().map(|d| free_on(*d)).sum::<usize>() - size;
-        let score = (devs.len(), left, w[0]);
+        let score = (!linked_run(&devs), devs.len(), left, w[0]);
         if best.as_ref().is_none_or(|(s, _)| score < *s) {
             best = Some((score, w.to_vec()));
         }
     }
-    if let Some((_, w)) = best {
-        return Ok(Choice { devices: w, note: None });
+    if let Some(((unlinked, ..), w)) = best {
+        let note = unlinked.then(|| {
+            let mut devs: Vec<u32> = w.iter().map(|c| cores[c]).collect();
+            devs.dedup();
+            format!(
+                "cores {} span devices {} that are not linked to each other, so the group's traffic crosses the host",
+                list(&w),
+                list(&devs)
+            )
+        });
+        return Ok(Choice { devices: w, note });
     }
     let mut out: Vec<u32> = must.iter().copied().collect();
     out.extend(avail.iter().copied().filter(|c| !must.contains(c)).take(size - must.len()));
     out.sort_unstable();
     Ok(Choice { note: Some(format!("no {size} consecutive free cores; chose cores {}", list(&out))), devices: out })
+}
+
+/// Preferred replicas of a time-sliced resource: `targets[p]` is what unit `p` gives (device,
+/// MIG index). Spreads before stacking, as NVIDIA's "distributed" policy: each pick takes a
+/// replica of the target with the fewest replicas in use (counting those of this allocation),
+/// then the lowest target, so four replicas of an 8-GPU node land on four GPUs and a second
+/// pod lands on an idle GPU before sharing a busy one.
+///
+/// Errors as [`preferred`] (unit positions in place of device indexes).
+pub fn preferred_replicas(
+    targets: &[(u32, Option<u32>)],
+    available: &[u32],
+    must: &[u32],
+    size: usize,
+) -> Result<Choice, TopologyError> {
+    let (avail, must) = match check_request(|p| (p as usize) < targets.len(), available, must, size)? {
+        Checked::Done(choice) => return Ok(choice),
+        Checked::Open { avail, must } => (avail, must),
+    };
+    let mut in_use: BTreeMap<(u32, Option<u32>), usize> = BTreeMap::new();
+    for (p, t) in targets.iter().enumerate() {
+        let e = in_use.entry(*t).or_insert(0);
+        if !avail.contains(&(p as u32)) {
+            *e += 1;
+        }
+    }
+    let mut out: Vec<u32> = must.iter().copied().collect();
+    for m in &must {
+        *in_use.entry(targets[*m as usize]).or_insert(0) += 1;
+    }
+    while out.len() < size {
+        let pick = avail
+            .iter()
+            .copied()
+            .filter(|p| !out.contains(p))
+            .min_by_key(|p| (in_use[&targets[*p as usize]], targets[*p as usize], *p));
+        let Some(p) = pick else { break };
+        *in_use.entry(targets[p as usize]).or_insert(0) += 1;
+        out.push(p);
+    }
+    out.sort_unstable();
+    Ok(Choice { devices: out, note: None })
 }
 
 #[cfg(test)]
@@ -509,9 +571,38 @@ mod tests {
     #[test]
     fn cores_stay_on_few_devices() {
         let cores: BTreeMap<u32, u32> = (0..8).map(|c| (c, c / 2)).collect();
+        let none = BTreeMap::new();
         // Core 1 taken: a pair should be a whole device (2,3), not straddle 0 and 1.
-        assert_eq!(preferred_cores(&cores, &[0, 2, 3, 4, 5, 6, 7], &[], 2).unwrap().devices, [2, 3]);
+        assert_eq!(preferred_cores(&cores, &none, &[0, 2, 3, 4, 5, 6, 7], &[], 2).unwrap().devices, [2, 3]);
         // Best fit: core 0 is alone on device 0, so one core comes from there.
-        assert_eq!(preferred_cores(&cores, &[0, 2, 3, 4, 5, 6, 7], &[], 1).unwrap().devices, [0]);
+        assert_eq!(preferred_cores(&cores, &none, &[0, 2, 3, 4, 5, 6, 7], &[], 1).unwrap().devices, [0]);
+    }
+
+    #[test]
+    fn cores_across_devices_follow_links() {
+        // 4 devices x 2 cores; links 0-1 and 2-3 only (two pairs). Cores 0 and 5 taken: a
+        // 4-core group cannot be 1-4 (devices 0,1,2: 1 and 2 not linked) nor 2-5 (5 taken).
+        let cores: BTreeMap<u32, u32> = (0..8).map(|c| (c, c / 2)).collect();
+        let links: BTreeMap<u32, Vec<u32>> = [(0, vec![1]), (1, vec![0]), (2, vec![3]), (3, vec![2])].into();
+        let avail = [1, 2, 3, 4, 6, 7];
+        let c = preferred_cores(&cores, &links, &avail, &[], 3).unwrap();
+        assert_eq!((c.devices.as_slice(), c.note.is_some()), (&[1, 2, 3][..], false), "devices 0-1 are linked");
+        let c = preferred_cores(&cores, &links, &[2, 3, 4, 5], &[], 4).unwrap();
+        assert_eq!(c.devices, [2, 3, 4, 5]);
+        assert!(c.note.as_deref().unwrap().contains("not linked"), "{c:?}");
+    }
+
+    #[test]
+    fn replicas_spread_before_stacking() {
+        // 3 GPUs x 2 replicas: positions 0,1 -> GPU 0; 2,3 -> GPU 1; 4,5 -> GPU 2.
+        let t: Vec<(u32, Option<u32>)> = (0..6).map(|p| (p / 2, None)).collect();
+        let all: Vec<u32> = (0..6).collect();
+        assert_eq!(preferred_replicas(&t, &all, &[], 3).unwrap().devices, [0, 2, 4], "one replica per GPU");
+        // GPU 0 half used (position 0 taken): the next one goes to an idle GPU.
+        assert_eq!(preferred_replicas(&t, &[1, 2, 3, 4, 5], &[], 1).unwrap().devices, [2]);
+        // Only stacking is left.
+        assert_eq!(preferred_replicas(&t, &[0, 1], &[], 2).unwrap().devices, [0, 1]);
+        assert_eq!(preferred_replicas(&t, &all, &[0], 2).unwrap().devices, [0, 2], "must, then spread");
+        assert!(preferred_replicas(&t, &[0, 9], &[], 1).is_err());
     }
 }

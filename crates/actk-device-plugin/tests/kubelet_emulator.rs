@@ -7,7 +7,9 @@
 //! Covered: register (serving before Register), ListAndWatch with NUMA topology, Allocate with
 //! every strategy and unknown IDs, GetPreferredAllocation (F10), health (a node removed and
 //! re-created), a kubelet restart that wipes the socket directory (F12), a late kubelet.sock,
-//! and a real runc container started from an Allocate answer.
+//! and a real runc container started from an Allocate answer; with the NVML test double of the
+//! NVIDIA fixtures: MIG strategies (mixed on the DGX A100), time-slicing (F20), Xid health, and
+//! NVLink peers in the preferred allocation.
 
 use actk_device_plugin::api::device_plugin_client::DevicePluginClient;
 use actk_device_plugin::api::registration_server::{Registration, RegistrationServer};
@@ -146,8 +148,13 @@ impl PluginProcess {
     /// The plugin for `root`, with the node's CDI specs in a directory of its own (unless
     /// `args` name `--spec-dirs`).
     fn start(root: &Path, socket_dir: &Path, args: &[&str]) -> PluginProcess {
+        PluginProcess::start_with_config(root, socket_dir, "", args)
+    }
+
+    /// The plugin with `extra` appended to its config file (TOML).
+    fn start_with_config(root: &Path, socket_dir: &Path, extra: &str, args: &[&str]) -> PluginProcess {
         let config = tempfile::tempdir().unwrap();
-        std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
+        std::fs::write(config.path().join("dp.toml"), format!("health_interval_ms = 100\n{extra}")).unwrap();
         std::fs::create_dir_all(config.path().join("profiles.d")).unwrap();
         let spec_dir = config.path().join("cdi");
         if !args.contains(&"--spec-dirs") {
@@ -762,4 +769,474 @@ async fn devices_that_appear_after_start_are_served_without_a_restart() {
     assert_eq!(reg.resource_name, "aws.amazon.com/neuron");
     let mut s = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
     assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 12);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MIG, time-slicing, Xid health and NVLink peers, with the NVML test double of the fixtures.
+
+use actk_testsupport::nvml_double::{self, State};
+
+/// Every RegisterRequest within `limit` after the first, keyed by resource name.
+async fn registrations(kubelet: &mut Emulator, first: Duration) -> std::collections::BTreeMap<String, RegisterRequest> {
+    let mut out = std::collections::BTreeMap::new();
+    let r = kubelet.next_register(first).await;
+    out.insert(r.resource_name.clone(), r);
+    while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(1500), kubelet.registered.recv()).await {
+        out.insert(r.resource_name.clone(), r);
+    }
+    out
+}
+
+/// Asserts that no ListAndWatch update arrives within `quiet`.
+async fn no_update(stream: &mut Streaming<ListAndWatchResponse>, quiet: Duration, why: &str) {
+    if let Ok(Ok(Some(l))) = tokio::time::timeout(quiet, stream.message()).await {
+        panic!("unexpected ListAndWatch update ({why}): {:?}", l.devices);
+    }
+}
+
+#[tokio::test]
+async fn mig_mixed_strategy_serves_nvidias_resource_names_and_allocates_a_mig_device() {
+    if !actk_testsupport::engines::require_root() {
+        return;
+    }
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    let state = State::of(&f.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(
+        &f.root,
+        dir.path(),
+        &["--mig-strategy", "mixed", "--strategies", "cdi-cri,envvar,device-specs"],
+    );
+    let regs = registrations(&mut kubelet, Duration::from_secs(10)).await;
+    // Expected units per resource, from the double's state: whole GPUs with MIG off, and one
+    // resource per MIG profile (`+` as `.`).
+    let mut want: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+    for g in state.gpus() {
+        if g.get("mig") != "enabled" {
+            want.entry("nvidia.com/gpu".into()).or_default().push(g.get("uuid").into());
+        }
+        for m in state.migs(g.num("index")) {
+            want.entry(format!("nvidia.com/mig-{}", m.get("profile").replace('+', ".")))
+                .or_default()
+                .push(m.get("uuid").into());
+        }
+    }
+    assert_eq!(regs.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    assert!(want.contains_key("nvidia.com/mig-1g.10gb.me") && want.contains_key("nvidia.com/mig-1c.3g.40gb"));
+    for (name, ids) in &want {
+        let mut s = kubelet.dial(&regs[name]).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let list = next_list(&mut s, Duration::from_secs(5)).await;
+        let got: Vec<String> = list.devices.iter().map(|d| d.id.clone()).collect();
+        assert_eq!(&got, ids, "{name}");
+    }
+    // A 1g.10gb MIG device of GPU 1 (its MIG device 4).
+    let m = state.migs(1)[4];
+    let mut client = kubelet.dial(&regs["nvidia.com/mig-1g.10gb"]).await;
+    let resp = client.allocate(one(&[m.get("uuid")])).await.unwrap().into_inner();
+    let c = &resp.container_responses[0];
+    assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["nvidia.com/gpu=1:4"]);
+    assert_eq!(c.envs["NVIDIA_VISIBLE_DEVICES"], m.get("uuid"));
+    let caps = |file: String| {
+        let t = std::fs::read_to_string(f.path(&format!("proc/driver/nvidia/capabilities/gpu1/mig/{file}"))).unwrap();
+        format!("/dev/nvidia-caps/nvidia-cap{}", t.lines().next().unwrap().split_whitespace().nth(1).unwrap())
+    };
+    let (gi, ci) = (m.num("gi"), m.num("ci"));
+    let mut nodes: Vec<&str> = c.devices.iter().map(|d| d.container_path.as_str()).collect();
+    nodes.retain(|p| {
+        *p == "/dev/nvidia1"
+            || p.starts_with("/dev/nvidia-caps/")
+            || p.starts_with("/dev/nvidia0")
+            || p.starts_with("/dev/nvidia2")
+    });
+    assert_eq!(
+        nodes,
+        ["/dev/nvidia1", caps(format!("gi{gi}/access")).as_str(), caps(format!("gi{gi}/ci{ci}/access")).as_str()]
+    );
+
+    // The kubelet's device specs start a runc container that sees the parent and its caps only.
+    let bundle = actk_testsupport::engines::Bundle::busybox(
+        &["sh", "-c", "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && echo $f; done; true"],
+        &[],
+    )
+    .unwrap();
+    bundle
+        .edit(|cfg| {
+            use std::os::unix::fs::MetadataExt;
+            for d in &c.devices {
+                let rdev = std::fs::metadata(&d.host_path).unwrap().rdev();
+                let (major, minor) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+                if cfg["linux"]["devices"].is_null() {
+                    cfg["linux"]["devices"] = serde_json::json!([]);
+                }
+                cfg["linux"]["devices"].as_array_mut().unwrap().push(serde_json::json!({"path": d.container_path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666}));
+                cfg["linux"]["resources"]["devices"].as_array_mut().unwrap().push(serde_json::json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": d.permissions}));
+            }
+        })
+        .unwrap();
+    let out = run_bundle(&bundle, "dp-mig");
+    let seen: std::collections::BTreeSet<&str> =
+        out.lines().filter(|l| !l.contains("nvidia-uvm") && !l.ends_with("ctl") && !l.ends_with("modeset")).collect();
+    let want: std::collections::BTreeSet<String> =
+        ["/dev/nvidia1".to_string(), caps(format!("gi{gi}/access")), caps(format!("gi{gi}/ci{ci}/access"))].into();
+    assert_eq!(seen, want.iter().map(String::as_str).collect(), "{out}");
+}
+
+#[tokio::test]
+async fn mig_single_strategy_refuses_a_mixed_layout_without_exiting() {
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let mut plugin = PluginProcess::start(&f.root, dir.path(), &["--mig-strategy", "single"]);
+    // Nothing fits the single strategy here (MIG off on GPUs 4-7, five profiles): nothing is
+    // registered, and the plugin keeps running (it looks again every 5 s).
+    kubelet.assert_no_register(Duration::from_secs(3)).await;
+    plugin.assert_running();
+}
+
+#[tokio::test]
+async fn f20_time_slicing_4_replicas_on_the_8_gpu_dgx_gives_32_and_two_pods_share_gpu_0() {
+    if !actk_testsupport::engines::require_root() {
+        return;
+    }
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let uuids = gpu_uuids(&f.root);
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let ts = "[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 4\n";
+    let _plugin = PluginProcess::start_with_config(&f.root, dir.path(), ts, &["--strategies", "cdi-cri,device-specs"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "nvidia.com/gpu", "not renamed unless asked");
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 32, "allocatable nvidia.com/gpu = 8 GPUs x 4 replicas");
+    let ids: Vec<String> = list.devices.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(ids[..4], [0, 1, 2, 3].map(|r| format!("{}::{r}", uuids[0])));
+    // Spread before stacking: two replicas from a free node come from two GPUs.
+    let pref = client.get_preferred_allocation(preferred_req(ids.clone(), 2)).await.unwrap().into_inner();
+    let picked = &pref.container_responses[0].device_i_ds;
+    let gpu_of = |id: &str| id.split("::").next().unwrap().to_string();
+    assert_ne!(gpu_of(&picked[0]), gpu_of(&picked[1]), "{picked:?}");
+    // With GPU 0's replica 0 taken, a single replica goes to an idle GPU, not to GPU 0 again.
+    let rest: Vec<String> = ids.iter().filter(|i| **i != ids[0]).cloned().collect();
+    let pref = client.get_preferred_allocation(preferred_req(rest, 1)).await.unwrap().into_inner();
+    assert_ne!(gpu_of(&pref.container_responses[0].device_i_ds[0]), uuids[0]);
+    // Two pods, each given one replica of GPU 0, both get GPU 0.
+    let mut answers = Vec::new();
+    for r in 0..2 {
+        let resp = client.allocate(one(&[&format!("{}::{r}", uuids[0])])).await.unwrap().into_inner();
+        let c = resp.container_responses[0].clone();
+        assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["nvidia.com/gpu=0"]);
+        answers.push(c);
+    }
+    // Two replicas of one GPU in one container are one GPU.
+    let resp =
+        client.allocate(one(&[&format!("{}::1", uuids[0]), &format!("{}::3", uuids[0])])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices.len(), 1);
+    // Both pods' containers run at the same time with /dev/nvidia0 (real runc, from the device specs).
+    let script = "for f in /dev/nvidia*; do [ -c \"$f\" ] && echo $f; done; sleep 1";
+    let handles: Vec<_> = answers
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            std::thread::spawn(move || {
+                let b = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", script], &[]).unwrap();
+                b.edit(|cfg| {
+                    use std::os::unix::fs::MetadataExt;
+                    cfg["linux"]["devices"] = serde_json::json!([]);
+                    for d in &c.devices {
+                        let rdev = std::fs::metadata(&d.host_path).unwrap().rdev();
+                        let (major, minor) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+                        cfg["linux"]["devices"].as_array_mut().unwrap().push(serde_json::json!({"path": d.container_path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666}));
+                        cfg["linux"]["resources"]["devices"].as_array_mut().unwrap().push(serde_json::json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": d.permissions}));
+                    }
+                })
+                .unwrap();
+                let t = Instant::now();
+                let out = run_bundle(&b, &format!("f20-pod{i}"));
+                (out, t, Instant::now())
+            })
+        })
+        .collect();
+    let results: Vec<(String, Instant, Instant)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (out, _, _) in &results {
+        let gpus: Vec<&str> =
+            out.lines().filter(|l| l.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()).collect();
+        assert_eq!(gpus, ["/dev/nvidia0"], "{out}");
+    }
+    // They overlapped in time: each started before the other ended.
+    assert!(results[0].1 < results[1].2 && results[1].1 < results[0].2, "the two pods ran at the same time");
+}
+
+#[tokio::test]
+async fn time_sliced_resources_rename_and_refuse_more_than_one_replica() {
+    let Some(f) = prepare("amd-mi300x") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let ts = "[sharing.time_slicing]\nrename_by_default = true\nfail_requests_greater_than_one = true\n[[sharing.time_slicing.resources]]\nname = \"amd.com/gpu\"\nreplicas = 2\n";
+    let _plugin = PluginProcess::start_with_config(&f.root, dir.path(), ts, &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "amd.com/gpu.shared");
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 16, "every vendor: 8 MI300X x 2");
+    let ok = client.allocate(one(&["3::1"])).await.unwrap().into_inner();
+    assert_eq!(ok.container_responses[0].cdi_devices[0].name, "amd.com/gpu=3");
+    let err = client.allocate(one(&["3::0", "4::0"])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("request for 2 amd.com/gpu.shared is too large"), "{}", err.message());
+}
+
+#[test]
+fn bad_replicas_stop_the_plugin_naming_the_value_and_the_range() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    for replicas in ["0", "1000000"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = tmp.path().join("dp.toml");
+        std::fs::write(
+            &cfg,
+            format!("[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = {replicas}\n"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--root")
+            .arg(&f.root)
+            .arg("--socket-dir")
+            .arg(tmp.path())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("sharing.time_slicing.resources[0].replicas = \"{replicas}\": 1 to 1024 replicas"))
+                && err.contains(&cfg.display().to_string()),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_xid_raised_in_the_double_turns_the_gpu_unhealthy_within_2s_and_it_recovers() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let state = State::of(&f.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start_with_config(
+        &f.root,
+        dir.path(),
+        "[health]\nxid_recovery_ms = 1500\n",
+        &["--device-ids", "index"],
+    );
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut stream = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert!(next_list(&mut stream, Duration::from_secs(5)).await.devices.iter().all(|d| d.health == "Healthy"));
+    // Give the Xid watch time to register its event set (events before it are not delivered).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // An application Xid (13, graphics engine exception) is ignored, as NVIDIA's plugin does.
+    nvml_double::raise_xid(&f.root, &state.gpu_uuid(1), 13).unwrap();
+    no_update(&mut stream, Duration::from_millis(1500), "Xid 13 is an application error").await;
+
+    // Xid 79 (fallen off the bus) on GPU 3.
+    nvml_double::raise_xid(&f.root, &state.gpu_uuid(3), 79).unwrap();
+    let t = Instant::now();
+    let update = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert_eq!(health_of(&update, "3"), "Unhealthy", "after {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert_eq!(update.devices.iter().filter(|d| d.health == "Unhealthy").count(), 1);
+    // Healthy again after 1.5 s without a new critical Xid, the GPU answering NVML.
+    let back = next_list(&mut stream, Duration::from_secs(4)).await;
+    assert_eq!(health_of(&back, "3"), "Healthy");
+    assert!(t.elapsed() >= Duration::from_millis(1400), "recovered after {:?}", t.elapsed());
+
+    // A GPU NVML cannot reach is Unhealthy while that lasts, and back as soon as it answers.
+    nvml_double::lose_gpu(&f.root, &state.gpu_uuid(5)).unwrap();
+    let update = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert_eq!(health_of(&update, "5"), "Unhealthy");
+    nvml_double::recover_gpu(&f.root, &state.gpu_uuid(5)).unwrap();
+    let back = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert_eq!(health_of(&back, "5"), "Healthy");
+}
+
+#[tokio::test]
+async fn an_xid_on_a_mig_device_marks_only_that_mig_device() {
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    let state = State::of(&f.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(
+        &f.root,
+        dir.path(),
+        &["--mig-strategy", "mixed", "--resources", "nvidia.com/mig-1g.10gb"],
+    );
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut stream = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(first.devices.len(), 9);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let hit = state.migs(1)[2].get("uuid").to_string();
+    nvml_double::raise_xid(&f.root, &hit, 48).unwrap();
+    let update = next_list(&mut stream, Duration::from_secs(2)).await;
+    let bad: Vec<&str> = update.devices.iter().filter(|d| d.health == "Unhealthy").map(|d| d.id.as_str()).collect();
+    assert_eq!(bad, [hit.as_str()], "only the MIG device the Xid names");
+}
+
+#[tokio::test]
+async fn nvlink_peers_from_nvml_decide_the_preferred_pair() {
+    // H200 NVL: GPUs 0-1, 2-3, ... on 2-way bridges, 0-3 on NUMA node 0. With GPU 0 taken, a
+    // pair from {1,2,3} is the bridged 2,3, not the lowest 1,2.
+    let Some(f) = prepare("nvidia-h200-nvl") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let avail: Vec<String> = ["1", "2", "3"].map(String::from).to_vec();
+    let r = client.get_preferred_allocation(preferred_req(avail, 2)).await.unwrap().into_inner();
+    assert_eq!(r.container_responses[0].device_i_ds, ["2", "3"]);
+    drop(plugin);
+
+    // DGX H100: every GPU reaches every other over the NVSwitches, except that GPU 2's NVLinks
+    // are down (state edited before the plugin starts): from {1,2,3} the pair is 1,3.
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let p = nvml_double::state_dir(&f.root).join("state.tsv");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let edited: String = text
+        .lines()
+        .map(|l| if l.starts_with("nvlink\tgpu=2\t") { l.replace("state=active", "state=inactive") } else { l.to_string() } + "\n")
+        .collect();
+    assert_ne!(edited, text);
+    std::fs::write(&p, edited).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let avail: Vec<String> = ["1", "2", "3"].map(String::from).to_vec();
+    let r = client.get_preferred_allocation(preferred_req(avail, 2)).await.unwrap().into_inner();
+    assert_eq!(r.container_responses[0].device_i_ds, ["1", "3"]);
+}
+
+#[tokio::test]
+async fn amd_cpx_partitions_are_served_per_partition_mode_and_kept_on_one_gpu() {
+    let Some(f) = prepare("amd-mi300x-cpx") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(
+        &f.root,
+        dir.path(),
+        &["--resource-naming-strategy", "mixed", "--device-ids", "index", "--strategies", "cdi-cri,device-specs"],
+    );
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "amd.com/cpx_nps4", "ROCm's mixed name for CPX/NPS4 partitions");
+    kubelet.assert_no_register(Duration::from_secs(1)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 64, "8 MI300X x 8 partitions");
+    // GPU 0's partitions 0-5 taken: 4 partitions come from one other GPU, not 2 + 2.
+    let avail: Vec<String> = (6..64).map(|i| i.to_string()).collect();
+    let r = client.get_preferred_allocation(preferred_req(avail, 4)).await.unwrap().into_inner();
+    let ids: Vec<u32> = r.container_responses[0].device_i_ds.iter().map(|i| i.parse().unwrap()).collect();
+    let gpus: std::collections::BTreeSet<u32> = ids.iter().map(|i| i / 8).collect();
+    assert_eq!(gpus.len(), 1, "{ids:?} span GPUs {gpus:?}");
+    // Allocate of one partition: its render node and /dev/kfd.
+    let resp = client.allocate(one(&["9"])).await.unwrap().into_inner();
+    let c = &resp.container_responses[0];
+    assert_eq!(c.cdi_devices[0].name, "amd.com/gpu=9");
+    let paths: Vec<&str> = c.devices.iter().map(|d| d.container_path.as_str()).collect();
+    assert_eq!(paths, ["/dev/kfd", "/dev/dri/renderD137"]);
+}
+
+#[tokio::test]
+async fn neuron_logical_cores_follow_the_plugins_lnc() {
+    // NEURON_LOGICAL_NC_CONFIG=2 for the plugin: inf2's 2 physical cores per device are 1
+    // logical core, so 12 neuroncores, and the container is told the same LNC.
+    let Some(f) = prepare("aws-inf2-48xlarge") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
+        .arg("--config")
+        .arg(config.path().join("dp.toml"))
+        .arg("--root")
+        .arg(&f.root)
+        .arg("--socket-dir")
+        .arg(dir.path())
+        .args(["--resources", "aws.amazon.com/neuroncore"])
+        .env("NEURON_LOGICAL_NC_CONFIG", "2")
+        .env("ACTK_PROFILES_DIR", config.path().join("none"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _plugin = PluginProcess { child, _config: config };
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(next_list(&mut s, Duration::from_secs(5)).await.devices.len(), 12, "12 devices x 2 cores / LNC 2");
+    let c = client.allocate(one(&["4", "5"])).await.unwrap().into_inner().container_responses.remove(0);
+    assert_eq!(c.envs["NEURON_RT_VISIBLE_CORES"], "4,5");
+    assert_eq!(c.envs["NEURON_LOGICAL_NC_CONFIG"], "2");
+    assert_eq!(
+        c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+        ["aws.amazon.com/neuron=4", "aws.amazon.com/neuron=5"]
+    );
+}
+
+#[tokio::test]
+async fn mps_shares_gpus_through_the_nodes_mps_daemon() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let uuids = gpu_uuids(&f.root);
+    let mps = tempfile::tempdir().unwrap();
+    let (pipe, shm) = (mps.path().join("pipe"), mps.path().join("shm"));
+    std::fs::create_dir_all(&pipe).unwrap();
+    std::fs::create_dir_all(&shm).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let cfg = format!(
+        "[sharing.mps]\npipe_directory = {:?}\nshm_directory = {:?}\n[[sharing.mps.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 2\n",
+        pipe.display().to_string(),
+        shm.display().to_string()
+    );
+    let _plugin = PluginProcess::start_with_config(&f.root, dir.path(), &cfg, &["--strategies", "cdi-cri"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 16, "8 GPUs x 2 MPS replicas");
+    assert!(list.devices.iter().all(|d| d.health == "Unhealthy"), "no MPS control daemon yet");
+    // The daemon starts: its control FIFO appears in the pipe directory.
+    let st = Command::new("mkfifo").arg(pipe.join("control")).status().unwrap();
+    assert!(st.success());
+    let up = next_list(&mut stream, Duration::from_secs(2)).await;
+    assert!(up.devices.iter().all(|d| d.health == "Healthy"));
+    let c =
+        client.allocate(one(&[&format!("{}::1", uuids[2])])).await.unwrap().into_inner().container_responses.remove(0);
+    assert_eq!(c.cdi_devices[0].name, "nvidia.com/gpu=2");
+    assert_eq!(c.envs["CUDA_MPS_PIPE_DIRECTORY"], "/tmp/nvidia-mps");
+    assert_eq!(c.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+    // Half of the H100's 81559 MiB, as NVML reports it.
+    assert_eq!(c.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], format!("{}=40779M", uuids[2]));
+    let mounts: Vec<(&str, &str, bool)> =
+        c.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only)).collect();
+    assert!(mounts.contains(&("/tmp/nvidia-mps", pipe.to_str().unwrap(), false)), "{mounts:?}");
+    assert!(mounts.contains(&("/dev/shm", shm.to_str().unwrap(), false)), "{mounts:?}");
+    // One replica per container, as NVIDIA's MPS sharing requires.
+    let err = client.allocate(one(&[&format!("{}::0", uuids[2]), &format!("{}::0", uuids[3])])).await.unwrap_err();
+    assert!(err.message().contains("too large"), "{}", err.message());
 }

@@ -153,3 +153,23 @@ fn amd_mi300x_xgmi_set_is_numa_local() {
     let numas: BTreeSet<_> = two.iter().map(|d| n.iter().find(|x| x.index == *d).unwrap().numa).collect();
     assert_eq!(numas.len(), 1, "{two:?}");
 }
+
+/// NeuronCore groups on trn1.32xlarge (2 cores per device, 4x4 torus): consecutive cores stay
+/// within a device and, across devices, on devices the torus links. Devices 0-2 taken: 4 cores
+/// are not 6-9 (devices 3 and 4, which are not neighbours: 3's peers are 15, 2, 7, 0) but 8-11
+/// (devices 4 and 5, neighbours in sysfs).
+#[test]
+fn neuroncores_stay_on_linked_devices_of_the_trn1_torus() {
+    use actk_device_plugin::topology::preferred_cores;
+    use std::collections::BTreeMap;
+    let Some((f, v)) = vendor("aws-trn1-32xlarge", "aws.amazon.com/neuron") else { return };
+    let cores: BTreeMap<u32, u32> = (0..32).map(|c| (c, c / 2)).collect();
+    let links: BTreeMap<u32, Vec<u32>> = v.devices.iter().map(|d| (d.index, d.links.clone())).collect();
+    assert!(!sysfs_links(&f, 3).contains(&4) && sysfs_links(&f, 4).contains(&5));
+    let avail: Vec<u32> = (6..32).collect();
+    let c = preferred_cores(&cores, &links, &avail, &[], 4).unwrap();
+    assert_eq!((c.devices.as_slice(), c.note.as_deref()), (&[8, 9, 10, 11][..], None));
+    // Within one device when it fits: a pair is a whole device.
+    let c = preferred_cores(&cores, &links, &[7, 8, 9, 10], &[], 2).unwrap();
+    assert_eq!(c.devices, [8, 9]);
+}

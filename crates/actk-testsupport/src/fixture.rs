@@ -22,10 +22,13 @@ use tempfile::TempDir;
 pub const ALL: &[&str] = &[
     "nvidia-dgx-h100",
     "nvidia-gh200",
+    "nvidia-dgx-a100",
+    "nvidia-h200-nvl",
     "hetero-nvidia-neuron",
     "aws-inf2-48xlarge",
     "aws-trn1-32xlarge",
     "amd-mi300x",
+    "amd-mi300x-cpx",
     "gaudi2",
     "empty",
 ];

@@ -5,6 +5,7 @@
 //! - [`engines`]: busybox/glibc images and OCI bundles, and access to runc, dockerd and podman.
 //! - [`cluster`]: the real single-node Kubernetes cluster (scripts/k8s-node.sh) with actk's
 //!   chart, for the cluster tests in crates/k8s-e2e.
+//! - [`nvml_double`]: the NVML test double of the NVIDIA fixtures: its state, Xid events, lost GPUs.
 //! - [`hostcheck`]: snapshots of the host (mount table, /dev, CDI dirs, daemon.json) and a guard
 //!   that fails a test which left something behind.
 
@@ -12,3 +13,4 @@ pub mod cluster;
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;
+pub mod nvml_double;

@@ -36,10 +36,11 @@ fn generate_then_validate_round_trip_on_dgx() {
     assert_eq!(spec["cdiVersion"], "0.5.0");
     assert!(spec.get("annotations").is_none());
     let names: Vec<&str> = spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(names.len(), 8 * 2 + 1, "{names:?}");
+    // 8 GPUs by index and UUID, `all`, and the two MIG management capabilities (MIG is off).
+    assert_eq!(names.len(), 8 * 2 + 1 + 2, "{names:?}");
     assert_eq!(names[0], "0");
     assert!(names[1].starts_with("GPU-"), "{names:?}");
-    assert_eq!(*names.last().unwrap(), "all");
+    assert_eq!(names[16..], ["all", "mig-config", "mig-monitor"]);
     let node = &spec["devices"][2]["containerEdits"]["deviceNodes"][0];
     assert_eq!(node["path"], "/dev/nvidia1");
     assert_eq!(node["hostPath"], format!("{}/dev/nvidia1", f.root.display()));
@@ -56,12 +57,12 @@ fn generate_then_validate_round_trip_on_dgx() {
 
     let v = actk(&["cdi", "validate", file.to_str().unwrap()]);
     assert!(v.status.success(), "{}", stderr(&v));
-    assert_eq!(stdout(&v), format!("{}: valid (nvidia.com/gpu, 17 devices, cdiVersion 0.5.0)\n", file.display()));
+    assert_eq!(stdout(&v), format!("{}: valid (nvidia.com/gpu, 19 devices, cdiVersion 0.5.0)\n", file.display()));
 
     let l = actk(&["cdi", "list", "--spec-dir", dir.to_str().unwrap()]);
     assert!(l.status.success());
     let listed: Vec<String> = stdout(&l).lines().map(String::from).collect();
-    assert_eq!(listed.len(), 17);
+    assert_eq!(listed.len(), 19);
     assert!(listed.contains(&"nvidia.com/gpu=all".to_string()));
     assert!(listed.contains(&"nvidia.com/gpu=7".to_string()));
 }
@@ -344,4 +345,49 @@ fn item7_generated_spec_has_nvswitch_nodes_only_when_fabric_is_asked_and_graphic
     assert!(mounts.contains(&"/usr/share/glvnd/egl_vendor.d/10_nvidia.json".to_string()), "{mounts:?}");
     let (nodes, _) = nodes_of(&["--capabilities", "utility,fabric"]);
     assert_eq!(nodes.iter().filter(|n| n.contains("nvswitch")).count(), 5, "{nodes:?}");
+}
+
+#[test]
+fn mig_devices_get_cdi_entries_by_gpu_and_mig_index_by_gi_ci_and_by_uuid() {
+    let Some(f) = fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
+    let state = actk_testsupport::nvml_double::State::of(&f.root).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("nvidia.json");
+    let o =
+        actk(&["cdi", "generate", "--root", &root_arg(&f), "--vendor", "nvidia", "--output", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let device = |name: &str| -> Vec<String> {
+        let d = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == name);
+        let d = d.unwrap_or_else(|| panic!("no CDI device {name:?}"));
+        d["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // GPU 3's MIG device 1: compute instance 1 of GPU instance 2 (a 1c.3g.40gb).
+    let m = state.migs(3)[1];
+    let (gi, ci, uuid) = (m.num("gi"), m.num("ci"), m.get("uuid"));
+    let caps = |file: &str| {
+        let t = std::fs::read_to_string(f.path(&format!("proc/driver/nvidia/capabilities/gpu3/mig/{file}"))).unwrap();
+        format!("/dev/nvidia-caps/nvidia-cap{}", t.lines().next().unwrap().split_whitespace().nth(1).unwrap())
+    };
+    let want =
+        vec!["/dev/nvidia3".to_string(), caps(&format!("gi{gi}/access")), caps(&format!("gi{gi}/ci{ci}/access"))];
+    assert_eq!(device("3:1"), want, "by GPU:MIG index");
+    assert_eq!(device(&format!("3:{gi}:{ci}")), want, "by GPU:GI:CI");
+    assert_eq!(device(uuid), want, "by MIG UUID");
+    // The whole GPU stays requestable, and `all` holds every MIG device's capability nodes.
+    assert_eq!(device("3"), ["/dev/nvidia3"]);
+    let all = device("all");
+    assert!(
+        all.contains(&want[2]) && all.iter().filter(|p| p.starts_with("/dev/nvidia-caps/")).count() == 2 * 17 - 2,
+        "{all:?}"
+    );
+    assert!(!all.contains(&"/dev/nvidia-caps/nvidia-cap1".to_string()), "MIG config is not part of all");
+    assert_eq!(device("mig-config"), ["/dev/nvidia-caps/nvidia-cap1"]);
+    let v = actk(&["cdi", "validate", file.to_str().unwrap()]);
+    assert!(v.status.success(), "{}", stderr(&v));
 }

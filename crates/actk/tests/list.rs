@@ -195,3 +195,37 @@ fn item7_create_dev_char_symlinks_for_every_accelerator_node() {
     assert!(f.root.join("dev/char/195:255").exists(), "the link resolves to the node");
     assert_eq!(run(&[]), "", "second run: nothing to do");
 }
+
+#[test]
+fn mig_devices_are_listed_under_their_gpu_like_nvidia_smi() {
+    let Some(f) = fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
+    let state = actk_testsupport::nvml_double::State::of(&f.root).unwrap();
+    let out = actk().args(["list", "--root"]).arg(&f.root).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    let gpu_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("nvidia.com/gpu ")).collect();
+    assert_eq!(gpu_lines.len(), 8, "{text}");
+    assert!(gpu_lines[0].ends_with(" mig on") && gpu_lines[7].ends_with(" mig off"), "{text}");
+    // Under GPU 0, its MIG devices in index order with profile and UUID from the NVML state.
+    let under_gpu0: Vec<&str> = text.lines().skip(1).take_while(|l| l.starts_with("  MIG ")).collect();
+    let want: Vec<String> = state
+        .migs(0)
+        .iter()
+        .map(|m| format!("  MIG {} Device {}: (UUID: {})", m.get("profile"), m.get("index"), m.get("uuid")))
+        .collect();
+    assert_eq!(under_gpu0.len(), want.len(), "{text}");
+    for (line, w) in under_gpu0.iter().zip(&want) {
+        assert!(line.starts_with(w.as_str()), "{line} vs {w}");
+    }
+
+    let out = actk().args(["list", "--json", "--root"]).arg(&f.root).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = &v["vendors"][0]["devices"][3]["mig"]["devices"][3];
+    assert_eq!(m["profile"], "1g.10gb+me");
+    assert_eq!((m["gpu_instance"].as_u64(), m["compute_instance"].as_u64()), (Some(13), Some(0)));
+    assert_eq!(m["placement"], serde_json::json!({"start": 0, "size": 1}));
+    assert_eq!(m["gi_profile_id"], 20);
+    assert!(m["nodes"][1]["path"].as_str().unwrap().starts_with("/dev/nvidia-caps/nvidia-cap"));
+    assert_eq!(v["vendors"][0]["devices"][5]["mig"], serde_json::json!({"enabled": false, "devices": []}));
+    assert_eq!(v["vendors"][0]["mig_capabilities"]["monitor"]["path"], "/dev/nvidia-caps/nvidia-cap2");
+}

@@ -31,6 +31,9 @@ use std::str::FromStr;
 /// Name of the device that stands for every device of a kind.
 pub const ALL_DEVICE: &str = "all";
 
+/// Prefix of the devices of NVIDIA's MIG management capabilities (`mig-config`, `mig-monitor`).
+pub const MIG_CAPABILITY_PREFIX: &str = "mig-";
+
 /// Mount options of every host file: read-only bind mount, no setuid, no device nodes.
 pub const HOST_FILE_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "bind"];
 
@@ -302,6 +305,29 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
                 devices.push(CdiDevice { name, container_edits: edits.clone(), ..Default::default() });
             }
         }
+        for m in d.mig.iter().filter(|m| m.enabled).flat_map(|m| &m.devices) {
+            let mut edits = edits.clone();
+            for n in &m.nodes {
+                edits.device_nodes.push(cdi_node(kind, n)?);
+            }
+            all.append(&edits);
+            let mut wanted = Vec::new();
+            if matches!(opts.device_name_strategy, DeviceNameStrategy::Index | DeviceNameStrategy::Both) {
+                // `GPU:MIG` as nvidia-ctk names them (NVIDIA_VISIBLE_DEVICES=0:1), and `GPU:GI:CI`.
+                wanted.push(format!("{}:{}", d.index, m.index));
+                wanted.push(format!("{}:{}:{}", d.index, m.gpu_instance, m.compute_instance));
+            }
+            if matches!(opts.device_name_strategy, DeviceNameStrategy::Uuid | DeviceNameStrategy::Both)
+                && check_device_name(&m.uuid, &m.uuid).is_ok()
+            {
+                wanted.push(m.uuid.clone());
+            }
+            for name in wanted {
+                if names.insert(name.clone()) {
+                    devices.push(CdiDevice { name, container_edits: edits.clone(), ..Default::default() });
+                }
+            }
+        }
     }
     if devices.is_empty() {
         return Err(CdiError::Generate {
@@ -314,6 +340,15 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
     }
     dedup(&mut all);
     devices.push(CdiDevice { name: ALL_DEVICE.into(), container_edits: all, ..Default::default() });
+    // MIG management (`NVIDIA_MIG_CONFIG_DEVICES`, `NVIDIA_MIG_MONITOR_DEVICES`): not in `all`.
+    for (name, node) in &vendor.mig_capabilities {
+        let container_edits = ContainerEdits { device_nodes: vec![cdi_node(kind, node)?], ..Default::default() };
+        devices.push(CdiDevice {
+            name: format!("{MIG_CAPABILITY_PREFIX}{name}"),
+            container_edits,
+            ..Default::default()
+        });
+    }
     let mut spec = Spec {
         cdi_version: String::new(),
         kind: kind.to_string(),
@@ -379,6 +414,25 @@ pub fn edits_for(
                     Ok(node) => edits.device_nodes.push(node),
                     Err(e) => tracing::warn!("{e}"),
                 }
+            }
+        }
+    }
+    dedup(&mut edits);
+    edits
+}
+
+/// Device nodes of MIG devices `(GPU index, MIG index)` of `vendor`: each parent GPU's nodes and
+/// the capability nodes of the instance (what nvidia-container-toolkit injects for a MIG
+/// device). Pairs not in the inventory are ignored (callers resolve requests first).
+pub fn mig_edits(vendor: &VendorInventory, migs: &[(u32, u32)]) -> ContainerEdits {
+    let mut edits = ContainerEdits::default();
+    for (gpu, mig) in migs {
+        let Some(d) = vendor.devices.iter().find(|d| d.index == *gpu) else { continue };
+        let Some(m) = d.mig.iter().flat_map(|m| &m.devices).find(|m| m.index == *mig) else { continue };
+        for n in d.nodes.iter().chain(&m.nodes) {
+            match cdi_node(&vendor.kind, n) {
+                Ok(node) => edits.device_nodes.push(node),
+                Err(e) => tracing::warn!("{e}"),
             }
         }
     }
@@ -459,6 +513,7 @@ mod tests {
                 lib("compute", "libcuda.so.580.95.05"),
                 lib("graphics", "libnvidia-glcore.so.580.95.05"),
             ],
+            ..Default::default()
         };
         (profile, vendor)
     }

@@ -4,6 +4,18 @@
 //! `drm_render_minor` gives `/dev/dri/renderD<minor>`, the matching `/dev/dri/cardN` is found
 //! through `/sys/class/drm/renderD<minor>/device/drm/`, `location_id` (bus << 8 | devfn) and
 //! `domain` give the PCI id, `unique_id` the UUID, io_links of type 11 (XGMI) the peers.
+//!
+//! Partitioned GPUs (MI300X in DPX/QPX/CPX compute mode): every partition is a KFD node of its
+//! own, with its own render node, and is one device here ("one device per partition", as ROCm
+//! counts them). Partitions of one GPU share its PCI address (their `location_id` carries the
+//! partition number where the function would be) and `unique_id`; partitions past the first
+//! are amdgpu_xcp platform devices with a render node only. Each gets the GPU's modes as
+//! attributes `compute_partition` / `memory_partition` (lower case, from the PCI function's
+//! current_compute_partition / current_memory_partition, as ROCm's device plugin reads them)
+//! and `partition` (its number on the GPU); its UUID is left out (the GPU's unique_id is not
+//! unique per partition; it is kept as attribute `unique_id`). A GPU's links are its XGMI
+//! peers of the lowest weight: every other GPU of the hive when unpartitioned, the partitions
+//! of the same GPU when partitioned (weight 13 there, 41 to other GPUs).
 
 use super::{HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::{Device, VendorInventory};
@@ -24,6 +36,7 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
     // KFD node id -> GPU index, for links.
     let mut gpu_index: BTreeMap<u32, u32> = BTreeMap::new();
     let mut links_by_node: Vec<Vec<u32>> = Vec::new();
+    let mut gpu_nodes: Vec<(u32, String, BTreeMap<String, u64>)> = Vec::new();
     for (node_id, name) in nodes {
         let props_path = format!("{TOPOLOGY}/{name}/properties");
         let props = match host.read_to_string(&props_path) {
@@ -36,20 +49,48 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         if props.get("simd_count").is_none_or(|&n| n == 0) {
             continue; // a CPU node
         }
+        gpu_nodes.push((node_id, name, props));
+    }
+    // The PCI function of a KFD node: its location_id without the function (partition) bits.
+    let pci_of = |p: &BTreeMap<String, u64>| -> Option<(u64, u64, u64)> {
+        let loc = *p.get("location_id")?;
+        Some((p.get("domain").copied().unwrap_or(0), (loc >> 8) & 0xff, (loc >> 3) & 0x1f))
+    };
+    let mut per_pci: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
+    for (_, _, p) in &gpu_nodes {
+        if let Some(k) = pci_of(p) {
+            *per_pci.entry(k).or_default() += 1;
+        }
+    }
+    let mut seen_on_pci: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
+    for (node_id, name, props) in gpu_nodes {
+        let props_path = format!("{TOPOLOGY}/{name}/properties");
         let index = vendor.devices.len() as u32;
         gpu_index.insert(node_id, index);
         let mut dev = Device { index, ..Default::default() };
+        let pci_key = pci_of(&props);
+        let partitioned = pci_key.is_some_and(|k| per_pci[&k] > 1);
+        let partition = pci_key.map(|k| {
+            let e = seen_on_pci.entry(k).or_default();
+            *e += 1;
+            *e - 1
+        });
         if let Some(&uid) = props.get("unique_id").filter(|&&u| u != 0) {
-            dev.uuid = Some(format!("0x{uid:016x}"));
+            if partitioned {
+                dev.attributes.insert("unique_id".into(), format!("0x{uid:016x}"));
+            } else {
+                dev.uuid = Some(format!("0x{uid:016x}"));
+            }
         }
         if let Some(&loc) = props.get("location_id") {
             let domain = props.get("domain").copied().unwrap_or(0);
-            dev.pci_bus_id = normalize_pci(&format!(
-                "{domain:04x}:{:02x}:{:02x}.{:x}",
-                (loc >> 8) & 0xff,
-                (loc >> 3) & 0x1f,
-                loc & 7
-            ));
+            // A partition's location_id carries its number where the function would be.
+            let func = if partitioned { 0 } else { loc & 7 };
+            dev.pci_bus_id =
+                normalize_pci(&format!("{domain:04x}:{:02x}:{:02x}.{func:x}", (loc >> 8) & 0xff, (loc >> 3) & 0x1f,));
+        }
+        if partitioned && let Some(p) = partition {
+            dev.attributes.insert("partition".into(), p.to_string());
         }
         for key in ["gfx_target_version", "device_id", "vendor_id"] {
             if let Some(v) = props.get(key) {
@@ -74,6 +115,16 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
                 .ok()
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty());
+            for (file, key) in
+                [("current_compute_partition", "compute_partition"), ("current_memory_partition", "memory_partition")]
+            {
+                if let Ok(v) = host.read_to_string(format!("{pci}/{file}")) {
+                    let v = v.trim().to_ascii_lowercase();
+                    if !v.is_empty() {
+                        dev.attributes.insert(key.into(), v);
+                    }
+                }
+            }
         }
         if dev.model.is_none() {
             dev.model = props.get("device_id").and_then(|&id| model_name(id)).map(str::to_string);
@@ -103,6 +154,8 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
                             format!("card node of GPU {index} unusable: {e}"),
                         ),
                     },
+                    // Partitions past the first (amdgpu_xcp devices) have a render node only.
+                    None if partitioned && partition != Some(0) => {}
                     None => warnings.add(
                         host,
                         &drm,
@@ -115,18 +168,20 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         dev.attributes
             .insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
         let links_dir = format!("{TOPOLOGY}/{name}/io_links");
-        let mut peers = Vec::new();
+        let mut xgmi: Vec<(u32, u64)> = Vec::new();
         for l in host.list_dir(&links_dir).unwrap_or_default() {
             if let Ok(t) = host.read_to_string(format!("{links_dir}/{l}/properties")) {
                 let p = parse_raw(&t);
                 if p.get("type").map(String::as_str) == Some(IOLINK_XGMI)
                     && let Some(to) = p.get("node_to").and_then(|v| v.parse::<u32>().ok())
                 {
-                    peers.push(to);
+                    xgmi.push((to, p.get("weight").and_then(|w| w.parse().ok()).unwrap_or(0)));
                 }
             }
         }
-        links_by_node.push(peers);
+        // The closest XGMI peers (lowest weight): within a partitioned GPU, its own partitions.
+        let min = xgmi.iter().map(|(_, w)| *w).min();
+        links_by_node.push(xgmi.into_iter().filter(|(_, w)| Some(*w) == min).map(|(to, _)| to).collect());
         vendor.devices.push(dev);
     }
     for (dev, peers) in vendor.devices.iter_mut().zip(links_by_node) {

@@ -18,6 +18,7 @@ pub mod generic;
 pub mod hostfiles;
 pub mod neuron;
 pub mod nvidia;
+pub mod nvml;
 
 use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
 use crate::profile::Profile;
@@ -65,7 +66,8 @@ impl HostRoot {
         &self.root
     }
 
-    /// Whether this is the running system's own root (`/`), where NVML may be loaded.
+    /// Whether this is the running system's own root (`/`), where the host's own NVML (the one
+    /// on the loader's path) may be used.
     pub fn is_system_root(&self) -> bool {
         self.root.canonicalize().is_ok_and(|p| p == Path::new("/"))
     }
@@ -251,11 +253,30 @@ impl Warnings {
     }
 }
 
-/// Read `root` into an inventory, one [`VendorInventory`] per profile that finds a device, in
-/// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
-/// One root serves devices and driver files; [`discover_roots`] takes them apart.
+/// What discovery may do beyond reading files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiscoverOptions {
+    /// Load the root's NVML ([`nvml`]) for MIG devices, NVLink peers and UUIDs procfs lacks.
+    /// On by default; a container start turns it on only for a MIG request, so an ordinary
+    /// start never dlopens the driver's library.
+    pub nvml: bool,
+}
+
+impl Default for DiscoverOptions {
+    fn default() -> Self {
+        DiscoverOptions { nvml: true }
+    }
+}
+
+/// Read `root` into an inventory with the default [`DiscoverOptions`] (NVML on); one root
+/// serves devices and driver files ([`discover_roots`] takes them apart).
 pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
-    discover_roots(root, root, profiles)
+    discover_roots_with(root, root, profiles, &DiscoverOptions::default())
+}
+
+/// [`discover`] with explicit [`DiscoverOptions`].
+pub fn discover_with(root: &Path, profiles: &[Profile], opts: &DiscoverOptions) -> Inventory {
+    discover_roots_with(root, root, profiles, opts)
 }
 
 /// [`discover`] with the driver files apart from the devices, as on a GPU Operator node: the
@@ -263,6 +284,13 @@ pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
 /// root (`/run/nvidia/driver`, the driver container's file system) holds ld.so.cache, the driver
 /// libraries, tools and firmware. Both are made absolute against the working directory.
 pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> Inventory {
+    discover_roots_with(root, driver_root, profiles, &DiscoverOptions::default())
+}
+
+/// Read the device `root` and the `driver_root` into an inventory, one [`VendorInventory`] per
+/// profile that finds a device, in profile order. Never fails: unreadable or inconsistent host
+/// state becomes warnings. NVML (when `opts.nvml`) is loaded from the device root.
+pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile], opts: &DiscoverOptions) -> Inventory {
     let host = HostRoot::new(root);
     let driver = if driver_root == root { host.clone() } else { HostRoot::new(driver_root) };
     let root = host.root();
@@ -272,7 +300,7 @@ pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> 
     let mut vendors = Vec::new();
     for profile in profiles {
         let found = match profile.discovery.as_str() {
-            "nvidia" => nvidia::discover(&host, profile, &mut warnings),
+            "nvidia" => nvidia::discover(&host, profile, opts, &mut warnings),
             "neuron" => neuron::discover(&host, profile, &mut warnings),
             "amd" => amd::discover(&host, profile, &mut warnings),
             "gaudi" => gaudi::discover(&host, profile, profiles, &mut warnings),

@@ -1,21 +1,33 @@
 //! NVIDIA enricher: GPUs from the nvidia kernel module's procfs (`/proc/driver/nvidia/version`
-//! and `/proc/driver/nvidia/gpus/<bus>/information`), NUMA nodes from PCI sysfs, and, only on
-//! the running system's own root, NVLink peers from NVML (nvml-wrapper dlopens
-//! libnvidia-ml.so.1; when that fails discovery goes on without links).
+//! and `/proc/driver/nvidia/gpus/<bus>/information`), NUMA nodes from PCI sysfs, the MIG
+//! management capabilities from /proc/driver/nvidia/capabilities/mig/, and, when
+//! [`DiscoverOptions::nvml`] is set, what only NVML knows (the [`super::nvml`] seam, loaded from
+//! this root): MIG devices with their UUIDs, profiles and capability nodes, NVLink peers, and
+//! UUIDs procfs lacks. Without NVML (not loadable, or not asked for) discovery goes on with
+//! procfs alone.
 //!
 //! Index order is PCI bus order, which is how NVML and nvidia-smi number GPUs
 //! (CUDA_DEVICE_ORDER=PCI_BUS_ID).
 
-use super::{HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
-use crate::inventory::{Device, VendorInventory};
+use super::nvml::{self, LinkPeer, MigMode};
+use super::{DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
+use crate::inventory::{Device, DeviceNode, Mig, MigDevice, MigPlacement, VendorInventory};
 use crate::profile::Profile;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 const PROC: &str = "/proc/driver/nvidia";
+/// Capability access files (`DeviceFileMinor:` / `DeviceFileMode:` lines), per MIG instance
+/// under `gpu<minor>/mig/gi<G>[/ci<C>]/access` and for management under `mig/{config,monitor}`.
+pub const CAPABILITIES: &str = "/proc/driver/nvidia/capabilities";
 
 /// Discover NVIDIA GPUs. `None` when the driver is not loaded under this root (no
 /// `/proc/driver/nvidia`).
-pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Option<VendorInventory> {
+pub fn discover(
+    host: &HostRoot,
+    profile: &Profile,
+    opts: &DiscoverOptions,
+    warnings: &mut Warnings,
+) -> Option<VendorInventory> {
     if !host.exists(PROC) {
         let stray = super::generic::node_indexes(host, "/dev/nvidia{index}");
         if !stray.is_empty() {
@@ -108,8 +120,17 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         }
         vendor.devices.push(dev);
     }
-    if host.is_system_root() {
-        nvml_links(&mut vendor);
+    let caps_major = host.proc_devices_major("nvidia-caps").ok().flatten();
+    for name in ["config", "monitor"] {
+        let file = format!("{CAPABILITIES}/mig/{name}");
+        if host.exists(&file)
+            && let Some(n) = cap_node(host, caps_major, &file, warnings)
+        {
+            vendor.mig_capabilities.insert(name.to_string(), n);
+        }
+    }
+    if opts.nvml {
+        enrich_from_nvml(host, &mut vendor, caps_major, warnings);
     }
     Some(vendor)
 }
@@ -133,40 +154,173 @@ pub(crate) fn parse_information(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Add NVLink peers from NVML. Loading failure is normal on hosts without the driver's
-/// user-space library and only logged at debug level.
-fn nvml_links(vendor: &mut VendorInventory) {
-    use nvml_wrapper::Nvml;
-    let nvml = match Nvml::init() {
-        Ok(n) => n,
+/// `DeviceFileMinor` and `DeviceFileMode` (decimal) of a capability access file.
+pub(crate) fn parse_cap_file(text: &str) -> Option<(u32, u32)> {
+    let info = parse_information(text);
+    let minor = info.get("DeviceFileMinor")?.parse().ok()?;
+    let mode = info.get("DeviceFileMode").and_then(|m| m.parse().ok()).unwrap_or(0o444);
+    Some((minor, mode))
+}
+
+/// The `/dev/nvidia-caps/nvidia-capN` node a capability access file grants. The host node is
+/// used when it exists with those numbers; otherwise the node is described by its numbers
+/// alone (nvidia-container-toolkit likewise creates these nodes only in the container).
+fn cap_node(host: &HostRoot, caps_major: Option<u32>, file: &str, warnings: &mut Warnings) -> Option<DeviceNode> {
+    let (minor, mode) = match host.read_to_string(file).map(|t| parse_cap_file(&t)) {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            warnings.add(host, file, "no DeviceFileMinor line; capability not usable");
+            return None;
+        }
         Err(e) => {
-            tracing::debug!("NVML not available, no NVLink topology: {e}");
+            warnings.add(host, file, format!("unreadable: {e}"));
+            return None;
+        }
+    };
+    let Some(major) = caps_major else {
+        warnings.add(host, "/proc/devices", "no nvidia-caps major; MIG capability nodes cannot be described");
+        return None;
+    };
+    let path = format!("/dev/nvidia-caps/nvidia-cap{minor}");
+    match host.device_node(&path) {
+        Ok(n) if n.major == major && n.minor == minor => Some(n),
+        Ok(n) => {
+            warnings.add(
+                host,
+                &path,
+                format!("node is {}:{}, {file} says {major}:{minor}; using the numbers", n.major, n.minor),
+            );
+            Some(DeviceNode { file_mode: Some(mode), major, minor, ..n })
+        }
+        Err(_) => Some(DeviceNode {
+            path: path.clone(),
+            host_path: host.host_path(&path),
+            node_type: 'c',
+            major,
+            minor,
+            file_mode: Some(mode),
+        }),
+    }
+}
+
+/// Whether procfs shows MIG GPU instances (a `gi<N>` directory under some GPU's capabilities).
+fn procfs_has_mig_instances(host: &HostRoot) -> bool {
+    host.list_dir(CAPABILITIES).unwrap_or_default().iter().filter(|g| g.starts_with("gpu")).any(|g| {
+        host.list_dir(format!("{CAPABILITIES}/{g}/mig")).unwrap_or_default().iter().any(|e| e.starts_with("gi"))
+    })
+}
+
+/// Add what NVML knows: UUIDs and models procfs lacks, MIG devices, NVLink peers. NVML that
+/// cannot be loaded is normal on hosts without the driver's user-space library (debug log),
+/// but a warning when procfs shows MIG instances that then cannot be listed.
+fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: Option<u32>, warnings: &mut Warnings) {
+    let snap = match nvml::read(host) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("NVML not used: {e}");
+            if procfs_has_mig_instances(host) {
+                warnings.add(host, CAPABILITIES, format!("MIG instances exist but {e}; MIG devices are not listed"));
+            }
             return;
         }
     };
-    let by_bus: BTreeMap<String, u32> =
+    for p in &snap.problems {
+        warnings.add(host, &snap.library, format!("NVML: {p}"));
+    }
+    let by_bus: BTreeMap<&str, &nvml::GpuInfo> =
+        snap.gpus.iter().filter_map(|g| Some((g.pci_bus_id.as_deref()?, g))).collect();
+    let index_by_bus: BTreeMap<String, u32> =
         vendor.devices.iter().filter_map(|d| Some((d.pci_bus_id.clone()?, d.index))).collect();
-    // NVML_NVLINK_MAX_LINKS is 18 for Hopper; asking past a GPU's count just errors.
-    const MAX_LINKS: u32 = 18;
+    // NVSwitches each GPU reaches: GPUs on a common switch are all peers (nvidia-smi topo: NV#).
+    let mut switches: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    let mut direct: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for dev in &mut vendor.devices {
-        let Some(uuid) = dev.uuid.clone() else { continue };
-        let Ok(gpu) = nvml.device_by_uuid(uuid.as_str()) else { continue };
-        let mut peers = Vec::new();
-        for link in 0..MAX_LINKS {
-            let l = gpu.link_wrapper_for(link);
-            if !matches!(l.is_active(), Ok(true)) {
-                continue;
-            }
-            if let Ok(pci) = l.remote_pci_info()
-                && let Some(&peer) = normalize_pci(&pci.bus_id).and_then(|b| by_bus.get(&b))
-                && peer != dev.index
-            {
-                peers.push(peer);
+        let Some(g) = dev.pci_bus_id.as_deref().and_then(|b| by_bus.get(b)) else {
+            warnings.add(
+                host,
+                &snap.library,
+                format!("NVML does not list GPU {} ({})", dev.index, dev.pci_bus_id.as_deref().unwrap_or("?")),
+            );
+            continue;
+        };
+        if dev.uuid.is_none() {
+            dev.uuid = g.uuid.clone();
+        }
+        if dev.model.is_none() {
+            dev.model = g.name.clone();
+        }
+        if let Some(m) = g.memory_mib {
+            dev.attributes.insert("memory_mib".into(), m.to_string());
+        }
+        let minor = dev.attributes.get("minor").and_then(|m| m.parse().ok()).or(g.minor);
+        dev.mig = match g.mig {
+            MigMode::Unsupported => None,
+            MigMode::Disabled => Some(Mig { enabled: false, devices: vec![] }),
+            MigMode::Enabled => Some(Mig {
+                enabled: true,
+                devices: g.mig_devices.iter().map(|m| mig_device(host, minor, caps_major, m, warnings)).collect(),
+            }),
+        };
+        for (_, peer) in &g.nvlinks {
+            match peer {
+                LinkPeer::Gpu(bus) => {
+                    if let Some(&p) = index_by_bus.get(bus) {
+                        direct.entry(dev.index).or_default().insert(p);
+                    }
+                }
+                LinkPeer::Switch(bus) => {
+                    switches.entry(dev.index).or_default().insert(bus.clone());
+                }
             }
         }
-        peers.sort_unstable();
-        peers.dedup();
-        dev.links = peers;
+    }
+    for dev in &mut vendor.devices {
+        let mut peers: BTreeSet<u32> = direct.get(&dev.index).cloned().unwrap_or_default();
+        if let Some(mine) = switches.get(&dev.index) {
+            for (other, theirs) in &switches {
+                if *other != dev.index && !mine.is_disjoint(theirs) {
+                    peers.insert(*other);
+                }
+            }
+        }
+        peers.remove(&dev.index);
+        if !peers.is_empty() {
+            dev.links = peers.into_iter().collect();
+        }
+    }
+}
+
+/// An inventory MIG device from NVML's description and the capability files of its instances.
+fn mig_device(
+    host: &HostRoot,
+    gpu_minor: Option<u32>,
+    caps_major: Option<u32>,
+    m: &nvml::MigInfo,
+    warnings: &mut Warnings,
+) -> MigDevice {
+    let mut nodes = Vec::new();
+    match gpu_minor {
+        Some(minor) => {
+            let gi = format!("{CAPABILITIES}/gpu{minor}/mig/gi{}", m.gpu_instance);
+            for file in [format!("{gi}/access"), format!("{gi}/ci{}/access", m.compute_instance)] {
+                if let Some(n) = cap_node(host, caps_major, &file, warnings) {
+                    nodes.push(n);
+                }
+            }
+        }
+        None => warnings.add(host, CAPABILITIES, format!("MIG device {}: parent GPU minor unknown", m.uuid)),
+    }
+    MigDevice {
+        index: m.index,
+        uuid: m.uuid.clone(),
+        gpu_instance: m.gpu_instance,
+        compute_instance: m.compute_instance,
+        profile: m.profile.clone(),
+        gi_profile_id: m.gi_profile_id,
+        placement: MigPlacement { start: m.placement_start, size: m.placement_size },
+        memory_mib: m.memory_mib,
+        multiprocessors: m.multiprocessors,
+        nodes,
     }
 }
 

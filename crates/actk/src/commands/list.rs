@@ -1,7 +1,7 @@
 //! `actk list`: one line per accelerator device, like `nvidia-smi -L` or `neuron-ls`.
 
 use actk_core::discover::discover_roots;
-use actk_core::inventory::{Device, Inventory};
+use actk_core::inventory::{Device, Inventory, MigDevice};
 use actk_core::profile::{self, Profile};
 use anyhow::Context;
 use std::io::Write;
@@ -47,15 +47,19 @@ pub fn print_warnings(inv: &Inventory) {
 #[derive(clap::Args, Debug)]
 #[command(after_long_help = "\
 Output: one line per device, vendors in profile order, devices in index order:
-  KIND INDEX: MODEL (UUID: ID) bus PCI-BUS-ID numa NODE [cores N] nodes DEVICE-NODES
+  KIND INDEX: MODEL (UUID: ID) bus PCI-BUS-ID numa NODE [cores N] nodes DEVICE-NODES [mig on|off]
+and under a GPU with MIG on, one line per MIG device as nvidia-smi -L prints them:
+    MIG PROFILE Device N: (UUID: MIG-ID) gi G ci C placement START+SIZE nodes CAP-NODES
 Parts the host does not report are left out. A host without accelerators prints nothing and
 exits 0. Discovery warnings (odd host state) go to stderr.
 
 --json prints the inventory as one JSON object (documented in docs/inventory-json.md):
   {root, vendors: [{profile, kind, driver_version, devices: [{index, model, uuid,
    pci_bus_id, numa_node, nodes: [{path, host_path, node_type, major, minor, file_mode}],
-   links, cores, attributes}], shared_nodes, host_files: [{capability, kind, host_path,
-   container_path}]}], warnings: [{path, message}]}
+   links, cores, attributes, mig: {enabled, devices: [{index, uuid, gpu_instance,
+   compute_instance, profile, gi_profile_id, placement: {start, size}, memory_mib,
+   multiprocessors, nodes}]}}], shared_nodes, host_files: [{capability, kind, host_path,
+   container_path}], mig_capabilities: {config, monitor}}], warnings: [{path, message}]}
 Field names are stable; new fields may be added.")]
 pub struct Args {
     /// Print the whole inventory as JSON instead of one line per device.
@@ -76,6 +80,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         for v in &inv.vendors {
             for d in &v.devices {
                 writeln!(out, "{}", device_line(&v.kind, d))?;
+                for m in d.mig.iter().flat_map(|m| &m.devices) {
+                    writeln!(out, "{}", mig_line(m))?;
+                }
             }
         }
     }
@@ -99,6 +106,28 @@ pub fn device_line(kind: &str, d: &Device) -> String {
     }
     if !d.nodes.is_empty() {
         let nodes: Vec<&str> = d.nodes.iter().map(|n| n.path.as_str()).collect();
+        s.push_str(&format!(" nodes {}", nodes.join(" ")));
+    }
+    if let Some(m) = &d.mig {
+        s.push_str(if m.enabled { " mig on" } else { " mig off" });
+    }
+    // A partition of a partitioned GPU (AMD CPX/DPX/QPX): its number and the GPU's modes.
+    if let Some(p) = d.attributes.get("partition") {
+        let mode = |k: &str| d.attributes.get(k).map(String::as_str).unwrap_or("?");
+        s.push_str(&format!(" partition {p} ({}, {})", mode("compute_partition"), mode("memory_partition")));
+    }
+    s
+}
+
+/// The `actk list` line of a MIG device, indented under its GPU as `nvidia-smi -L` does:
+/// `  MIG 3g.40gb Device 0: (UUID: MIG-…) gi 2 ci 0 placement 4+4 nodes /dev/nvidia-caps/…`.
+pub fn mig_line(m: &MigDevice) -> String {
+    let mut s = format!(
+        "  MIG {} Device {}: (UUID: {}) gi {} ci {} placement {}+{}",
+        m.profile, m.index, m.uuid, m.gpu_instance, m.compute_instance, m.placement.start, m.placement.size
+    );
+    if !m.nodes.is_empty() {
+        let nodes: Vec<&str> = m.nodes.iter().map(|n| n.path.as_str()).collect();
         s.push_str(&format!(" nodes {}", nodes.join(" ")));
     }
     s

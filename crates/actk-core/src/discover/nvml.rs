@@ -1,0 +1,434 @@
+//! The NVML seam: what only the NVIDIA driver knows (MIG instances and their UUIDs, NVLink
+//! peers, Xid events, UUIDs when procfs lacks them), read through NVML (nvml-wrapper) loaded at
+//! run time from the host root being discovered.
+//!
+//! The library is the root's own `libnvidia-ml.so.1`, found as the root's dynamic linker would
+//! find it (its /etc/ld.so.cache, then the usual driver directories) and resolved inside the
+//! root: on a real node the driver's library, in a driver container root (/run/nvidia/driver)
+//! that root's, and in a fixture root actk's NVML test double (fixtures/nvml-double), which
+//! answers from a state file modelled on a real node. Nothing is loaded at build time and
+//! nothing when no caller asks: discovery reads NVML only when [`super::DiscoverOptions::nvml`]
+//! is set (the CLI, CDI generation, the device plugin, and a container start that asks for a
+//! MIG device), so an ordinary container start never dlopens it.
+//!
+//! NVML calls made (the double implements exactly these): nvmlInit_v2, nvmlShutdown,
+//! nvmlSystemGetDriverVersion, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
+//! nvmlDeviceGetHandleByUUID, nvmlDeviceGetUUID, nvmlDeviceGetName, nvmlDeviceGetPciInfo_v3,
+//! nvmlDeviceGetMinorNumber, nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetMigMode,
+//! nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetMigDeviceHandleByIndex,
+//! nvmlDeviceGetGpuInstanceId, nvmlDeviceGetComputeInstanceId, nvmlDeviceGetAttributes_v2,
+//! nvmlDeviceGetGpuInstanceProfileInfo, nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetInfo,
+//! nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkRemotePciInfo_v2,
+//! nvmlDeviceGetNvLinkRemoteDeviceType, nvmlEventSetCreate, nvmlDeviceRegisterEvents,
+//! nvmlEventSetWait_v2, nvmlEventSetFree.
+
+mod raw;
+
+use super::{HostRoot, normalize_pci};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::error::NvmlError;
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The soname NVML is loaded by.
+pub const LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Directories searched when the root's ld.so.cache has no entry (x86-64 and arm64 layouts).
+const LIB_DIRS: &[&str] =
+    &["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"];
+
+/// Most NVLinks a GPU has (NVML_NVLINK_MAX_LINKS, 18 since Hopper).
+pub const MAX_NVLINKS: u32 = 18;
+
+/// GPU instance profile indexes of nvml.h (`NVML_GPU_INSTANCE_PROFILE_*`) asked for when
+/// mapping a GI's profile id back to its index (the index tells `+me` and other variants).
+const GI_PROFILE_INDEXES: std::ops::Range<u32> = 0..17;
+
+/// Why NVML could not be used under a root.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlLoadError {
+    /// No libnvidia-ml.so.1 under the root.
+    #[error("no {LIBRARY} under {root} (looked in its /etc/ld.so.cache and {dirs})", dirs = LIB_DIRS.join(", "))]
+    NotFound {
+        /// The host root.
+        root: String,
+    },
+    /// The library is there but could not be loaded or initialised.
+    #[error("NVML at {library} could not be initialised: {message}")]
+    Init {
+        /// The library's path on this machine.
+        library: String,
+        /// nvml-wrapper's message (missing driver, symbol, permission).
+        message: String,
+    },
+}
+
+/// Whether a GPU supports MIG and whether it is on (`nvmlDeviceGetMigMode` current mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigMode {
+    /// The GPU has no MIG (NOT_SUPPORTED), or NVML could not say.
+    #[default]
+    Unsupported,
+    /// MIG capable, off.
+    Disabled,
+    /// MIG on: the GPU is used through its MIG devices.
+    Enabled,
+}
+
+/// A MIG device (one compute instance of one GPU instance) as NVML describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigInfo {
+    /// MIG device index on its GPU (`nvmlDeviceGetMigDeviceHandleByIndex`, `nvidia-smi -L` "Device N").
+    pub index: u32,
+    /// `MIG-xxxxxxxx-...`.
+    pub uuid: String,
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// Compute instance id within the GPU instance.
+    pub compute_instance: u32,
+    /// GPU instance profile id (`nvidia-smi mig -lgip` ID).
+    pub gi_profile_id: u32,
+    /// The profile name, as NVIDIA's tools derive it (`3g.40gb`, `1c.3g.40gb`, `1g.10gb+me`).
+    pub profile: String,
+    /// First memory slice of the GPU instance.
+    pub placement_start: u32,
+    /// Memory slices of the GPU instance.
+    pub placement_size: u32,
+    /// Memory of the GPU instance in MiB.
+    pub memory_mib: u64,
+    /// Streaming multiprocessors of the compute instance.
+    pub multiprocessors: u32,
+}
+
+/// Where one NVLink leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkPeer {
+    /// Another GPU, by its PCI bus id (long form).
+    Gpu(String),
+    /// An NVSwitch, by its PCI bus id: every GPU on the same switches is a peer.
+    Switch(String),
+}
+
+/// One GPU as NVML describes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuInfo {
+    /// NVML index (PCI bus order).
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: Option<String>,
+    /// PCI bus id, long lower-case form `0000:07:00.0`.
+    pub pci_bus_id: Option<String>,
+    /// Product name.
+    pub name: Option<String>,
+    /// Minor of /dev/nvidiaN.
+    pub minor: Option<u32>,
+    /// Total memory in MiB.
+    pub memory_mib: Option<u64>,
+    /// MIG mode.
+    pub mig: MigMode,
+    /// MIG devices in index order (empty unless MIG is on).
+    pub mig_devices: Vec<MigInfo>,
+    /// Active NVLinks: (link number, where it leads).
+    pub nvlinks: Vec<(u32, LinkPeer)>,
+}
+
+/// What NVML said about a node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The library that answered (a path on this machine).
+    pub library: PathBuf,
+    /// `nvmlSystemGetDriverVersion`.
+    pub driver_version: Option<String>,
+    /// GPUs in NVML index order.
+    pub gpus: Vec<GpuInfo>,
+    /// Calls that failed, one sentence each (a lost GPU, an unsupported query).
+    pub problems: Vec<String>,
+}
+
+/// The root's libnvidia-ml.so.1 as a path on this machine (resolved inside the root), or `None`.
+pub fn library_path(host: &HostRoot) -> Option<PathBuf> {
+    let from_cache = host.read("/etc/ld.so.cache").ok().and_then(|b| crate::ldcache::parse(&b).ok()).and_then(|c| {
+        c.into_iter().find(|e| e.key == LIBRARY && e.arch() != crate::ldcache::LibArch::I386).map(|e| e.path)
+    });
+    let candidates = from_cache.into_iter().chain(LIB_DIRS.iter().map(|d| format!("{d}/{LIBRARY}")));
+    for c in candidates {
+        if let Ok(real) = host.resolve(&c) {
+            let p = host.host_path(&real);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// Load and initialise the root's NVML. Errors: no library under the root, or it does not
+/// initialise (no driver loaded, symbols missing).
+pub fn open(host: &HostRoot) -> Result<Nvml, NvmlLoadError> {
+    let lib = library_path(host).ok_or_else(|| NvmlLoadError::NotFound { root: host.root().display().to_string() })?;
+    Nvml::builder()
+        .lib_path(OsStr::new(&lib))
+        .init()
+        .map_err(|e| NvmlLoadError::Init { library: lib.display().to_string(), message: e.to_string() })
+}
+
+/// Read every GPU, its MIG devices and NVLinks from `nvml`. Never fails: a query that fails is
+/// recorded in [`Snapshot::problems`] and the rest goes on.
+pub fn snapshot(nvml: &Nvml, library: PathBuf) -> Snapshot {
+    let mut s = Snapshot { library, driver_version: nvml.sys_driver_version().ok(), ..Default::default() };
+    let count = match nvml.device_count() {
+        Ok(c) => c,
+        Err(e) => {
+            s.problems.push(format!("nvmlDeviceGetCount: {e}"));
+            return s;
+        }
+    };
+    for index in 0..count {
+        let dev = match nvml.device_by_index(index) {
+            Ok(d) => d,
+            Err(e) => {
+                s.problems.push(format!("GPU {index}: {e}"));
+                s.gpus.push(GpuInfo { index, ..Default::default() });
+                continue;
+            }
+        };
+        let mut g = GpuInfo {
+            index,
+            uuid: dev.uuid().ok(),
+            pci_bus_id: dev.pci_info().ok().and_then(|p| normalize_pci(&p.bus_id)),
+            name: dev.name().ok(),
+            minor: dev.minor_number().ok(),
+            memory_mib: dev.memory_info().ok().map(|m| m.total >> 20),
+            ..Default::default()
+        };
+        g.mig = match dev.mig_mode() {
+            Ok(m) if m.current == 1 => MigMode::Enabled,
+            Ok(_) => MigMode::Disabled,
+            Err(_) => MigMode::Unsupported,
+        };
+        if g.mig == MigMode::Enabled {
+            g.mig_devices = mig_devices(&dev, g.memory_mib, &mut s.problems);
+        }
+        g.nvlinks = nvlinks(&dev);
+        s.gpus.push(g);
+    }
+    s
+}
+
+fn mig_devices(gpu: &nvml_wrapper::Device<'_>, total_mib: Option<u64>, problems: &mut Vec<String>) -> Vec<MigInfo> {
+    let max = gpu.mig_device_count().unwrap_or(7);
+    // GI profile id -> profile index (what tells 1g.10gb from 1g.10gb+me).
+    let profiles: Vec<(u32, u32)> =
+        GI_PROFILE_INDEXES.filter_map(|i| gpu.profile_info(i).ok().map(|p| (p.id, i))).collect();
+    let mut out = Vec::new();
+    for index in 0..max {
+        let mig = match gpu.mig_device_by_index(index) {
+            Ok(m) => m,
+            Err(NvmlError::NotFound) => continue,
+            Err(e) => {
+                problems.push(format!("MIG device {index}: {e}"));
+                continue;
+            }
+        };
+        let (Ok(uuid), Ok(gi), Ok(ci)) = (mig.uuid(), raw::gpu_instance_id(&mig), raw::compute_instance_id(&mig))
+        else {
+            problems.push(format!("MIG device {index}: UUID or instance ids unreadable"));
+            continue;
+        };
+        let attrs = mig.attributes().ok();
+        let info = raw::gpu_instance_info(gpu, gi).ok();
+        let gi_slices = attrs.as_ref().map_or(0, |a| a.gpu_instance_slice_count);
+        let ci_slices = attrs.as_ref().map_or(0, |a| a.compute_instance_slice_count);
+        let memory_mib = attrs.as_ref().map_or(0, |a| a.memory_size_mb);
+        let gi_profile_id = info.map_or(u32::MAX, |i| i.profile_id);
+        let profile_index = profiles.iter().find(|(id, _)| *id == gi_profile_id).map(|(_, i)| *i);
+        let profile = match total_mib {
+            Some(total) if gi_slices > 0 => profile_name(profile_index, gi_slices, ci_slices, memory_mib, total),
+            _ => String::new(),
+        };
+        out.push(MigInfo {
+            index,
+            uuid,
+            gpu_instance: gi,
+            compute_instance: ci,
+            gi_profile_id,
+            profile,
+            placement_start: info.map_or(0, |i| i.start),
+            placement_size: info.map_or(0, |i| i.size),
+            memory_mib,
+            multiprocessors: attrs.as_ref().map_or(0, |a| a.multiprocessor_count),
+        });
+    }
+    out
+}
+
+fn nvlinks(gpu: &nvml_wrapper::Device<'_>) -> Vec<(u32, LinkPeer)> {
+    let mut out = Vec::new();
+    for link in 0..MAX_NVLINKS {
+        let l = gpu.link_wrapper_for(link);
+        if !matches!(l.is_active(), Ok(true)) {
+            continue;
+        }
+        let Some(bus) = l.remote_pci_info().ok().and_then(|p| normalize_pci(&p.bus_id)) else { continue };
+        const SWITCH: u32 = 2; // NVML_NVLINK_DEVICE_TYPE_SWITCH
+        let peer = match raw::nvlink_remote_type(gpu, link) {
+            Ok(SWITCH) => LinkPeer::Switch(bus),
+            _ => LinkPeer::Gpu(bus),
+        };
+        out.push((link, peer));
+    }
+    out
+}
+
+/// The MIG profile name NVIDIA's tools (go-nvlib `MigProfileInfo.String`, nvidia-smi) give a
+/// MIG device: `<g>g.<gb>gb` when the compute instance spans the GPU instance, else
+/// `<c>c.<g>g.<gb>gb`, with the variant of the GI profile index as suffix (`+me` for the
+/// REV1 media-extension profiles, `+gfx`, `-me`, `+me.all` on newer boards). `gb` is the GI
+/// memory as a fraction of the GPU's, rounded up to eighths, times the GPU's memory in whole
+/// GiB (go-nvlib `getMigMemorySizeGB`), so a 9856 MiB instance of an 81920 MiB A100 is `10gb`.
+pub fn profile_name(
+    gi_profile_index: Option<u32>,
+    gi_slices: u32,
+    ci_slices: u32,
+    mig_mib: u64,
+    total_mib: u64,
+) -> String {
+    let suffix = match gi_profile_index {
+        Some(7 | 8) => "+me",
+        Some(10..=12) => "+gfx",
+        Some(13 | 14) => "-me",
+        Some(15 | 16) => "+me.all",
+        _ => "",
+    };
+    let total_gib = total_mib.div_ceil(1024) as f64;
+    let frac = if total_mib == 0 { 0.0 } else { mig_mib as f64 / total_mib as f64 };
+    let frac = (frac * 8.0).ceil() / 8.0;
+    let gb = (frac * total_gib).round() as u64;
+    if ci_slices == gi_slices || ci_slices == 0 {
+        format!("{gi_slices}g.{gb}gb{suffix}")
+    } else {
+        format!("{ci_slices}c.{gi_slices}g.{gb}gb{suffix}")
+    }
+}
+
+/// Read a root's NVML: [`open`] then [`snapshot`].
+pub fn read(host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
+    let nvml = open(host)?;
+    let lib = library_path(host).unwrap_or_default();
+    Ok(snapshot(&nvml, lib))
+}
+
+/// Says whether the GPU with a UUID answers NVML (`Err(why)` when lost); given to the tick
+/// callback of [`watch_xids`].
+pub type Probe<'a> = &'a dyn Fn(&str) -> Result<(), String>;
+
+/// An Xid error event (`nvmlEventTypeXidCriticalError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidEvent {
+    /// UUID of the GPU it happened on.
+    pub gpu_uuid: String,
+    /// The Xid (NVIDIA's Xid catalogue: 79 = fallen off the bus, 48 = double-bit ECC, ...).
+    pub xid: u64,
+    /// GPU instance id when the driver attributed it to a MIG device.
+    pub gpu_instance: Option<u32>,
+    /// Compute instance id, likewise.
+    pub compute_instance: Option<u32>,
+}
+
+/// Watch Xid events of the GPUs with UUIDs `gpus` under `host` until `stop()` is true, calling
+/// `on_event` for each, and `on_tick` after every wait (about every `poll`) with a probe
+/// function that says whether a GPU answers NVML (`Err(why)` when lost). Blocks the calling
+/// thread; meant for a thread of its own.
+///
+/// Errors: NVML cannot be loaded or no GPU accepts event registration.
+pub fn watch_xids(
+    host: &HostRoot,
+    gpus: &[String],
+    poll: Duration,
+    stop: &dyn Fn() -> bool,
+    on_event: &mut dyn FnMut(XidEvent),
+    on_tick: &mut dyn FnMut(Probe<'_>),
+) -> Result<(), String> {
+    let nvml = open(host).map_err(|e| e.to_string())?;
+    let mut set = nvml.create_event_set().map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
+    let mut registered = 0;
+    for uuid in gpus {
+        let dev = match nvml.device_by_uuid(uuid.as_str()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("Xid watch: GPU {uuid}: {e}");
+                continue;
+            }
+        };
+        set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(s) => {
+                registered += 1;
+                s
+            }
+            Err(e) => {
+                tracing::warn!("Xid watch: GPU {uuid} does not report Xid events: {e}");
+                match e.error {
+                    // The set is gone after an Unknown error (nvml-wrapper freed it).
+                    NvmlError::Unknown | NvmlError::SetReleaseFailed => {
+                        nvml.create_event_set().map_err(|e| format!("nvmlEventSetCreate: {e}"))?
+                    }
+                    _ => return Err(format!("Xid watch: registering GPU {uuid}: {e}")),
+                }
+            }
+        };
+    }
+    if registered == 0 {
+        return Err("no GPU accepted Xid event registration".into());
+    }
+    let probe = |uuid: &str| -> Result<(), String> {
+        let dev = nvml.device_by_uuid(uuid).map_err(|e| e.to_string())?;
+        dev.pci_info().map(|_| ()).map_err(|e| e.to_string())
+    };
+    let timeout = u32::try_from(poll.as_millis()).unwrap_or(u32::MAX).max(1);
+    while !stop() {
+        match raw::wait(&set, timeout) {
+            Ok(ev) if ev.event_type & EventTypes::CRITICAL_XID_ERROR.bits() != 0 => {
+                if let Ok(gpu_uuid) = ev.device.uuid() {
+                    on_event(XidEvent {
+                        gpu_uuid,
+                        xid: ev.data,
+                        gpu_instance: ev.gpu_instance,
+                        compute_instance: ev.compute_instance,
+                    });
+                }
+            }
+            Ok(_) | Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                tracing::debug!("Xid watch: nvmlEventSetWait: {e}");
+                std::thread::sleep(poll);
+            }
+        }
+        on_tick(&probe);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_follow_nvidias_rule() {
+        // A100-SXM4-80GB (81920 MiB): the GI profiles' memory as NVML reports them.
+        assert_eq!(profile_name(Some(0), 1, 1, 9856, 81920), "1g.10gb");
+        assert_eq!(profile_name(Some(7), 1, 1, 9856, 81920), "1g.10gb+me");
+        assert_eq!(profile_name(Some(9), 1, 1, 19968, 81920), "1g.20gb");
+        assert_eq!(profile_name(Some(2), 3, 3, 40192, 81920), "3g.40gb");
+        assert_eq!(profile_name(Some(2), 3, 1, 40192, 81920), "1c.3g.40gb");
+        assert_eq!(profile_name(Some(4), 7, 7, 80384, 81920), "7g.80gb");
+        // H100 80GB HBM3 (81559 MiB) and H200 (143771 MiB), `nvidia-smi mig -lgip` memory.
+        assert_eq!(profile_name(Some(0), 1, 1, 9984, 81559), "1g.10gb");
+        assert_eq!(profile_name(Some(4), 7, 7, 81152, 81559), "7g.80gb");
+        assert_eq!(profile_name(Some(0), 1, 1, 16384, 143771), "1g.18gb");
+        assert_eq!(profile_name(Some(9), 1, 1, 33024, 143771), "1g.35gb");
+        assert_eq!(profile_name(Some(2), 3, 3, 71168, 143771), "3g.71gb");
+        assert_eq!(profile_name(Some(4), 7, 7, 143104, 143771), "7g.141gb");
+    }
+}

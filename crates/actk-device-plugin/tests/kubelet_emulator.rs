@@ -1170,6 +1170,9 @@ async fn neuron_logical_cores_follow_the_plugins_lnc() {
     kubelet.start();
     let config = tempfile::tempdir().unwrap();
     std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
+    // The node's CDI specs, which the default cdi-cri strategy names devices from (F18).
+    let spec_dir = config.path().join("cdi");
+    write_specs(&f.root, &spec_dir, actk_core::cdi::DeviceNameStrategy::Both);
     let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
         .arg("--config")
         .arg(config.path().join("dp.toml"))
@@ -1177,6 +1180,8 @@ async fn neuron_logical_cores_follow_the_plugins_lnc() {
         .arg(&f.root)
         .arg("--socket-dir")
         .arg(dir.path())
+        .arg("--spec-dirs")
+        .arg(&spec_dir)
         .args(["--resources", "aws.amazon.com/neuroncore"])
         .env("NEURON_LOGICAL_NC_CONFIG", "2")
         .env("ACTK_PROFILES_DIR", config.path().join("none"))

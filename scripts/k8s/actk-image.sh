@@ -70,6 +70,10 @@ for lib in $(for b in "${bins[@]}"; do ldd "$dir/$b"; done | grep -o '/[^ ]*' | 
 done
 echo 'root:x:0:0:root:/:/usr/bin/actk' >"$r/etc/passwd"
 echo 'root:x:0:' >"$r/etc/group"
-"$repo/scripts/k8s/oci-image.sh" "$r" "$ref" "$out" --entrypoint '["/usr/bin/actk-device-plugin"]' >/dev/null
+# The image carries the version and commit the binaries report (`actk --version`), as the
+# chart's appVersion carries the version (crates/actk/tests/version.rs checks both).
+revision=$("$dir/actk" --version | sed -n 's/.*(commit \(.*\))$/\1/p')
+"$repo/scripts/k8s/oci-image.sh" "$r" "$ref" "$out" --entrypoint '["/usr/bin/actk-device-plugin"]' \
+  --label "org.opencontainers.image.version=$version" --label "org.opencontainers.image.revision=$revision" >/dev/null
 echo "$ref" >"$out.ref"
 echo "$ref $out"

@@ -4,7 +4,7 @@
 # index.json whose manifest carries the image name, so that `ctr -n k8s.io images import OUT.tar`
 # (containerd), `podman load -i` and `skopeo copy oci-archive:` all take it.
 #
-# Usage: scripts/k8s/oci-image.sh ROOTFS NAME:TAG OUT.tar [--entrypoint JSON] [--cmd JSON] [--env K=V]...
+# Usage: scripts/k8s/oci-image.sh ROOTFS NAME:TAG OUT.tar [--entrypoint JSON] [--cmd JSON] [--env K=V]... [--label K=V]...
 #   JSON is an array of strings: --entrypoint '["/usr/bin/actk-device-plugin"]'
 # Prints the manifest digest (sha256:...) on stdout.
 #
@@ -19,12 +19,13 @@ shift 3
 [ -d "$rootfs" ] || die "root filesystem $rootfs is not a directory"
 case "$ref" in *:*) ;; *) die "image name $ref needs a tag (NAME:TAG)" ;; esac
 command -v jq >/dev/null || die "jq not found (scripts/install-deps.sh installs it)"
-entrypoint=null cmd=null env='[]'
+entrypoint=null cmd=null env='[]' labels='{}'
 while [ $# -gt 0 ]; do
   case $1 in
     --entrypoint) entrypoint=$2; shift 2 ;;
     --cmd) cmd=$2; shift 2 ;;
     --env) env=$(jq -c --arg e "$2" '. + [$e]' <<<"$env"); shift 2 ;;
+    --label) labels=$(jq -c --arg k "${2%%=*}" --arg v "${2#*=}" '. + {($k): $v}' <<<"$labels"); shift 2 ;;
     *) die "unknown option $1" ;;
   esac
 done
@@ -51,10 +52,11 @@ tar -C "$rootfs" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --fo
   --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime -cf "$work/layer.tar" .
 read -r layer_digest layer_size < <(put "$work/layer.tar")
 
-jq -nc --argjson ep "$entrypoint" --argjson cmd "$cmd" --argjson env "$env" --arg diff "sha256:$layer_digest" '{
+jq -nc --argjson ep "$entrypoint" --argjson cmd "$cmd" --argjson env "$env" --argjson labels "$labels" --arg diff "sha256:$layer_digest" '{
   architecture: "amd64", os: "linux",
   config: ({Env: (if ($env | length) > 0 then $env else ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] end)}
-           + (if $ep then {Entrypoint: $ep} else {} end) + (if $cmd then {Cmd: $cmd} else {} end)),
+           + (if $ep then {Entrypoint: $ep} else {} end) + (if $cmd then {Cmd: $cmd} else {} end)
+           + (if ($labels | length) > 0 then {Labels: $labels} else {} end)),
   rootfs: {type: "layers", diff_ids: [$diff]},
   history: [{created_by: "scripts/k8s/oci-image.sh"}]
 }' >"$work/config.json"

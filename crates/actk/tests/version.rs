@@ -29,3 +29,21 @@ fn every_binary_reports_the_workspace_version_and_the_git_commit() {
         }
     }
 }
+
+/// The image and the chart carry the version the binaries report (issue 15): the chart's
+/// `version` and `appVersion` (the image tag it defaults to), and the Containerfile's label.
+#[test]
+fn chart_and_image_carry_the_workspace_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let chart = std::fs::read_to_string(repo.join("deploy/helm/actk-device-plugin/Chart.yaml")).unwrap();
+    let field = |k: &str| {
+        chart.lines().find_map(|l| l.strip_prefix(&format!("{k}:"))).map(|v| v.trim().trim_matches('"').to_string())
+    };
+    assert_eq!(field("version").as_deref(), Some(version), "Chart.yaml version");
+    assert_eq!(field("appVersion").as_deref(), Some(version), "Chart.yaml appVersion");
+    let containerfile = std::fs::read_to_string(repo.join("Containerfile")).unwrap();
+    assert!(containerfile.contains(&format!("ARG ACTK_VERSION={version}\n")), "Containerfile ACTK_VERSION");
+    let script = std::fs::read_to_string(repo.join("scripts/k8s/actk-image.sh")).unwrap();
+    assert!(script.contains("org.opencontainers.image.version=$version"), "actk-image.sh labels the version");
+}

@@ -1,0 +1,2 @@
+//! actk-dra-driver (written in the next commits).
+fn main() {}

@@ -156,3 +156,30 @@ impl Driver {
         Ok(())
     }
 }
+
+/// Claims held in memory, keyed by `(namespace, name)`: the [`ClaimSource`] of tests, benches
+/// and dry runs.
+#[derive(Default)]
+pub struct MemoryClaims(pub std::sync::Mutex<std::collections::BTreeMap<(String, String), ResourceClaim>>);
+
+impl MemoryClaims {
+    /// Adds or replaces `claim` (keyed by its metadata namespace and name).
+    pub fn put(&self, claim: ResourceClaim) {
+        let key =
+            (claim.metadata.namespace.clone().unwrap_or_default(), claim.metadata.name.clone().unwrap_or_default());
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key, claim);
+    }
+}
+
+impl ClaimSource for MemoryClaims {
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<ResourceClaim, String>> + Send + '_>> {
+        let found =
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).get(&(namespace.to_string(), name.to_string())).cloned();
+        let missing = format!("resourceclaims.resource.k8s.io \"{name}\" not found");
+        Box::pin(async move { found.ok_or(missing) })
+    }
+}

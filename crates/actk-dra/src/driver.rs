@@ -84,6 +84,25 @@ impl Driver {
         self.state.lock().await.claims.keys().cloned().collect()
     }
 
+    /// Removes claim specs of this driver in the CDI directory that the checkpoint does not
+    /// know (a driver killed between writing a spec and its checkpoint), so that no spec grants
+    /// devices for a claim nobody prepared. Each removal is logged.
+    pub async fn remove_orphan_specs(&self) {
+        let st = self.state.lock().await;
+        let Ok(entries) = std::fs::read_dir(&self.cdi_dir) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(uid) = claim::uid_of_spec_file(&name)
+                && !st.claims.contains_key(uid)
+            {
+                match std::fs::remove_file(e.path()) {
+                    Ok(()) => tracing::info!("removed {}: no prepared claim has uid {uid}", e.path().display()),
+                    Err(err) => tracing::warn!("cannot remove orphan spec {}: {err}", e.path().display()),
+                }
+            }
+        }
+    }
+
     /// Prepares `want` (see the module docs) and returns its devices.
     ///
     /// Errors: a message naming the claim: [`ClaimError`]s, a spec or checkpoint write failure.

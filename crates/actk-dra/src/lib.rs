@@ -17,6 +17,8 @@ pub mod authority;
 pub mod checkpoint;
 pub mod claim;
 pub mod driver;
+pub mod kube;
 pub mod plugin;
+pub mod publish;
 pub mod service;
 pub mod slice;

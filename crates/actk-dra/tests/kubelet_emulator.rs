@@ -278,7 +278,7 @@ async fn prepare_writes_one_self_contained_spec_and_unprepare_removes_it() {
     let file = format!("actk.dev-claim_{u}.json");
     assert_eq!(s.spec_files(), std::slice::from_ref(&file));
     let path = s.cdi_dir().join(&file);
-    let spec = actk_core::cdi::validate::read_spec_file(&path, true).expect("the spec passes CDI validation");
+    let spec = actk_core::cdi::validate::validate_file(&path).expect("the spec passes CDI validation");
     assert_eq!(spec.kind, "actk.dev/claim");
     assert!(spec.container_edits.device_nodes.is_empty() && spec.container_edits.mounts.is_empty());
     let dev = |n: &str| spec.devices.iter().find(|d| d.name == n).unwrap_or_else(|| panic!("no device {n}"));

@@ -1,7 +1,8 @@
 //! NVIDIA enricher: GPUs from the nvidia kernel module's procfs (`/proc/driver/nvidia/version`
 //! and `/proc/driver/nvidia/gpus/<bus>/information`), NUMA nodes from PCI sysfs, and, only on
-//! the running system's own root, NVLink peers from NVML (nvml-wrapper dlopens
-//! libnvidia-ml.so.1; when that fails discovery goes on without links).
+//! the running system's own root, NVLink peers and total memory (attribute `memory_bytes`)
+//! from NVML (nvml-wrapper dlopens libnvidia-ml.so.1; when that fails discovery goes on
+//! without them).
 //!
 //! Index order is PCI bus order, which is how NVML and nvidia-smi number GPUs
 //! (CUDA_DEVICE_ORDER=PCI_BUS_ID).
@@ -133,8 +134,8 @@ pub(crate) fn parse_information(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Add NVLink peers from NVML. Loading failure is normal on hosts without the driver's
-/// user-space library and only logged at debug level.
+/// Add NVLink peers and total memory from NVML. Loading failure is normal on hosts without the
+/// driver's user-space library and only logged at debug level.
 fn nvml_links(vendor: &mut VendorInventory) {
     use nvml_wrapper::Nvml;
     let nvml = match Nvml::init() {
@@ -151,6 +152,11 @@ fn nvml_links(vendor: &mut VendorInventory) {
     for dev in &mut vendor.devices {
         let Some(uuid) = dev.uuid.clone() else { continue };
         let Ok(gpu) = nvml.device_by_uuid(uuid.as_str()) else { continue };
+        // Total framebuffer memory in bytes, as nvidia-smi's memory.total (the DRA driver
+        // publishes it as the device's `memory` capacity).
+        if let Ok(mem) = gpu.memory_info() {
+            dev.attributes.insert("memory_bytes".into(), mem.total.to_string());
+        }
         let mut peers = Vec::new();
         for link in 0..MAX_LINKS {
             let l = gpu.link_wrapper_for(link);

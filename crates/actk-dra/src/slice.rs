@@ -342,6 +342,21 @@ mod tests {
     }
 
     #[test]
+    fn memory_and_cores_are_capacities() {
+        let mut d = Device { index: 0, cores: Some(2), ..Default::default() };
+        d.attributes.insert("memory_bytes".into(), (81559u64 << 20).to_string());
+        let v = VendorInventory { profile: "nvidia".into(), kind: "nvidia.com/gpu".into(), ..Default::default() };
+        let s = slice_device(Path::new("/nonexistent"), &v, &d, None);
+        let cap = s.capacity.unwrap();
+        assert_eq!(cap["memory"].value.0, "81559Mi");
+        assert_eq!(cap["cores"].value.0, "2");
+        assert_eq!(bytes_quantity(1000).0, "1000");
+        let a = s.attributes.unwrap();
+        assert_eq!(a["vendor"].string.as_deref(), Some("nvidia.com"));
+        assert!(!a.contains_key(PCIE_ROOT) && !a.contains_key("uuid"), "unknown facts are left out");
+    }
+
+    #[test]
     fn many_devices_split_into_slices_with_one_count() {
         let devs: Vec<SliceDevice> =
             (0..130).map(|i| SliceDevice { name: device_name("x", i), ..Default::default() }).collect();

@@ -58,6 +58,9 @@ impl Sink for First {
     async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
         Ok(BTreeMap::new())
     }
+    async fn intact(&mut self, _: i64) -> Result<bool, String> {
+        Ok(true)
+    }
     async fn publish(&mut self, _: i64, devices: Vec<Device>) -> Result<(), String> {
         if let Some(tx) = self.0.take() {
             let _ = tx.send(devices.len());

@@ -4,6 +4,10 @@
 //! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
 //! back when healthy again; the driver prepares only what the published inventory holds.
 //!
+//! The published pool is checked at each discovery and published again (at a new generation)
+//! when it is gone or changed: the kubelet deletes the node's slices when it starts, and a
+//! driver's slices when the driver was unregistered for 30 s.
+//!
 //! One kind, one server: a profile whose Kubernetes resource (`nvidia.com/gpu`, ...) a device
 //! plugin advertises on this node (Node allocatable above zero) is not published, with a warning
 //! naming the resource, unless `allow_device_plugin_overlap` is set; the chart's values decide
@@ -86,6 +90,10 @@ pub fn probes(inv: &Inventory) -> Vec<(String, Probe)> {
 pub trait Sink: Send {
     /// Devices that a device plugin serves on this node, by profile (`allocatable` check).
     fn allocatable(&mut self) -> impl Future<Output = Result<BTreeMap<String, String>, String>> + Send;
+    /// Whether the pool the API server holds is still the one published at `generation` (the
+    /// kubelet deletes a node's slices when it starts, and a driver's after it was away 30 s).
+    /// Errors: the API server's message (the pool is then taken as intact).
+    fn intact(&mut self, generation: i64) -> impl Future<Output = Result<bool, String>> + Send;
     /// Publishes the pool at `generation`. Errors: the API server's message.
     fn publish(
         &mut self,
@@ -105,6 +113,13 @@ pub struct ApiSink {
 impl Sink for ApiSink {
     async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
         crate::kube::node(&self.client, &self.node.name).await.map(|(_, a)| a)
+    }
+    async fn intact(&mut self, generation: i64) -> Result<bool, String> {
+        let now = crate::kube::current_slices(&self.client, &self.node.name).await?;
+        let count = now.first().map_or(0, |s| s.spec.pool.resource_slice_count);
+        Ok(!now.is_empty()
+            && now.len() as i64 == count
+            && now.iter().all(|s| s.spec.pool.generation == generation && s.spec.pool.resource_slice_count == count))
     }
     async fn publish(&mut self, generation: i64, devices: Vec<SliceDevice>) -> Result<(), String> {
         let slices = slice::slices(&self.node, generation, devices);
@@ -153,6 +168,19 @@ pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
             inv = served(&found, cfg.served.as_ref(), &excluded);
             probe_list = probes(&inv);
+            if published.is_some() {
+                match sink.intact(generation).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            "the pool's ResourceSlices were deleted or changed (kubelet restart?); publishing again"
+                        );
+                        published = None;
+                        generation += 1;
+                    }
+                    Err(e) => tracing::warn!("cannot check the published ResourceSlices: {e}"),
+                }
+            }
             last_discovery = Some(Instant::now());
         }
         let unhealthy: BTreeSet<String> = probe_list

@@ -93,3 +93,22 @@ pub async fn apply_slices(client: &kube::Client, node: &str, slices: &[ResourceS
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    /// Building a TLS client needs exactly one rustls crypto provider (found on a real API server:
+    /// without kube's `ring` feature the driver panicked at its first connection).
+    #[tokio::test]
+    async fn tls_client_builds_from_a_kubeconfig() {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kc,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:9\", insecure-skip-tls-verify: true}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n",
+        )
+        .unwrap();
+        super::client(Some(&kc)).await.expect("client builds");
+        let err = super::client(Some(&dir.path().join("missing"))).await.err().unwrap();
+        assert!(format!("{err:#}").contains("missing"), "{err:#}");
+    }
+}

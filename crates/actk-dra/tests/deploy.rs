@@ -78,7 +78,7 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     assert!(pod["serviceAccountName"].as_str().unwrap().ends_with("-dra"));
     assert_ne!(pod["automountServiceAccountToken"], false, "the driver talks to the API server");
     let c = &pod["containers"][0];
-    assert_eq!(c["command"][0], "actk-dra-driver");
+    assert_eq!(c["command"][0], "/usr/bin/actk-dra-driver", "the binary in the actk image");
     let sc = &c["securityContext"];
     assert_eq!((sc["privileged"].clone(), sc["readOnlyRootFilesystem"].clone()), (false.into(), true.into()));
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
@@ -154,31 +154,40 @@ fn bad_values_are_refused_naming_the_value() {
             "config.resources has nvidia.com/gpu, but the DRA driver serves its profile",
         ),
         (&["dra.enabled=true", "devicePlugin.enabled=false", "dra.profiles={nvida}"], "dra.profiles names \"nvida\""),
-        (
-            &["dra.enabled=true", "devicePlugin.enabled=false", "dra.hostRoot=relative/dir"],
-            "dra.hostRoot \"relative/dir\"",
-        ),
-        (
-            &["dra.enabled=true", "devicePlugin.enabled=false", "dra.ldcacheHook=actk-hook"],
-            "dra.ldcacheHook \"actk-hook\"",
-        ),
+        (&["dra.enabled=true", "devicePlugin.enabled=false", "hostRoot=relative/dir"], "hostRoot"),
+        (&["dra.enabled=true", "devicePlugin.enabled=false", "cdi.ldcacheHook=actk-hook"], "ldcacheHook"),
+        // The driver's root is the chart's hostRoot, shared with the device plugin.
+        (&["dra.enabled=true", "devicePlugin.enabled=false", "dra.hostRoot=/x"], "hostRoot"),
+        (&["dra.enabled=true", "devicePlugin.enabled=false", "dra.typo=1"], "typo"),
     ];
     for (set, want) in cases {
         let err = template(&helm, set).expect_err(&format!("{set:?} must be refused"));
         assert!(err.contains(want), "{set:?}: {err}");
     }
-    // DRA for every profile and no device plugin; a simulated node's root mounted at its path.
-    let all = template(
-        &helm,
-        &["dra.enabled=true", "devicePlugin.enabled=false", "dra.hostRoot=/var/lib/actk/simulated-node"],
-    )
-    .unwrap();
+    // DRA for every profile and no device plugin; a simulated node's root (hostRoot) mounted
+    // read-only at /host<root>, as in the device plugin's pod, and no other host directory.
+    let all =
+        template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false", "hostRoot=/var/lib/actk/simulated-node"])
+            .unwrap();
     let ds = daemonsets(&all);
     assert_eq!(ds.len(), 1);
-    let c = &ds[0]["spec"]["template"]["spec"]["containers"][0];
+    let pod = &ds[0]["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
     let env = env_of(c);
-    assert!(env.contains(&("ACTK_ROOT".into(), "/var/lib/actk/simulated-node".into())), "{env:?}");
-    assert!(env.contains(&("ACTK_DRA_HOST_MOUNT".into(), "/".into())), "{env:?}");
+    assert!(env.contains(&("ACTK_ROOT".into(), "/host/var/lib/actk/simulated-node".into())), "{env:?}");
+    assert!(env.contains(&("ACTK_DRA_HOST_MOUNT".into(), "/host".into())), "{env:?}");
+    assert!(!env.iter().any(|(n, _)| n == "ACTK_DRA_LDCACHE_HOOK"), "no hook without node setup: {env:?}");
+    let root = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root").unwrap();
+    assert_eq!(
+        (root["mountPath"].clone(), root["readOnly"].clone()),
+        ("/host/var/lib/actk/simulated-node".into(), true.into())
+    );
+    assert!(c["volumeMounts"].as_array().unwrap().iter().all(|m| m["name"] != "host-dev"));
+    // With the node setup, claim specs get its actk-hook for the ld.so.cache hook.
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false", "nodeSetup.enabled=true"]).unwrap();
+    let dra = daemonsets(&all).into_iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let env = env_of(&dra["spec"]["template"]["spec"]["containers"][0]);
+    assert!(env.contains(&("ACTK_DRA_LDCACHE_HOOK".into(), "/usr/local/actk/bin/actk-hook".into())), "{env:?}");
     // Without dra.enabled nothing of the driver is rendered.
     let all = template(&helm, &[]).unwrap();
     assert!(all.iter().all(|d| d["kind"] != "DeviceClass" && d["kind"] != "ClusterRole"));

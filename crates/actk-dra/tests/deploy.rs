@@ -188,6 +188,30 @@ fn bad_values_are_refused_naming_the_value() {
     let dra = daemonsets(&all).into_iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
     let env = env_of(&dra["spec"]["template"]["spec"]["containers"][0]);
     assert!(env.contains(&("ACTK_DRA_LDCACHE_HOOK".into(), "/usr/local/actk/bin/actk-hook".into())), "{env:?}");
+    // Claim specs go to the last of cdi.specDirs (where the runtime reads them), which is the
+    // driver's one writable spec directory; dra.extraEnv comes after the fixed variables.
+    let all = template(
+        &helm,
+        &[
+            "dra.enabled=true",
+            "devicePlugin.enabled=false",
+            "cdi.specDirs={/etc/cdi,/run/node/cdi}",
+            "dra.extraEnv[0].name=KUBERNETES_SERVICE_HOST",
+            "dra.extraEnv[0].value=127.0.0.1",
+        ],
+    )
+    .unwrap();
+    let pod = &daemonsets(&all)[0]["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let env = env_of(c);
+    assert!(env.contains(&("ACTK_DRA_CDI_DIR".into(), "/run/node/cdi".into())), "{env:?}");
+    assert_eq!(env.last(), Some(&("KUBERNETES_SERVICE_HOST".into(), "127.0.0.1".into())), "{env:?}");
+    let m = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "cdi-specs").unwrap();
+    let v = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "cdi-specs").unwrap();
+    assert_eq!(
+        (m["mountPath"].as_str(), v["hostPath"]["path"].as_str()),
+        (Some("/run/node/cdi"), Some("/run/node/cdi"))
+    );
     // Without dra.enabled nothing of the driver is rendered.
     let all = template(&helm, &[]).unwrap();
     assert!(all.iter().all(|d| d["kind"] != "DeviceClass" && d["kind"] != "ClusterRole"));

@@ -440,6 +440,14 @@ nodeSetup:
   containerd:
     config: $S/containerd/config.toml
     socket: $SOCK
+# The DRA driver (dra.enabled): this kubelet's plugin dirs (--root-dir), and the API server on the
+# host's loopback, as no kube-proxy makes the service IP reachable.
+dra:
+  kubeletPluginsDir: $KUBELET_DIR/plugins
+  kubeletRegistryDir: $KUBELET_DIR/plugins_registry
+  extraEnv:
+    - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
 EOF
   local args=(upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$S/harness-values.yaml" "${values[@]}")
   [ $wait = 1 ] && args+=(--wait --timeout 3m)

@@ -10,7 +10,7 @@
 # Prints "REF TAR" as its last line; REF is actk.local/actk:VERSION-HASH, HASH naming the
 # binaries, so a new build gets a new tag and a `helm upgrade` with it rolls the pods.
 #
-# Contents: /usr/bin/{actk,actk-device-plugin,actk-runtime,actk-hook} and the shared libraries
+# Contents: /usr/bin/{actk,actk-device-plugin,actk-dra-driver,actk-runtime,actk-hook} and the shared libraries
 # they load (glibc, libgcc_s: what `ldd` lists), nothing else: no shell, no package manager.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,7 +25,9 @@ while [ $# -gt 0 ]; do
     *) echo "actk-image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-bins=(actk actk-device-plugin actk-runtime actk-hook)
+bins=(actk actk-device-plugin actk-dra-driver actk-runtime actk-hook)
+# The packages that build them (actk-dra-driver is the binary of crate actk-dra).
+pkgs_of=(actk actk-device-plugin actk-dra actk-runtime actk-hook)
 case $profile in release | debug) ;; *) echo "actk-image: --profile $profile: use release or debug" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
@@ -34,7 +36,7 @@ if [ $build = 1 ]; then
   flag=()
   [ "$profile" = release ] && flag=(--release)
   pkgs=()
-  for b in "${bins[@]}"; do pkgs+=(-p "$b"); done
+  for p in "${pkgs_of[@]}"; do pkgs+=(-p "$p"); done
   (cd "$repo" && cargo build "${flag[@]}" "${pkgs[@]}" >&2)
 fi
 for b in "${bins[@]}"; do

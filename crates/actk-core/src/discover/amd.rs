@@ -99,6 +99,10 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
             }
         }
         dev.attributes.insert("kfd_node".into(), node_id.to_string());
+        // GPUs of one XGMI hive share this id (kfd_topology.c); 0 means the GPU is in no hive.
+        if let Some(&hive) = props.get("hive_id").filter(|&&h| h != 0) {
+            dev.attributes.insert("hive_id".into(), format!("0x{hive:016x}"));
+        }
         if let Some(bus) = &dev.pci_bus_id {
             let pci = format!("/sys/bus/pci/devices/{bus}");
             match host.read_to_string(format!("{pci}/numa_node")) {
@@ -243,8 +247,9 @@ mod tests {
                 r,
                 &format!("{TOPOLOGY}/{n}/properties"),
                 &format!(
-                    "simd_count 1216\ndrm_render_minor {minor}\nlocation_id {loc}\ndomain 0\ndevice_id 29857\nunique_id {}\n",
-                    1000 + n
+                    "simd_count 1216\ndrm_render_minor {minor}\nlocation_id {loc}\ndomain 0\ndevice_id 29857\nunique_id {}\nhive_id {}\n",
+                    1000 + n,
+                    if n == 1 { 0x5b2f_0c3a_11e4_7d21u64 } else { 0 }
                 ),
             );
             let bus = format!("0000:{:02x}:00.0", loc >> 8);
@@ -261,6 +266,8 @@ mod tests {
         assert_eq!(d.pci_bus_id.as_deref(), Some("0000:22:00.0"));
         assert_eq!(d.model.as_deref(), Some("AMD Instinct MI300X"));
         assert_eq!(d.links, [0]);
+        assert_eq!(v.devices[0].attributes.get("hive_id").map(String::as_str), Some("0x5b2f0c3a11e47d21"));
+        assert_eq!(d.attributes.get("hive_id"), None, "hive_id 0 is no hive");
         assert_eq!(
             d.nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
             ["/dev/dri/renderD129", "/dev/dri/card2"]

@@ -251,6 +251,8 @@ fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: O
         }
         if let Some(m) = g.memory_mib {
             dev.attributes.insert("memory_mib".into(), m.to_string());
+            // In bytes too: the DRA driver publishes it as the device's `memory` capacity.
+            dev.attributes.insert("memory_bytes".into(), (m * 1024 * 1024).to_string());
         }
         let minor = dev.attributes.get("minor").and_then(|m| m.parse().ok()).or(g.minor);
         dev.mig = match g.mig {

@@ -19,6 +19,42 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+Resources the device plugin serves, as a JSON list; [] means every resource found. With the DRA
+driver enabled: config.resources minus nothing (a resource of a DRA profile there is an error),
+or, when config.resources is empty, every resource of the profiles the DRA driver leaves alone.
+*/}}
+{{- define "actk-device-plugin.resources" -}}
+{{- $res := .Values.config.resources -}}
+{{- if .Values.dra.enabled -}}
+{{- $dra := list -}}
+{{- range $p := .Values.dra.profiles -}}
+{{- $prof := index $.Values.profiles $p -}}
+{{- if not $prof -}}{{- fail (printf "dra.profiles names %q, which is not in .Values.profiles; add it there with its kind and resources" $p) -}}{{- end -}}
+{{- $dra = concat $dra $prof.resources -}}
+{{- end -}}
+{{- if $res -}}
+{{- range $r := $res -}}
+{{- if has $r $dra -}}{{- fail (printf "config.resources has %s, but the DRA driver serves its profile (dra.profiles): a kind is served by one of them, never both; remove it from one list" $r) -}}{{- end -}}
+{{- end -}}
+{{- else -}}
+{{- range $name, $prof := .Values.profiles -}}
+{{- if not (has $name $.Values.dra.profiles) -}}{{- $res = concat $res $prof.resources -}}{{- end -}}
+{{- end -}}
+{{- if and .Values.devicePlugin.enabled (not $res) -}}
+{{- fail "the DRA driver serves every profile (dra.profiles), so the device plugin has nothing left: set devicePlugin.enabled=false" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $res | toJson -}}
+{{- end -}}
+
+{{/* Labels of the DRA driver's pods: another name, so the device plugin's selector never matches them. */}}
+{{- define "actk-device-plugin.draSelector" -}}
+app.kubernetes.io/name: actk-dra-driver
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* The host root without a trailing slash ("" for "/"): node path P is at /host<P> in a pod. */}}
 {{- define "actk.root" -}}
 {{- trimSuffix "/" .Values.hostRoot -}}

@@ -1,0 +1,348 @@
+//! From an allocated ResourceClaim to its transient CDI spec and the NodePrepareResources answer:
+//! pure functions over the claim (as the API server returned it), the node's inventory and the
+//! profiles.
+//!
+//! The spec of claim `U` (its UID) has kind [`CLAIM_KIND`] (`actk.dev/claim`) and lives in
+//! `<cdi dir>/actk.dev-claim_U.json` ([`spec_file_name`]). It is self-contained: it does not
+//! name or need any other CDI spec on the node, so what the claim prepared is exactly what a
+//! container of the claim gets. Its devices:
+//! - `U-<device>` for each allocated device (`U-nvidia-0`): the device's own nodes;
+//! - `U-<profile>-common` for each profile in the claim: the profile's control nodes, driver
+//!   files (every capability whose files exist, as `actk cdi generate` writes them), the
+//!   ld.so.cache hook, the profile's env, and each of the profile's selection variables set to
+//!   `void` (`NVIDIA_VISIBLE_DEVICES=void`). CDI env edits come after the image's and the pod's
+//!   env and the last duplicate wins, so an image's `NVIDIA_VISIBLE_DEVICES=all` cannot make
+//!   actk-runtime, actk-hook or another toolkit's hook add devices the claim did not allocate.
+//!
+//! Each allocated device answers with its own CDI name and, for the first device of each
+//! (request, profile), the profile's common device, so a container that uses one request of
+//! the claim gets the control nodes and driver files once.
+
+use actk_core::cdi::generate::{DeviceNameStrategy, GenerateOptions, generate};
+use actk_core::cdi::spec::{ContainerEdits, Device as CdiDevice, Spec};
+use actk_core::cdi::version::minimum_version;
+use actk_core::inventory::{DeviceNode, HostFile, Inventory, VendorInventory};
+use actk_core::profile::Profile;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::slice::{DRIVER, device_name};
+
+/// CDI kind of the transient claim specs.
+pub const CLAIM_KIND: &str = "actk.dev/claim";
+
+/// The claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ClaimRef {
+    /// metadata.namespace.
+    pub namespace: String,
+    /// metadata.uid.
+    pub uid: String,
+    /// metadata.name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} (uid {})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// One prepared device, as NodePrepareResources answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    /// The claim's request this device was allocated for (without a `/subrequest` part).
+    pub request: String,
+    /// Pool name (the node's name).
+    pub pool: String,
+    /// Device name in the pool (`nvidia-0`).
+    pub device: String,
+    /// Qualified CDI names that give the device to a container.
+    pub cdi_ids: Vec<String>,
+}
+
+/// A claim prepared in memory: its answer and its spec (not yet written).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The claim.
+    pub claim: ClaimRef,
+    /// Devices in allocation order.
+    pub devices: Vec<PreparedDevice>,
+    /// The transient spec; `None` when the claim has no device of this driver on this node.
+    pub spec: Option<Spec>,
+}
+
+/// Why a claim cannot be prepared. Every message names the claim; the kubelet shows it in the
+/// pod's events.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// The claim was not found in the API server.
+    #[error("claim {claim}: not found in the API server: {message}")]
+    NotFound {
+        /// The claim.
+        claim: ClaimRef,
+        /// What the API server said.
+        message: String,
+    },
+    /// The API server has another object under that name (deleted and created again).
+    #[error("claim {claim}: the API server's claim of that name has uid {found}; it was deleted and created again")]
+    UidMismatch {
+        /// The claim.
+        claim: ClaimRef,
+        /// UID the API server has.
+        found: String,
+    },
+    /// The claim has no allocation.
+    #[error("claim {claim}: it is not allocated (status.allocation is empty)")]
+    NotAllocated {
+        /// The claim.
+        claim: ClaimRef,
+    },
+    /// An allocated device of this driver is in another node's pool.
+    #[error("claim {claim}: device {device} is in pool {pool}, not in this node's pool {node}")]
+    OtherPool {
+        /// The claim.
+        claim: ClaimRef,
+        /// Device name.
+        device: String,
+        /// Its pool.
+        pool: String,
+        /// This node.
+        node: String,
+    },
+    /// An allocated device is not (or no longer) on this node.
+    #[error("claim {claim}: device {device} is not on this node (it has {known}); nothing was prepared")]
+    UnknownDevice {
+        /// The claim.
+        claim: ClaimRef,
+        /// Device name.
+        device: String,
+        /// The devices this node has.
+        known: String,
+    },
+    /// Configuration for this driver that it does not understand.
+    #[error("claim {claim}: {message}")]
+    Config {
+        /// The claim.
+        claim: ClaimRef,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// Building the CDI spec failed.
+    #[error("claim {claim}: cannot build its CDI spec: {message}")]
+    Spec {
+        /// The claim.
+        claim: ClaimRef,
+        /// Why.
+        message: String,
+    },
+}
+
+/// How claim specs are built.
+#[derive(Debug, Clone, Default)]
+pub struct SpecOptions {
+    /// Where the node's `/` is mounted in the driver's container; removed from host paths in
+    /// specs, which the node's container runtime reads (`/` when the driver sees the node's root
+    /// as its own, or a simulated node's files are at the same path on the node).
+    pub host_mount: PathBuf,
+    /// Capabilities whose driver files the common devices mount (`None`: every capability whose
+    /// files exist, as `actk cdi generate` does).
+    pub capabilities: Option<Vec<String>>,
+    /// Absolute path (on the node) of actk-hook for the ld.so.cache createContainer hook.
+    pub ldcache_hook: Option<String>,
+}
+
+/// File name of claim `uid`'s spec: `actk.dev-claim_<uid>.json`.
+pub fn spec_file_name(uid: &str) -> String {
+    format!("actk.dev-claim_{uid}.json")
+}
+
+/// The claim UID a spec file name belongs to, for specs this driver wrote.
+pub fn uid_of_spec_file(name: &str) -> Option<&str> {
+    name.strip_prefix("actk.dev-claim_")?.strip_suffix(".json")
+}
+
+/// Removes `host_mount` from the front of `p` (`/host/dev/nvidia0` -> `/dev/nvidia0`).
+fn node_path(host_mount: &Path, p: &Path) -> PathBuf {
+    match p.strip_prefix(host_mount) {
+        Ok(rel) if host_mount != Path::new("/") && !host_mount.as_os_str().is_empty() => Path::new("/").join(rel),
+        _ => p.to_path_buf(),
+    }
+}
+
+/// `vendor` with host paths seen from the node and only the devices in `indexes`.
+fn node_view(vendor: &VendorInventory, indexes: &BTreeSet<u32>, host_mount: &Path) -> VendorInventory {
+    let fix_node = |n: &DeviceNode| DeviceNode { host_path: node_path(host_mount, &n.host_path), ..n.clone() };
+    let mut v = vendor.clone();
+    v.devices.retain(|d| indexes.contains(&d.index));
+    for d in &mut v.devices {
+        d.nodes = d.nodes.iter().map(fix_node).collect();
+    }
+    v.shared_nodes = v.shared_nodes.iter().map(fix_node).collect();
+    v.host_files =
+        v.host_files.iter().map(|f| HostFile { host_path: node_path(host_mount, &f.host_path), ..f.clone() }).collect();
+    v
+}
+
+/// The base request name of an allocation result's request (`gpu/large` -> `gpu`), which is
+/// what containers name in `resources.claims[].request`.
+pub fn base_request(request: &str) -> &str {
+    request.split_once('/').map_or(request, |(base, _)| base)
+}
+
+/// Checks that `claim` (from the API server) is the one `want` names and prepares it on node
+/// `node` (its pool) from `inventory`.
+///
+/// Errors: [`ClaimError::UidMismatch`], [`ClaimError::NotAllocated`], [`ClaimError::OtherPool`],
+/// [`ClaimError::UnknownDevice`] (naming every such device and the node's devices),
+/// [`ClaimError::Config`] (opaque configuration for this driver: not supported),
+/// [`ClaimError::Spec`].
+// The error names the claim and the devices; it is built once per failed claim, so its size
+// does not matter.
+#[allow(clippy::result_large_err)]
+pub fn prepare(
+    want: &ClaimRef,
+    claim: &ResourceClaim,
+    node: &str,
+    inventory: &Inventory,
+    profiles: &[Profile],
+    opts: &SpecOptions,
+) -> Result<Prepared, ClaimError> {
+    let found = claim.metadata.uid.clone().unwrap_or_default();
+    if found != want.uid {
+        return Err(ClaimError::UidMismatch { claim: want.clone(), found });
+    }
+    let alloc = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .ok_or_else(|| ClaimError::NotAllocated { claim: want.clone() })?;
+    let devices_alloc = alloc.devices.as_ref();
+    if let Some(cfg) = devices_alloc
+        .and_then(|d| d.config.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.opaque.as_ref().is_some_and(|o| o.driver == DRIVER))
+    {
+        return Err(ClaimError::Config {
+            claim: want.clone(),
+            message: format!(
+                "opaque configuration for driver {DRIVER} (from the {}) is not supported; remove it",
+                if cfg.source == "FromClass" { "DeviceClass" } else { "claim" }
+            ),
+        });
+    }
+    let results: Vec<_> =
+        devices_alloc.and_then(|d| d.results.as_ref()).into_iter().flatten().filter(|r| r.driver == DRIVER).collect();
+    // slice device name -> (vendor position, device index)
+    let mut by_name: BTreeMap<String, (usize, u32)> = BTreeMap::new();
+    for (vi, v) in inventory.vendors.iter().enumerate() {
+        for d in v.devices.iter().filter(|d| !d.nodes.is_empty()) {
+            by_name.insert(device_name(&v.profile, d.index), (vi, d.index));
+        }
+    }
+    let mut unknown = Vec::new();
+    let mut picked: Vec<(&str, &str, usize, u32)> = Vec::new(); // request, device, vendor, index
+    for r in &results {
+        if r.pool != node {
+            return Err(ClaimError::OtherPool {
+                claim: want.clone(),
+                device: r.device.clone(),
+                pool: r.pool.clone(),
+                node: node.to_string(),
+            });
+        }
+        match by_name.get(&r.device) {
+            Some(&(vi, idx)) => picked.push((base_request(&r.request), &r.device, vi, idx)),
+            None => unknown.push(r.device.clone()),
+        }
+    }
+    if !unknown.is_empty() {
+        let known = if by_name.is_empty() {
+            "no devices".to_string()
+        } else {
+            by_name.keys().cloned().collect::<Vec<_>>().join(", ")
+        };
+        return Err(ClaimError::UnknownDevice { claim: want.clone(), device: unknown.join(", "), known });
+    }
+    if picked.is_empty() {
+        return Ok(Prepared { claim: want.clone(), devices: Vec::new(), spec: None });
+    }
+    let spec_err = |message: String| ClaimError::Spec { claim: want.clone(), message };
+    // One generated per-kind spec per vendor, restricted to the claim's devices.
+    let mut per_vendor: BTreeMap<usize, BTreeSet<u32>> = BTreeMap::new();
+    for (_, _, vi, idx) in &picked {
+        per_vendor.entry(*vi).or_default().insert(*idx);
+    }
+    let gen_opts = GenerateOptions {
+        device_name_strategy: DeviceNameStrategy::Index,
+        capabilities: opts.capabilities.clone(),
+        ldcache_hook: opts.ldcache_hook.clone(),
+    };
+    let mut generated: BTreeMap<usize, Spec> = BTreeMap::new();
+    for (vi, idxs) in &per_vendor {
+        let v = &inventory.vendors[*vi];
+        let profile = profiles
+            .iter()
+            .find(|p| p.name == v.profile)
+            .ok_or_else(|| spec_err(format!("no profile named {:?} is loaded", v.profile)))?;
+        let view = node_view(v, idxs, &opts.host_mount);
+        let mut spec = generate(profile, &view, &gen_opts).map_err(|e| spec_err(e.to_string()))?;
+        for var in &profile.selection.env {
+            spec.container_edits.env.push(format!("{var}=void"));
+        }
+        generated.insert(*vi, spec);
+    }
+    let mut cdi_devices: Vec<CdiDevice> = Vec::new();
+    for (vi, spec) in &generated {
+        cdi_devices.push(CdiDevice {
+            name: common_name(&want.uid, &inventory.vendors[*vi].profile),
+            container_edits: spec.container_edits.clone(),
+            ..Default::default()
+        });
+    }
+    let mut prepared = Vec::new();
+    let mut common_given: BTreeSet<(&str, usize)> = BTreeSet::new();
+    for (request, device, vi, idx) in &picked {
+        let spec = &generated[vi];
+        let edits: ContainerEdits = spec
+            .devices
+            .iter()
+            .find(|d| d.name == idx.to_string())
+            .map(|d| d.container_edits.clone())
+            .ok_or_else(|| spec_err(format!("device {device} has no usable device node")))?;
+        let name = format!("{}-{device}", want.uid);
+        if !cdi_devices.iter().any(|d| d.name == name) {
+            cdi_devices.push(CdiDevice { name: name.clone(), container_edits: edits, ..Default::default() });
+        }
+        let mut ids = Vec::new();
+        if common_given.insert((request, *vi)) {
+            ids.push(format!("{CLAIM_KIND}={}", common_name(&want.uid, &inventory.vendors[*vi].profile)));
+        }
+        ids.push(format!("{CLAIM_KIND}={name}"));
+        prepared.push(PreparedDevice {
+            request: request.to_string(),
+            pool: node.to_string(),
+            device: device.to_string(),
+            cdi_ids: ids,
+        });
+    }
+    let mut spec = Spec {
+        cdi_version: String::new(),
+        kind: CLAIM_KIND.into(),
+        devices: cdi_devices,
+        container_edits: ContainerEdits::default(),
+        ..Default::default()
+    };
+    spec.cdi_version = minimum_version(&spec).to_string();
+    Ok(Prepared { claim: want.clone(), devices: prepared, spec: Some(spec) })
+}
+
+/// CDI device name of `profile`'s common edits in claim `uid`'s spec.
+pub fn common_name(uid: &str, profile: &str) -> String {
+    // device_name(profile, 0) minus "-0": the same DNS-label form as the devices'.
+    let p = device_name(profile, 0);
+    format!("{uid}-{}-common", p.trim_end_matches("-0"))
+}

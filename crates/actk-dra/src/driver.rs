@@ -1,0 +1,204 @@
+//! The node side of the driver: NodePrepareResources and NodeUnprepareResources over the
+//! current inventory, the claims in the API server, the CDI directory and the checkpoint.
+//!
+//! Prepare of one claim:
+//! 1. already in the checkpoint and its spec file present: the checkpointed answer (idempotent,
+//!    and a restarted driver answers without the API server);
+//! 2. else read the claim from the API server ([`ClaimSource`]), check its UID, build its spec
+//!    ([`crate::claim::prepare`]), write the spec atomically, then the checkpoint; when the
+//!    checkpoint cannot be written the spec is removed again, so an error leaves nothing behind.
+//!
+//! Unprepare of one claim removes its spec (a missing one is fine) and its checkpoint entry.
+//! Claims are handled one at a time under one lock (the work is a few small file writes); the
+//! API read happens outside the lock.
+
+use crate::checkpoint::{Checkpoint, Entry};
+use crate::claim::{self, ClaimError, ClaimRef, PreparedDevice, SpecOptions};
+use actk_core::cdi::validate::Format;
+use actk_core::inventory::Inventory;
+use actk_core::profile::Profile;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{Mutex, watch};
+
+/// Where claims are read from: the API server in the driver, a map in tests and benches.
+pub trait ClaimSource: Send + Sync + 'static {
+    /// The claim `namespace/name`. Errors: a message naming what failed (not found, forbidden,
+    /// unreachable).
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<ResourceClaim, String>> + Send + '_>>;
+}
+
+/// Everything prepare and unprepare need.
+pub struct Driver {
+    /// Node name (the pool name).
+    pub node: String,
+    /// The profiles.
+    pub profiles: Vec<Profile>,
+    /// Where claim specs go (the node's /var/run/cdi as the driver sees it).
+    pub cdi_dir: PathBuf,
+    /// The checkpoint file.
+    pub checkpoint_path: PathBuf,
+    /// How specs are built.
+    pub spec_options: SpecOptions,
+    /// The inventory as published (served profiles only, unhealthy devices left out).
+    pub inventory: watch::Receiver<Arc<Inventory>>,
+    claims: Arc<dyn ClaimSource>,
+    state: Mutex<Checkpoint>,
+}
+
+/// Why the driver cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// The checkpoint is unreadable.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+}
+
+impl Driver {
+    /// A driver for `node`, loading its checkpoint from `checkpoint_path` (missing: empty).
+    ///
+    /// Errors: [`DriverError::Checkpoint`] when the checkpoint exists but cannot be read.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node: String,
+        profiles: Vec<Profile>,
+        cdi_dir: PathBuf,
+        checkpoint_path: PathBuf,
+        spec_options: SpecOptions,
+        inventory: watch::Receiver<Arc<Inventory>>,
+        claims: Arc<dyn ClaimSource>,
+    ) -> Result<Driver, DriverError> {
+        let cp = Checkpoint::load(&checkpoint_path, &node)?;
+        Ok(Driver { node, profiles, cdi_dir, checkpoint_path, spec_options, inventory, claims, state: Mutex::new(cp) })
+    }
+
+    /// UIDs of the claims in the checkpoint.
+    pub async fn prepared_claims(&self) -> Vec<String> {
+        self.state.lock().await.claims.keys().cloned().collect()
+    }
+
+    /// Removes claim specs of this driver in the CDI directory that the checkpoint does not
+    /// know (a driver killed between writing a spec and its checkpoint), so that no spec grants
+    /// devices for a claim nobody prepared. Each removal is logged.
+    pub async fn remove_orphan_specs(&self) {
+        let st = self.state.lock().await;
+        let Ok(entries) = std::fs::read_dir(&self.cdi_dir) else { return };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(uid) = claim::uid_of_spec_file(&name)
+                && !st.claims.contains_key(uid)
+            {
+                match std::fs::remove_file(e.path()) {
+                    Ok(()) => tracing::info!("removed {}: no prepared claim has uid {uid}", e.path().display()),
+                    Err(err) => tracing::warn!("cannot remove orphan spec {}: {err}", e.path().display()),
+                }
+            }
+        }
+    }
+
+    /// Prepares `want` (see the module docs) and returns its devices.
+    ///
+    /// Errors: a message naming the claim: [`ClaimError`]s, a spec or checkpoint write failure.
+    pub async fn prepare(&self, want: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        {
+            let st = self.state.lock().await;
+            if let Some(e) = st.claims.get(&want.uid)
+                && e.spec.as_ref().is_none_or(|s| self.cdi_dir.join(s).exists())
+            {
+                return Ok(e.devices.clone());
+            }
+        }
+        let obj = self
+            .claims
+            .get(&want.namespace, &want.name)
+            .await
+            .map_err(|message| ClaimError::NotFound { claim: want.clone(), message }.to_string())?;
+        let inventory = self.inventory.borrow().clone();
+        let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &self.spec_options)
+            .map_err(|e| e.to_string())?;
+        let mut st = self.state.lock().await;
+        let file = claim::spec_file_name(&want.uid);
+        let path = self.cdi_dir.join(&file);
+        if let Some(spec) = &prepared.spec {
+            actk_core::cdi::write::write_spec(spec, &path, Format::Json)
+                .map_err(|e| format!("claim {want}: cannot write its CDI spec: {e}"))?;
+        }
+        let mut next = st.clone();
+        next.claims.insert(
+            want.uid.clone(),
+            Entry {
+                claim: want.clone(),
+                devices: prepared.devices.clone(),
+                spec: prepared.spec.is_some().then_some(file),
+            },
+        );
+        if let Err(e) = next.save(&self.checkpoint_path) {
+            if prepared.spec.is_some() {
+                let _ = std::fs::remove_file(&path);
+            }
+            return Err(format!("claim {want}: {e}; its CDI spec was removed again"));
+        }
+        *st = next;
+        tracing::info!(
+            "prepared claim {want}: {}",
+            prepared.devices.iter().map(|d| d.device.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        Ok(prepared.devices)
+    }
+
+    /// Unprepares `claim`: removes its spec and checkpoint entry; a claim never prepared (or
+    /// unprepared before) is fine.
+    ///
+    /// Errors: the spec cannot be removed, or the checkpoint cannot be written (both name the file).
+    pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        let mut st = self.state.lock().await;
+        let path = self.cdi_dir.join(claim::spec_file_name(&claim.uid));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("claim {claim}: cannot remove its CDI spec {}: {e}", path.display())),
+        }
+        if st.claims.contains_key(&claim.uid) {
+            let mut next = st.clone();
+            next.claims.remove(&claim.uid);
+            next.save(&self.checkpoint_path).map_err(|e| format!("claim {claim}: {e}"))?;
+            *st = next;
+            tracing::info!("unprepared claim {claim}");
+        }
+        Ok(())
+    }
+}
+
+/// Claims held in memory, keyed by `(namespace, name)`: the [`ClaimSource`] of tests, benches
+/// and dry runs.
+#[derive(Default)]
+pub struct MemoryClaims(pub std::sync::Mutex<std::collections::BTreeMap<(String, String), ResourceClaim>>);
+
+impl MemoryClaims {
+    /// Adds or replaces `claim` (keyed by its metadata namespace and name).
+    pub fn put(&self, claim: ResourceClaim) {
+        let key =
+            (claim.metadata.namespace.clone().unwrap_or_default(), claim.metadata.name.clone().unwrap_or_default());
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(key, claim);
+    }
+}
+
+impl ClaimSource for MemoryClaims {
+    fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<ResourceClaim, String>> + Send + '_>> {
+        let found =
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).get(&(namespace.to_string(), name.to_string())).cloned();
+        let missing = format!("resourceclaims.resource.k8s.io \"{name}\" not found");
+        Box::pin(async move { found.ok_or(missing) })
+    }
+}

@@ -1,0 +1,229 @@
+//! Keeping the node's pool current: discovery every `rediscover` interval (devices appearing,
+//! a driver loaded late), device health every `health` interval (a node gone or replaced, a PCI
+//! function gone: actk-device-plugin's probes), and a new pool generation published whenever the
+//! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
+//! back when healthy again; the driver prepares only what the published inventory holds.
+//!
+//! The published pool is checked at each discovery and published again (at a new generation)
+//! when it is gone or changed: the kubelet deletes the node's slices when it starts, and a
+//! driver's slices when the driver was unregistered for 30 s.
+//!
+//! One kind, one server: a profile whose Kubernetes resource (`nvidia.com/gpu`, ...) a device
+//! plugin advertises on this node (Node allocatable above zero) is not published, with a warning
+//! naming the resource, unless `allow_device_plugin_overlap` is set; the chart's values decide
+//! which kinds each serves, and this check catches a second installation (another vendor's
+//! device plugin) doing the same.
+
+use actk_core::inventory::Inventory;
+use actk_core::profile::Profile;
+use actk_device_plugin::health::{self, Probe};
+use k8s_openapi::api::resource::v1::Device as SliceDevice;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+use crate::slice::{self, NodeRef, device_name};
+
+/// What the publisher needs.
+#[derive(Debug, Clone)]
+pub struct PublishConfig {
+    /// Host root to discover in.
+    pub root: PathBuf,
+    /// The profiles.
+    pub profiles: Vec<Profile>,
+    /// Profiles to serve; `None`: every profile.
+    pub served: Option<BTreeSet<String>>,
+    /// Health probe period.
+    pub health: Duration,
+    /// Discovery period.
+    pub rediscover: Duration,
+    /// Publish kinds a device plugin also serves on this node.
+    pub allow_device_plugin_overlap: bool,
+}
+
+/// The inventory of `inv`'s vendors that are served: in `served` (all when `None`) and not in
+/// `excluded`.
+pub fn served(inv: &Inventory, served: Option<&BTreeSet<String>>, excluded: &BTreeSet<String>) -> Inventory {
+    let mut out = inv.clone();
+    out.vendors.retain(|v| served.is_none_or(|s| s.contains(&v.profile)) && !excluded.contains(&v.profile));
+    out
+}
+
+/// Profiles of `inv` whose Kubernetes resources a device plugin advertises in `allocatable`,
+/// with the resource that shows it.
+pub fn device_plugin_profiles(
+    inv: &Inventory,
+    profiles: &[Profile],
+    allocatable: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for v in &inv.vendors {
+        let Some(p) = profiles.iter().find(|p| p.name == v.profile) else { continue };
+        if let Some(r) = p.kubernetes.resources.iter().find(|r| allocatable.get(*r).is_some_and(|q| q != "0")) {
+            out.insert(v.profile.clone(), r.clone());
+        }
+    }
+    out
+}
+
+/// `inv` without the devices in `unhealthy` (slice device names).
+pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
+    let mut out = inv.clone();
+    for v in &mut out.vendors {
+        let p = v.profile.clone();
+        v.devices.retain(|d| !unhealthy.contains(&device_name(&p, d.index)));
+    }
+    out
+}
+
+/// Health probes of every device of `inv`, by slice device name.
+pub fn probes(inv: &Inventory) -> Vec<(String, Probe)> {
+    inv.vendors
+        .iter()
+        .flat_map(|v| health::probes(&inv.root, v).into_iter().map(move |p| (device_name(&v.profile, p.index), p)))
+        .collect()
+}
+
+/// Where the slices go: the API server in the driver, a recorder in tests.
+pub trait Sink: Send {
+    /// Devices that a device plugin serves on this node, by profile (`allocatable` check).
+    fn allocatable(&mut self) -> impl Future<Output = Result<BTreeMap<String, String>, String>> + Send;
+    /// Whether the pool the API server holds is still the one published at `generation` (the
+    /// kubelet deletes a node's slices when it starts, and a driver's after it was away 30 s).
+    /// Errors: the API server's message (the pool is then taken as intact).
+    fn intact(&mut self, generation: i64) -> impl Future<Output = Result<bool, String>> + Send;
+    /// Publishes the pool at `generation`. Errors: the API server's message.
+    fn publish(
+        &mut self,
+        generation: i64,
+        devices: Vec<SliceDevice>,
+    ) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// The API server as a [`Sink`].
+pub struct ApiSink {
+    /// The client.
+    pub client: ::kube::Client,
+    /// The node.
+    pub node: NodeRef,
+}
+
+impl Sink for ApiSink {
+    async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
+        crate::kube::node(&self.client, &self.node.name).await.map(|(_, a)| a)
+    }
+    async fn intact(&mut self, generation: i64) -> Result<bool, String> {
+        let now = crate::kube::current_slices(&self.client, &self.node.name).await?;
+        let count = now.first().map_or(0, |s| s.spec.pool.resource_slice_count);
+        Ok(!now.is_empty()
+            && now.len() as i64 == count
+            && now.iter().all(|s| s.spec.pool.generation == generation && s.spec.pool.resource_slice_count == count))
+    }
+    async fn publish(&mut self, generation: i64, devices: Vec<SliceDevice>) -> Result<(), String> {
+        let slices = slice::slices(&self.node, generation, devices);
+        crate::kube::apply_slices(&self.client, &self.node.name, &slices).await
+    }
+}
+
+/// Runs the publisher forever: discovers, publishes at `first_generation` and every change at
+/// the next generation, and sends each published inventory (served profiles, healthy devices)
+/// on `tx` before publishing it. A failed publish is retried every health period.
+pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64, tx: watch::Sender<Arc<Inventory>>) {
+    let mut generation = first_generation;
+    let mut published: Option<Vec<SliceDevice>> = None;
+    let mut warned_overlap: BTreeMap<String, String> = BTreeMap::new();
+    let mut last_discovery: Option<Instant> = None;
+    let mut inv = Inventory::default();
+    let mut probe_list: Vec<(String, Probe)> = Vec::new();
+    let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
+    loop {
+        if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
+            let found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
+            if last_discovery.is_none() {
+                for w in &found.warnings {
+                    tracing::warn!("discovery: {w}");
+                }
+            }
+            let overlap = if cfg.allow_device_plugin_overlap {
+                BTreeMap::new()
+            } else {
+                match sink.allocatable().await {
+                    Ok(a) => device_plugin_profiles(&found, &cfg.profiles, &a),
+                    Err(e) => {
+                        tracing::warn!("cannot read the node's allocatable resources: {e}; keeping the last check");
+                        warned_overlap.clone()
+                    }
+                }
+            };
+            for (p, r) in &overlap {
+                if warned_overlap.get(p) != Some(r) {
+                    tracing::warn!(
+                        "profile {p}: a device plugin advertises {r} on this node; its devices are not published for DRA (one kind, one server: exclude {r} from the device plugin, or set --allow-device-plugin-overlap)"
+                    );
+                }
+            }
+            warned_overlap = overlap;
+            let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
+            inv = served(&found, cfg.served.as_ref(), &excluded);
+            probe_list = probes(&inv);
+            if published.is_some() {
+                match sink.intact(generation).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(
+                            "the pool's ResourceSlices were deleted or changed (kubelet restart?); publishing again"
+                        );
+                        published = None;
+                        generation += 1;
+                    }
+                    Err(e) => tracing::warn!("cannot check the published ResourceSlices: {e}"),
+                }
+            }
+            last_discovery = Some(Instant::now());
+        }
+        let unhealthy: BTreeSet<String> = probe_list
+            .iter()
+            .filter_map(|(name, p)| {
+                let why = health::check(p)?;
+                if !unhealthy_before.contains(name) {
+                    tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
+                }
+                Some(name.clone())
+            })
+            .collect();
+        for name in unhealthy_before.difference(&unhealthy) {
+            tracing::info!("device {name} is healthy again");
+        }
+        unhealthy_before = unhealthy.clone();
+        let devices = slice::devices(&inv, None, &unhealthy);
+        if published.as_ref() != Some(&devices) {
+            if published.is_some() {
+                generation += 1;
+            }
+            tx.send_replace(Arc::new(without(&inv, &unhealthy)));
+            match sink.publish(generation, devices.clone()).await {
+                Ok(()) => {
+                    tracing::info!(
+                        "published pool generation {generation}: {} device(s){}",
+                        devices.len(),
+                        if devices.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "))
+                        }
+                    );
+                    published = Some(devices);
+                }
+                Err(e) => {
+                    tracing::warn!("publishing the ResourceSlices failed: {e}; retrying");
+                    // Publish again next tick, at a new generation: part of this one may be applied.
+                    published = None;
+                    generation += 1;
+                }
+            }
+        }
+        tokio::time::sleep(cfg.health).await;
+    }
+}

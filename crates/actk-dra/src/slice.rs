@@ -1,0 +1,374 @@
+//! From the inventory to ResourceSlices (resource.k8s.io/v1, Kubernetes 1.34): pure functions.
+//!
+//! One pool per node, named after the node, published by driver [`DRIVER`] (`actk.dev`). Every
+//! device of every served profile is one slice device named `<profile>-<index>`
+//! ([`device_name`]), with these attributes under the driver's domain (unqualified names in the
+//! API, `device.attributes["actk.dev"].NAME` in CEL):
+//!
+//! | attribute | type | from |
+//! |---|---|---|
+//! | `kind` | string | CDI kind (`nvidia.com/gpu`), what the DeviceClasses select on |
+//! | `profile` | string | actk profile (`nvidia`, `neuron`, ...) |
+//! | `vendor` | string | the kind's vendor (`nvidia.com`, `aws.amazon.com`, ...) |
+//! | `index` | int | index as the vendor tools number devices |
+//! | `uuid`, `model`, `pciBusID`, `driverVersion` | string | inventory, when known |
+//! | `numaNode` | int | sysfs `numa_node`, when known |
+//! | `architecture` | string | Neuron `info/architecture/arch_type` |
+//! | `hiveID` | string | AMD XGMI hive (KFD `hive_id`): GPUs with one value are XGMI-connected |
+//! | `ringPosition` | int | position in a link ring (Inferentia2 NeuronLink) |
+//! | `torusRow`, `torusColumn` | int | position in a `side x side` link torus (Trainium NeuronLink) |
+//! | `linkGroup2`, `linkGroup4`, `linkGroup8` | int | id of the aligned, connected group of that size holding the device |
+//!
+//! plus the standard `resource.kubernetes.io/pcieRoot` (`pci0000:17`) where the PCI function's
+//! sysfs path names its root complex. Capacities: `memory` (NVIDIA, when NVML reported it:
+//! attribute `memory_bytes`) and `cores` (Neuron core count).
+//!
+//! `linkGroupK` makes "K linked devices" a `matchAttribute` constraint: on a ring of N devices
+//! (K dividing N) group `g` is the arc at ring positions `g*K .. g*K+K-1`; on a torus, K below
+//! the side is an aligned run of one row, K a multiple of the side is that many whole rows (each
+//! row is a NeuronLink ring, adjacent rows are linked column-wise). The groups come from the link
+//! graph's recognised shape (actk-device-plugin's topology), not the vendor's name.
+
+use actk_core::inventory::{Device, Inventory, VendorInventory};
+use actk_device_plugin::topology::{self, Node, Shape};
+use k8s_openapi::api::resource::v1::{
+    Device as SliceDevice, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The driver name: the domain of the attributes, `spec.driver` of slices and of allocations.
+pub const DRIVER: &str = "actk.dev";
+
+/// The standard attribute naming a device's PCIe root complex (KEP-5316; `pci<domain>:<bus>`).
+pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+
+/// Most devices one ResourceSlice may hold (resource.k8s.io/v1 `ResourceSliceMaxDevices`).
+pub const MAX_DEVICES_PER_SLICE: usize = 128;
+
+/// Group sizes published as `linkGroupK`.
+pub const LINK_GROUP_SIZES: &[u32] = &[2, 4, 8];
+
+/// The slice device name of device `index` of profile `profile`: `<profile>-<index>`, made a
+/// DNS label (lower case, other characters `-`, at most 63 characters).
+pub fn device_name(profile: &str, index: u32) -> String {
+    let mut p: String = profile
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect::<String>()
+        .trim_matches('-')
+        .to_string();
+    if p.is_empty() {
+        p = "dev".into();
+    }
+    let suffix = format!("-{index}");
+    p.truncate(63 - suffix.len());
+    format!("{}{suffix}", p.trim_end_matches('-'))
+}
+
+fn string(v: impl Into<String>) -> DeviceAttribute {
+    DeviceAttribute { string: Some(v.into()), ..Default::default() }
+}
+
+fn int(v: i64) -> DeviceAttribute {
+    DeviceAttribute { int: Some(v), ..Default::default() }
+}
+
+/// The PCIe root complex of PCI function `bus` (`0000:18:00.0`) under host root `root`: the
+/// `pciDDDD:BB` component of the function's sysfs path (`/sys/devices/pci0000:17/.../0000:18:00.0`),
+/// `None` when the function or its link is not there.
+pub fn pcie_root(root: &Path, bus: &str) -> Option<String> {
+    let link = std::fs::read_link(root.join("sys/bus/pci/devices").join(bus)).ok()?;
+    link.components().filter_map(|c| c.as_os_str().to_str()).find(|c| is_pci_root(c)).map(str::to_string)
+}
+
+fn is_pci_root(c: &str) -> bool {
+    // pci<4 hex>:<2 hex>, e.g. pci0000:00
+    let Some(rest) = c.strip_prefix("pci") else { return false };
+    let b = rest.as_bytes();
+    b.len() == 7 && b[4] == b':' && rest.bytes().enumerate().all(|(i, x)| i == 4 || x.is_ascii_hexdigit())
+}
+
+/// Topology attributes of each device of `vendor`, by index, from its link graph's shape.
+pub fn link_attributes(vendor: &VendorInventory) -> BTreeMap<u32, BTreeMap<String, DeviceAttribute>> {
+    let nodes: Vec<Node> =
+        vendor.devices.iter().map(|d| Node { index: d.index, numa: d.numa_node, links: d.links.clone() }).collect();
+    let mut out: BTreeMap<u32, BTreeMap<String, DeviceAttribute>> = BTreeMap::new();
+    if nodes.iter().all(|n| n.links.is_empty()) {
+        return out;
+    }
+    match topology::shape(&nodes) {
+        Shape::Ring(order) => {
+            let n = order.len() as u32;
+            for (pos, idx) in order.iter().enumerate() {
+                let pos = pos as u32;
+                let a = out.entry(*idx).or_default();
+                a.insert("ringPosition".into(), int(i64::from(pos)));
+                for &k in LINK_GROUP_SIZES {
+                    if k < n && n.is_multiple_of(k) {
+                        a.insert(format!("linkGroup{k}"), int(i64::from(pos / k)));
+                    }
+                }
+            }
+        }
+        Shape::Torus { side } => {
+            for i in 0..side * side {
+                let (r, c) = (i / side, i % side);
+                let a = out.entry(i).or_default();
+                a.insert("torusRow".into(), int(i64::from(r)));
+                a.insert("torusColumn".into(), int(i64::from(c)));
+                for &k in LINK_GROUP_SIZES {
+                    let group = if k < side && side.is_multiple_of(k) {
+                        Some(r * (side / k) + c / k)
+                    } else if k.is_multiple_of(side) && side.is_multiple_of(k / side) && k < side * side {
+                        Some(r / (k / side))
+                    } else {
+                        None
+                    };
+                    if let Some(g) = group {
+                        a.insert(format!("linkGroup{k}"), int(i64::from(g)));
+                    }
+                }
+            }
+        }
+        Shape::Links => {}
+    }
+    out
+}
+
+/// Quantity text for a byte count: `NMi` when it is whole mebibytes, else bytes.
+fn bytes_quantity(b: u64) -> Quantity {
+    const MI: u64 = 1 << 20;
+    Quantity(if b.is_multiple_of(MI) { format!("{}Mi", b / MI) } else { b.to_string() })
+}
+
+/// The slice device for inventory device `d` of `vendor`; `root` is the host root (for the PCIe
+/// root), `links` what [`link_attributes`] gave for the device.
+pub fn slice_device(
+    root: &Path,
+    vendor: &VendorInventory,
+    d: &Device,
+    links: Option<&BTreeMap<String, DeviceAttribute>>,
+) -> SliceDevice {
+    let mut attrs: BTreeMap<String, DeviceAttribute> = BTreeMap::new();
+    attrs.insert("kind".into(), string(&vendor.kind));
+    attrs.insert("profile".into(), string(&vendor.profile));
+    attrs.insert("vendor".into(), string(vendor.kind.split('/').next().unwrap_or_default()));
+    attrs.insert("index".into(), int(i64::from(d.index)));
+    if let Some(u) = &d.uuid {
+        attrs.insert("uuid".into(), string(u));
+    }
+    if let Some(m) = &d.model {
+        attrs.insert("model".into(), string(m));
+    }
+    if let Some(b) = &d.pci_bus_id {
+        attrs.insert("pciBusID".into(), string(b));
+        if let Some(r) = pcie_root(root, b) {
+            attrs.insert(PCIE_ROOT.into(), string(r));
+        }
+    }
+    if let Some(n) = d.numa_node {
+        attrs.insert("numaNode".into(), int(i64::from(n)));
+    }
+    if let Some(v) = &vendor.driver_version {
+        attrs.insert("driverVersion".into(), string(v));
+    }
+    if let Some(a) = d.attributes.get("architecture") {
+        attrs.insert("architecture".into(), string(a));
+    }
+    if let Some(h) = d.attributes.get("hive_id") {
+        attrs.insert("hiveID".into(), string(h));
+    }
+    if let Some(l) = links {
+        attrs.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let mut capacity: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
+    if let Some(b) = d.attributes.get("memory_bytes").and_then(|m| m.parse::<u64>().ok()) {
+        capacity.insert("memory".into(), DeviceCapacity { value: bytes_quantity(b), ..Default::default() });
+    }
+    if let Some(c) = d.cores {
+        capacity.insert("cores".into(), DeviceCapacity { value: Quantity(c.to_string()), ..Default::default() });
+    }
+    SliceDevice {
+        name: device_name(&vendor.profile, d.index),
+        attributes: Some(attrs),
+        capacity: (!capacity.is_empty()).then_some(capacity),
+        ..Default::default()
+    }
+}
+
+/// Slice devices of every vendor in `inventory` whose profile is in `profiles` (all when
+/// `None`), leaving out devices without a usable node (nothing could be prepared for them) and
+/// those `excluded` names (unhealthy ones), in inventory order.
+pub fn devices(
+    inventory: &Inventory,
+    profiles: Option<&BTreeSet<String>>,
+    excluded: &BTreeSet<String>,
+) -> Vec<SliceDevice> {
+    let mut out = Vec::new();
+    for v in &inventory.vendors {
+        if profiles.is_some_and(|p| !p.contains(&v.profile)) {
+            continue;
+        }
+        let links = link_attributes(v);
+        for d in &v.devices {
+            let name = device_name(&v.profile, d.index);
+            if d.nodes.is_empty() || excluded.contains(&name) {
+                continue;
+            }
+            out.push(slice_device(&inventory.root, v, d, links.get(&d.index)));
+        }
+    }
+    out
+}
+
+/// Where the slices are published: the node, and its UID for the owner reference (so that the
+/// garbage collector removes them with the Node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRef {
+    /// Node name (also the pool name).
+    pub name: String,
+    /// Node metadata.uid; `None`: no owner reference.
+    pub uid: Option<String>,
+}
+
+/// Name of slice `i` of `node`'s pool: `<node>-actk.dev-<i>`.
+pub fn slice_name(node: &str, i: usize) -> String {
+    format!("{node}-{DRIVER}-{i}")
+}
+
+/// The ResourceSlices of `node`'s pool at `generation` holding `devices`, at most
+/// [`MAX_DEVICES_PER_SLICE`] each; one slice without devices when there are none (so that the
+/// scheduler sees the pool is empty rather than unknown).
+pub fn slices(node: &NodeRef, generation: i64, devices: Vec<SliceDevice>) -> Vec<ResourceSlice> {
+    let chunks: Vec<Vec<SliceDevice>> = if devices.is_empty() {
+        vec![Vec::new()]
+    } else {
+        devices.chunks(MAX_DEVICES_PER_SLICE).map(<[SliceDevice]>::to_vec).collect()
+    };
+    let count = chunks.len() as i64;
+    let owner = node.uid.as_ref().map(|uid| {
+        vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node.name.clone(),
+            uid: uid.clone(),
+            controller: Some(true),
+            ..Default::default()
+        }]
+    });
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, devs)| ResourceSlice {
+            metadata: ObjectMeta {
+                name: Some(slice_name(&node.name, i)),
+                owner_references: owner.clone(),
+                ..Default::default()
+            },
+            spec: ResourceSliceSpec {
+                driver: DRIVER.into(),
+                node_name: Some(node.name.clone()),
+                pool: ResourcePool { name: node.name.clone(), generation, resource_slice_count: count },
+                devices: Some(devs),
+                ..Default::default()
+            },
+        })
+        .collect()
+}
+
+/// Whether two slice lists publish the same thing (metadata other than the name, and the
+/// pool generation, ignored): the publisher bumps the generation only when this is false.
+pub fn same_content(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.metadata.name == y.metadata.name
+                && x.spec.devices == y.spec.devices
+                && x.spec.node_name == y.spec.node_name
+                && x.spec.driver == y.spec.driver
+                && x.spec.pool.resource_slice_count == y.spec.pool.resource_slice_count
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_dns_labels() {
+        assert_eq!(device_name("nvidia", 3), "nvidia-3");
+        assert_eq!(device_name("My_Profile.x", 0), "my-profile-x-0");
+        assert_eq!(device_name("__", 1), "dev-1");
+        let long = device_name(&"a".repeat(100), 12345);
+        assert_eq!(long.len(), 63);
+        assert!(long.ends_with("-12345"));
+    }
+
+    #[test]
+    fn pci_root_component() {
+        assert!(is_pci_root("pci0000:17"));
+        assert!(!is_pci_root("pci0000:1"));
+        assert!(!is_pci_root("0000:17:00.0"));
+        assert!(!is_pci_root("pcixxxx:17"));
+    }
+
+    #[test]
+    fn torus_groups_are_rows_and_aligned_runs() {
+        // 4x4 torus, row-major: each device linked to its 4 neighbours.
+        let side = 4u32;
+        let devices = (0..16)
+            .map(|i| {
+                let (r, c) = (i / side, i % side);
+                let mut links: Vec<u32> = vec![
+                    r * side + (c + 1) % side,
+                    r * side + (c + side - 1) % side,
+                    ((r + 1) % side) * side + c,
+                    ((r + side - 1) % side) * side + c,
+                ];
+                links.sort();
+                Device { index: i, links, ..Default::default() }
+            })
+            .collect();
+        let v = VendorInventory { devices, ..Default::default() };
+        let a = link_attributes(&v);
+        let get = |i: u32, k: &str| a[&i][k].int.unwrap();
+        assert_eq!((get(6, "torusRow"), get(6, "torusColumn")), (1, 2));
+        assert_eq!(get(6, "linkGroup4"), 1);
+        assert_eq!(get(6, "linkGroup2"), 3);
+        assert_eq!(get(6, "linkGroup8"), 0);
+        assert_eq!(get(9, "linkGroup8"), 1);
+    }
+
+    #[test]
+    fn memory_and_cores_are_capacities() {
+        let mut d = Device { index: 0, cores: Some(2), ..Default::default() };
+        d.attributes.insert("memory_bytes".into(), (81559u64 << 20).to_string());
+        let v = VendorInventory { profile: "nvidia".into(), kind: "nvidia.com/gpu".into(), ..Default::default() };
+        let s = slice_device(Path::new("/nonexistent"), &v, &d, None);
+        let cap = s.capacity.unwrap();
+        assert_eq!(cap["memory"].value.0, "81559Mi");
+        assert_eq!(cap["cores"].value.0, "2");
+        assert_eq!(bytes_quantity(1000).0, "1000");
+        let a = s.attributes.unwrap();
+        assert_eq!(a["vendor"].string.as_deref(), Some("nvidia.com"));
+        assert!(!a.contains_key(PCIE_ROOT) && !a.contains_key("uuid"), "unknown facts are left out");
+    }
+
+    #[test]
+    fn many_devices_split_into_slices_with_one_count() {
+        let devs: Vec<SliceDevice> =
+            (0..130).map(|i| SliceDevice { name: device_name("x", i), ..Default::default() }).collect();
+        let node = NodeRef { name: "n1".into(), uid: Some("u".into()) };
+        let s = slices(&node, 7, devs);
+        assert_eq!(s.len(), 2);
+        assert!(s.iter().all(|x| x.spec.pool.resource_slice_count == 2 && x.spec.pool.generation == 7));
+        assert_eq!(s[1].spec.devices.as_ref().unwrap().len(), 2);
+        assert_eq!(s[0].metadata.name.as_deref(), Some("n1-actk.dev-0"));
+        assert_eq!(s[0].metadata.owner_references.as_ref().unwrap()[0].kind, "Node");
+        let empty = slices(&node, 1, Vec::new());
+        assert_eq!(empty.len(), 1);
+        assert_eq!(empty[0].spec.devices.as_deref(), Some(&[][..]));
+    }
+}

@@ -1,0 +1,190 @@
+//! ResourceSlices built from every fixture host root (real node layouts, fixtures/*/SOURCES.md):
+//! device names, the attributes users select on, capacities, the PCIe root, and link groups
+//! that really are connected in the inventory's link graph (so a `matchAttribute` on
+//! `linkGroupK` gives linked devices).
+
+use actk_dra::slice::{self, DRIVER, NodeRef, PCIE_ROOT};
+use actk_testsupport::fixture;
+use k8s_openapi::api::resource::v1::Device;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn devices_of(name: &str) -> Option<(actk_core::inventory::Inventory, Vec<Device>)> {
+    let f = fixture::prepare(name).expect("fixture prepares")?;
+    let inv = actk_core::discover::discover(&f.root, &actk_core::profile::builtin());
+    let devs = slice::devices(&inv, None, &BTreeSet::new());
+    // the fixture directory goes away with `f`; the values stay
+    Some((inv, devs))
+}
+
+fn s<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
+    d.attributes.as_ref()?.get(k)?.string.as_deref()
+}
+
+fn i(d: &Device, k: &str) -> Option<i64> {
+    d.attributes.as_ref()?.get(k)?.int
+}
+
+fn names(devs: &[Device]) -> Vec<&str> {
+    devs.iter().map(|d| d.name.as_str()).collect()
+}
+
+/// Groups of device indexes by the value of integer attribute `k`.
+fn groups(devs: &[Device], k: &str) -> BTreeMap<i64, Vec<u32>> {
+    let mut g: BTreeMap<i64, Vec<u32>> = BTreeMap::new();
+    for d in devs {
+        if let Some(v) = i(d, k) {
+            g.entry(v).or_default().push(i(d, "index").unwrap() as u32);
+        }
+    }
+    g
+}
+
+/// Whether `members` form a connected subgraph of the links of `vendor`.
+fn connected(vendor: &actk_core::inventory::VendorInventory, members: &[u32]) -> bool {
+    let set: BTreeSet<u32> = members.iter().copied().collect();
+    let mut seen = BTreeSet::from([members[0]]);
+    let mut todo = vec![members[0]];
+    while let Some(x) = todo.pop() {
+        let d = vendor.devices.iter().find(|d| d.index == x).unwrap();
+        for l in &d.links {
+            if set.contains(l) && seen.insert(*l) {
+                todo.push(*l);
+            }
+        }
+    }
+    seen == set
+}
+
+#[test]
+fn dgx_h100_gpus_with_identity_numa_and_pcie_root() {
+    let Some((_, devs)) = devices_of("nvidia-dgx-h100") else { return };
+    assert_eq!(names(&devs), (0..8).map(|i| format!("nvidia-{i}")).collect::<Vec<_>>());
+    for d in &devs {
+        assert_eq!(s(d, "kind"), Some("nvidia.com/gpu"));
+        assert_eq!(s(d, "vendor"), Some("nvidia.com"));
+        assert_eq!(s(d, "profile"), Some("nvidia"));
+        assert_eq!(s(d, "model"), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(s(d, "driverVersion"), Some("580.95.05"));
+        assert!(s(d, "uuid").unwrap().starts_with("GPU-"), "{:?}", s(d, "uuid"));
+        assert!(i(d, "numaNode").is_some());
+        let root = s(d, PCIE_ROOT).expect("pcieRoot");
+        assert!(root.starts_with("pci0000:"), "{root}");
+    }
+    assert_eq!(s(&devs[0], "pciBusID"), Some("0000:1b:00.0"));
+    assert_eq!(s(&devs[0], PCIE_ROOT), Some("pci0000:00"));
+    // GPUs on the two sockets have different roots; all attribute names are API-valid.
+    let roots: BTreeSet<&str> = devs.iter().filter_map(|d| s(d, PCIE_ROOT)).collect();
+    assert!(roots.len() > 1, "{roots:?}");
+    for d in &devs {
+        for k in d.attributes.as_ref().unwrap().keys() {
+            let id = k.rsplit('/').next().unwrap();
+            assert!(id.len() <= 32 && id.chars().next().unwrap().is_ascii_alphabetic(), "{k}");
+            assert!(id.chars().all(|c| c.is_ascii_alphanumeric()), "{k}");
+        }
+    }
+}
+
+#[test]
+fn inf2_ring_pairs_and_quads_are_linked_and_cores_are_capacity() {
+    let Some((inv, devs)) = devices_of("aws-inf2-48xlarge") else { return };
+    let v = inv.vendor("neuron").unwrap();
+    assert_eq!(devs.len(), 12);
+    for d in &devs {
+        assert_eq!(s(d, "kind"), Some("aws.amazon.com/neuron"));
+        assert_eq!(s(d, "model"), Some("Inferentia2"));
+        assert_eq!(d.capacity.as_ref().unwrap()["cores"].value.0, "2");
+        assert!(i(d, "ringPosition").is_some());
+    }
+    let pairs = groups(&devs, "linkGroup2");
+    assert_eq!(pairs.len(), 6);
+    for (g, m) in &pairs {
+        assert_eq!(m.len(), 2, "group {g}");
+        assert!(connected(v, m), "pair {m:?} is not linked");
+    }
+    let quads = groups(&devs, "linkGroup4");
+    assert_eq!(quads.len(), 3);
+    assert!(quads.values().all(|m| m.len() == 4 && connected(v, m)), "{quads:?}");
+    assert!(groups(&devs, "linkGroup8").is_empty(), "8 does not divide a ring of 12");
+}
+
+#[test]
+fn trn1_torus_rows_are_connected_blocks_of_four() {
+    let Some((inv, devs)) = devices_of("aws-trn1-32xlarge") else { return };
+    let v = inv.vendor("neuron").unwrap();
+    assert_eq!(devs.len(), 16);
+    let rows = groups(&devs, "linkGroup4");
+    assert_eq!(rows.len(), 4);
+    for m in rows.values() {
+        assert_eq!(m.len(), 4);
+        assert!(connected(v, m), "{m:?}");
+        // a NeuronLink ring: every member has two links inside the block
+        for x in m {
+            let d = v.devices.iter().find(|d| d.index == *x).unwrap();
+            assert_eq!(d.links.iter().filter(|l| m.contains(l)).count(), 2, "device {x} in {m:?}");
+        }
+    }
+    let eights = groups(&devs, "linkGroup8");
+    assert_eq!(eights.len(), 2);
+    assert!(eights.values().all(|m| m.len() == 8 && connected(v, m)));
+    assert!(groups(&devs, "linkGroup2").values().all(|m| m.len() == 2 && connected(v, m)));
+    assert_eq!((i(&devs[6], "torusRow"), i(&devs[6], "torusColumn")), (Some(1), Some(2)));
+}
+
+#[test]
+fn mi300x_one_xgmi_hive() {
+    let Some((_, devs)) = devices_of("amd-mi300x") else { return };
+    assert_eq!(devs.len(), 8);
+    let hives: BTreeSet<&str> = devs.iter().map(|d| s(d, "hiveID").expect("hiveID")).collect();
+    assert_eq!(hives.len(), 1, "{hives:?}");
+    for d in &devs {
+        assert_eq!(s(d, "kind"), Some("amd.com/gpu"));
+        assert_eq!(s(d, "model"), Some("AMD Instinct MI300X OAM"));
+        assert!(s(d, PCIE_ROOT).is_some(), "{}", d.name);
+    }
+}
+
+#[test]
+fn gaudi2_accelerators() {
+    let Some((_, devs)) = devices_of("gaudi2") else { return };
+    assert_eq!(names(&devs), (0..8).map(|i| format!("gaudi-{i}")).collect::<Vec<_>>());
+    for d in &devs {
+        assert_eq!(s(d, "kind"), Some("habana.ai/gaudi"));
+        assert!(s(d, "pciBusID").is_some());
+        assert!(s(d, "model").is_some());
+    }
+}
+
+#[test]
+fn hetero_node_publishes_both_kinds_in_one_pool() {
+    let Some((_, devs)) = devices_of("hetero-nvidia-neuron") else { return };
+    assert_eq!(names(&devs), ["nvidia-0", "nvidia-1", "neuron-0", "neuron-1"]);
+    let node = NodeRef { name: "node-a".into(), uid: Some("1234".into()) };
+    let slices = slice::slices(&node, 3, devs.clone());
+    assert_eq!(slices.len(), 1);
+    let sl = &slices[0];
+    assert_eq!(sl.spec.driver, DRIVER);
+    assert_eq!(sl.spec.node_name.as_deref(), Some("node-a"));
+    assert_eq!((sl.spec.pool.name.as_str(), sl.spec.pool.generation), ("node-a", 3));
+    // Only the served profiles when asked.
+    let inv = {
+        let f = fixture::prepare("hetero-nvidia-neuron").unwrap().unwrap();
+        actk_core::discover::discover(&f.root, &actk_core::profile::builtin())
+    };
+    let only = BTreeSet::from(["neuron".to_string()]);
+    assert_eq!(names(&slice::devices(&inv, Some(&only), &BTreeSet::new())), ["neuron-0", "neuron-1"]);
+    let gone = BTreeSet::from(["nvidia-1".to_string()]);
+    assert_eq!(names(&slice::devices(&inv, None, &gone)), ["nvidia-0", "neuron-0", "neuron-1"]);
+    // The slice serialises as the API expects.
+    let json = serde_json::to_value(sl).unwrap();
+    assert_eq!(json["spec"]["devices"][0]["attributes"]["kind"]["string"], "nvidia.com/gpu");
+    assert_eq!(json["spec"]["pool"]["resourceSliceCount"], 1);
+}
+
+#[test]
+fn empty_node_publishes_an_empty_pool() {
+    let Some((_, devs)) = devices_of("empty") else { return };
+    assert!(devs.is_empty());
+    let s = slice::slices(&NodeRef { name: "n".into(), uid: None }, 1, devs);
+    assert_eq!(s.len(), 1);
+    assert!(s[0].metadata.owner_references.is_none());
+}

@@ -1,0 +1,102 @@
+//! The ResourceSlice publisher over a fixture host root, with the API server replaced by a
+//! recorder: the first pool, a device node removed (the device leaves the pool within a second
+//! or two, at a new generation, and is no longer preparable) and restored, and a kind that a
+//! device plugin advertises on the node left out.
+
+use actk_dra::publish::{self, PublishConfig, Sink};
+use actk_testsupport::fixture;
+use k8s_openapi::api::resource::v1::Device;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+struct Recorder {
+    allocatable: BTreeMap<String, String>,
+    /// Set by a test: the API server lost the slices (a kubelet restart wiped them).
+    wiped: Arc<std::sync::atomic::AtomicBool>,
+    tx: mpsc::UnboundedSender<(i64, Vec<String>)>,
+}
+
+impl Sink for Recorder {
+    async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
+        Ok(self.allocatable.clone())
+    }
+    async fn intact(&mut self, _: i64) -> Result<bool, String> {
+        Ok(!self.wiped.swap(false, std::sync::atomic::Ordering::SeqCst))
+    }
+    async fn publish(&mut self, generation: i64, devices: Vec<Device>) -> Result<(), String> {
+        let _ = self.tx.send((generation, devices.into_iter().map(|d| d.name).collect()));
+        Ok(())
+    }
+}
+
+fn config(root: &std::path::Path) -> PublishConfig {
+    PublishConfig {
+        root: root.to_path_buf(),
+        profiles: actk_core::profile::builtin(),
+        served: None,
+        health: Duration::from_millis(50),
+        rediscover: Duration::from_secs(60),
+        allow_device_plugin_overlap: false,
+    }
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<(i64, Vec<String>)>) -> (i64, Vec<String>) {
+    tokio::time::timeout(Duration::from_secs(2), rx.recv()).await.expect("published within 2 s").unwrap()
+}
+
+#[tokio::test]
+async fn a_removed_device_leaves_the_pool_and_comes_back() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (inv_tx, inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
+    let wiped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut cfg = config(&f.root);
+    cfg.rediscover = Duration::from_millis(300);
+    let task =
+        tokio::spawn(publish::run(cfg, Recorder { allocatable: BTreeMap::new(), wiped: wiped.clone(), tx }, 5, inv_tx));
+    assert_eq!(
+        next(&mut rx).await,
+        (5, vec!["nvidia-0".into(), "nvidia-1".into(), "neuron-0".into(), "neuron-1".into()])
+    );
+    // GPU index 0 is /dev/nvidia1 on this fixture (Device Minor 1, SOURCES.md).
+    let node = f.path("/dev/nvidia1");
+    std::fs::remove_file(&node).unwrap();
+    assert_eq!(next(&mut rx).await, (6, vec!["nvidia-1".into(), "neuron-0".into(), "neuron-1".into()]));
+    let inv = inv_rx.borrow().clone();
+    assert_eq!(inv.vendor("nvidia").unwrap().devices.iter().map(|d| d.index).collect::<Vec<_>>(), [1]);
+    assert!(std::process::Command::new("mknod").arg(&node).args(["c", "195", "1"]).status().unwrap().success());
+    assert_eq!(next(&mut rx).await.0, 7);
+    // The kubelet wiped the node's slices: published again, at a new generation.
+    wiped.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (g, devs) = next(&mut rx).await;
+    assert_eq!((g, devs.len()), (8, 4));
+    task.abort();
+}
+
+#[tokio::test]
+async fn kinds_a_device_plugin_serves_are_not_published() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (inv_tx, _inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
+    let alloc = BTreeMap::from([("nvidia.com/gpu".to_string(), "2".to_string()), ("cpu".into(), "4".into())]);
+    let task = tokio::spawn(publish::run(
+        config(&f.root),
+        Recorder { allocatable: alloc, wiped: Default::default(), tx },
+        1,
+        inv_tx,
+    ));
+    assert_eq!(next(&mut rx).await, (1, vec!["neuron-0".into(), "neuron-1".into()]));
+    task.abort();
+    // Served profiles restrict too, and an allocatable of 0 (plugin gone) is no overlap.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (inv_tx, _inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
+    let mut cfg = config(&f.root);
+    cfg.served = Some(["nvidia".to_string()].into());
+    let alloc = BTreeMap::from([("nvidia.com/gpu".to_string(), "0".to_string())]);
+    let task =
+        tokio::spawn(publish::run(cfg, Recorder { allocatable: alloc, wiped: Default::default(), tx }, 1, inv_tx));
+    assert_eq!(next(&mut rx).await, (1, vec!["nvidia-0".into(), "nvidia-1".into()]));
+    task.abort();
+}

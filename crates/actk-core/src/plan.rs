@@ -43,8 +43,12 @@ pub struct PlanContext {
     pub spec_dirs: Vec<PathBuf>,
     /// Default capabilities per profile name (config `[nvidia] default_capabilities`).
     pub default_capabilities: BTreeMap<String, Vec<String>>,
-    /// An inventory to use instead of discovering `root` (tests; callers that already discovered).
+    /// An inventory to use instead of discovering `root` (tests; callers that already discovered,
+    /// such as the NRI plugin, which keeps one in memory).
     pub inventory: Option<Inventory>,
+    /// Spec files already loaded from `spec_dirs`, used instead of reading them (a long-running
+    /// caller that reloads them when they change: the NRI plugin).
+    pub registry: Option<std::sync::Arc<Registry>>,
 }
 
 impl PlanContext {
@@ -64,6 +68,7 @@ impl PlanContext {
             spec_dirs: config.spec_dirs.clone(),
             default_capabilities,
             inventory: None,
+            registry: None,
         })
     }
 }
@@ -254,8 +259,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
     if !cdi_requests.is_empty() {
         let reg = state.registry();
-        let edits = resolve_names(reg, &cdi_requests)?;
-        plan.edits.append(&edits);
+        resolve_names(reg, &cdi_requests, &mut plan.edits)?;
         plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec {} skipped: {e}", e.path.display())));
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
@@ -333,19 +337,23 @@ fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<S
         .collect()
 }
 
-impl State<'_> {
+impl<'a> State<'a> {
     fn registry(&mut self) -> &Registry {
-        let dirs = &self.ctx.spec_dirs;
-        self.registry.get_or_insert_with(|| Registry::load(dirs))
+        let ctx: &'a PlanContext = self.ctx;
+        if let Some(r) = &ctx.registry {
+            return r;
+        }
+        self.registry.get_or_insert_with(|| Registry::load(&ctx.spec_dirs))
     }
 
     fn inventory(&mut self) -> &Inventory {
-        let ctx = self.ctx;
+        let ctx: &'a PlanContext = self.ctx;
+        if let Some(i) = &ctx.inventory {
+            return i;
+        }
         let caps = &self.capabilities;
-        self.inventory.get_or_insert_with(|| match &ctx.inventory {
-            Some(i) => i.clone(),
-            None => crate::discover::discover(&ctx.root, &profiles_for_request(&ctx.profiles, caps)),
-        })
+        self.inventory
+            .get_or_insert_with(|| crate::discover::discover(&ctx.root, &profiles_for_request(&ctx.profiles, caps)))
     }
 }
 
@@ -408,12 +416,14 @@ fn compact_names(names: &[String]) -> String {
 
 /// Device names (within `kind`) that the registry defines, in its order.
 fn kind_device_names(reg: &Registry, kind: &str) -> Vec<String> {
-    reg.device_names().into_iter().filter(|q| q.kind_string() == kind).map(|q| q.name).collect()
+    reg.names_of_kind(kind)
 }
 
-/// Edits for qualified names through the registry. Each name is checked alone first so that an
-/// unknown one is reported with the variable or annotation that asked for it.
-fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEdits, PlanError> {
+/// Appends the edits for qualified names through the registry to `out` (de-duplicated later,
+/// once, by the caller). Each name is checked alone first, without building edits, so that an
+/// unknown one is reported with the variable or annotation that asked for it; then every name
+/// is resolved once.
+fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEdits) -> Result<(), PlanError> {
     let mut qualified = Vec::new();
     for req in names {
         let q = QualifiedName::parse(&req.name).map_err(|e| RequestError {
@@ -421,7 +431,7 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEd
             value: req.name.clone(),
             problem: e.to_string(),
         })?;
-        if let Err(e) = reg.resolve(std::slice::from_ref(&q)) {
+        if let Err(e) = reg.check(&q) {
             let mut known = e.to_string();
             for bad in reg.errors() {
                 known.push_str(&format!("; {} could not be used: {bad}", bad.path.display()));
@@ -430,7 +440,7 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEd
         }
         qualified.push(q);
     }
-    reg.resolve(&qualified).map_err(|e| PlanError::UnknownCdiDevice {
+    reg.resolve_into(&qualified, out).map_err(|e| PlanError::UnknownCdiDevice {
         source_name: "CDI".into(),
         name: String::new(),
         known: e.to_string(),

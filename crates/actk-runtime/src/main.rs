@@ -40,6 +40,13 @@ fn main() {
     };
     let msg = format!("actk-runtime: {err:#}");
     eprintln!("{msg}");
+    // Calls other than create/run do not load the config before the exec; their rare failure
+    // still goes to the configured log.
+    if !log::initialized()
+        && let Ok(c) = Config::load_default()
+    {
+        log::init(&c);
+    }
     tracing::error!("{msg}");
     if let Some(path) = &inv.log {
         log::append_runc_log(path, inv.log_format.as_deref(), &msg);
@@ -50,16 +57,27 @@ fn main() {
 enum Never {}
 
 fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
-    let config = Config::load_default()?;
-    log::init(&config);
-    let runtime = find_runtime(&config.runtimes)?;
-    if inv.creates() {
+    // The fast path (issue 14): every call but create/run only needs the low-level runtime's
+    // name, read without parsing the rest of the config (Config::load_runtimes).
+    let config = if inv.creates() {
+        let c = Config::load_default()?;
+        log::init(&c);
+        Some(c)
+    } else {
+        None
+    };
+    let runtimes = match &config {
+        Some(c) => c.runtimes.clone(),
+        None => Config::load_runtimes()?,
+    };
+    let runtime = find_runtime(&runtimes)?;
+    if let Some(config) = &config {
         let bundle = match &inv.bundle {
             Some(b) => b.clone(),
             None => std::env::current_dir()
                 .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
-        prepare_bundle(&bundle, &config)?;
+        prepare_bundle(&bundle, config)?;
     }
     let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
     let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
@@ -71,9 +89,11 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
     let config_json = bundle.join("config.json");
     let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
-    let original: serde_json::Value =
+    // No copy of the spec to compare with (issue 14): what changes it says so. An error below
+    // returns before the write, so a partly edited spec is never written.
+    let mut spec: serde_json::Value =
         serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", config_json.display()))?;
-    let mut spec = original.clone();
+    let mut changed = false;
 
     let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config) })?;
@@ -91,6 +111,7 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
         }
         edits::mark_applied(&mut spec, &p.summary())?;
         tracing::info!("{}: {}", bundle.display(), p.summary());
+        changed = true;
     }
 
     let hooks = hooksd::load(&config.hooks_dirs)?;
@@ -98,10 +119,15 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
     for f in &added {
         tracing::info!("{}: hooks from {}", bundle.display(), f.display());
     }
+    changed |= !added.is_empty();
 
-    if spec != original {
+    if changed {
         bundle::write_atomic(&config_json, &spec)?;
     }
+    // The process execs the low-level runtime next, which discards all memory at once: freeing
+    // the spec, the plan and the profiles piece by piece first is work for nothing (a tenth of
+    // a container start's instructions; issue 14).
+    std::mem::forget((spec, p, ctx, hooks));
     Ok(())
 }
 
@@ -127,10 +153,14 @@ fn hook_path(config: &Config) -> Option<String> {
 /// name searched on `PATH`. This executable itself is skipped (a `runc` symlink to actk-runtime
 /// would otherwise exec itself forever). Error (field case F02): the names and the PATH searched.
 fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     let path_var = std::env::var("PATH").ok().filter(|p| !p.is_empty());
     let path = path_var.as_deref().unwrap_or(DEFAULT_PATH);
-    let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
-    let usable = |p: &Path| is_executable(p) && (me.is_none() || p.canonicalize().ok() != me);
+    // This executable by device and inode (one stat instead of resolving every path component).
+    let me = std::fs::metadata("/proc/self/exe").ok().map(|m| (m.dev(), m.ino()));
+    let usable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| executable(&m) && (me.is_none() || Some((m.dev(), m.ino())) != me))
+    };
     for name in runtimes {
         if name.contains('/') {
             let p = PathBuf::from(name);
@@ -161,6 +191,10 @@ fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
 }
 
 fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| executable(&m))
+}
+
+fn executable(m: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    m.is_file() && m.permissions().mode() & 0o111 != 0
 }

@@ -96,6 +96,16 @@ impl HostRoot {
     }
 
     fn resolve_inner(&self, path: &Path, follow_last: bool) -> io::Result<PathBuf> {
+        // The common case, an absolute path of plain names (`/sys/bus/pci/devices/X/numa_node`):
+        // its parent is the memo key as it stands, and the last name alone is walked; no
+        // per-component allocation (most of discovery's cost was allocating those, issue 14).
+        if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
+            && path.is_absolute()
+            && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        {
+            let dir = if parent.as_os_str() == "/" { PathBuf::from("/") } else { self.resolved_dir(parent)? };
+            return self.walk(dir, VecDeque::from([PathBuf::from(last)]), follow_last);
+        }
         let mut names: Vec<PathBuf> = path.components().filter_map(component_name).collect();
         let Some(last) = names.pop() else { return Ok(PathBuf::from("/")) };
         // The parent directory, every link followed (as the walk below would), memoised.
@@ -116,6 +126,18 @@ impl HostRoot {
             }
         };
         self.walk(parent, VecDeque::from([last]), follow_last)
+    }
+
+    /// The resolution of directory `dir` (absolute, plain names), memoised.
+    fn resolved_dir(&self, dir: &Path) -> io::Result<PathBuf> {
+        if let Some(p) = self.dirs.lock().ok().and_then(|d| d.get(dir).cloned()) {
+            return Ok(p);
+        }
+        let p = self.resolve_inner(dir, true)?;
+        if let Ok(mut d) = self.dirs.lock() {
+            d.insert(dir.to_path_buf(), p.clone());
+        }
+        Ok(p)
     }
 
     /// Resolve the names in `todo` one by one starting at resolved directory `cur`, following

@@ -356,7 +356,8 @@ mod tests {
     #[test]
     fn upsert_replaces_in_place_appends_in_order_and_a_later_duplicate_wins() {
         let mut list = vec![json!({"d": "/a", "v": 1}), json!({"d": "/b", "v": 1}), json!({"x": 0})];
-        let entries = vec![json!({"d": "/c", "v": 2}), json!({"d": "/a", "v": 2}), json!({"d": "/c", "v": 3}), json!({"y": 1})];
+        let entries =
+            vec![json!({"d": "/c", "v": 2}), json!({"d": "/a", "v": 2}), json!({"d": "/c", "v": 3}), json!({"y": 1})];
         upsert_all(&mut list, "d", entries);
         assert_eq!(
             list,

@@ -144,24 +144,35 @@ impl HostRoot {
     /// symlinks inside the root (the last one only when `follow_last`).
     fn walk(&self, mut cur: PathBuf, mut todo: VecDeque<PathBuf>, follow_last: bool) -> io::Result<PathBuf> {
         let mut links = 0;
+        // `host` is always `root` + `cur`: one buffer grown and shrunk with `cur` instead of a
+        // fresh join per step.
+        let mut host = self.host_path(&cur);
         while let Some(name) = todo.pop_front() {
             if name == Path::new("..") {
-                cur.pop(); // stops at "/": `..` never leaves the root
+                // Stops at "/": `..` never leaves the root.
+                if cur.pop() {
+                    host.pop();
+                }
                 continue;
             }
-            let next = cur.join(&name);
-            let meta = std::fs::symlink_metadata(self.host_path(&next))?;
+            host.push(&name);
+            let meta = std::fs::symlink_metadata(&host)?;
             if !meta.file_type().is_symlink() || (!follow_last && todo.is_empty()) {
-                cur = next;
+                cur.push(&name);
                 continue;
             }
             links += 1;
             if links > MAX_SYMLINKS {
-                return Err(io::Error::other(format!("too many levels of symbolic links at {}", next.display())));
+                return Err(io::Error::other(format!(
+                    "too many levels of symbolic links at {}",
+                    cur.join(&name).display()
+                )));
             }
-            let target = std::fs::read_link(self.host_path(&next))?;
+            let target = std::fs::read_link(&host)?;
+            host.pop();
             if target.is_absolute() {
                 cur = PathBuf::from("/");
+                host = self.root.clone();
             }
             for c in target.components().rev().filter_map(component_name) {
                 todo.push_front(c);

@@ -40,7 +40,8 @@ pub struct HostRoot {
     /// sysfs per GPU, library directories); without this every read lstat()s every component
     /// again, which made 64 GPUs cost 2.3x the instructions of 8 (benches/discovery.rs). A
     /// HostRoot lives for one discovery pass ([`discover`]), so entries cannot go stale.
-    dirs: Mutex<HashMap<PathBuf, PathBuf>>,
+    /// Keyed by the path's bytes: hashing a `Path` parses its components every time.
+    dirs: Mutex<HashMap<std::ffi::OsString, PathBuf>>,
 }
 
 impl Clone for HostRoot {
@@ -113,13 +114,13 @@ impl HostRoot {
             PathBuf::from("/")
         } else {
             let key: PathBuf = std::iter::once(PathBuf::from("/")).chain(names).collect();
-            let cached = self.dirs.lock().ok().and_then(|d| d.get(&key).cloned());
+            let cached = self.dirs.lock().ok().and_then(|d| d.get(key.as_os_str()).cloned());
             match cached {
                 Some(p) => p,
                 None => {
                     let p = self.resolve_inner(&key, true)?;
                     if let Ok(mut d) = self.dirs.lock() {
-                        d.insert(key, p.clone());
+                        d.insert(key.into_os_string(), p.clone());
                     }
                     p
                 }
@@ -130,12 +131,12 @@ impl HostRoot {
 
     /// The resolution of directory `dir` (absolute, plain names), memoised.
     fn resolved_dir(&self, dir: &Path) -> io::Result<PathBuf> {
-        if let Some(p) = self.dirs.lock().ok().and_then(|d| d.get(dir).cloned()) {
+        if let Some(p) = self.dirs.lock().ok().and_then(|d| d.get(dir.as_os_str()).cloned()) {
             return Ok(p);
         }
         let p = self.resolve_inner(dir, true)?;
         if let Ok(mut d) = self.dirs.lock() {
-            d.insert(dir.to_path_buf(), p.clone());
+            d.insert(dir.as_os_str().to_owned(), p.clone());
         }
         Ok(p)
     }

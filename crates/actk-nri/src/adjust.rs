@@ -16,12 +16,20 @@ use serde_json::{Map, Value, json};
 /// actk-runtime or actk-hook, if also in the path, do nothing more.
 pub use actk_core::edits::APPLIED_ANNOTATION;
 
-/// What planning reads from a container: `process.env` and `annotations`, shaped as in
-/// config.json (OCI runtime spec config.md).
+/// What planning reads from a container, shaped as in config.json (OCI runtime spec
+/// config.md): `process.env`, `annotations` and `mounts` (the kubelet's device list arrives as
+/// mounts). NRI 0.9 does not carry the container's capabilities, so the container is never
+/// taken for privileged here: a policy that trusts an input only for privileged containers
+/// refuses it on this path (it never widens what a container gets).
 pub fn container_spec(c: &nri::Container) -> Value {
     let annotations: Map<String, Value> =
         c.annotations.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-    json!({"process": {"env": c.env}, "annotations": annotations})
+    let mounts: Vec<Value> = c
+        .mounts
+        .iter()
+        .map(|m| json!({"destination": m.destination, "type": m.r#type, "source": m.source, "options": m.options}))
+        .collect();
+    json!({"process": {"env": c.env}, "annotations": annotations, "mounts": mounts})
 }
 
 /// Edits NRI cannot carry.
@@ -134,8 +142,19 @@ mod tests {
             annotations: [("cdi.k8s.io/x".to_string(), "nvidia.com/gpu=0".to_string())].into(),
             ..Default::default()
         };
+        let c = nri::Container {
+            mounts: vec![nri::Mount {
+                destination: "/var/run/actk/devices/nvidia.com/gpu/0".into(),
+                source: "/dev/null".into(),
+                r#type: "bind".into(),
+                options: vec!["ro".into()],
+            }],
+            ..c
+        };
         let v = container_spec(&c);
         assert_eq!(v["process"]["env"][1], "NVIDIA_VISIBLE_DEVICES=1");
+        assert_eq!(v["mounts"][0]["destination"], "/var/run/actk/devices/nvidia.com/gpu/0");
+        assert!(v["process"].get("capabilities").is_none(), "never privileged on this path");
         assert_eq!(v["annotations"]["cdi.k8s.io/x"], "nvidia.com/gpu=0");
     }
 

@@ -28,6 +28,11 @@ struct Args {
     /// Rediscover the host at least this often (seconds), besides on device or driver changes.
     #[arg(long, default_value_t = 60)]
     rediscover_seconds: u64,
+    /// Where the node's `/` is mounted in this container (`/host`): taken off the host paths
+    /// that discovery of the config's `root` (e.g. `/host`) reports, so the adjustment names
+    /// the node's own paths.
+    #[arg(long)]
+    host_mount: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -44,7 +49,11 @@ fn main() -> Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
     let rediscover = Duration::from_secs(a.rediscover_seconds.max(1));
-    let planner = Arc::new(Planner::new(&config, rediscover).context("cannot load vendor profiles")?);
+    if let Some(m) = a.host_mount.as_ref().filter(|m| !m.is_absolute()) {
+        bail!("--host-mount {}: must be absolute", m.display());
+    }
+    let planner =
+        Arc::new(Planner::new(&config, rediscover, a.host_mount.clone()).context("cannot load vendor profiles")?);
     // One thread serves the socket; planning runs on the blocking pool.
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;

@@ -56,6 +56,8 @@ fn host_stamp(root: &Path) -> Stamp {
 
 struct Loaded {
     ctx: PlanContext,
+    /// Where the node's `/` is mounted in this process's view (a DaemonSet pod), if anywhere.
+    host_mount: Option<PathBuf>,
     spec_stamp: Stamp,
     host_stamp: Stamp,
     discovered: Instant,
@@ -72,12 +74,18 @@ impl Planner {
     /// Builds the planning context from `config` ([`PlanContext::from_config`], as actk-runtime
     /// does), loads the registry and discovers the host; `rediscover`: the longest time a
     /// discovery is used for. Errors: bad profile files.
-    pub fn new(config: &Config, rediscover: Duration) -> Result<Planner, actk_core::profile::ProfileError> {
+    /// `host_mount`: the node's `/` as mounted in a containerised plugin (`/host`), taken off
+    /// the host paths discovery reports, since containerd applies the adjustment on the node.
+    pub fn new(
+        config: &Config,
+        rediscover: Duration,
+        host_mount: Option<PathBuf>,
+    ) -> Result<Planner, actk_core::profile::ProfileError> {
         let mut ctx = PlanContext::from_config(config)?;
         let spec_stamp = spec_stamp(&ctx.spec_dirs);
         let host_stamp = host_stamp(&ctx.root);
         ctx.registry = Some(Arc::new(Registry::load(&ctx.spec_dirs)));
-        ctx.inventory = Some(discover_all(&ctx));
+        ctx.inventory = Some(discover_all(&ctx, host_mount.as_deref()));
         // The hook runs on the host: a containerised plugin needs `hook_path` as the host sees
         // it; a plugin installed on the host uses the actk-hook next to it, as actk-runtime does.
         let hook = match &config.hook_path {
@@ -89,7 +97,7 @@ impl Planner {
                 .and_then(|p| p.to_str().map(str::to_string)),
         };
         Ok(Planner {
-            loaded: RwLock::new(Loaded { ctx, spec_stamp, host_stamp, discovered: Instant::now() }),
+            loaded: RwLock::new(Loaded { ctx, host_mount, spec_stamp, host_stamp, discovered: Instant::now() }),
             opts: PlanOptions { ldcache_hook: hook },
             rediscover,
         })
@@ -125,7 +133,7 @@ impl Planner {
             tracing::info!("CDI specs reloaded from {}", show(&dirs));
         }
         if force || stale || host != l.host_stamp {
-            let inv = discover_all(&l.ctx);
+            let inv = discover_all(&l.ctx, l.host_mount.as_deref());
             l.ctx.inventory = Some(inv);
             l.host_stamp = host;
             l.discovered = Instant::now();
@@ -134,8 +142,11 @@ impl Planner {
     }
 }
 
-fn discover_all(ctx: &PlanContext) -> Inventory {
-    let inv = actk_core::discover::discover(&ctx.root, &ctx.profiles);
+fn discover_all(ctx: &PlanContext, host_mount: Option<&Path>) -> Inventory {
+    let mut inv = actk_core::discover::discover(&ctx.root, &ctx.profiles);
+    if let Some(m) = host_mount {
+        inv.strip_host_mount(m);
+    }
     for w in &inv.warnings {
         tracing::warn!("discovery: {w}");
     }

@@ -3,8 +3,8 @@
 //! (u32, big endian) and payload length (u32 BE) — and that many bytes of the logical
 //! connection's byte stream. Id 0 is reserved; NRI uses id 1 for the plugin's service (the
 //! runtime is the ttrpc client there) and id 2 for the runtime's service (the plugin is the
-//! client: `RegisterPlugin`). A frame's payload is at most a ttrpc header plus 4 MiB; a longer
-//! write is split over several frames. Frames of an id nobody opened are dropped.
+//! client: `RegisterPlugin`). A frame's payload is at most a ttrpc header plus 4 MiB; this side
+//! writes frames of at most 4 KiB ([`WRITE_CHUNK`]). Frames of an id nobody opened are dropped.
 
 /// Frame header length in bytes.
 pub const HEADER_LEN: usize = 8;
@@ -15,10 +15,18 @@ pub const RUNTIME_SERVICE_CONN: u32 = 2;
 /// Largest payload of one frame (ttrpc header + 4 MiB, as NRI's multiplexer writes them).
 pub const MAX_FRAME_PAYLOAD: usize = crate::ttrpc::HEADER_LEN + crate::ttrpc::MAX_PAYLOAD;
 
-/// `bytes` of logical connection `conn` as frames for the socket (split at [`MAX_FRAME_PAYLOAD`]).
+/// Largest frame this side writes. NRI's Go multiplexer hands each frame whole to one `Read`
+/// and fails it with ENOMEM when the reader's buffer is smaller; its ttrpc reads through a
+/// 4 KiB `bufio.Reader` (or straight into the rest of the message being read). Frames of at
+/// most 4 KiB that never span two ttrpc messages fit every such read; bigger ones made
+/// containerd 2.1 drop the plugin on its first sizeable CreateContainer answer.
+pub const WRITE_CHUNK: usize = 4096;
+
+/// One whole message (`bytes`, a ttrpc frame) of logical connection `conn` as multiplexer
+/// frames for the socket, split at [`WRITE_CHUNK`]. Call it once per message.
 pub fn encode(conn: u32, bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes.len() + HEADER_LEN);
-    for chunk in bytes.chunks(MAX_FRAME_PAYLOAD) {
+    let mut out = Vec::with_capacity(bytes.len() + HEADER_LEN * (1 + bytes.len() / WRITE_CHUNK));
+    for chunk in bytes.chunks(WRITE_CHUNK) {
         out.extend_from_slice(&conn.to_be_bytes());
         out.extend_from_slice(&(chunk.len() as u32).to_be_bytes());
         out.extend_from_slice(chunk);
@@ -88,9 +96,13 @@ mod tests {
             }
         }
         assert_eq!(got, vec![(1, b"hello".to_vec()), (2, b"r".to_vec()), (1, b"x".to_vec())]);
-        let big = vec![7u8; MAX_FRAME_PAYLOAD + 5];
+        let big = vec![7u8; 2 * WRITE_CHUNK + 5];
         let enc = encode(1, &big);
-        assert_eq!(enc.len(), big.len() + 2 * HEADER_LEN, "a long write is two frames");
+        assert_eq!(enc.len(), big.len() + 3 * HEADER_LEN, "frames of at most 4 KiB");
+        let mut d = Demux::default();
+        d.push(&enc);
+        let sizes: Vec<usize> = std::iter::from_fn(|| d.next_frame().unwrap()).map(|(_, b)| b.len()).collect();
+        assert_eq!(sizes, [WRITE_CHUNK, WRITE_CHUNK, 5]);
         let mut d = Demux::default();
         d.push(&[0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff]);
         assert!(d.next_frame().is_err());

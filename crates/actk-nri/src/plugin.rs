@@ -99,9 +99,13 @@ pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>
             let planner = planner.clone();
             tokio::spawn(async move {
                 let (status, payload) = match ttrpc::Request::decode(f.payload.as_slice()) {
-                    Ok(req) => handle(req, planner).await,
+                    Ok(req) => {
+                        tracing::debug!("stream {}: {} ({} bytes)", f.stream, req.method, req.payload.len());
+                        handle(req, planner).await
+                    }
                     Err(e) => (status(code::INTERNAL, format!("bad ttrpc request: {e}")), Vec::new()),
                 };
+                tracing::debug!("stream {}: status {} ({} bytes)", f.stream, status.code, payload.len());
                 let resp = Frame::response(f.stream, status, payload);
                 tx.send(mux::encode(PLUGIN_SERVICE_CONN, &resp.encode())).ok();
             });

@@ -23,21 +23,21 @@
 # No pass/fail: a measurement, not a test.
 #
 # Usage: benches/runtime-bench.sh [ROUNDS]
-# Needs: root, runc, gcc, jq, /bin/busybox (busybox-static), and release binaries built on their
-# own (so that they link what they link when installed, not the CLI's features:
-# `cargo build --release -p actk-runtime -p actk-hook -p actk`; ACTK_BIN_DIR overrides
-# target/release). ACTK_BENCH_FIXTURES overrides the fixture list ("nvidia-dgx-h100 amd-mi300x").
+# Needs: root, runc, gcc, jq, /bin/busybox (busybox-static), and the release binaries as they are
+# installed: `scripts/build-release.sh` (static actk-runtime and actk-hook, built on their own so
+# that they link none of the CLI's features) writes them to target/dist; ACTK_BIN_DIR overrides.
+# ACTK_BENCH_FIXTURES overrides the fixture list ("nvidia-dgx-h100 amd-mi300x").
 set -euo pipefail
 
 rounds=${1:-300}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-bin=${ACTK_BIN_DIR:-$repo/target/release}
+bin=${ACTK_BIN_DIR:-$repo/target/dist}
 fixtures=${ACTK_BENCH_FIXTURES:-nvidia-dgx-h100 amd-mi300x}
 
 need() { echo "runtime-bench: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || need "needs root (runc, mknod)"
 for b in actk-runtime actk-hook actk; do
-  [ -x "$bin/$b" ] || need "$bin/$b not built: cargo build --release -p actk-runtime -p actk-hook -p actk"
+  [ -x "$bin/$b" ] || need "$bin/$b not built: scripts/build-release.sh"
 done
 runc=$(command -v runc) || need "runc not on PATH"
 command -v gcc >/dev/null || need "gcc not on PATH"
@@ -126,7 +126,7 @@ for fx in $fixtures; do
   d=$work/$fx
   mkdir -p "$d/cdi" "$d/nocdi"
   sh "$repo/fixtures/prepare.sh" "$fx" "$d/root" >/dev/null
-  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" --output "$d/cdi" >/dev/null
+  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
   write_config "$d/disc.toml" "$d/root" "$d/nocdi"
   write_config "$d/cdi.toml" "$d/root" "$d/cdi"
   variants=(actk-cdi actk-disc)
@@ -134,7 +134,7 @@ for fx in $fixtures; do
     cp -a "$d/root" "$d/root64"
     extend_dgx_to_64 "$d/root64"
     mkdir -p "$d/cdi64"
-    "$bin/actk" cdi generate --root "$d/root64" --vendor nvidia --output "$d/cdi64" >/dev/null
+    "$bin/actk" cdi generate --root "$d/root64" --vendor nvidia --ldcache-hook "$bin/actk-hook" --output "$d/cdi64" >/dev/null
     write_config "$d/disc64.toml" "$d/root64" "$d/nocdi"
     write_config "$d/cdi64.toml" "$d/root64" "$d/cdi64"
     variants+=(actk-cdi64 actk-disc64)

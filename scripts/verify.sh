@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make verify: the robustness properties of issue 6, measured, with one line per property and
 # its figure at the end:
-#   - property tests of every parser of outside input, with PROPTEST_CASES cases per property
-#     (crates/actk-core/tests/prop_*.rs): inputs tried per parser;
-#   - coverage-guided fuzzing (cargo-fuzz, fuzz/) of each target for FUZZ_SECONDS: inputs tried,
-#     crashes (must be 0);
+#   - scripts/robustness.sh (also `make robustness`, the CI-sized run): property tests of every
+#     parser of outside input with PROPTEST_CASES cases per property, each with its own count (a
+#     failing one never hides the others); coverage-guided fuzzing (cargo-fuzz, fuzz/) of each
+#     target for FUZZ_SECONDS, inputs tried and crashes (must be 0), the inputs that add
+#     coverage merged into the committed corpus fuzz/corpus/ (FUZZ_GROW=0 to leave it);
 #   - concurrency (crates/e2e/tests/concurrency.rs): containers started at once;
 #   - faults (crates/e2e/tests/faults.rs): faults injected;
 #   - leaks: differences HostGuard found inside the tests, plus a snapshot of the host (mount
@@ -12,7 +13,8 @@
 # Exit status 0 only when every property holds.
 #
 # Environment: PROPTEST_CASES (default 10000), FUZZ_SECONDS per fuzz target (default 120),
-# FUZZ_TARGETS (default: all in fuzz/Cargo.toml), SKIP_FUZZ=1 to leave fuzzing out.
+# FUZZ_TARGETS (default: all in fuzz/Cargo.toml), SKIP_FUZZ=1 to leave fuzzing out, FUZZ_GROW
+# (default 1: merge new coverage into fuzz/corpus).
 # Run as root with dockerd started (the Makefile's verify target starts it).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -53,42 +55,21 @@ host_snapshot | sort > "$work/host-before"
 log "build"
 $CARGO build --workspace --bins || failed+=("build")
 
-log "property tests, PROPTEST_CASES=$PROPTEST_CASES"
-if ! $CARGO test -p actk-core --test prop_request --test prop_edits --test prop_cdi --test prop_files --test prop_plan 2>&1 | tee "$work/prop.log"; then
-  failed+=("property tests")
+log "properties and fuzzing (scripts/robustness.sh)"
+# The same runner as the CI-sized `make robustness`, here long, growing the committed corpus.
+: > "$work/robustness-summary"
+if ! PROPTEST_CASES=$PROPTEST_CASES FUZZ_SECONDS=$FUZZ_SECONDS FUZZ_GROW=${FUZZ_GROW:-1} \
+    ROBUSTNESS_SUMMARY="$work/robustness-summary" scripts/robustness.sh 2>&1 | tee "$work/prop.log"; then
+  failed+=("properties/fuzzing")
 fi
 
 log "concurrency and faults (real engines)"
 # A test that cannot run here (not root, dockerd down) fails instead of passing by skipping.
-if ! ACTK_E2E_STRICT=1 $CARGO test -p actk-e2e --test concurrency --test faults -- --test-threads=4 2>&1 | tee "$work/e2e.log"; then
+if ! ACTK_E2E_STRICT=1 $CARGO test -p actk-e2e --no-fail-fast --test concurrency --test faults -- --test-threads=4 2>&1 | tee "$work/e2e.log"; then
   failed+=("concurrency/fault tests")
 fi
 # HostGuard failures print "the host changed (N difference(s))".
 guard_leaks=$(cat "$work/prop.log" "$work/e2e.log" | sed -n 's/.*the host changed (\([0-9]*\) difference.*/\1/p' | awk '{s+=$1} END {print s+0}')
-
-declare -A fuzz_runs fuzz_crashes
-if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-  log "coverage-guided fuzzing, ${FUZZ_SECONDS}s per target"
-  if ! command -v cargo-fuzz >/dev/null; then
-    $CARGO install cargo-fuzz --locked || failed+=("cargo install cargo-fuzz")
-  fi
-  targets=${FUZZ_TARGETS:-$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^actk-fuzz$')}
-  for t in $targets; do
-    mkdir -p "fuzz/target/corpus/$t" "fuzz/artifacts/$t"
-    before=$(ls "fuzz/artifacts/$t" | wc -l)
-    # New inputs go to fuzz/target/corpus (first dir); the committed seeds are only read.
-    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -a -s none "$t" "target/corpus/$t" "corpus/$t" -- \
-        -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -rss_limit_mb=4096) > "$work/fuzz-$t.log" 2>&1
-    rc=$?
-    tail -5 "$work/fuzz-$t.log"
-    fuzz_runs[$t]=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz-$t.log" | tail -1)
-    fuzz_crashes[$t]=$(( $(ls "fuzz/artifacts/$t" | wc -l) - before ))
-    if [ "$rc" != 0 ] || [ "${fuzz_crashes[$t]}" != 0 ]; then
-      failed+=("fuzz $t")
-      grep -m5 -E "panicked|ERROR|SUMMARY" "$work/fuzz-$t.log"
-    fi
-  done
-fi
 
 host_snapshot | sort > "$work/host-after"
 diff "$work/host-before" "$work/host-after" > "$work/host-diff"
@@ -102,17 +83,7 @@ count() { awk -v k="$1" '$1 == k {s += $2} END {print s+0}' "$ACTK_VERIFY_COUNTS
 line() { summary+=("$(printf '%-5s %-58s %s' "$1" "$2" "$3")"); }
 ok_if() { if [ "$1" ]; then echo PASS; else echo FAIL; fi; }
 
-for p in selection-variables selection-ranges config.json-edits config.json-arbitrary config.json-round-trip \
-         cdi-spec-text cdi-spec-mutated cdi-names config.toml hooks.d profiles ld.so.cache-bytes ld.so.cache-mutated plan+apply; do
-  n=$(count "$p")
-  line "$(ok_if "$( [ "$n" -ge "$PROPTEST_CASES" ] && echo y)")" "property: $p (no panic, errors name the input)" "$n inputs tried"
-done
-if [ "${SKIP_FUZZ:-0}" != 1 ]; then
-  for t in "${!fuzz_runs[@]}"; do
-    c=${fuzz_crashes[$t]}
-    line "$(ok_if "$( [ "$c" = 0 ] && [ -n "${fuzz_runs[$t]}" ] && echo y)")" "fuzz: $t (${FUZZ_SECONDS}s, libFuzzer)" "${fuzz_runs[$t]:-0} inputs tried, $c crashes"
-  done
-fi
+while IFS= read -r l; do summary+=("$l"); done < "$work/robustness-summary"
 n=$(count hook-state-inputs)
 line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "property: hook state on stdin (actk-hook binary, exit 1)" "$n inputs tried"
 for what in containers-at-once-runc-actk-runtime containers-at-once-docker-runtime containers-at-once-docker-gpus-hook; do

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 /// The built-in profile files, in the order `profile::builtin` returns them.
-const FILES: &[&str] = &["nvidia.toml", "neuron.toml", "amd.toml", "gaudi.toml", "accel.toml"];
+const FILES: &[&str] = &["nvidia.toml", "neuron.toml", "amd.toml", "gaudi.toml", "accel.toml", "imex.toml"];
 
 fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");

@@ -5,7 +5,7 @@
 #![no_main]
 
 use actk_core::cdi::Format;
-use actk_core::cdi::validate::{parse_value, spec_from_value};
+use actk_core::cdi::validate::{parse_value, spec_from_value, validate_value};
 use actk_core::cdi::write::to_text;
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let file = Path::new("/var/run/cdi/fuzz.json");
     let result = parse_value(text, file, format)
         .map_err(|e| vec![e])
-        .and_then(|v| spec_from_value(v, Some(file), mode & 4 != 0));
+        .and_then(|v| if mode & 4 != 0 { validate_value(v, Some(file)) } else { spec_from_value(v, Some(file)) });
     match result {
         Err(errors) => {
             assert!(!errors.is_empty());
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
                 let out = to_text(&spec, f).expect("a valid spec serialises");
                 let back = parse_value(&out, file, Some(f))
                     .map_err(|e| vec![e])
-                    .and_then(|v| spec_from_value(v, Some(file), false));
+                    .and_then(|v| spec_from_value(v, Some(file)));
                 match back {
                     Ok(back) => assert_eq!(back, spec, "{out}"),
                     Err(e) => panic!("a valid spec does not read back from {f:?}: {e:?}\n{out}"),

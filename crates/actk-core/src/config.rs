@@ -7,12 +7,18 @@
 //! spec_dirs = ["/etc/cdi", "/var/run/cdi"]   # CDI spec directories, later ones win on the same device
 //! hooks_dirs = ["/usr/share/containers/oci/hooks.d", "/etc/containers/oci/hooks.d", "/etc/actk/hooks.d"]
 //! root = "/"                           # host root that discovery reads (a driver container: /run/nvidia/driver)
+//! driver_root = "/run/nvidia/driver"   # unset: root; where the driver's libraries are when not in root
 //! profiles_dir = "/etc/actk/profiles.d"
 //! log_file = "/var/log/actk-runtime.log"   # unset: actk-runtime logs nowhere (stderr only on errors)
 //! log_level = "info"
 //! hook_path = "/usr/bin/actk-hook"     # unset: the actk-hook next to actk-runtime
 //! [nvidia]
 //! default_capabilities = ["utility", "compute"]
+//! [policy]                             # who may ask for devices (crate::policy); defaults: docker/podman hosts
+//! env_requests = "always"              # selection variables: "always", "privileged" (CAP_SYS_ADMIN) or "never"
+//! annotation_requests = "always"       # cdi.k8s.io/* annotations: the same values
+//! mount_requests = "always"            # the device list (/dev/null mounts under /var/run/actk/devices)
+//! on_refused = "fail"                  # a refused request fails the container ("fail") or is dropped with a warning ("warn")
 //! ```
 //!
 //! Unknown keys are errors (`deny_unknown_fields`): a typo must not silently fall back to a
@@ -38,8 +44,13 @@ pub struct Config {
     /// oci-hooks(5) directories in increasing precedence: a file name in a later directory masks
     /// the same name in an earlier one.
     pub hooks_dirs: Vec<PathBuf>,
-    /// Host root for discovery (`/`; a fixture or a driver container's root otherwise).
+    /// Host root for discovery (`/`; a fixture or a driver container's root otherwise): the
+    /// device root, where /dev, /proc and /sys are read.
     pub root: PathBuf,
+    /// Where the driver's files (ld.so.cache, libraries, tools, firmware) are read, when not in
+    /// `root`: the driver container's root on a GPU Operator node (`/run/nvidia/driver`) while the
+    /// devices are the host's. `None`: `root`.
+    pub driver_root: Option<PathBuf>,
     /// Directory of user vendor profiles (`*.toml`).
     pub profiles_dir: PathBuf,
     /// File actk-runtime appends its log to; `None`: no log file.
@@ -51,6 +62,8 @@ pub struct Config {
     pub hook_path: Option<PathBuf>,
     /// NVIDIA-specific settings.
     pub nvidia: VendorConfig,
+    /// The node's trust policy: which inputs may ask for devices ([`crate::policy`]).
+    pub policy: crate::policy::Policy,
 }
 
 /// Per-vendor settings.
@@ -73,11 +86,13 @@ impl Default for Config {
                 "/etc/actk/hooks.d".into(),
             ],
             root: "/".into(),
+            driver_root: None,
             profiles_dir: "/etc/actk/profiles.d".into(),
             log_file: None,
             log_level: "info".into(),
             hook_path: None,
             nvidia: VendorConfig::default(),
+            policy: crate::policy::Policy::default(),
         }
     }
 }
@@ -168,10 +183,25 @@ impl Config {
         }
     }
 
-    /// Parses TOML text; `path` is only used in error messages.
+    /// Parses TOML text; `path` is only used in error messages. Errors also for a relative
+    /// `root` or `driver_root` (relative to what? the runtime's working directory is the bundle).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text)
-            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim_end().to_string() })
+        let c: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string().trim_end().to_string() })?;
+        for (key, p) in [("root", Some(&c.root)), ("driver_root", c.driver_root.as_ref())] {
+            if let Some(p) = p.filter(|p| !p.is_absolute()) {
+                return Err(ConfigError::Parse {
+                    path: path.to_owned(),
+                    message: format!("{key} = {:?}: must be an absolute path", p.display().to_string()),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// The driver root: `driver_root`, else `root`.
+    pub fn driver_root(&self) -> &Path {
+        self.driver_root.as_deref().unwrap_or(&self.root)
     }
 
     /// The effective configuration as TOML (`actk config show`).
@@ -253,6 +283,10 @@ hooks_dirs = [{hooks_dirs}]
 # container (e.g. "/run/nvidia/driver").
 root = {root:?}
 
+# Where the driver's files (ld.so.cache, libraries, tools, firmware) are, when apart from the
+# devices in `root`: the GPU Operator's driver container root, with root = "/" (unset: root).
+# driver_root = "/run/nvidia/driver"
+
 # Directory of user vendor profiles (*.toml); a profile named like a built-in replaces it.
 profiles_dir = {profiles_dir:?}
 
@@ -270,6 +304,21 @@ log_level = {log_level:?}
 # Driver capabilities when a container does not set NVIDIA_DRIVER_CAPABILITIES
 # (unset: the profile's default, utility and compute).
 # default_capabilities = ["utility", "compute"]
+
+[policy]
+# Who may ask for devices (see SECURITY.md). Each input is trusted "always", only for
+# "privileged" containers (CAP_SYS_ADMIN in the bounding set), or "never". The defaults suit
+# docker and podman hosts, where whoever runs the container is the authority. A Kubernetes node
+# sets env_requests and annotation_requests to "privileged" and on_refused to "warn", and lets
+# the device plugin's volume-mounts strategy (the device list) say what a container gets.
+# Selection variables in the container's env (NVIDIA_VISIBLE_DEVICES, ..., docker run --gpus):
+env_requests = {env:?}
+# cdi.k8s.io/* annotations:
+annotation_requests = {annotations:?}
+# The device list: /dev/null bind mounts at /var/run/actk/devices/<vendor>/<class>/<device>:
+mount_requests = {mounts:?}
+# A refused request fails the container ("fail") or is dropped with a warning ("warn"):
+on_refused = {on_refused:?}
 "#,
         runtimes = list(&d.runtimes),
         spec_dirs = paths(&d.spec_dirs),
@@ -277,6 +326,10 @@ log_level = {log_level:?}
         root = d.root.display().to_string(),
         profiles_dir = d.profiles_dir.display().to_string(),
         log_level = d.log_level,
+        env = d.policy.env_requests.as_str(),
+        annotations = d.policy.annotation_requests.as_str(),
+        mounts = d.policy.mount_requests.as_str(),
+        on_refused = d.policy.on_refused.as_str(),
     )
 }
 
@@ -331,6 +384,38 @@ mod tests {
     fn unknown_key_in_section_is_named() {
         let err = Config::parse("[nvidia]\ndefault_caps = []\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("default_caps") && err.contains("line 2"), "{err}");
+    }
+
+    /// Issue 13 items 3 and 4: driver_root apart from root; relative roots are refused naming the key.
+    #[test]
+    fn item3_driver_root_and_relative_roots() {
+        let c = Config::parse("root = \"/\"\ndriver_root = \"/run/nvidia/driver\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.driver_root(), Path::new("/run/nvidia/driver"));
+        assert_eq!(Config::default().driver_root(), Path::new("/"));
+        let e = Config::parse("root = \"fixture\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert_eq!(e, "config file c.toml: root = \"fixture\": must be an absolute path");
+        let e = Config::parse("driver_root = \"d\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("driver_root = \"d\""), "{e}");
+    }
+
+    #[test]
+    fn policy_section_parses_and_bad_values_are_named() {
+        use crate::policy::{OnRefused, Trust};
+        let c = Config::parse(
+            "[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"never\"\non_refused = \"warn\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(c.policy.env_requests, Trust::Privileged);
+        assert_eq!(c.policy.annotation_requests, Trust::Never);
+        assert_eq!(c.policy.mount_requests, Trust::Always);
+        assert_eq!(c.policy.on_refused, OnRefused::Warn);
+        let err = Config::parse("[policy]\nenv_requests = \"sometimes\"\n", Path::new("c.toml")).unwrap_err();
+        let err = err.to_string();
+        assert!(err.contains("c.toml") && err.contains("line 2") && err.contains("sometimes"), "{err}");
+        assert!(err.contains("always") && err.contains("privileged") && err.contains("never"), "{err}");
+        let err = Config::parse("[policy]\nenv = \"never\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("`env`") && err.contains("env_requests"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //!
 //! Rules (CDI SPEC.md "Container Edits" applied as OCI fields):
 //! - device nodes -> `linux.devices[]` (`path`, `type`, `major`, `minor`, `fileMode`, `uid`,
-//!   `gid`), an entry with the same `path` is replaced in place; and an allow rule
+//!   `gid`), an entry with the same `path` is replaced in place (in a user namespace a node whose
+//!   `hostPath` differs from its `path` becomes a bind mount from `hostPath` instead, since runc
+//!   would bind-mount it from `path`, which that host lacks); and an allow rule
 //!   `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
 //!   deny-all earlier in the list).
@@ -15,8 +17,16 @@
 //! - env -> `process.env`: every entry with the same NAME is removed, then `NAME=value` appended
 //!   (the last duplicate wins anyway; removing the others keeps the list readable).
 //! - hooks -> `hooks.<stage>[]`, each with an explicit `env` (a minimal PATH when the edit has
-//!   none: a hook must never inherit the engine's environment); an identical hook is not added twice.
+//!   none: a hook must never inherit the engine's environment); a hook already in the stage
+//!   (same path and argv, [`same_hook`]) is not added again.
 //! - additional GIDs -> `process.user.additionalGids`, each at most once.
+//! - net devices (CDI 1.1 `netDevices`) -> `linux.netDevices` (runtime-spec config-linux.md
+//!   "Network Devices"): an object keyed by the host interface name whose value names the
+//!   interface in the container, `{"eth1": {"name": "net1"}}`; an entry with the same key is
+//!   replaced.
+//! - Intel RDT (CDI `intelRdt`) -> `linux.intelRdt` (config-linux.md "IntelRdt"): the fields the
+//!   edit sets replace the same fields; fields the engine set and the edit does not name stay.
+//!   Whether the low-level runtime can take them is checked by [`unsupported_by_runtime`].
 //!
 //! Applying the same edits twice gives the same document as applying them once.
 
@@ -67,11 +77,26 @@ pub enum EditError {
         /// The entry.
         entry: String,
     },
+    /// A CDI `netDevices` or `intelRdt` edit of the wrong shape (a spec that skipped validation).
+    #[error("CDI edit `{field}`: {problem}")]
+    BadEdit {
+        /// `netDevices[0]`, `intelRdt`.
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 /// Applies `edits` to `spec` (a whole config.json). See the module docs for the rules.
 /// Errors leave `spec` partly edited: callers work on a copy and write it only on success.
 pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> {
+    apply_in(spec, edits, false)
+}
+
+/// [`apply`] for a runtime that itself runs in a user namespace (`runtime_in_userns`: rootless
+/// podman runs runc inside its own namespace, and the config.json it writes then has no `user`
+/// namespace of its own): device nodes are handled as for a user-namespaced config.json.
+pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: bool) -> Result<(), EditError> {
     for e in &edits.env {
         if e.split_once('=').is_none_or(|(n, _)| n.is_empty()) {
             return Err(EditError::BadEnv { entry: e.clone() });
@@ -82,6 +107,14 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
             return Err(EditError::BadStage { path: h.path.clone(), stage: h.hook_name.clone() });
         }
     }
+    let net_devices = net_device_entries(edits)?;
+    let rdt = match &edits.intel_rdt {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(other) => {
+            return Err(EditError::BadEdit { field: "intelRdt".into(), problem: format!("{other} is not an object") });
+        }
+    };
     let root =
         spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
 
@@ -95,8 +128,24 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
     }
 
     if !edits.device_nodes.is_empty() {
-        let entries = edits.device_nodes.iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
-        upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
+        // In a user namespace runc cannot mknod; it bind-mounts each linux.devices entry from the
+        // same path on the host. A node that exists only elsewhere on the host (a driver root,
+        // /run/nvidia/driver/dev/nvidiactl; a fixture) is bind-mounted from there instead, as
+        // runc would have done from its path: the cgroup rule below still grants it.
+        let userns = runtime_in_userns || has_user_namespace(root);
+        let (moved, direct): (Vec<&DeviceNode>, Vec<&DeviceNode>) =
+            edits.device_nodes.iter().partition(|n| userns && n.host_path.as_deref().is_some_and(|h| h != n.path));
+        let entries = direct.into_iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
+        for n in &moved {
+            device_json(n)?; // same checks as a linux.devices entry (numbers present)
+        }
+        if !entries.is_empty() {
+            upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
+        }
+        if !moved.is_empty() {
+            let binds = moved.iter().map(|n| device_bind_json(n)).collect();
+            upsert_all(array_at(root, &["mounts"])?, "destination", binds);
+        }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let rule = json!({
@@ -119,7 +168,7 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
     for h in &edits.hooks {
         let stage = array_at(root, &["hooks", h.hook_name.as_str()])?;
         let entry = hook_json(h);
-        if !stage.contains(&entry) {
+        if !stage.iter().any(|e| same_hook(e, &entry)) {
             stage.push(entry);
         }
     }
@@ -133,7 +182,113 @@ pub fn apply(spec: &mut Value, edits: &ContainerEdits) -> Result<(), EditError> 
             }
         }
     }
+
+    if !net_devices.is_empty() {
+        let nd = object_at(root, &["linux", "netDevices"])?;
+        for (host, name) in net_devices {
+            nd.insert(host.to_string(), json!({ "name": name }));
+        }
+    }
+
+    if let Some(rdt) = rdt {
+        let target = object_at(root, &["linux", "intelRdt"])?;
+        for (k, v) in rdt {
+            target.insert(k.clone(), v.clone());
+        }
+    }
     Ok(())
+}
+
+/// `(hostInterfaceName, name)` of every CDI net device edit. Errors: an entry without both names.
+fn net_device_entries(edits: &ContainerEdits) -> Result<Vec<(&str, &str)>, EditError> {
+    edits
+        .net_devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let get = |k: &str| d.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+            match (get("hostInterfaceName"), get("name")) {
+                (Some(h), Some(n)) => Ok((h, n)),
+                _ => Err(EditError::BadEdit {
+                    field: format!("netDevices[{i}]"),
+                    problem: format!("{d} needs a non-empty hostInterfaceName and name"),
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Runtime-spec 1.3 `linux.intelRdt` fields a runtime announces in its features document
+/// (features-linux.md "IntelRdt"): `schemata` and `enableMonitoring` (as `monitoring`). The
+/// other fields (`closID`, `l3CacheSchema`, `memBwSchema`) are in every runtime-spec version.
+const RDT_FEATURE_FIELDS: &[(&str, &str)] = &[("schemata", "schemata"), ("enableMonitoring", "monitoring")];
+
+/// The edits of `edits` that the low-level runtime would silently ignore, judged by its features
+/// document (`runc features`, runtime-spec features.md; `None` when the runtime has no
+/// `features` command, as crun 1.8 and runc before 1.1): one line per refused field, naming it
+/// and why. An empty result means every edit reaches the runtime, which applies it or fails
+/// naming it (runc refuses `intelRdt` on a host without resctrl).
+///
+/// - `netDevices` (OCI `linux.netDevices`, runtime-spec 1.3) needs `linux.netDevices.enabled`;
+/// - `intelRdt` needs the host's resctrl filesystem (`resctrl`: mounted at /sys/fs/resctrl):
+///   runc 1.1 starts the container without the class when it is missing;
+/// - `intelRdt.schemata` / `intelRdt.enableMonitoring` (runtime-spec 1.3) need
+///   `linux.intelRdt.schemata` / `linux.intelRdt.monitoring`.
+pub fn unsupported_by_runtime(
+    edits: &ContainerEdits,
+    runtime: &str,
+    features: Option<&Value>,
+    resctrl: bool,
+) -> Vec<String> {
+    let flag = |ptr: &str| features.and_then(|f| f.pointer(ptr)).and_then(Value::as_bool) == Some(true);
+    let said = match features {
+        Some(_) => format!("`{runtime} features` does not list it"),
+        None => format!("{runtime} has no `features` command to say it can"),
+    };
+    let mut out = Vec::new();
+    if !edits.net_devices.is_empty() && !flag("/linux/netDevices/enabled") {
+        let names: Vec<String> = edits
+            .net_devices
+            .iter()
+            .map(|d| d.get("hostInterfaceName").and_then(Value::as_str).unwrap_or("?").to_string())
+            .collect();
+        out.push(format!(
+            "CDI edit netDevices ({}) becomes OCI linux.netDevices, which {runtime} would ignore ({said}); use a runtime that supports network devices (runc >= 1.3) or drop the netDevices edit",
+            names.join(", ")
+        ));
+    }
+    if edits.intel_rdt.is_some() && !resctrl {
+        out.push(format!(
+            "CDI edit intelRdt becomes OCI linux.intelRdt, but this host has no Intel RDT (no resctrl filesystem mounted at /sys/fs/resctrl) and {runtime} would start the container without it; mount resctrl (`mount -t resctrl resctrl /sys/fs/resctrl`) on an RDT-capable host or drop the intelRdt edit"
+        ));
+    }
+    if let Some(rdt) = edits.intel_rdt.as_ref().and_then(Value::as_object) {
+        for (field, feature) in RDT_FEATURE_FIELDS {
+            if rdt.contains_key(*field) && !flag(&format!("/linux/intelRdt/{feature}")) {
+                out.push(format!(
+                    "CDI edit intelRdt.{field} becomes OCI linux.intelRdt.{field}, which {runtime} would ignore ({said}: linux.intelRdt.{feature}); use a runtime that supports it or drop the field"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether two OCI hook entries run the same program the same way: same `path` and the same
+/// argv (an absent or empty `args` is argv `[path]`, as runtimes execute it). `env` and
+/// `timeout` do not count: the same hook merged by podman and by actk differs only there.
+pub fn same_hook(a: &Value, b: &Value) -> bool {
+    let path = |h: &Value| h.get("path").and_then(Value::as_str).map(str::to_string);
+    let argv = |h: &Value| -> Option<Vec<String>> {
+        let p = path(h)?;
+        let args: Vec<String> = h
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string())).collect())
+            .unwrap_or_default();
+        Some(if args.is_empty() { vec![p] } else { args })
+    };
+    path(a).is_some() && path(a) == path(b) && argv(a) == argv(b)
 }
 
 /// Removes the prestart hooks Docker's `--gpus` adds (executable or argv[0] named
@@ -200,6 +355,26 @@ fn device_json(n: &DeviceNode) -> Result<Value, EditError> {
         m.insert("gid".into(), json!(gid));
     }
     Ok(Value::Object(m))
+}
+
+/// Whether the spec asks for a user namespace (`linux.namespaces[].type == "user"`): podman
+/// rootless and `--uidmap`, Docker userns-remap, Kubernetes `hostUsers: false`.
+pub fn has_user_namespace(spec: &Map<String, Value>) -> bool {
+    spec.get("linux")
+        .and_then(|l| l.get("namespaces"))
+        .and_then(Value::as_array)
+        .is_some_and(|ns| ns.iter().any(|n| n.get("type").and_then(Value::as_str) == Some("user")))
+}
+
+/// The bind mount of a host device node (what runc does for linux.devices in a user namespace):
+/// `nosuid,noexec`, never `nodev` or `ro` (the node must open read-write).
+fn device_bind_json(n: &DeviceNode) -> Value {
+    json!({
+        "destination": n.path,
+        "type": "bind",
+        "source": n.host_path.as_deref().unwrap_or(&n.path),
+        "options": ["bind", "nosuid", "noexec"],
+    })
 }
 
 fn mount_json(m: &Mount) -> Value {
@@ -433,6 +608,97 @@ mod tests {
         let mut nonum = ContainerEdits::default();
         nonum.device_nodes.push(DeviceNode { path: "/dev/x".into(), ..Default::default() });
         assert!(matches!(apply(&mut s, &nonum), Err(EditError::MissingNumbers { .. })));
+    }
+
+    /// Field case F17 (in core): CDI 1.1 netDevices and intelRdt edits land in the OCI spec as
+    /// `linux.netDevices` and `linux.intelRdt`; the engine's own fields survive; twice == once.
+    #[test]
+    fn f17_net_devices_and_intel_rdt_are_applied_to_the_oci_spec() {
+        let e = ContainerEdits {
+            net_devices: vec![json!({"hostInterfaceName": "eth1", "name": "net1"})],
+            intel_rdt: Some(json!({"closID": "gpu-jobs", "schemata": ["L3:0=ff"]})),
+            ..Default::default()
+        };
+        let mut s = json!({"linux": {"intelRdt": {"l3CacheSchema": "L3:0=f", "closID": "old"},
+                                     "netDevices": {"eth0": {"name": "eth0"}}}});
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["netDevices"], json!({"eth0": {"name": "eth0"}, "eth1": {"name": "net1"}}));
+        assert_eq!(
+            s["linux"]["intelRdt"],
+            json!({"l3CacheSchema": "L3:0=f", "closID": "gpu-jobs", "schemata": ["L3:0=ff"]})
+        );
+        let mut twice = s.clone();
+        apply(&mut twice, &e).unwrap();
+        assert_eq!(twice, s);
+        let bad = ContainerEdits { net_devices: vec![json!({"name": "net1"})], ..Default::default() };
+        assert_eq!(
+            apply(&mut json!({}), &bad).unwrap_err().to_string(),
+            "CDI edit `netDevices[0]`: {\"name\":\"net1\"} needs a non-empty hostInterfaceName and name"
+        );
+    }
+
+    /// F17: what the low-level runtime would ignore is named, judged by its features document.
+    #[test]
+    fn f17_edits_the_runtime_would_ignore_are_named() {
+        let e = ContainerEdits {
+            net_devices: vec![json!({"hostInterfaceName": "eth1", "name": "net1"})],
+            intel_rdt: Some(json!({"closID": "g", "enableMonitoring": true})),
+            ..Default::default()
+        };
+        // runc 1.1.5's features: neither netDevices nor intelRdt.
+        let old = json!({"ociVersionMax": "1.0.2-dev", "linux": {"namespaces": ["user"]}});
+        let refused = unsupported_by_runtime(&e, "runc", Some(&old), true);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(refused[0].starts_with("CDI edit netDevices (eth1) becomes OCI linux.netDevices"), "{refused:?}");
+        assert!(refused[1].contains("intelRdt.enableMonitoring"), "{refused:?}");
+        assert!(unsupported_by_runtime(&e, "crun", None, true)[0].contains("crun has no `features` command"));
+        let new =
+            json!({"linux": {"netDevices": {"enabled": true}, "intelRdt": {"enabled": true, "monitoring": true}}});
+        assert!(unsupported_by_runtime(&e, "runc", Some(&new), true).is_empty());
+        // closID alone is runtime-spec 1.0: passed on where the host has RDT; without resctrl
+        // runc 1.1 would drop it quietly, so it is refused naming the field.
+        let plain = ContainerEdits { intel_rdt: Some(json!({"closID": "g"})), ..Default::default() };
+        assert!(unsupported_by_runtime(&plain, "runc", Some(&old), true).is_empty());
+        let no_rdt = unsupported_by_runtime(&plain, "runc", Some(&old), false);
+        assert!(no_rdt.len() == 1 && no_rdt[0].contains("no resctrl filesystem"), "{no_rdt:?}");
+    }
+
+    /// Issue 13 item 1: in a user namespace a node that exists only under a driver root is bind-
+    /// mounted from there (runc would look for it at its container path on the host and fail);
+    /// a node at its own path stays a linux.devices entry; both get their cgroup rule.
+    #[test]
+    fn item1_userns_nodes_under_a_driver_root_become_bind_mounts() {
+        let node = |path: &str, host: Option<&str>, minor| DeviceNode {
+            path: path.into(),
+            host_path: host.map(String::from),
+            node_type: Some("c".into()),
+            major: Some(195),
+            minor: Some(minor),
+            ..Default::default()
+        };
+        let e = ContainerEdits {
+            device_nodes: vec![
+                node("/dev/nvidiactl", Some("/run/nvidia/driver/dev/nvidiactl"), 255),
+                node("/dev/nvidia0", None, 0),
+            ],
+            ..Default::default()
+        };
+        let mut s = json!({"linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}, "mounts": []});
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["devices"], json!([{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}]));
+        assert_eq!(
+            s["mounts"],
+            json!([{"destination": "/dev/nvidiactl", "type": "bind", "source": "/run/nvidia/driver/dev/nvidiactl", "options": ["bind", "nosuid", "noexec"]}])
+        );
+        assert_eq!(s["linux"]["resources"]["devices"].as_array().unwrap().len(), 2);
+        let mut twice = s.clone();
+        apply(&mut twice, &e).unwrap();
+        assert_eq!(twice, s);
+        // Without a user namespace runc makes the node from its numbers: linux.devices as before.
+        let mut plain = json!({"linux": {"namespaces": [{"type": "mount"}]}});
+        apply(&mut plain, &e).unwrap();
+        assert_eq!(plain["linux"]["devices"].as_array().unwrap().len(), 2);
+        assert!(plain.get("mounts").is_none());
     }
 
     #[test]

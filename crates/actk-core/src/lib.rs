@@ -4,11 +4,15 @@
 
 pub mod cdi;
 pub mod config;
+pub mod devchar;
 pub mod discover;
 pub mod edits;
 pub mod hooksd;
 pub mod inventory;
 pub mod ldcache;
 pub mod plan;
+pub mod policy;
 pub mod profile;
 pub mod request;
+pub mod require;
+pub mod trusted;

@@ -19,17 +19,25 @@
 //! 4. Device nodes without major/minor (allowed by CDI) get them from the host node (stat).
 //!
 //! Spec directories are read by [`crate::cdi::registry::Registry`] (CDI SPEC.md rules: a later
-//! directory wins). A malformed spec file does not stop other requests: it is named in the
-//! error when a requested name is then missing, and in the plan's warnings otherwise.
+//! directory wins). A malformed or untrusted spec file does not stop other requests: it is
+//! named in the error when a requested name is then missing, and in the plan's warnings otherwise.
+//!
+//! Before any of this, the node's trust policy ([`crate::policy`], [`PlanContext::policy`])
+//! decides which inputs may ask: the device list (mounts under
+//! [`crate::policy::DEVICE_LIST_DIR`]), selection variables, `cdi.k8s.io/*` annotations, each
+//! trusted always, only for privileged containers, or never. A request from an untrusted input
+//! fails the plan with [`PlanError::Refused`] (naming the policy key) or, with
+//! `on_refused = "warn"`, is dropped with a warning naming it.
 
 use crate::cdi::name::QualifiedName;
 use crate::cdi::registry::Registry;
 use crate::cdi::spec::{ContainerEdits, Hook};
 use crate::inventory::Inventory;
+use crate::policy::{self, Channel, OnRefused, Policy};
 use crate::profile::Profile;
-use crate::request::{self, CdiNameRequest, DeviceRef, RequestError, Selection, VendorRequest};
+use crate::request::{self, CdiNameRequest, DeviceRef, Refused, RequestError, Selection, Sources, VendorRequest};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// What planning needs besides the spec. Cheap to build: nothing here is read until a request needs it.
@@ -37,8 +45,10 @@ use std::path::PathBuf;
 pub struct PlanContext {
     /// Vendor profiles (built-in plus user profiles), in order.
     pub profiles: Vec<Profile>,
-    /// Host root for discovery (`/`).
+    /// Host root for discovery (`/`): devices, /proc, /sys.
     pub root: PathBuf,
+    /// Root of the driver's files when apart from `root` (config `driver_root`); `None`: `root`.
+    pub driver_root: Option<PathBuf>,
     /// CDI spec directories, increasing priority.
     pub spec_dirs: Vec<PathBuf>,
     /// Default capabilities per profile name (config `[nvidia] default_capabilities`).
@@ -49,6 +59,11 @@ pub struct PlanContext {
     /// Spec files already loaded from `spec_dirs`, used instead of reading them (a long-running
     /// caller that reloads them when they change: the NRI plugin).
     pub registry: Option<std::sync::Arc<Registry>>,
+    /// The node's trust policy (config `[policy]`): which inputs may ask for devices. The
+    /// default trusts every input (docker/podman hosts).
+    pub policy: Policy,
+    /// Where the policy comes from, for refusal messages (`/etc/actk/config.toml`); may be empty.
+    pub policy_origin: String,
 }
 
 impl PlanContext {
@@ -65,10 +80,13 @@ impl PlanContext {
         Ok(PlanContext {
             profiles,
             root: config.root.clone(),
+            driver_root: config.driver_root.clone(),
             spec_dirs: config.spec_dirs.clone(),
             default_capabilities,
             inventory: None,
             registry: None,
+            policy: config.policy.clone(),
+            policy_origin: crate::config::Config::path_from_env().display().to_string(),
         })
     }
 }
@@ -124,6 +142,16 @@ pub enum PlanError {
         /// The registry's message: what the spec directories define (and which files could not be used).
         known: String,
     },
+    /// A request from an input the node's trust policy does not trust for this container
+    /// (`policy.on_refused = "fail"`). The message names each refused request and the policy key.
+    #[error("{message}")]
+    Refused {
+        /// `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = ...)`.
+        message: String,
+    },
+    /// An `NVIDIA_REQUIRE_*` constraint the host does not meet (or cannot be parsed).
+    #[error(transparent)]
+    Require(#[from] crate::require::RequireError),
     /// A device node without numbers whose host node cannot be read.
     #[error("device node {path}: cannot read the host node {host_path}: {message}")]
     DeviceNode {
@@ -180,23 +208,89 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         .and_then(Value::as_object)
         .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
         .unwrap_or_default();
-    let req = request::collect(&env, &annotations, &ctx.profiles, &ctx.default_capabilities)?;
+    let mounts = config_json.get("mounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+
+    let privileged = policy::is_privileged(config_json);
+    let trusted = |c: Channel| ctx.policy.trust(c).allows(privileged);
+    let (mut list, mut warnings) = request::device_list(mounts);
+    let mut refused_list = None;
+    if !list.is_empty() && !trusted(Channel::Mount) {
+        let value = list.iter().map(|d| format!("{}={}", d.kind, d.name)).collect::<Vec<_>>().join(",");
+        let source = format!("device list {}", policy::DEVICE_LIST_DIR);
+        refused_list = Some(Refused { source, value: request::shorten(&value), channel: Channel::Mount });
+        list.clear();
+    }
+    let sources = Sources {
+        env: &env,
+        annotations: &annotations,
+        device_list: &list,
+        env_trusted: trusted(Channel::Env),
+        annotations_trusted: trusted(Channel::Annotation),
+    };
+    let mut req = request::collect_from(&sources, &ctx.profiles, &ctx.default_capabilities)?;
+    req.refused.extend(refused_list);
+    warnings.append(&mut req.notes);
+    if !req.refused.is_empty() {
+        let lines: Vec<String> = req.refused.iter().map(|r| refusal(r, ctx)).collect();
+        match ctx.policy.on_refused {
+            OnRefused::Fail => {
+                return Err(PlanError::Refused {
+                    message: format!(
+                        "{}; only the devices a trusted input grants are served (on a Kubernetes node: the kubelet's allocation, \
+                         given as mounts under {}); set policy.on_refused = \"warn\" to start such containers without the refused request",
+                        lines.join("; "),
+                        policy::DEVICE_LIST_DIR
+                    ),
+                });
+            }
+            OnRefused::Warn => warnings.extend(lines.into_iter().map(|l| format!("{l}; request ignored"))),
+        }
+    }
     if req.vendors.is_empty() && req.cdi_names.is_empty() {
-        return Ok(Plan::default());
+        return Ok(Plan { warnings, ..Plan::default() });
     }
 
-    let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new() };
+    let mut state = State { ctx, registry: None, inventory: None, registry_used: false, capabilities: BTreeMap::new() };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
     }
-    let mut plan = Plan::default();
+    let mut plan = Plan { warnings, ..Plan::default() };
     let mut cdi_requests: Vec<CdiNameRequest> = Vec::new();
 
     for vr in &req.vendors {
         let use_specs =
             matches!(vr.selection, Selection::All | Selection::Devices(_)) && state.registry().has_kind(&vr.kind);
+        let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
+        let device_env = profile.map(|p| p.selection.device_env.as_slice()).unwrap_or_default();
+        let requirements = match profile {
+            Some(p) if p.selection.nvidia_require => crate::require::requirements(&env)?,
+            _ => Vec::new(),
+        };
         if use_specs {
             let names = spec_names_for(vr, state.registry())?;
+            if !requirements.is_empty() {
+                let (ctx_root, inv) = (&ctx.root, &mut state);
+                check_requirements(
+                    &requirements,
+                    ctx_root,
+                    vr,
+                    |s| {
+                        let inventory = s.inventory();
+                        let vendor = inventory.vendor(&vr.profile);
+                        (vendor.cloned(), indexes_of_names(vendor, &names))
+                    },
+                    inv,
+                )?;
+            }
+            if !device_env.is_empty() {
+                // The spec names the devices; their attributes are in the inventory.
+                let inventory = state.inventory();
+                let vendor = inventory.vendor(&vr.profile);
+                let indexes = indexes_of_names(vendor, &names);
+                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                plan.edits.env.extend(env_edits);
+                plan.warnings.extend(notes);
+            }
             plan.served.push(Served {
                 kind: vr.kind.clone(),
                 source: vr.variable.clone(),
@@ -207,10 +301,29 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 names.iter().map(|n| CdiNameRequest { name: format!("{}={n}", vr.kind), source: vr.variable.clone() }),
             );
         } else {
-            let profile = ctx.profiles.iter().find(|p| p.name == vr.profile);
+            if !requirements.is_empty() {
+                let ctx_root = &ctx.root;
+                check_requirements(
+                    &requirements,
+                    ctx_root,
+                    vr,
+                    |s| {
+                        let inventory = s.inventory();
+                        let vendor = inventory.vendor(&vr.profile);
+                        let indexes = vr.resolve(vendor).unwrap_or_default();
+                        (vendor.cloned(), indexes)
+                    },
+                    &mut state,
+                )?;
+            }
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
             let indexes = vr.resolve(vendor)?;
+            if !device_env.is_empty() && !indexes.is_empty() {
+                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                plan.edits.env.extend(env_edits);
+                plan.warnings.extend(notes);
+            }
             // A listed device whose node discovery could not use (removed since the last look, or
             // its driver gone) would otherwise start the container silently without it.
             if let (Some(v), Selection::Devices(_)) = (vendor, &vr.selection)
@@ -232,8 +345,11 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             match (profile, vendor) {
                 (Some(p), Some(v)) => {
                     let mut edits = crate::cdi::generate::edits_for(p, v, &indexes, &vr.capabilities);
-                    if let Some(hook) = &opts.ldcache_hook {
-                        edits.hooks.extend(ldcache_hook(hook, v, &edits));
+                    if let Some(hook) = &opts.ldcache_hook
+                        && let Some(refresh) = ldcache_hook(hook, v, &edits)
+                    {
+                        edits.hooks.extend(crate::cdi::generate::compat_hook(hook, p, v));
+                        edits.hooks.push(refresh);
                     }
                     plan.edits.append(&edits);
                 }
@@ -252,15 +368,17 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
 
     // Explicit names, after the names derived from variables (both through the spec directories).
+    let mut seen: HashSet<&str> = cdi_requests.iter().map(|c| c.name.as_str()).collect();
+    let mut explicit = Vec::new();
     for n in &req.cdi_names {
-        if !cdi_requests.iter().any(|c| c.name == n.name) {
-            cdi_requests.push(n.clone());
+        if seen.insert(n.name.as_str()) {
+            explicit.push(n.clone());
         }
     }
+    cdi_requests.extend(explicit);
     if !cdi_requests.is_empty() {
         let reg = state.registry();
         resolve_names(reg, &cdi_requests, &mut plan.edits)?;
-        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec {} skipped: {e}", e.path.display())));
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
                 plan.served.push(Served {
@@ -273,9 +391,151 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         }
     }
 
+    // The registry this start used: loaded here, or handed in by a long-running caller.
+    let used = state.registry.as_ref().or(ctx.registry.as_deref().filter(|_| state.registry_used));
+    if let Some(reg) = used {
+        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
+    }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     Ok(plan)
+}
+
+/// One refused request in words: `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust
+/// policy (policy.env_requests = "privileged" in /etc/actk/config.toml: the container is not
+/// privileged (no CAP_SYS_ADMIN in its bounding set))`.
+fn refusal(r: &Refused, ctx: &PlanContext) -> String {
+    let reason = ctx.policy.reason(r.channel);
+    let (key_value, why) = reason.split_once(": ").unwrap_or((reason.as_str(), ""));
+    let origin = if ctx.policy_origin.is_empty() { String::new() } else { format!(" in {}", ctx.policy_origin) };
+    format!("{}={}: refused by the node's trust policy ({key_value}{origin}: {why})", r.source, r.value)
+}
+
+/// Checks the container's `NVIDIA_REQUIRE_*` requirements (see [`crate::require`]) before
+/// anything is injected. The driver version comes from /proc/driver/nvidia/version of the host
+/// root, the CUDA version from NVML on the running system (else from the driver branch); only
+/// when a requirement still fails and names `arch` or `brand` are the selected GPUs looked at
+/// (`selected` discovers them), so the usual CUDA image (`cuda>=12.x ...` first) costs one read.
+fn check_requirements<'a>(
+    reqs: &[crate::require::Requirement],
+    root: &std::path::Path,
+    vr: &VendorRequest,
+    selected: impl FnOnce(&mut State<'a>) -> (Option<crate::inventory::VendorInventory>, Vec<u32>),
+    state: &mut State<'a>,
+) -> Result<(), PlanError> {
+    use crate::require::{GpuProperties, HostProperties, arch_of_model, check, cuda_of_driver, from_nvml};
+    let host = crate::discover::HostRoot::new(root);
+    let driver = host
+        .read_to_string("/proc/driver/nvidia/version")
+        .ok()
+        .and_then(|t| crate::discover::nvidia::parse_version(&t));
+    let system = host.is_system_root();
+    let nvml_cuda = if system { from_nvml(&[]).and_then(|(c, _)| c) } else { None };
+    let cuda = nvml_cuda.or_else(|| driver.as_deref().and_then(cuda_of_driver).map(str::to_string));
+    let mut props = HostProperties { driver, cuda, gpus: Vec::new() };
+    let first = check(reqs, &props);
+    let needs_gpus = reqs.iter().any(|r| r.value.contains("arch") || r.value.contains("brand"));
+    if first.is_ok() || !needs_gpus {
+        return first.map_err(|e| add_request(e, vr));
+    }
+    let (vendor, indexes) = selected(state);
+    let devices: Vec<&crate::inventory::Device> =
+        vendor.as_ref().map(|v| v.devices.iter().filter(|d| indexes.contains(&d.index)).collect()).unwrap_or_default();
+    let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_deref().unwrap_or("")).collect();
+    let nvml = if system { from_nvml(&uuids).map(|(_, g)| g) } else { None };
+    props.gpus = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let (arch, brand) = nvml.as_ref().and_then(|g| g.get(i).cloned()).unwrap_or((None, None));
+            GpuProperties {
+                index: d.index,
+                arch: arch.or_else(|| d.model.as_deref().and_then(arch_of_model).map(str::to_string)),
+                brand,
+            }
+        })
+        .collect();
+    check(reqs, &props).map_err(|e| add_request(e, vr))
+}
+
+/// Says which request a requirement error belongs to.
+fn add_request(mut e: crate::require::RequireError, vr: &VendorRequest) -> PlanError {
+    e.problem = format!("{} (for {}={})", e.problem, vr.variable, vr.value);
+    PlanError::Require(e)
+}
+
+/// Device indexes of the CDI device names a spec served (`all`, an index, or a UUID).
+fn indexes_of_names(vendor: Option<&crate::inventory::VendorInventory>, names: &[String]) -> Vec<u32> {
+    let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
+    let mut out: Vec<u32> = Vec::new();
+    for n in names {
+        if n == crate::cdi::generate::ALL_DEVICE {
+            out.extend(devices.iter().map(|d| d.index));
+        } else if let Ok(i) = n.parse::<u32>() {
+            out.push(i);
+        } else if let Some(d) = devices.iter().find(|d| d.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(n))) {
+            out.push(d.index);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The env edits of a profile's `selection.device_env` for the selected devices `indexes`
+/// (ascending), and notes for the plan's warnings. A variable the container sets itself is kept
+/// when every value in it belongs to a selected device (Habana: HABANA_VISIBLE_MODULES naming a
+/// subset of the modules mounted); otherwise the request is refused naming both variables.
+fn device_env_edits(
+    entries: &[crate::profile::DeviceEnv],
+    vr: &VendorRequest,
+    vendor: Option<&crate::inventory::VendorInventory>,
+    indexes: &[u32],
+    env: &[String],
+) -> Result<(Vec<String>, Vec<String>), PlanError> {
+    let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
+    let (mut edits, mut notes) = (Vec::new(), Vec::new());
+    for e in entries {
+        let mut values = Vec::new();
+        for i in indexes {
+            match devices.iter().find(|d| d.index == *i).and_then(|d| d.attributes.get(&e.attribute)) {
+                Some(v) => values.push(v.trim().to_string()),
+                None => {
+                    notes.push(format!(
+                        "{}: {} device {i} has no {} attribute; {} not set",
+                        vr.variable, vr.kind, e.attribute, e.name
+                    ));
+                    values.clear();
+                    break;
+                }
+            }
+        }
+        if values.is_empty() {
+            continue;
+        }
+        match request::env_value(env, &e.name) {
+            Some(given) if !given.trim().is_empty() => {
+                for item in given.split(',').map(str::trim) {
+                    if !values.iter().any(|v| v == item) {
+                        return Err(PlanError::Request(RequestError {
+                            variable: e.name.clone(),
+                            value: given.to_string(),
+                            problem: format!(
+                                "{} {item:?} is not one of the devices {}={} selects ({} {})",
+                                e.attribute,
+                                vr.variable,
+                                vr.value,
+                                e.attribute,
+                                values.join(",")
+                            ),
+                        }));
+                    }
+                }
+            }
+            _ => edits.push(format!("{}={}", e.name, values.join(","))),
+        }
+    }
+    Ok((edits, notes))
 }
 
 /// The createContainer hook that adds the directories of the driver libraries mounted by `edits`
@@ -314,6 +574,9 @@ struct State<'a> {
     ctx: &'a PlanContext,
     registry: Option<Registry>,
     inventory: Option<Inventory>,
+    /// Whether [`State::registry`] was asked for (a registry from the context is not loaded
+    /// here, so its skipped files are reported only when it was used).
+    registry_used: bool,
     /// Requested capabilities per profile name (only vendors with a request).
     capabilities: BTreeMap<String, Vec<String>>,
 }
@@ -340,6 +603,7 @@ fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<S
 impl<'a> State<'a> {
     fn registry(&mut self) -> &Registry {
         let ctx: &'a PlanContext = self.ctx;
+        self.registry_used = true;
         if let Some(r) = &ctx.registry {
             return r;
         }
@@ -352,8 +616,13 @@ impl<'a> State<'a> {
             return i;
         }
         let caps = &self.capabilities;
-        self.inventory
-            .get_or_insert_with(|| crate::discover::discover(&ctx.root, &profiles_for_request(&ctx.profiles, caps)))
+        self.inventory.get_or_insert_with(|| {
+            crate::discover::discover_roots(
+                &ctx.root,
+                ctx.driver_root.as_deref().unwrap_or(&ctx.root),
+                &profiles_for_request(&ctx.profiles, caps),
+            )
+        })
     }
 }
 
@@ -369,11 +638,14 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
         .into()
     };
     let mut out: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     let mut push = |n: String| {
-        if !out.contains(&n) {
+        if seen.insert(n.clone()) {
             out.push(n);
         }
     };
+    // Case-insensitive lookup of the spec's names, built once (a request may list 24k UUIDs).
+    let by_lower: HashMap<String, &String> = known.iter().rev().map(|k| (k.to_ascii_lowercase(), k)).collect();
     match &vr.selection {
         Selection::All => {
             if !known.iter().any(|k| k == "all") {
@@ -391,8 +663,8 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
                         format!("{m:?} is a MIG device; MIG is not supported yet and no CDI spec defines it"),
                     ),
                 };
-                match known.iter().find(|k| k.eq_ignore_ascii_case(&name)) {
-                    Some(k) => push(k.clone()),
+                match by_lower.get(&name.to_ascii_lowercase()) {
+                    Some(k) => push((*k).clone()),
                     None => return Err(unknown(what)),
                 }
             }
@@ -497,6 +769,7 @@ mod tests {
                 env: vec!["NVIDIA_VISIBLE_DEVICES".into()],
                 capabilities_env: Some("NVIDIA_DRIVER_CAPABILITIES".into()),
                 default_capabilities: vec!["utility".into(), "compute".into()],
+                nvidia_require: true,
                 ..Default::default()
             },
             ..Default::default()
@@ -606,6 +879,109 @@ mod tests {
         assert!(!h.env.is_empty());
     }
 
+    fn gaudi_ctx(spec_dir: Option<&Path>) -> PlanContext {
+        let profiles = crate::profile::builtin();
+        // gaudi2 fixture numbering: accel index -> module_id (OAM slot) 3,2,1,6,7,4,5,0.
+        let modules = [3, 2, 1, 6, 7, 4, 5, 0];
+        let devices = (0..8u32)
+            .map(|i| Device {
+                index: i,
+                nodes: vec![DeviceNode {
+                    path: format!("/dev/accel/accel{i}"),
+                    host_path: format!("/dev/accel/accel{i}").into(),
+                    node_type: 'c',
+                    major: 261,
+                    minor: i,
+                    file_mode: Some(0o666),
+                }],
+                attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
+                ..Default::default()
+            })
+            .collect();
+        let inventory = Inventory {
+            root: "/".into(),
+            vendors: vec![VendorInventory {
+                profile: "gaudi".into(),
+                kind: "habana.ai/gaudi".into(),
+                devices,
+                ..Default::default()
+            }],
+            warnings: vec![],
+        };
+        PlanContext {
+            profiles,
+            root: "/nonexistent".into(),
+            spec_dirs: spec_dir.into_iter().map(Path::to_path_buf).collect(),
+            inventory: Some(inventory),
+            ..Default::default()
+        }
+    }
+
+    /// Issue 13 item 6: HABANA_VISIBLE_MODULES is set to the selected devices' module ids, as
+    /// Habana's runtime does; a value the container sets itself is kept when it names modules of
+    /// its devices and refused, naming both variables, when it does not. The same through a CDI
+    /// spec file of the kind.
+    #[test]
+    fn item6_habana_visible_modules_is_set_and_read_as_habanas_runtime_does() {
+        let c = gaudi_ctx(None);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=1,7"]), &c).unwrap();
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=2,0"]);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=all"]), &c).unwrap();
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=3,2,1,6,7,4,5,0"]);
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=all", "HABANA_VISIBLE_MODULES=0,1"]), &c).unwrap();
+        assert!(p.edits.env.is_empty(), "the container's own narrowing is kept: {:?}", p.edits.env);
+        let e = plan(&spec(&["HABANA_VISIBLE_DEVICES=1,7", "HABANA_VISIBLE_MODULES=5"]), &c).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "HABANA_VISIBLE_MODULES=5: module_id \"5\" is not one of the devices HABANA_VISIBLE_DEVICES=1,7 selects (module_id 2,0)"
+        );
+        // Served by a CDI spec file: the module ids still come from the devices it names.
+        let d = tempfile::tempdir().unwrap();
+        let s = json!({"cdiVersion": "0.5.0", "kind": "habana.ai/gaudi", "devices": [
+            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}]}},
+            {"name": "7", "containerEdits": {"deviceNodes": [{"path": "/dev/zero", "type": "c", "major": 1, "minor": 5}]}}]});
+        std::fs::write(d.path().join("gaudi.json"), s.to_string()).unwrap();
+        let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=7"]), &gaudi_ctx(Some(d.path()))).unwrap();
+        assert!(p.served[0].from_spec);
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=0"]);
+    }
+
+    /// Issue 13 item 6: NVIDIA_REQUIRE_* is checked against the host root's driver before any
+    /// edit is planned; NVIDIA_DISABLE_REQUIRE=true skips it; arch uses the selected GPUs.
+    #[test]
+    fn item6_requirements_are_checked_before_anything_is_injected() {
+        let root = tempfile::tempdir().unwrap();
+        let v = root.path().join("proc/driver/nvidia");
+        std::fs::create_dir_all(&v).unwrap();
+        std::fs::write(
+            v.join("version"),
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U22)\n",
+        )
+        .unwrap();
+        let mut c = ctx(None);
+        c.root = root.path().to_path_buf();
+        for d in &mut c.inventory.as_mut().unwrap().vendors[0].devices {
+            d.model = Some("NVIDIA H100 80GB HBM3".into());
+        }
+        let e =
+            plan(&spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"]), &c).unwrap_err().to_string();
+        assert!(
+            e.starts_with("NVIDIA_REQUIRE_CUDA=cuda>=99.0: unsatisfied condition: cuda>=99.0 (cuda=13.0)")
+                && e.ends_with("(for NVIDIA_VISIBLE_DEVICES=0)"),
+            "{e}"
+        );
+        let ok = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12.4 driver>=999"]), &c).unwrap();
+        assert_eq!(paths(&ok), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        let off = plan(
+            &spec(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_DISABLE_REQUIRE=true"]),
+            &c,
+        );
+        assert!(off.is_ok(), "{off:?}");
+        let e =
+            plan(&spec(&["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_ARCH=arch>=10.0"]), &c).unwrap_err().to_string();
+        assert!(e.contains("arch>=10.0 (GPU 1 arch=9.0)"), "{e}");
+    }
+
     fn write_spec(dir: &Path) {
         let s = json!({
             "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
@@ -647,5 +1023,119 @@ mod tests {
         let e = plan(&s, &ctx(Some(d.path()))).unwrap_err().to_string();
         assert!(e.starts_with("annotation cdi.k8s.io/x: ") && e.contains("example.com/accel=0"), "{e}");
         assert!(e.contains("broken.json could not be used"), "{e}");
+    }
+
+    /// A CRI-shaped config.json as containerd writes it for a pod: the kubelet's mounts (here the
+    /// device list of the volume-mounts strategy), the image's env, CAP_SYS_ADMIN absent.
+    fn cri_spec(env: &[&str], listed: &[&str], privileged: bool) -> Value {
+        let mut caps = vec!["CAP_CHOWN", "CAP_NET_BIND_SERVICE"];
+        if privileged {
+            caps.push("CAP_SYS_ADMIN");
+        }
+        let mut mounts = vec![json!({"destination": "/etc/hosts", "type": "bind",
+            "source": "/var/lib/kubelet/pods/0a/etc-hosts", "options": ["rbind", "rprivate", "rw"]})];
+        for name in listed {
+            mounts.push(json!({"destination": format!("/var/run/actk/devices/nvidia.com/gpu/{name}"),
+                "type": "bind", "source": "/dev/null", "options": ["rbind", "rprivate", "ro"]}));
+        }
+        json!({"process": {"env": env, "capabilities": {"bounding": caps, "effective": caps}},
+               "mounts": mounts,
+               "annotations": {"io.kubernetes.cri.container-type": "container"}})
+    }
+
+    fn k8s_ctx() -> PlanContext {
+        PlanContext { policy: Policy::kubernetes(), policy_origin: "/etc/actk/config.toml".into(), ..ctx(None) }
+    }
+
+    /// Field case F13: the pod was allocated GPU 0 (the device list), its image says
+    /// NVIDIA_VISIBLE_DEVICES=all: only GPU 0, and the refusal names the policy key.
+    #[test]
+    fn f13_allocated_gpu_only_and_env_refusal_names_the_policy() {
+        let spec = cri_spec(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"], &["0"], false);
+        let p = plan(&spec, &k8s_ctx()).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        assert_eq!(p.served[0].source, "device list /var/run/actk/devices/nvidia.com/gpu");
+        let w = p.warnings.join("\n");
+        assert!(
+            w.contains("NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = \"privileged\" in /etc/actk/config.toml"),
+            "{w}"
+        );
+        // The same with the default policy (a node set up without the chart): the list still wins.
+        let p = plan(&spec, &ctx(None)).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia0"]);
+        assert!(p.warnings.iter().any(|w| w.contains("ignored, the device list")), "{:?}", p.warnings);
+    }
+
+    #[test]
+    fn untrusted_env_and_annotations_grant_nothing() {
+        let c = k8s_ctx();
+        for env in
+            [&["NVIDIA_VISIBLE_DEVICES=all"][..], &["NVIDIA_VISIBLE_DEVICES=none"], &["NVIDIA_VISIBLE_DEVICES=0,1"]]
+        {
+            let p = plan(&cri_spec(env, &[], false), &c).unwrap();
+            assert!(p.is_empty(), "{env:?}: {p:?}");
+            assert!(p.warnings.iter().any(|w| w.contains("policy.env_requests")), "{:?}", p.warnings);
+        }
+        // Not a request at all: nothing refused, nothing said.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=void"], &[], false), &c).unwrap();
+        assert!(p.is_empty() && p.warnings.is_empty(), "{p:?}");
+        // A malformed untrusted value is not parsed: refused, not a syntax error.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=0,,x"], &[], false), &c).unwrap();
+        assert!(p.is_empty() && p.warnings[0].contains("refused"), "{p:?}");
+        let mut spec = cri_spec(&[], &[], false);
+        spec["annotations"]["cdi.k8s.io/x"] = json!("nvidia.com/gpu=all");
+        let p = plan(&spec, &c).unwrap();
+        assert!(p.is_empty(), "{p:?}");
+        assert!(p.warnings[0].starts_with("annotation cdi.k8s.io/x=nvidia.com/gpu=all: refused by the node's trust policy (policy.annotation_requests = \"privileged\""), "{:?}", p.warnings);
+        // Privileged containers may ask.
+        let p = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=all"], &[], true), &c).unwrap();
+        assert_eq!(paths(&p).len(), 5, "{p:?}");
+    }
+
+    #[test]
+    fn on_refused_fail_fails_with_the_policy_key() {
+        let mut c = k8s_ctx();
+        c.policy.on_refused = OnRefused::Fail;
+        let e = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=all"], &["1"], false), &c).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust policy (policy.env_requests = \"privileged\""
+            ),
+            "{e}"
+        );
+        assert!(e.contains("policy.on_refused = \"warn\""), "{e}");
+        c.policy.env_requests = policy::Trust::Never;
+        let e = plan(&cri_spec(&["AWS_NEURON_VISIBLE_DEVICES=ALL"], &[], true), &c);
+        // No neuron profile in this context: nothing asked, nothing refused.
+        assert!(e.unwrap().is_empty());
+        let e = plan(&cri_spec(&["NVIDIA_VISIBLE_DEVICES=0"], &[], true), &c).unwrap_err().to_string();
+        assert!(
+            e.contains("policy.env_requests = \"never\" in /etc/actk/config.toml: no container may ask this way"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn device_list_entries_must_be_dev_null_binds_and_trusted() {
+        let c = k8s_ctx();
+        let mut spec = cri_spec(&[], &["2"], false);
+        // An emptyDir a pod put at the same place: not an entry.
+        spec["mounts"].as_array_mut().unwrap().push(json!({"destination": "/var/run/actk/devices/nvidia.com/gpu/all",
+            "type": "bind", "source": "/var/lib/kubelet/pods/0a/volumes/kubernetes.io~empty-dir/x", "options": ["rbind"]}));
+        let p = plan(&spec, &c).unwrap();
+        assert_eq!(paths(&p), vec!["/dev/nvidiactl", "/dev/nvidia2"]);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("mount /var/run/actk/devices/nvidia.com/gpu/all ignored")),
+            "{:?}",
+            p.warnings
+        );
+        let mut c = k8s_ctx();
+        c.policy.mount_requests = policy::Trust::Never;
+        let p = plan(&cri_spec(&[], &["2"], false), &c).unwrap();
+        assert!(p.is_empty(), "{p:?}");
+        assert!(p.warnings[0].contains("policy.mount_requests = \"never\""), "{:?}", p.warnings);
+        // Unknown device in the list: the error names the list.
+        let e = plan(&cri_spec(&[], &["9"], false), &k8s_ctx()).unwrap_err().to_string();
+        assert!(e.starts_with("device list /var/run/actk/devices/nvidia.com/gpu=9: no such device 9"), "{e}");
     }
 }

@@ -29,6 +29,7 @@ const BUILTIN_FILES: &[(&str, &str)] = &[
     ("amd.toml", include_str!("../profiles/amd.toml")),
     ("gaudi.toml", include_str!("../profiles/gaudi.toml")),
     ("accel.toml", include_str!("../profiles/accel.toml")),
+    ("imex.toml", include_str!("../profiles/imex.toml")),
 ];
 
 /// One vendor profile. See `profiles/*.toml` for commented examples.
@@ -64,6 +65,21 @@ pub struct Profile {
     /// Kubernetes extended resource names (`nvidia.com/gpu`).
     #[serde(default)]
     pub kubernetes: Kubernetes,
+    /// Forward-compatibility libraries an image may ship (CUDA's /usr/local/cuda/compat): with
+    /// the ld.so.cache hook, generated edits also get `actk-hook enable-cuda-compat`, which puts
+    /// them first when they are of a newer driver than the host's.
+    #[serde(default)]
+    pub forward_compat: Option<ForwardCompat>,
+}
+
+/// [`Profile::forward_compat`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardCompat {
+    /// Absolute container directory (`/usr/local/cuda/compat`).
+    pub dir: String,
+    /// Library name without version (`libcuda.so`); its versioned file names the driver.
+    pub library: String,
 }
 
 fn default_discovery() -> String {
@@ -86,9 +102,29 @@ pub struct Selection {
     /// Env variable selecting cores rather than devices (`NEURON_RT_VISIBLE_CORES`), if any.
     #[serde(default)]
     pub cores_env: Option<String>,
-    /// Whether `a-b` ranges are accepted in lists (Neuron: yes).
+    /// Whether `a-b` ranges are accepted in lists (Neuron and AMD: yes).
     #[serde(default)]
     pub ranges: bool,
+    /// Env variables listing an attribute of the selected devices, comma-separated in device
+    /// order (`HABANA_VISIBLE_MODULES` = their `module_id`s, as Habana's runtime sets it): added
+    /// when the container does not set the variable; when it does, every value must belong to a
+    /// selected device (the vendor's user space narrows to them).
+    #[serde(default)]
+    pub device_env: Vec<DeviceEnv>,
+    /// Check the image's `NVIDIA_REQUIRE_*` constraints (cuda, driver, arch, brand) against
+    /// this vendor's driver before injecting ([`crate::require`]; `NVIDIA_DISABLE_REQUIRE`).
+    #[serde(default)]
+    pub nvidia_require: bool,
+}
+
+/// One [`Selection::device_env`] entry.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceEnv {
+    /// The variable (`HABANA_VISIBLE_MODULES`).
+    pub name: String,
+    /// The device attribute it lists (`module_id`, a key of the device's attributes).
+    pub attribute: String,
 }
 
 /// How to find per-device nodes and attributes.
@@ -147,14 +183,17 @@ pub struct CapabilityFiles {
     #[serde(default)]
     pub binaries: Vec<String>,
     /// Other absolute paths (may contain `{driver_version}`; `*` allowed in the last
-    /// component), mounted when present.
+    /// component), mounted when present: regular files, unix sockets (a daemon's socket such
+    /// as /run/nvidia-persistenced/socket) and directories (/tmp/nvidia-mps), not device nodes.
     #[serde(default)]
     pub files: Vec<String>,
     /// Firmware paths, same syntax as `files` (`/lib/firmware/nvidia/{driver_version}/*`).
     #[serde(default)]
     pub firmware: Vec<String>,
-    /// Architecture of the libraries: `x86_64` (default) or `i386` (32-bit copies, as
-    /// `compat32` mounts), matched against the ld.so.cache entry flags.
+    /// Architecture of the libraries. Unset: the host's own (x86-64 or aarch64, from its kernel:
+    /// /proc/sys/kernel/arch, uname). `compat32` or `i386`: the 32-bit copies next to them (i386
+    /// on x86-64, none on aarch64). `x86_64` / `aarch64`: only on a host of that architecture.
+    /// Matched against the ld.so.cache entry flags, and the ELF header when scanning directories.
     #[serde(default)]
     pub arch: Option<String>,
 }
@@ -211,7 +250,8 @@ pub enum ProfileError {
 // BUILTIN_JSON: the built-in profile files compiled by build.rs (TOML parsed at build time).
 include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
 
-/// The built-in profiles, in this order: `nvidia`, `neuron`, `amd`, `gaudi`, `accel`.
+/// The built-in profiles, in this order: `nvidia`, `neuron`, `amd`, `gaudi`, `accel`,
+/// `nvidia-imex`.
 ///
 /// They are the TOML files under `crates/actk-core/profiles/`, parsed at build time (build.rs)
 /// and embedded as JSON, which a container start reads at a fraction of the TOML parser's cost;
@@ -312,6 +352,14 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
             return bad("selection", v, "an environment variable name: [A-Za-z_][A-Za-z0-9_]*");
         }
     }
+    for d in &s.device_env {
+        if !is_env_name(&d.name) {
+            return bad("selection.device_env.name", &d.name, "an environment variable name: [A-Za-z_][A-Za-z0-9_]*");
+        }
+        if d.attribute.is_empty() {
+            return bad("selection.device_env.attribute", &d.attribute, "a device attribute name such as module_id");
+        }
+    }
     for e in &p.env {
         let name = e.split_once('=').map(|(n, _)| n);
         if !name.is_some_and(is_env_name) {
@@ -347,6 +395,14 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
             );
         }
     }
+    if let Some(fc) = &p.forward_compat {
+        if !fc.dir.starts_with('/') || fc.dir.split('/').any(|c| c == "..") {
+            return bad("forward_compat.dir", &fc.dir, "an absolute container directory without `..`");
+        }
+        if fc.library.contains('/') || !fc.library.contains(".so") {
+            return bad("forward_compat.library", &fc.library, "a library name such as libcuda.so");
+        }
+    }
     for c in &p.control_nodes {
         if !c.path.starts_with("/dev/") {
             return bad("control_nodes.path", &c.path, "an absolute path under /dev/");
@@ -357,10 +413,13 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
             return bad("capabilities", cap, "a capability name of letters, digits, '-' and '_'");
         }
         if let Some(arch) = &files.arch
-            && arch != "x86_64"
-            && arch != "i386"
+            && !["x86_64", "aarch64", "i386", "compat32"].contains(&arch.as_str())
         {
-            return bad(&format!("capabilities.{cap}.arch"), arch, "x86_64 or i386");
+            return bad(
+                &format!("capabilities.{cap}.arch"),
+                arch,
+                "compat32 (or i386: the 32-bit copies of an x86-64 host), or x86_64 / aarch64 (only on such hosts)",
+            );
         }
         for lib in &files.libraries {
             if lib.contains('/') || !lib.contains(".so") {
@@ -443,13 +502,14 @@ mod tests {
                 ("neuron", "aws.amazon.com/neuron"),
                 ("amd", "amd.com/gpu"),
                 ("gaudi", "habana.ai/gaudi"),
-                ("accel", "kernel.org/accel")
+                ("accel", "kernel.org/accel"),
+                ("nvidia-imex", "nvidia.com/imex-channel")
             ]
         );
         let nv = &all[0];
         assert_eq!(nv.selection.env, ["NVIDIA_VISIBLE_DEVICES"]);
         assert_eq!(nv.selection.default_capabilities, ["utility", "compute"]);
-        for cap in ["utility", "compute", "video", "graphics", "display", "compat32", "ngx"] {
+        for cap in ["utility", "compute", "video", "graphics", "display", "compat32", "ngx", "fabric"] {
             assert!(nv.capabilities.contains_key(cap), "nvidia profile lacks capability {cap}");
         }
         assert!(nv.capabilities["compute"].libraries.contains(&"libcuda.so".to_string()));
@@ -487,7 +547,7 @@ mod tests {
         write(tmp.path(), "notes.txt", "not a profile");
         let got = load(Some(tmp.path())).unwrap();
         let names: Vec<&str> = got.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["nvidia", "neuron", "amd", "gaudi", "accel", "npu"]);
+        assert_eq!(names, ["nvidia", "neuron", "amd", "gaudi", "accel", "nvidia-imex", "npu"]);
         assert_eq!(got[2].description, "mine");
         assert!(got[2].control_nodes.is_empty(), "the user file replaces the built-in entirely");
     }

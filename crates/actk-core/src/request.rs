@@ -26,23 +26,132 @@
 //!
 //! Duplicates: when a variable appears several times in `process.env`, the LAST one wins (Docker
 //! appends its own values after the image's; field case F01).
+//!
+//! Who may ask: [`collect_from`] takes a [`Sources`] that says which inputs the node's trust
+//! policy ([`crate::policy`]) trusts for this container. A selection variable or annotation from
+//! an untrusted input is not parsed; it is listed in [`Request::refused`]. The device list
+//! (mounts under [`crate::policy::DEVICE_LIST_DIR`], [`device_list`]) is the kubelet's allocation:
+//! for a vendor it lists, it is the selection, and that vendor's selection variable is ignored.
+//!
+//! Bounded work: a value longer than [`MAX_VALUE_BYTES`] is refused before it is parsed, one
+//! value selects at most 65536 entries, and de-duplication uses hash sets, so the cost of a
+//! request is linear in its size (`cargo bench -p actk-core --bench request` prints it per KB).
 
 use crate::cdi::name::QualifiedName;
 use crate::inventory::VendorInventory;
+use crate::policy::{Channel, DEVICE_LIST_DIR, DEVICE_LIST_SOURCE};
 use crate::profile::Profile;
-use std::collections::BTreeMap;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Annotation key prefix whose values are comma-separated qualified CDI names (CDI SPEC.md,
 /// "cdi.k8s.io/" annotations as kubelet and CRI runtimes use them).
 pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 
+/// Longest value of one selection variable, capabilities variable or `cdi.k8s.io/` annotation
+/// that is parsed (1 MiB). The value comes from the image or the pod and is parsed at every
+/// container start (and every kubelet retry): the limit bounds that work. A legitimate request
+/// is a few KB (64 GPU UUIDs are 2.6 KB); the kernel refuses a single environment string over
+/// 128 KiB at exec anyway.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
 /// Everything a container asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
-    /// One entry per vendor whose selection variable is set to something other than `void`/empty.
+    /// One entry per vendor whose selection variable is set to something other than `void`/empty,
+    /// or that the device list names.
     pub vendors: Vec<VendorRequest>,
-    /// Fully qualified CDI names, from annotations or given in a selection variable, in order.
+    /// Fully qualified CDI names, from annotations, a selection variable or the device list, in order.
     pub cdi_names: Vec<CdiNameRequest>,
+    /// Requests from inputs the trust policy does not trust for this container (not parsed).
+    pub refused: Vec<Refused>,
+    /// Notes about inputs that were set but are not requests (a selection variable of a vendor
+    /// the device list serves, a mount under the device list directory that is not an entry).
+    pub notes: Vec<String>,
+}
+
+/// A request the trust policy refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The variable, `annotation KEY` or `mount PATH` that asked.
+    pub source: String,
+    /// Its value, shortened to at most a few hundred bytes for messages.
+    pub value: String,
+    /// The input it came through (names the policy key).
+    pub channel: Channel,
+}
+
+/// The inputs of one container and how far the trust policy trusts each (for [`collect_from`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    /// `process.env` (`NAME=value` strings).
+    pub env: &'a [String],
+    /// `annotations`.
+    pub annotations: &'a BTreeMap<String, String>,
+    /// The device list (already checked against the policy's `mount_requests`).
+    pub device_list: &'a [ListedDevice],
+    /// Whether selection variables are requests (policy `env_requests` for this container).
+    pub env_trusted: bool,
+    /// Whether `cdi.k8s.io/` annotations are requests (policy `annotation_requests`).
+    pub annotations_trusted: bool,
+}
+
+/// One device of the device list: a mount of `/dev/null` at
+/// `/var/run/actk/devices/<vendor>/<class>/<name>`, meaning the CDI device `<vendor>/<class>=<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedDevice {
+    /// CDI kind (`nvidia.com/gpu`).
+    pub kind: String,
+    /// CDI device name within the kind (`0`, `GPU-...`, `all`).
+    pub name: String,
+}
+
+/// The device list of an OCI runtime spec's `mounts` (runtime-spec config.md "Mounts"): every
+/// bind mount whose destination is `DEVICE_LIST_DIR/<vendor>/<class>/<name>` and whose source is
+/// `/dev/null`, in mount order, without duplicates. Mounts under the directory that are not
+/// entries (another source, a malformed path, an invalid CDI name) are ignored with a note.
+pub fn device_list(mounts: &[Value]) -> (Vec<ListedDevice>, Vec<String>) {
+    let mut list = Vec::new();
+    let mut notes = Vec::new();
+    let mut seen = HashSet::new();
+    for m in mounts {
+        let Some(dest) = m.get("destination").and_then(Value::as_str) else { continue };
+        let comps: Vec<&str> = dest.split('/').filter(|c| !c.is_empty()).collect();
+        let dir: Vec<&str> = DEVICE_LIST_DIR.split('/').filter(|c| !c.is_empty()).collect();
+        if comps.len() <= dir.len() || comps[..dir.len()] != dir[..] {
+            continue;
+        }
+        let rest = &comps[dir.len()..];
+        let source = m.get("source").and_then(Value::as_str).unwrap_or("");
+        let bind = m.get("type").and_then(Value::as_str) == Some("bind")
+            || m.get("options")
+                .and_then(Value::as_array)
+                .is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"));
+        let ignore = |why: String| format!("mount {dest} ignored: {why}");
+        if source != DEVICE_LIST_SOURCE || !bind {
+            notes.push(ignore(format!(
+                "a device list entry is a bind mount of {DEVICE_LIST_SOURCE} (the device plugin's volume-mounts strategy), this one mounts {source:?}"
+            )));
+            continue;
+        }
+        let [vendor, class, name] = rest else {
+            notes.push(ignore(format!("expected {DEVICE_LIST_DIR}/<vendor>/<class>/<device>")));
+            continue;
+        };
+        let qualified = format!("{vendor}/{class}={name}");
+        if let Err(e) = QualifiedName::parse(&qualified) {
+            notes.push(ignore(e.to_string()));
+            continue;
+        }
+        if list.len() >= MAX_SELECTED {
+            notes.push(ignore(format!("the device list has more than {MAX_SELECTED} entries")));
+            break;
+        }
+        if seen.insert(qualified) {
+            list.push(ListedDevice { kind: format!("{vendor}/{class}"), name: name.to_string() });
+        }
+    }
+    (list, notes)
 }
 
 /// A fully qualified CDI device name and where it was asked for (for error messages).
@@ -98,7 +207,7 @@ pub enum DeviceRef {
 /// A request that cannot be served. Displays as `VARIABLE=value: problem`, e.g.
 /// `NVIDIA_VISIBLE_DEVICES=7: no such device 7; this node has nvidia.com/gpu 0-1`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{variable}={value}: {problem}")]
+#[error("{variable}={}: {problem}", shorten(.value))]
 pub struct RequestError {
     /// Variable or `annotation KEY`.
     pub variable: String,
@@ -106,6 +215,31 @@ pub struct RequestError {
     pub value: String,
     /// What is wrong and what would be right.
     pub problem: String,
+}
+
+/// `value` for messages: as is up to 256 bytes, else its first 64 characters and its length
+/// (a refused 1 MB value must not become a 1 MB log line).
+pub fn shorten(value: &str) -> String {
+    if value.len() <= 256 {
+        return value.to_string();
+    }
+    let cut = (0..=64).rev().find(|&i| value.is_char_boundary(i)).unwrap_or(0);
+    format!("{}... ({} bytes)", &value[..cut], value.len())
+}
+
+/// Refuses a value over [`MAX_VALUE_BYTES`] before any parsing.
+fn check_size(var: &str, value: &str) -> Result<(), RequestError> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(err(
+            var,
+            value,
+            format!(
+                "the value is {} bytes; a request may be at most {MAX_VALUE_BYTES} bytes (1 MiB): list fewer devices or use `all`",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Capability vocabulary of the NVIDIA driver (nvidia-container-toolkit's
@@ -118,7 +252,8 @@ pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
     env.iter().rev().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
 }
 
-/// Collects the requests of one container from its env (`NAME=value`) and annotations.
+/// Collects the requests of one container from its env (`NAME=value`) and annotations, both
+/// trusted and without a device list: [`collect_from`] with [`Sources`] that trust everything.
 ///
 /// `default_capabilities` overrides a profile's default capabilities, keyed by profile name
 /// (from the config file's `[nvidia] default_capabilities`). Returns an empty request, doing no
@@ -130,13 +265,78 @@ pub fn collect(
     profiles: &[Profile],
     default_capabilities: &BTreeMap<String, Vec<String>>,
 ) -> Result<Request, RequestError> {
+    let sources = Sources { env, annotations, device_list: &[], env_trusted: true, annotations_trusted: true };
+    collect_from(&sources, profiles, default_capabilities)
+}
+
+/// Collects the requests of one container from `sources` (see the module docs for who may ask).
+///
+/// Per vendor profile: the device list entries of its kind, when there are any, are the
+/// selection (its selection variable is then ignored with a note, its cores variable left to
+/// the vendor runtime); otherwise its selection variable (or cores variable) when the env is
+/// trusted, or a [`Refused`] entry when it is not. Capabilities always come from the env: they
+/// choose driver files for devices a trusted input granted, they grant nothing by themselves.
+/// Device list entries of kinds without a profile become CDI names.
+///
+/// Errors: as [`collect`], plus a value over [`MAX_VALUE_BYTES`]; values from untrusted inputs
+/// are not parsed and cause no error.
+pub fn collect_from(
+    sources: &Sources<'_>,
+    profiles: &[Profile],
+    default_capabilities: &BTreeMap<String, Vec<String>>,
+) -> Result<Request, RequestError> {
+    let env = sources.env;
     let mut req = Request::default();
+    let mut names = NameSet::default();
     for profile in profiles {
         let sel = &profile.selection;
         let devices_var = sel.env.iter().find_map(|v| env_value(env, v).map(|val| (v.as_str(), val)));
         let cores_var = sel.cores_env.as_deref().and_then(|v| env_value(env, v).map(|val| (v, val)));
+        let listed: Vec<&ListedDevice> = sources.device_list.iter().filter(|d| d.kind == profile.kind).collect();
+        if !listed.is_empty() {
+            if let Some((var, val)) = devices_var.filter(|(_, v)| asks(v)) {
+                if sources.env_trusted {
+                    req.notes.push(format!(
+                        "{var}={}: ignored, the device list ({DEVICE_LIST_DIR}/{}) is this container's allocation",
+                        shorten(val),
+                        profile.kind
+                    ));
+                } else {
+                    req.refused.push(Refused { source: var.into(), value: shorten(val), channel: Channel::Env });
+                }
+            }
+            let value = listed.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(",");
+            let variable = format!("device list {DEVICE_LIST_DIR}/{}", profile.kind);
+            let selection = if listed.iter().any(|d| d.name.eq_ignore_ascii_case("all")) {
+                Selection::All
+            } else {
+                Selection::Devices(listed.iter().map(|d| listed_ref(&d.name)).collect())
+            };
+            let capabilities = capabilities(profile, env, default_capabilities)?;
+            req.vendors.push(VendorRequest {
+                profile: profile.name.clone(),
+                kind: profile.kind.clone(),
+                variable,
+                value,
+                selection,
+                capabilities,
+            });
+            continue;
+        }
+        if !sources.env_trusted {
+            // Not parsed: an untrusted value must neither cost work nor fail the container by its syntax.
+            // The cores variable asks only when the devices variable is unset (as below).
+            let asked = match devices_var {
+                Some((var, val)) => asks(val).then_some((var, val)),
+                None => cores_var.filter(|(_, v)| !v.trim().is_empty()),
+            };
+            if let Some((var, val)) = asked {
+                req.refused.push(Refused { source: var.into(), value: shorten(val), channel: Channel::Env });
+            }
+            continue;
+        }
         let (variable, value, selection) = match (devices_var, cores_var) {
-            (Some((var, val)), _) => match parse_devices(var, val, sel.ranges, &mut req.cdi_names)? {
+            (Some((var, val)), _) => match parse_devices(var, val, sel.ranges, &mut names)? {
                 Some(s) => (var, val, s),
                 None => continue,
             },
@@ -164,24 +364,64 @@ pub fn collect(
             capabilities,
         });
     }
-    for (key, value) in annotations {
+    for d in sources.device_list {
+        if !profiles.iter().any(|p| p.kind == d.kind) {
+            let source = format!("device list {DEVICE_LIST_DIR}/{}", d.kind);
+            names.push(&format!("{}={}", d.kind, d.name), &source);
+        }
+    }
+    for (key, value) in sources.annotations {
         if !key.starts_with(CDI_ANNOTATION_PREFIX) {
             continue;
         }
         let source = format!("annotation {key}");
+        if !sources.annotations_trusted {
+            if !value.trim().is_empty() {
+                req.refused.push(Refused { source, value: shorten(value), channel: Channel::Annotation });
+            }
+            continue;
+        }
+        check_size(&source, value)?;
         for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if let Err(problem) = check_qualified(item) {
                 return Err(RequestError { variable: source, value: value.clone(), problem });
             }
-            push_name(&mut req.cdi_names, item, &source);
+            names.push(item, &source);
+            check_count(&source, value, names.list.len())?;
         }
     }
+    req.cdi_names = names.list;
     Ok(req)
 }
 
-fn push_name(names: &mut Vec<CdiNameRequest>, name: &str, source: &str) {
-    if !names.iter().any(|n| n.name == name) {
-        names.push(CdiNameRequest { name: name.to_string(), source: source.to_string() });
+/// Whether a selection variable's value asks for something (not unset, empty or `void`).
+fn asks(value: &str) -> bool {
+    let v = value.trim();
+    !v.is_empty() && !v.eq_ignore_ascii_case("void")
+}
+
+/// A device list name as a device reference: digits are an index, anything else a UUID/serial.
+fn listed_ref(name: &str) -> DeviceRef {
+    match name.parse::<u32>() {
+        Ok(i) if name.bytes().all(|b| b.is_ascii_digit()) => DeviceRef::Index(i),
+        _ => DeviceRef::Uuid(name.to_string()),
+    }
+}
+
+/// Qualified names in request order without duplicates, de-duplicated through a hash set (a
+/// linear search per name made 80k names cost 36 s).
+#[derive(Default)]
+struct NameSet {
+    list: Vec<CdiNameRequest>,
+    seen: HashSet<String>,
+}
+
+impl NameSet {
+    fn push(&mut self, name: &str, source: &str) {
+        if !self.seen.contains(name) {
+            self.seen.insert(name.to_string());
+            self.list.push(CdiNameRequest { name: name.to_string(), source: source.to_string() });
+        }
     }
 }
 
@@ -195,12 +435,8 @@ fn err(variable: &str, value: &str, problem: impl Into<String>) -> RequestError 
 }
 
 /// Parses a device variable. `Ok(None)`: nothing requested (`void`, empty).
-fn parse_devices(
-    var: &str,
-    value: &str,
-    ranges: bool,
-    cdi_names: &mut Vec<CdiNameRequest>,
-) -> Result<Option<Selection>, RequestError> {
+fn parse_devices(var: &str, value: &str, ranges: bool, names: &mut NameSet) -> Result<Option<Selection>, RequestError> {
+    check_size(var, value)?;
     let v = value.trim();
     if v.is_empty() || v.eq_ignore_ascii_case("void") {
         return Ok(None);
@@ -218,7 +454,8 @@ fn parse_devices(
         }
         if item.contains('=') {
             check_qualified(item).map_err(|problem| err(var, value, problem))?;
-            push_name(cdi_names, item, var);
+            names.push(item, var);
+            check_count(var, value, names.list.len())?;
         } else if item.bytes().all(|b| b.is_ascii_digit()) {
             refs.push(DeviceRef::Index(parse_index(var, value, item)?));
         } else if item.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("mig")) || is_mig_pair(item) {
@@ -279,6 +516,7 @@ fn check_count(var: &str, value: &str, n: usize) -> Result<(), RequestError> {
 
 /// Parses a cores variable (`0-3`, `0,2`, ranges always accepted). `Ok(None)`: empty.
 fn parse_cores(var: &str, value: &str) -> Result<Option<Selection>, RequestError> {
+    check_size(var, value)?;
     let v = value.trim();
     if v.is_empty() {
         return Ok(None);
@@ -334,6 +572,7 @@ fn capabilities(
         // Unset or empty: the default set (as nvidia-container-toolkit treats an empty value).
         _ => return Ok(defaults()),
     };
+    check_size(var, value)?;
     let mut caps: Vec<String> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item.eq_ignore_ascii_case("all") {
@@ -407,15 +646,22 @@ impl VendorRequest {
             Selection::DriverOnly => {}
             Selection::All => out.extend(devices.iter().map(|d| d.index)),
             Selection::Devices(refs) => {
+                // Built once per request, not per listed device: a 1 MB value lists 24k UUIDs.
+                let indexes: HashSet<u32> = devices.iter().map(|d| d.index).collect();
+                let uuids: Vec<(u32, String)> = devices
+                    .iter()
+                    .filter_map(|d| d.uuid.as_ref().map(|id| (d.index, id.to_ascii_lowercase())))
+                    .collect();
+                let exact: HashMap<&str, u32> = uuids.iter().map(|(i, id)| (id.as_str(), *i)).collect();
                 for r in refs {
                     match r {
                         DeviceRef::Index(i) => {
-                            if !devices.iter().any(|d| d.index == *i) {
+                            if !indexes.contains(i) {
                                 return Err(self.err(format!("no such device {i}; {}", self.available(vendor))));
                             }
                             out.push(*i);
                         }
-                        DeviceRef::Uuid(u) => out.push(self.resolve_uuid(u, vendor)?),
+                        DeviceRef::Uuid(u) => out.push(self.resolve_uuid(u, &uuids, &exact, vendor)?),
                         DeviceRef::Mig(m) => {
                             return Err(self.err(format!(
                                 "{m:?} is a MIG device; MIG is not supported yet (request whole GPUs by index or UUID; {})",
@@ -458,14 +704,18 @@ impl VendorRequest {
         Ok(out)
     }
 
-    fn resolve_uuid(&self, u: &str, vendor: Option<&VendorInventory>) -> Result<u32, RequestError> {
-        let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or(&[]);
+    fn resolve_uuid(
+        &self,
+        u: &str,
+        uuids: &[(u32, String)],
+        exact: &HashMap<&str, u32>,
+        vendor: Option<&VendorInventory>,
+    ) -> Result<u32, RequestError> {
         let lower = u.to_ascii_lowercase();
-        let with_uuid = || devices.iter().filter_map(|d| d.uuid.as_ref().map(|id| (d.index, id.to_ascii_lowercase())));
-        if let Some((i, _)) = with_uuid().find(|(_, id)| *id == lower) {
-            return Ok(i);
+        if let Some(i) = exact.get(lower.as_str()) {
+            return Ok(*i);
         }
-        let prefixed: Vec<u32> = with_uuid().filter(|(_, id)| id.starts_with(&lower)).map(|(i, _)| i).collect();
+        let prefixed: Vec<u32> = uuids.iter().filter(|(_, id)| id.starts_with(&lower)).map(|(i, _)| *i).collect();
         match prefixed.as_slice() {
             [one] => Ok(*one),
             [] => Err(self.err(format!("no device has the id {u:?}; {}", self.available(vendor)))),
@@ -724,10 +974,130 @@ mod tests {
         assert_eq!(r.vendors[0].selection, Selection::Cores(vec![0, 1, 2, 3]));
     }
 
+    /// Issue 13 item 6: AMD_VISIBLE_DEVICES takes ranges as AMD's container runtime does.
+    #[test]
+    fn item6_amd_ranges_are_accepted_as_amds_runtime_does() {
+        let profiles = crate::profile::builtin();
+        let amd = |v: &str| {
+            let r =
+                collect(&env(&[&format!("AMD_VISIBLE_DEVICES={v}")]), &BTreeMap::new(), &profiles, &BTreeMap::new())?;
+            r.vendors[0].resolve(Some(&inv("amd.com/gpu", 8, None)))
+        };
+        assert_eq!(amd("0-3").unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(amd("0,2-3,7").unwrap(), vec![0, 2, 3, 7]);
+        let e = amd("3-1").unwrap_err().to_string();
+        assert!(e.starts_with("AMD_VISIBLE_DEVICES=3-1: range \"3-1\" runs backwards"), "{e}");
+        let e = amd("6-9").unwrap_err().to_string();
+        assert!(e.contains("no such device 8; this node has amd.com/gpu 0,1,2,3,4,5,6,7"), "{e}");
+    }
+
     #[test]
     fn format_indexes_compacts_runs() {
         assert_eq!(format_indexes(&[3, 0, 1, 2, 7, 5]), "0-3,5,7");
         assert_eq!(format_indexes(&[]), "none");
         assert_eq!(list_indexes(&[3, 1, 0, 1]), "0,1,3");
+    }
+
+    #[test]
+    fn oversized_values_are_refused_before_parsing_and_messages_stay_short() {
+        let big = format!("NVIDIA_VISIBLE_DEVICES={}", "0,".repeat(MAX_VALUE_BYTES / 2 + 1));
+        let e = req(&[&big]).unwrap_err().to_string();
+        assert!(e.starts_with("NVIDIA_VISIBLE_DEVICES=0,0,0,"), "{e}");
+        assert!(e.contains(&format!("({} bytes)", MAX_VALUE_BYTES + 2)), "{e}");
+        assert!(e.contains("at most 1048576 bytes (1 MiB)"), "{e}");
+        assert!(e.len() < 400, "the message must not carry the value: {} bytes", e.len());
+        let mut ann = BTreeMap::new();
+        ann.insert("cdi.k8s.io/x".to_string(), "nvidia.com/gpu=0,".repeat(70_000));
+        let e = collect(&[], &ann, &[nvidia()], &BTreeMap::new()).unwrap_err().to_string();
+        assert!(e.starts_with("annotation cdi.k8s.io/x=") && e.contains("bytes"), "{e}");
+    }
+
+    #[test]
+    fn many_names_are_deduplicated_and_bounded() {
+        // Finding 4 of issue 10: 80k CDI names in one variable (under 1 MB). Distinct ones stop at the entry
+        // limit; repeated ones collapse to one (hash-set de-duplication).
+        let distinct: Vec<String> = (0..80_000).map(|i| format!("x.io/g={i}")).collect();
+        let e = req(&[&format!("NVIDIA_VISIBLE_DEVICES={}", distinct.join(","))]).unwrap_err().to_string();
+        assert!(e.contains("selects 65537 or more entries"), "{e}");
+        let same = vec!["nvidia.com/gpu=0"; 50_000].join(",");
+        let r = req(&[&format!("NVIDIA_VISIBLE_DEVICES={same}")]).unwrap();
+        assert_eq!(r.cdi_names.len(), 1);
+    }
+
+    #[test]
+    fn device_list_from_mounts() {
+        let m = |dest: &str, source: &str| serde_json::json!({"destination": dest, "type": "bind", "source": source, "options": ["rbind", "ro"]});
+        let mounts = vec![
+            m("/var/run/actk/devices/nvidia.com/gpu/0", "/dev/null"),
+            m("/var/run/actk/devices/nvidia.com/gpu/GPU-8f6a", "/dev/null"),
+            m("/var/run/actk/devices/nvidia.com/gpu/0", "/dev/null"),
+            m("/var/run/actk/devices/aws.amazon.com/neuron/3", "/dev/null"),
+            m("/var/run/actk/devices/nvidia.com/gpu/all", "/tmp/emptydir"),
+            m("/var/run/actk/devices/nvidia.com/0", "/dev/null"),
+            m("/var/run/actk/devices/bad vendor/gpu/0", "/dev/null"),
+            m("/var/run/actk/devicesX/nvidia.com/gpu/1", "/dev/null"),
+            m("/etc/hosts", "/var/lib/kubelet/x"),
+        ];
+        let (list, notes) = device_list(&mounts);
+        let got: Vec<String> = list.iter().map(|d| format!("{}={}", d.kind, d.name)).collect();
+        assert_eq!(got, ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-8f6a", "aws.amazon.com/neuron=3"]);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].contains("/tmp/emptydir"), "{notes:?}");
+        // As a request: the kind's profile serves it, with the list named as the source.
+        let sources = Sources {
+            env: &[],
+            annotations: &BTreeMap::new(),
+            device_list: &list,
+            env_trusted: false,
+            annotations_trusted: false,
+        };
+        let r = collect_from(&sources, &[nvidia(), neuron()], &BTreeMap::new()).unwrap();
+        assert_eq!(
+            r.vendors[0].selection,
+            Selection::Devices(vec![DeviceRef::Index(0), DeviceRef::Uuid("GPU-8f6a".into())])
+        );
+        assert_eq!(r.vendors[0].variable, "device list /var/run/actk/devices/nvidia.com/gpu");
+        assert_eq!(r.vendors[0].capabilities, ["utility", "compute"]);
+        assert_eq!(r.vendors[1].selection, Selection::Devices(vec![DeviceRef::Index(3)]));
+        // A kind without a profile becomes a CDI name.
+        let r = collect_from(&sources, &[neuron()], &BTreeMap::new()).unwrap();
+        let names: Vec<&str> = r.cdi_names.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["nvidia.com/gpu=0", "nvidia.com/gpu=GPU-8f6a"]);
+    }
+
+    #[test]
+    fn untrusted_env_is_refused_unparsed_and_capabilities_still_apply_to_the_list() {
+        let list = [ListedDevice { kind: "aws.amazon.com/neuron".into(), name: "1".into() }];
+        let e = env(&[
+            "AWS_NEURON_VISIBLE_DEVICES=ALL",
+            "NEURON_RT_VISIBLE_CORES=2-3",
+            "NVIDIA_VISIBLE_DEVICES=0,,1",
+            "NVIDIA_DRIVER_CAPABILITIES=all",
+        ]);
+        let sources = Sources {
+            env: &e,
+            annotations: &BTreeMap::new(),
+            device_list: &list,
+            env_trusted: false,
+            annotations_trusted: true,
+        };
+        let r = collect_from(&sources, &[nvidia(), neuron()], &BTreeMap::new()).unwrap();
+        let refused: Vec<(&str, &str)> = r.refused.iter().map(|x| (x.source.as_str(), x.value.as_str())).collect();
+        assert_eq!(refused, [("NVIDIA_VISIBLE_DEVICES", "0,,1"), ("AWS_NEURON_VISIBLE_DEVICES", "ALL")]);
+        // The cores variable of a listed vendor is the vendor runtime's business, not a request.
+        assert_eq!(r.vendors.len(), 1);
+        assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(1)]));
+        // Cores alone, untrusted: refused.
+        let e = env(&["NEURON_RT_VISIBLE_CORES=0-1"]);
+        let sources = Sources {
+            env: &e,
+            annotations: &BTreeMap::new(),
+            device_list: &[],
+            env_trusted: false,
+            annotations_trusted: true,
+        };
+        let r = collect_from(&sources, &[neuron()], &BTreeMap::new()).unwrap();
+        assert_eq!(r.refused[0].source, "NEURON_RT_VISIBLE_CORES");
+        assert!(r.vendors.is_empty());
     }
 }

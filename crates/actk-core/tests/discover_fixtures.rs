@@ -50,7 +50,21 @@ fn dgx_h100_eight_gpus_in_pci_order_with_identity_from_procfs() {
         assert_eq!(d.numa_node.map(|n| n.to_string()), Some(numa.trim().to_string()));
     }
     let shared: Vec<&str> = v.shared_nodes.iter().map(|n| n.path.as_str()).collect();
-    assert_eq!(shared, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]);
+    // The NVSwitch nodes the DGX has are shared nodes too; only the `fabric` capability gets them.
+    assert_eq!(
+        shared,
+        [
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm",
+            "/dev/nvidia-uvm-tools",
+            "/dev/nvidia-modeset",
+            "/dev/nvidia-nvswitchctl",
+            "/dev/nvidia-nvswitch0",
+            "/dev/nvidia-nvswitch1",
+            "/dev/nvidia-nvswitch2",
+            "/dev/nvidia-nvswitch3"
+        ]
+    );
     let has = |cap: &str, path: &str, kind: HostFileKind| {
         v.host_files.iter().any(|h| h.capability == cap && h.container_path == path && h.kind == kind)
     };
@@ -58,6 +72,16 @@ fn dgx_h100_eight_gpus_in_pci_order_with_identity_from_procfs() {
     assert!(has("compute", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", HostFileKind::Library));
     assert!(has("utility", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05", HostFileKind::Library));
     assert!(has("utility", "/usr/bin/nvidia-smi", HostFileKind::Binary));
+    // Issue 13 item 7: graphics gets the Vulkan ICD, its layer and the EGL vendor/platform files.
+    for json in [
+        "/usr/share/vulkan/icd.d/nvidia_icd.json",
+        "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+        "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+        "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+    ] {
+        assert!(has("graphics", json, HostFileKind::File), "{json} not a graphics host file");
+    }
     assert!(has("base", "/usr/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin", HostFileKind::Firmware));
     for h in &v.host_files {
         assert!(h.host_path.starts_with(&f.root), "{} outside the root", h.host_path.display());
@@ -204,4 +228,33 @@ fn absolute_links_resolve_inside_the_root() {
         .find(|h| h.container_path == "/usr/bin/nvidia-smi")
         .expect("found via in-root link");
     assert_eq!(smi.host_path, f.path("/opt/drv/nvidia-smi"));
+}
+
+/// Issue 13 item 2: on the Grace Hopper (arm64) node, libraries are found by the host's
+/// architecture: the aarch64 entries of its ld.so.cache (written by aarch64 ldconfig), in the
+/// aarch64 multiarch directory; no 32-bit copies are looked for.
+#[test]
+fn item2_gh200_arm64_libraries_by_the_hosts_architecture() {
+    let Some(f) = fixture::prepare("nvidia-gh200").unwrap() else { return };
+    let inv = discover(&f.root, &profile::builtin());
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+    let v = inv.vendor("nvidia").expect("nvidia found");
+    assert_eq!(v.devices.len(), 1);
+    assert_eq!(v.devices[0].model.as_deref(), Some("NVIDIA GH200 480GB"));
+    assert_eq!(v.devices[0].pci_bus_id.as_deref(), Some("0009:01:00.0"));
+    let libs: Vec<&str> =
+        v.host_files.iter().filter(|h| h.kind == HostFileKind::Library).map(|h| h.container_path.as_str()).collect();
+    for want in [
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.580.95.05",
+        "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+        "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.580.95.05",
+        "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1",
+    ] {
+        assert!(libs.contains(&want), "{want} not found: {libs:?}");
+    }
+    assert!(libs.iter().all(|l| l.starts_with("/usr/lib/aarch64-linux-gnu/")), "{libs:?}");
+    assert!(!v.host_files.iter().any(|h| h.capability == "compat32"), "no 32-bit copies on arm64");
+    // The cache really is an arm64 one.
+    let cache = actk_core::ldcache::parse(&std::fs::read(f.path("/etc/ld.so.cache")).unwrap()).unwrap();
+    assert!(cache.iter().all(|e| e.arch() == actk_core::ldcache::LibArch::Aarch64), "{cache:?}");
 }

@@ -126,20 +126,35 @@ fn edits() -> impl Strategy<Value = ContainerEdits> {
         5 => prop::sample::select(vec!["NVIDIA_VISIBLE_DEVICES", "PATH", "LD_LIBRARY_PATH", "A"]).prop_flat_map(|n| ".{0,6}".prop_map(move |v| format!("{n}={v}"))),
         1 => ".{0,8}",
     ];
+    let net = prop::sample::select(vec!["eth0", "eth1", "ib0"])
+        .prop_map(|h| serde_json::json!({"hostInterfaceName": h, "name": format!("net-{h}")}));
+    let rdt = prop::option::of(
+        (
+            prop::sample::select(vec!["gpu", "batch"]),
+            prop::option::of(prop::sample::select(vec!["L3:0=ff", "MB:0=50"])),
+        )
+            .prop_map(|(c, l3)| match l3 {
+                Some(l3) => serde_json::json!({"closID": c, "l3CacheSchema": l3}),
+                None => serde_json::json!({"closID": c}),
+            }),
+    );
     (
         prop::collection::vec(env, 0..3),
         prop::collection::vec(node, 0..3),
         prop::collection::vec(mount, 0..3),
         prop::collection::vec(hook, 0..2),
         prop::collection::vec(0u32..100, 0..3),
+        prop::collection::vec(net, 0..2),
+        rdt,
     )
-        .prop_map(|(env, device_nodes, mounts, hooks, additional_gids)| ContainerEdits {
+        .prop_map(|(env, device_nodes, mounts, hooks, additional_gids, net_devices, intel_rdt)| ContainerEdits {
             env,
             device_nodes,
             mounts,
             hooks,
             additional_gids,
-            ..Default::default()
+            net_devices,
+            intel_rdt,
         })
 }
 
@@ -151,11 +166,30 @@ const EDITED: &[&str] = &[
     "/mounts",
     "/process/user/additionalGids",
     "/hooks",
+    "/linux/netDevices",
+    "/linux/intelRdt",
 ];
 
 /// Every field of `orig` is in `got`: values outside [`EDITED`] identical, list elements of the
 /// edited lists still present (or replaced by an edit with the same key).
 fn survives(orig: &Value, got: &Value, edits: &ContainerEdits, at: &str) -> Result<(), String> {
+    // Objects keyed by what the edit names: every other key keeps its value.
+    if let ("/linux/netDevices" | "/linux/intelRdt", Some(o), Some(g)) = (at, orig.as_object(), got.as_object()) {
+        for (k, v) in o {
+            let named = match at {
+                "/linux/netDevices" => {
+                    edits.net_devices.iter().any(|d| d.get("hostInterfaceName").and_then(Value::as_str) == Some(k))
+                }
+                _ => edits.intel_rdt.as_ref().is_some_and(|r| r.get(k).is_some()),
+            };
+            match g.get(k) {
+                Some(gv) if gv == v || named => {}
+                Some(gv) => return Err(format!("{at}/{k} changed: {v} -> {gv}")),
+                None => return Err(format!("{at}/{k} is missing")),
+            }
+        }
+        return Ok(());
+    }
     if EDITED.contains(&at) {
         let (Some(o), Some(g)) = (orig.as_array(), got.as_array()) else {
             return match (orig.as_object(), got.as_object()) {
@@ -179,7 +213,13 @@ fn survives(orig: &Value, got: &Value, edits: &ContainerEdits, at: &str) -> Resu
     }
     if at.starts_with("/hooks/") {
         let (Some(o), Some(g)) = (orig.as_array(), got.as_array()) else {
-            return if orig == got { Ok(()) } else { Err(format!("{at} changed: {orig} -> {got}")) };
+            return match (orig, got) {
+                _ if orig == got => Ok(()),
+                // OCI: a null stage list is an absent one; an edit adding a hook to that stage
+                // creates the list (issue 13 item 9: the oracle called this a lost field).
+                (Value::Null, Value::Array(_)) => Ok(()),
+                _ => Err(format!("{at} changed: {orig} -> {got}")),
+            };
         };
         return o
             .iter()
@@ -257,6 +297,15 @@ fn config_json_edits_are_idempotent_and_keep_every_field() {
                         .is_some_and(|a| a.iter().any(|d| d["path"] == n.path.as_str()));
                     prop_assert!(listed, "{} not in linux.devices", n.path);
                 }
+                for d in &e.net_devices {
+                    let host = d["hostInterfaceName"].as_str().unwrap_or_default();
+                    prop_assert_eq!(&once["linux"]["netDevices"][host]["name"], &d["name"], "net device {}", host);
+                }
+                if let Some(Value::Object(rdt)) = &e.intel_rdt {
+                    for (k, v) in rdt {
+                        prop_assert_eq!(&once["linux"]["intelRdt"][k.as_str()], v, "intelRdt.{}", k);
+                    }
+                }
                 for m in &e.mounts {
                     let listed = once["mounts"]
                         .as_array()
@@ -279,11 +328,40 @@ fn config_json_edits_are_idempotent_and_keep_every_field() {
                     EditError::MissingNumbers { path } => {
                         prop_assert!(e.device_nodes.iter().any(|n| &n.path == path), "{shown}")
                     }
+                    // The strategy only makes well-formed net device and intelRdt edits.
+                    EditError::BadEdit { .. } => prop_assert!(false, "well-formed edit refused: {shown}"),
                 }
             }
         }
         Ok(())
     });
+}
+
+/// Issue 13 item 9: the input `make verify` found. A config.json whose `hooks.prestart` is
+/// `null` (OCI: the same as absent) and an edit adding a prestart hook: the hook is added as a
+/// list, every other field survives, and the oracle agrees that nothing was lost.
+#[test]
+fn item9_null_prestart_list_gets_the_hook_and_loses_nothing() {
+    let mut doc: Value = serde_json::from_str(REALSPECS[0]).expect("realspec is JSON");
+    doc["hooks"] = serde_json::json!({"prestart": null, "poststop": [{"path": "/bin/true"}]});
+    let e = ContainerEdits {
+        hooks: vec![CdiHook {
+            hook_name: "prestart".into(),
+            path: "/usr/bin/actk-hook".into(),
+            args: vec!["actk-hook".into(), "prestart".into()],
+            env: vec![],
+            timeout: None,
+        }],
+        ..Default::default()
+    };
+    let orig = doc.clone();
+    edits::apply(&mut doc, &e).expect("applies");
+    assert_eq!(doc["hooks"]["prestart"][0]["path"], "/usr/bin/actk-hook", "{}", doc["hooks"]);
+    assert_eq!(doc["hooks"]["poststop"], orig["hooks"]["poststop"]);
+    survives(&orig, &doc, &e, "").expect("nothing of the original is lost");
+    let mut twice = doc.clone();
+    edits::apply(&mut twice, &e).expect("applies again");
+    assert_eq!(twice, doc);
 }
 
 /// Any JSON document (not only objects) and any edits: a result, never a panic.

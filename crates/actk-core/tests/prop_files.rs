@@ -119,6 +119,7 @@ const PROFILES: &[&str] = &[
     include_str!("../profiles/amd.toml"),
     include_str!("../profiles/gaudi.toml"),
     include_str!("../profiles/accel.toml"),
+    include_str!("../profiles/imex.toml"),
 ];
 
 /// A built-in profile file with one line removed, replaced or duplicated, or a value changed.

@@ -188,3 +188,79 @@ fn any_request_on_a_real_config_json_plans_and_applies_or_names_the_variable() {
         Ok(())
     });
 }
+
+/// The trust policy of a Kubernetes node (issue 10): whatever an unprivileged container's env and
+/// `cdi.k8s.io/` annotations say, the devices injected are the device list's (the kubelet's
+/// allocation) and nothing else. No selection variable or annotation fails the start (they are
+/// refused unparsed); a malformed capabilities variable does, naming it, since capabilities still
+/// choose the driver files of the allocated devices.
+#[test]
+fn on_a_kubernetes_node_env_and_annotations_never_widen_the_device_list() {
+    let profiles = profile::builtin();
+    let mut vars: Vec<String> = profiles
+        .iter()
+        .flat_map(|p| {
+            p.selection
+                .env
+                .iter()
+                .cloned()
+                .chain(p.selection.cores_env.clone())
+                .chain(p.selection.capabilities_env.clone())
+        })
+        .collect();
+    vars.sort();
+    vars.dedup();
+    let ctx = PlanContext {
+        profiles,
+        root: "/nonexistent".into(),
+        inventory: Some(inventory()),
+        policy: actk_core::policy::Policy::kubernetes(),
+        ..Default::default()
+    };
+    let base: Value =
+        serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json")).expect("realspec");
+    // GPU 5 has no node (unplugged): a device list naming it must fail with the list named.
+    let gpus = prop::collection::btree_set(prop::sample::select(vec![0u32, 1, 2, 3, 4, 6, 7]), 0..4);
+    let neurons = prop::collection::btree_set(0u32..12, 0..3);
+    let env = prop::collection::vec((prop::sample::select(vars), value()).prop_map(|(k, v)| format!("{k}={v}")), 0..4);
+    let ann = prop::option::of(value());
+    check("kubernetes policy", (env, ann, gpus, neurons), |(env, ann, gpus, neurons)| {
+        let mut spec = base.clone();
+        if let Some(list) = spec["process"]["env"].as_array_mut() {
+            list.extend(env.iter().cloned().map(Value::from));
+        }
+        if let Some(a) = &ann {
+            spec["annotations"] = serde_json::json!({ "cdi.k8s.io/test": a });
+        }
+        // The Docker spec's bounding set has no CAP_SYS_ADMIN: an unprivileged container.
+        let mounts = spec["mounts"].as_array_mut().expect("mounts");
+        let listed = gpus
+            .iter()
+            .map(|g| format!("nvidia.com/gpu/{g}"))
+            .chain(neurons.iter().map(|n| format!("aws.amazon.com/neuron/{n}")));
+        for l in listed {
+            mounts.push(serde_json::json!({"destination": format!("/var/run/actk/devices/{l}"), "type": "bind",
+                "source": "/dev/null", "options": ["rbind", "ro"]}));
+        }
+        let p = match plan(&spec, &ctx) {
+            Ok(p) => p,
+            Err(PlanError::Request(e)) if e.variable.ends_with("_CAPABILITIES") => return Ok(()),
+            Err(e) => {
+                return Err(TestCaseError::fail(format!("a container's env or annotations failed the start: {e}")));
+            }
+        };
+        let mut want: Vec<String> = gpus
+            .iter()
+            .map(|g| format!("/dev/nvidia{g}"))
+            .chain(neurons.iter().map(|n| format!("/dev/neuron{n}")))
+            .collect();
+        if !gpus.is_empty() {
+            want.push("/dev/nvidiactl".into());
+        }
+        want.sort();
+        let mut got: Vec<String> = p.edits.device_nodes.iter().map(|n| n.path.clone()).collect();
+        got.sort();
+        prop_assert_eq!(got, want);
+        Ok(())
+    });
+}

@@ -88,6 +88,22 @@ fn main() {
     }
     let config = tmp.path().join("dp.toml");
     std::fs::write(&config, "").unwrap();
+    // The node's CDI spec, as `actk cdi generate` writes it: the CDI strategies name only
+    // devices a spec defines.
+    let spec_dir = tmp.path().join("cdi");
+    let bench_profiles = actk_core::profile::load(Some(&profiles)).expect("bench profile loads");
+    let inventory = actk_core::discover::discover(&root, &bench_profiles);
+    for spec in actk_core::cdi::generate::generate_all(
+        &bench_profiles,
+        &inventory,
+        Some("example.com/npu"),
+        &Default::default(),
+    )
+    .expect("CDI spec of the bench node")
+    {
+        actk_core::cdi::write::write_spec_in_dir(&spec, &spec_dir, actk_core::cdi::validate::Format::Json)
+            .expect("write the bench node's CDI spec");
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
         .arg("--config")
         .arg(&config)
@@ -97,6 +113,8 @@ fn main() {
         .arg(&profiles)
         .arg("--socket-dir")
         .arg(&sockets)
+        .arg("--spec-dirs")
+        .arg(&spec_dir)
         .args(["--device-ids", "index", "--strategies", "cdi-cri,cdi-annotations,envvar,device-specs"])
         .env("ACTK_LOG", "warn")
         .stdin(Stdio::null())
@@ -160,14 +178,16 @@ fn main() {
         strategies: "cdi-cri,cdi-annotations,envvar,device-specs".split(',').map(|s| s.parse().unwrap()).collect(),
         host_mount: "/".into(),
         capabilities: None,
+        spec_dirs: vec![spec_dir.clone()],
     };
+    let names = actk_device_plugin::allocate::CdiNames::load(&res, &opts.spec_dirs);
     let mut pure = Vec::new();
     for per_call in [1usize, 8] {
         let mut lat = Vec::with_capacity(CALLS);
         for i in 0..CALLS {
             let ids: Vec<String> = (0..per_call).map(|k| ((i * per_call + k) % DEVICES as usize).to_string()).collect();
             let t = Instant::now();
-            let r = actk_device_plugin::allocate::container_response(&res, &ids, &opts).expect("allocate");
+            let r = actk_device_plugin::allocate::container_response(&res, &ids, &opts, &names).expect("allocate");
             lat.push(t.elapsed());
             assert_eq!(r.devices.len(), per_call);
         }

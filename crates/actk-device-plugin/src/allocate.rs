@@ -3,13 +3,21 @@
 //!
 //! - `cdi-cri`: `cdi_devices` with the qualified CDI names (`nvidia.com/gpu=0`), which the
 //!   kubelet passes to the runtime through CRI (kubelet 1.28+, containerd 1.7+, CRI-O 1.23+);
+//!   the names are those the node's spec files define ([`CdiNames`], field case F18: a spec
+//!   with UUID names only gets UUID names, never an index name it does not have);
 //! - `cdi-annotations`: the same names in the annotation `cdi.k8s.io/actk_<resource>` (CDI
 //!   SPEC.md annotation form `cdi.k8s.io/<plugin>_<id>`), for runtimes that read CDI
 //!   annotations but not the CRI field;
 //! - `envvar`: the vendor's selection variable (`NVIDIA_VISIBLE_DEVICES=<UUIDs>`,
 //!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook;
 //! - `device-specs`: kubelet DeviceSpecs, mounts and env taken from the CDI container edits
-//!   actk generates (actk_core::cdi::edits_for), which work with any runtime.
+//!   actk generates (actk_core::cdi::edits_for), which work with any runtime;
+//! - `volume-mounts`: the device list, a read-only mount of `/dev/null` at
+//!   `/var/run/actk/devices/<vendor>/<class>/<index>` per device (actk_core::policy
+//!   `DEVICE_LIST_DIR`), which actk-runtime (and actk-hook) serve as the kubelet's allocation. No
+//!   image and no pod without a `hostPath` volume can make such a mount, so on a node whose trust
+//!   policy refuses env and annotation requests from unprivileged containers this is the strategy
+//!   that cannot be widened (what NVIDIA's `volume-mounts` device list strategy does).
 //!
 //! A core resource (`aws.amazon.com/neuroncore`) always sets the cores variable
 //! (`NEURON_RT_VISIBLE_CORES`): no CDI name or device node can select part of a device, so
@@ -17,7 +25,8 @@
 
 use crate::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec, Mount};
 use crate::resources::Resource;
-use std::collections::BTreeSet;
+use actk_core::cdi::{QualifiedName, Registry};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -36,20 +45,21 @@ pub enum Strategy {
     EnvVar,
     /// Device specs, mounts and env from the CDI edits.
     DeviceSpecs,
+    /// The device list: `/dev/null` mounted under `DEVICE_LIST_DIR`.
+    VolumeMounts,
 }
 
 impl FromStr for Strategy {
     type Err = String;
-    /// Parses `cdi-cri`, `cdi-annotations`, `envvar` or `device-specs`.
+    /// Parses `cdi-cri`, `cdi-annotations`, `envvar`, `device-specs` or `volume-mounts`.
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "cdi-cri" => Ok(Strategy::CdiCri),
             "cdi-annotations" => Ok(Strategy::CdiAnnotations),
             "envvar" => Ok(Strategy::EnvVar),
             "device-specs" => Ok(Strategy::DeviceSpecs),
-            other => Err(format!(
-                "unknown allocate strategy {other:?}: use one or more of cdi-cri, cdi-annotations, envvar, device-specs"
-            )),
+            "volume-mounts" => Ok(Strategy::VolumeMounts),
+            other => Err(format!("unknown allocate strategy {other:?}: use one or more of {STRATEGY_NAMES}")),
         }
     }
 }
@@ -61,9 +71,13 @@ impl fmt::Display for Strategy {
             Strategy::CdiAnnotations => "cdi-annotations",
             Strategy::EnvVar => "envvar",
             Strategy::DeviceSpecs => "device-specs",
+            Strategy::VolumeMounts => "volume-mounts",
         })
     }
 }
+
+/// Every strategy name, for messages.
+pub const STRATEGY_NAMES: &str = "cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts";
 
 /// Options of [`container_response`].
 #[derive(Debug, Clone)]
@@ -77,6 +91,16 @@ pub struct AllocateOptions {
     /// Capabilities whose host files device specs mount (`None`: the profile's defaults, or
     /// every capability when the profile has none).
     pub capabilities: Option<Vec<String>>,
+    /// The node runtime's CDI spec directories as this process sees them (under the host
+    /// mount), lowest priority first: the CDI strategies name devices these specs define.
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+impl AllocateOptions {
+    /// Whether a strategy hands out CDI names (then [`CdiNames`] are needed).
+    pub fn names_cdi_devices(&self) -> bool {
+        self.strategies.iter().any(|s| matches!(s, Strategy::CdiCri | Strategy::CdiAnnotations))
+    }
 }
 
 /// Why an Allocate cannot be answered; the gRPC layer maps it to `InvalidArgument`.
@@ -95,6 +119,93 @@ pub enum AllocateError {
     /// An empty request.
     #[error("allocate request for {0} names no device IDs")]
     Empty(String),
+    /// A CDI strategy is on, but no spec in the node's spec directories defines the device
+    /// (F18): handing out a name anyway would fail the container later as `unresolvable`.
+    #[error(
+        "{resource}: no CDI spec in {dirs} defines device {device}{uuid} ({defined}); write the node's specs \
+         with `actk cdi generate --output DIR` (the chart's CDI generator does) or use the envvar or \
+         device-specs strategy"
+    )]
+    NoCdiName {
+        /// The resource name.
+        resource: String,
+        /// Index of the device.
+        device: u32,
+        /// ` (UUID)` when the device has one, else empty.
+        uuid: String,
+        /// The spec directories read.
+        dirs: String,
+        /// What the specs define for the kind.
+        defined: String,
+    },
+}
+
+/// The qualified CDI name the node's specs define for each device of a resource (F18).
+///
+/// A name is taken for a device when resolving it gives every device node of that device and
+/// none of another device's (so `all`, or an index name that some other tool numbered
+/// differently, is never taken for one device). Tried in order: the index (`nvidia.com/gpu=0`),
+/// the UUID (`nvidia.com/gpu=GPU-…`), then every other name of the kind, sorted.
+#[derive(Debug, Clone, Default)]
+pub struct CdiNames {
+    names: BTreeMap<u32, String>,
+    dirs: String,
+    defined: String,
+}
+
+impl CdiNames {
+    /// Names for `res` from the specs in `registry`.
+    pub fn from_registry(res: &Resource, registry: &Registry) -> CdiNames {
+        let kind = &res.vendor.kind;
+        let of_kind: Vec<QualifiedName> =
+            registry.device_names().into_iter().filter(|n| &n.kind_string() == kind).collect();
+        let node_paths = |d: &actk_core::inventory::Device| d.nodes.iter().map(|n| n.path.clone()).collect::<Vec<_>>();
+        let mut names = BTreeMap::new();
+        for d in &res.vendor.devices {
+            let own = node_paths(d);
+            if own.is_empty() {
+                continue;
+            }
+            let others: BTreeSet<String> =
+                res.vendor.devices.iter().filter(|o| o.index != d.index).flat_map(node_paths).collect();
+            let fits = |name: &QualifiedName| match registry.resolve(std::slice::from_ref(name)) {
+                Ok(edits) => {
+                    let paths: BTreeSet<&str> = edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
+                    own.iter().all(|p| paths.contains(p.as_str())) && !paths.iter().any(|p| others.contains(*p))
+                }
+                Err(_) => false,
+            };
+            let mut candidates: Vec<String> = vec![d.index.to_string()];
+            candidates.extend(d.uuid.clone());
+            let preferred =
+                candidates.iter().filter_map(|c| of_kind.iter().find(|n| n.to_string() == format!("{kind}={c}")));
+            if let Some(n) = preferred.chain(of_kind.iter()).find(|n| fits(n)) {
+                names.insert(d.index, n.to_string());
+            }
+        }
+        let defined = if of_kind.is_empty() {
+            format!("no spec there has kind {kind}")
+        } else {
+            let list: Vec<String> = of_kind.iter().map(|n| n.to_string()).collect();
+            if list.len() > 6 {
+                format!("they define {} names: {}, ..., {}", list.len(), list[..4].join(", "), list[list.len() - 1])
+            } else {
+                format!("they define {}", list.join(", "))
+            }
+        };
+        let dirs = registry.dirs().iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+        CdiNames { names, dirs, defined }
+    }
+
+    /// Names for `res` read now from the spec directories `dirs`.
+    pub fn load(res: &Resource, dirs: &[PathBuf]) -> CdiNames {
+        CdiNames::from_registry(res, &Registry::load(dirs))
+    }
+
+    /// The qualified name for device `index`, if a spec defines one.
+    pub fn get(&self, index: u32) -> Option<&str> {
+        self.names.get(&index).map(String::as_str)
+    }
 }
 
 fn known_ids(res: &Resource) -> String {
@@ -124,15 +235,18 @@ pub fn node_path(host_mount: &Path, p: &Path) -> String {
     }
 }
 
-/// The answer for one container asking for `ids` of `res`.
+/// The answer for one container asking for `ids` of `res`; `cdi` gives the CDI names (only
+/// read when a CDI strategy is on).
 ///
 /// Devices are de-duplicated and taken in inventory order (so the same IDs in another order
 /// give the same answer). Errors: [`AllocateError::UnknownIds`] naming every unknown ID and
-/// the IDs that exist; [`AllocateError::Empty`].
+/// the IDs that exist; [`AllocateError::Empty`]; [`AllocateError::NoCdiName`] when a CDI
+/// strategy is on and no spec defines one of the devices.
 pub fn container_response(
     res: &Resource,
     ids: &[String],
     opts: &AllocateOptions,
+    cdi: &CdiNames,
 ) -> Result<ContainerAllocateResponse, AllocateError> {
     if ids.is_empty() {
         return Err(AllocateError::Empty(res.name.clone()));
@@ -150,7 +264,24 @@ pub fn container_response(
         }
     }
     let mut resp = ContainerAllocateResponse::default();
-    let names: Vec<String> = devices.iter().map(|d| format!("{}={d}", res.vendor.kind)).collect();
+    let mut names: Vec<String> = Vec::new();
+    if opts.names_cdi_devices() {
+        for d in &devices {
+            match cdi.get(*d) {
+                Some(n) => names.push(n.to_string()),
+                None => {
+                    let uuid = res.vendor.devices.iter().find(|x| x.index == *d).and_then(|x| x.uuid.clone());
+                    return Err(AllocateError::NoCdiName {
+                        resource: res.name.clone(),
+                        device: *d,
+                        uuid: uuid.map(|u| format!(" ({u})")).unwrap_or_default(),
+                        dirs: cdi.dirs.clone(),
+                        defined: cdi.defined.clone(),
+                    });
+                }
+            }
+        }
+    }
     let sel = &res.profile.selection;
     if res.per_core
         && let Some(var) = &sel.cores_env
@@ -170,6 +301,15 @@ pub fn container_response(
                 }
             }
             Strategy::DeviceSpecs => device_specs(res, &devices, opts, &mut resp),
+            Strategy::VolumeMounts => {
+                for d in &devices {
+                    resp.mounts.push(Mount {
+                        container_path: format!("{}/{}/{d}", actk_core::policy::DEVICE_LIST_DIR, res.vendor.kind),
+                        host_path: actk_core::policy::DEVICE_LIST_SOURCE.into(),
+                        read_only: true,
+                    });
+                }
+            }
         }
     }
     Ok(resp)
@@ -237,10 +377,122 @@ mod tests {
 
     #[test]
     fn strategies_parse_and_print() {
-        for s in ["cdi-cri", "cdi-annotations", "envvar", "device-specs"] {
+        for s in ["cdi-cri", "cdi-annotations", "envvar", "device-specs", "volume-mounts"] {
             assert_eq!(s.parse::<Strategy>().unwrap().to_string(), s);
         }
         assert!("cdi".parse::<Strategy>().unwrap_err().contains("\"cdi\""));
+    }
+
+    /// A 4-GPU NVIDIA node in memory: /dev/nvidiaN, UUIDs GPU-0000000N-....
+    fn gpus() -> Resource {
+        use actk_core::inventory::{Device, DeviceNode, Inventory, VendorInventory};
+        let node = |p: &str, minor: u32| DeviceNode {
+            path: p.into(),
+            host_path: p.into(),
+            node_type: 'c',
+            major: 195,
+            minor,
+            file_mode: Some(0o666),
+        };
+        let vendor = VendorInventory {
+            profile: "nvidia".into(),
+            kind: "nvidia.com/gpu".into(),
+            devices: (0..4)
+                .map(|i| Device {
+                    index: i,
+                    uuid: Some(format!("GPU-0000000{i}-1111-2222-3333-444444444444")),
+                    nodes: vec![node(&format!("/dev/nvidia{i}"), i)],
+                    ..Default::default()
+                })
+                .collect(),
+            shared_nodes: vec![node("/dev/nvidiactl", 255)],
+            ..Default::default()
+        };
+        let profiles = actk_core::profile::builtin();
+        let inv = Inventory { vendors: vec![vendor], ..Default::default() };
+        crate::resources::build(&inv, &profiles, crate::resources::DeviceIds::Uuid, None).remove(0)
+    }
+
+    fn registry(res: &Resource, names: actk_core::cdi::DeviceNameStrategy) -> Registry {
+        let profile = actk_core::profile::builtin().into_iter().find(|p| p.name == "nvidia").unwrap();
+        let opts = actk_core::cdi::GenerateOptions { device_name_strategy: names, ..Default::default() };
+        let spec = actk_core::cdi::generate(&profile, &res.vendor, &opts).unwrap();
+        let mut reg = Registry::default();
+        reg.add(spec, "/var/run/cdi/nvidia.com-gpu.json".into(), 0);
+        reg
+    }
+
+    fn opts(strategies: &str) -> AllocateOptions {
+        AllocateOptions {
+            strategies: strategies.split(',').map(|s| s.parse().unwrap()).collect(),
+            host_mount: "/".into(),
+            capabilities: None,
+            spec_dirs: vec![],
+        }
+    }
+
+    /// F18: a node spec that names GPUs by UUID only gets UUID names from cdi-cri, never
+    /// `nvidia.com/gpu=3`; with index names (or both) the index name is used.
+    #[test]
+    fn f18_cdi_names_are_those_the_node_specs_define() {
+        use actk_core::cdi::DeviceNameStrategy;
+        let res = gpus();
+        let ids = |i: &[usize]| i.iter().map(|&i| res.units[i].id.clone()).collect::<Vec<_>>();
+        let names = CdiNames::from_registry(&res, &registry(&res, DeviceNameStrategy::Uuid));
+        let r = container_response(&res, &ids(&[3, 1]), &opts("cdi-cri,cdi-annotations"), &names).unwrap();
+        let got: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            got,
+            [
+                "nvidia.com/gpu=GPU-00000001-1111-2222-3333-444444444444",
+                "nvidia.com/gpu=GPU-00000003-1111-2222-3333-444444444444"
+            ]
+        );
+        assert_eq!(r.annotations[&annotation_key("nvidia.com/gpu")], got.join(","));
+        for strategy in [DeviceNameStrategy::Index, DeviceNameStrategy::Both] {
+            let names = CdiNames::from_registry(&res, &registry(&res, strategy));
+            let r = container_response(&res, &ids(&[3]), &opts("cdi-cri"), &names).unwrap();
+            assert_eq!(r.cdi_devices[0].name, "nvidia.com/gpu=3", "{strategy}");
+        }
+    }
+
+    /// A spec whose names follow another numbering is matched by device node, and `all` is never
+    /// taken for one device; a device no spec defines is an error naming it and the fix.
+    #[test]
+    fn f18_names_follow_device_nodes_and_missing_ones_are_errors() {
+        use actk_core::cdi::DeviceNameStrategy;
+        let res = gpus();
+        let mut reg = registry(&res, DeviceNameStrategy::Index);
+        // Another tool's spec: the same kind in a higher-priority directory, names 0..3 reversed.
+        let mut other = reg.specs()[0].spec.clone();
+        for d in other.devices.iter_mut().filter(|d| d.name != "all") {
+            let i: u32 = d.name.parse().unwrap();
+            d.name = (3 - i).to_string();
+        }
+        reg.add(other, "/etc/cdi/other.json".into(), 1);
+        let names = CdiNames::from_registry(&res, &reg);
+        assert_eq!(names.get(0), Some("nvidia.com/gpu=3"), "the name whose edits hold /dev/nvidia0");
+        assert_eq!(names.get(3), Some("nvidia.com/gpu=0"));
+
+        let mut only_all = registry(&res, DeviceNameStrategy::Index).specs()[0].spec.clone();
+        only_all.devices.retain(|d| d.name == "all" || d.name == "1");
+        let mut reg = Registry::load::<&str>(&[]);
+        reg.add(only_all, "/run/cdi/nvidia.json".into(), 0);
+        let names = CdiNames::from_registry(&res, &reg);
+        assert_eq!(names.get(1), Some("nvidia.com/gpu=1"));
+        let err = container_response(&res, &[res.units[2].id.clone()], &opts("cdi-cri"), &names).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("device 2 (GPU-00000002") && msg.contains("nvidia.com/gpu=1, nvidia.com/gpu=all"),
+            "{msg}"
+        );
+        assert!(msg.contains("actk cdi generate"), "{msg}");
+        let none = CdiNames::from_registry(&res, &Registry::default());
+        let msg =
+            container_response(&res, &[res.units[0].id.clone()], &opts("cdi-cri"), &none).unwrap_err().to_string();
+        assert!(msg.contains("no spec there has kind nvidia.com/gpu"), "{msg}");
+        // Strategies without CDI names need no spec.
+        container_response(&res, &[res.units[0].id.clone()], &opts("envvar,device-specs"), &none).unwrap();
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct FileConfig {
     pub socket_dir: Option<PathBuf>,
     /// The kubelet's Registration socket (default `<socket_dir>/kubelet.sock`).
     pub kubelet_socket: Option<PathBuf>,
-    /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`).
+    /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`, `volume-mounts`).
     pub strategies: Option<Vec<String>>,
     /// Only these resource names are served (default: every resource of every vendor found).
     pub resources: Option<Vec<String>>,
@@ -50,6 +50,10 @@ pub struct FileConfig {
     pub metrics_address: Option<String>,
     /// Fail GetPreferredAllocation (instead of warning) when the size cannot be placed well.
     pub strict_topology: Option<bool>,
+    /// The CDI spec directories the node's container runtime reads, as node paths (default
+    /// [`actk_core::cdi::DEFAULT_SPEC_DIRS`]); read under `host_mount`. The CDI strategies hand
+    /// out only names a spec there defines (field case F18).
+    pub spec_dirs: Option<Vec<PathBuf>>,
 }
 
 /// Why the configuration is unusable. Each names the file, key or value at fault.
@@ -126,6 +130,8 @@ pub struct Overrides {
     pub metrics_address: Option<String>,
     /// `--strict-topology` / `ACTK_DEVICE_PLUGIN_STRICT_TOPOLOGY`.
     pub strict_topology: Option<bool>,
+    /// `--spec-dirs` / `ACTK_DEVICE_PLUGIN_SPEC_DIRS` (comma-separated).
+    pub spec_dirs: Option<Vec<PathBuf>>,
 }
 
 /// The effective settings.
@@ -155,6 +161,8 @@ pub struct Settings {
     pub metrics_address: Option<SocketAddr>,
     /// Whether a poorly placeable preferred allocation is an error.
     pub strict_topology: bool,
+    /// CDI spec directories of the node's runtime, node paths in priority order (lowest first).
+    pub spec_dirs: Vec<PathBuf>,
 }
 
 impl Settings {
@@ -186,7 +194,7 @@ impl Settings {
                 origin,
                 key: "strategies".into(),
                 value: strategies.join(","),
-                expected: "at least one of cdi-cri, cdi-annotations, envvar, device-specs".into(),
+                expected: format!("at least one of {}", crate::allocate::STRATEGY_NAMES),
             });
         }
         let device_ids = match (o.device_ids, f.device_ids) {
@@ -222,7 +230,20 @@ impl Settings {
                 expected: format!("host:port such as 0.0.0.0:9400 ({e})"),
             })?),
         };
+        let spec_dirs = o
+            .spec_dirs
+            .or(f.spec_dirs)
+            .unwrap_or_else(|| actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect::<Vec<_>>());
+        if let Some(bad) = spec_dirs.iter().find(|d| !d.is_absolute()) {
+            return Err(ConfigError::Invalid {
+                origin: "spec_dirs".into(),
+                key: "spec_dirs".into(),
+                value: bad.display().to_string(),
+                expected: "absolute paths of CDI spec directories on the node, such as /var/run/cdi".into(),
+            });
+        }
         Ok(Settings {
+            spec_dirs,
             root: o.root.or(f.root).unwrap_or_else(|| PathBuf::from("/")),
             host_mount: o.host_mount.or(f.host_mount).unwrap_or_else(|| PathBuf::from("/")),
             profiles_dir: o.profiles_dir.or(f.profiles_dir),
@@ -264,6 +285,10 @@ mod tests {
         assert_eq!(s.socket_dir, Path::new("/var/lib/kubelet/device-plugins"));
         assert_eq!(s.root, Path::new("/"));
         assert_eq!(s.metrics_address, None);
+        assert_eq!(s.spec_dirs, [Path::new("/etc/cdi"), Path::new("/var/run/cdi")]);
+        let o = Overrides { spec_dirs: Some(vec!["cdi".into()]), ..Default::default() };
+        let err = Settings::merge(o, FileConfig::default(), "f").unwrap_err().to_string();
+        assert!(err.contains("spec_dirs = \"cdi\"") && err.contains("absolute"), "{err}");
     }
 
     #[test]
@@ -271,7 +296,7 @@ mod tests {
         let file: FileConfig = toml::from_str("strategies = [\"cdi\"]\n").unwrap();
         let err = Settings::merge(Overrides::default(), file, "/etc/actk/device-plugin.toml").unwrap_err().to_string();
         assert!(err.starts_with("/etc/actk/device-plugin.toml: strategies = \"cdi\":"), "{err}");
-        assert!(err.contains("cdi-cri, cdi-annotations, envvar, device-specs"), "{err}");
+        assert!(err.contains("cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts"), "{err}");
         let o = Overrides { metrics_address: Some("9400".into()), ..Default::default() };
         let err = Settings::merge(o, FileConfig::default(), "f").unwrap_err().to_string();
         assert!(err.contains("metrics_address = \"9400\"") && err.contains("host:port"), "{err}");

@@ -2,8 +2,8 @@
 //! every change so that ListAndWatch re-sends the device list.
 //!
 //! A device is Unhealthy when one of its device nodes is gone or has another device number
-//! than discovery saw (driver unloaded, device removed), or when its PCI function has left
-//! sysfs (fell off the bus, hot-unplug). It is Healthy again as soon as the probe passes, so
+//! than discovery saw (driver unloaded, device removed), when discovery found no usable node
+//! for it at all, or when its PCI function has left sysfs (fell off the bus, hot-unplug). It is Healthy again as soon as the probe passes, so
 //! a reset or re-plugged device comes back without restarting the plugin.
 //!
 //! Polling, not inotify: /dev and /sys seen through hostPath mounts do not reliably deliver
@@ -29,6 +29,9 @@ pub struct Probe {
     pub nodes: Vec<(String, PathBuf, u32, u32)>,
     /// sysfs directory of the PCI function, when it existed at discovery.
     pub pci: Option<PathBuf>,
+    /// Discovery found the device but no usable node for it (discovery warned why): not
+    /// usable until a later discovery finds one (the plugin looks again every few seconds).
+    pub no_node: bool,
 }
 
 /// Probes for every device of `vendor`, with sysfs paths under host root `root`.
@@ -40,6 +43,7 @@ pub fn probes(root: &Path, vendor: &VendorInventory) -> Vec<Probe> {
             index: d.index,
             nodes: d.nodes.iter().map(|n| (n.path.clone(), n.host_path.clone(), n.major, n.minor)).collect(),
             pci: d.pci_bus_id.as_ref().map(|b| root.join("sys/bus/pci/devices").join(b)).filter(|p| p.exists()),
+            no_node: d.nodes.is_empty(),
         })
         .collect()
 }
@@ -51,6 +55,9 @@ fn major_minor(rdev: u64) -> (u64, u64) {
 
 /// `None` when the device looks usable, else why not (naming the path).
 pub fn check(p: &Probe) -> Option<String> {
+    if p.no_node {
+        return Some("discovery found no usable device node for it".into());
+    }
     for (path, host, major, minor) in &p.nodes {
         match std::fs::metadata(host) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -137,8 +144,15 @@ mod tests {
         }
         let pci = tmp.path().join("0000:18:00.0");
         std::fs::create_dir(&pci).unwrap();
-        let p = Probe { index: 0, nodes: vec![("/dev/npu0".into(), node.clone(), 240, 0)], pci: Some(pci.clone()) };
+        let p = Probe {
+            index: 0,
+            nodes: vec![("/dev/npu0".into(), node.clone(), 240, 0)],
+            pci: Some(pci.clone()),
+            no_node: false,
+        };
         assert_eq!(check(&p), None);
+        let none = Probe { nodes: vec![], no_node: true, ..p.clone() };
+        assert!(check(&none).unwrap().contains("no usable device node"));
         std::fs::remove_dir(&pci).unwrap();
         assert!(check(&p).unwrap().contains("PCI function"), "{:?}", check(&p));
         std::fs::create_dir(&pci).unwrap();

@@ -42,7 +42,7 @@ struct Cli {
     /// The kubelet's Registration socket (default <socket-dir>/kubelet.sock).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_KUBELET_SOCKET")]
     kubelet_socket: Option<PathBuf>,
-    /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs.
+    /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRATEGIES", value_delimiter = ',')]
     strategies: Option<Vec<String>>,
     /// Only serve these resource names (comma-separated).
@@ -63,6 +63,10 @@ struct Cli {
     /// Refuse GetPreferredAllocation sizes that cannot be placed well instead of warning.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRICT_TOPOLOGY", num_args = 0..=1, default_missing_value = "true")]
     strict_topology: Option<bool>,
+    /// CDI spec directories the node's runtime reads (node paths, comma-separated; default
+    /// /etc/cdi,/var/run/cdi), read under --host-mount: CDI strategies name only devices they define.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_SPEC_DIRS", value_delimiter = ',')]
+    spec_dirs: Option<Vec<PathBuf>>,
 }
 
 fn settings(cli: Cli) -> Result<Settings> {
@@ -83,6 +87,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         health_interval_ms: cli.health_interval_ms,
         metrics_address: cli.metrics_address,
         strict_topology: cli.strict_topology,
+        spec_dirs: cli.spec_dirs,
     };
     Ok(Settings::merge(o, file, &origin)?)
 }
@@ -99,11 +104,22 @@ fn main() -> Result<()> {
     rt.block_on(run(s))
 }
 
-/// How often discovery runs again while no device has been found: a driver container often
-/// loads the driver after the plugin started, and a DaemonSet pod must not crash-loop meanwhile.
+/// How often discovery runs again: while no device has been found (a driver container often
+/// loads the driver after the plugin started, and a DaemonSet pod must not crash-loop
+/// meanwhile), and while serving, to serve what changed (a device whose node appeared late, a
+/// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
 async fn run(s: Settings) -> Result<()> {
+    // A root that is not there is a configuration error, unlike a root without devices (a driver
+    // may load later): say so and stop, so a pod shows it in its status.
+    if !s.root.is_dir() {
+        anyhow::bail!(
+            "host root {} does not exist or is not a directory (--root / ACTK_ROOT / root in the config file; \
+             the Helm chart's hostRoot): point it at the directory holding the node's dev/ and sys/",
+            s.root.display()
+        );
+    }
     let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
@@ -117,43 +133,92 @@ async fn run(s: Settings) -> Result<()> {
         });
     }
     let mut first = true;
-    let res = loop {
-        let inventory = actk_core::discover::discover(&s.root, &profiles);
-        let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
-        if first || !res.is_empty() {
-            for w in &inventory.warnings {
-                tracing::warn!("discovery: {w}");
+    // One pass per set of devices: serve it until discovery sees another (a device that got its
+    // node late, one that went, a driver upgrade with other files), then serve the new one.
+    loop {
+        let (inventory, res) = loop {
+            let inventory = actk_core::discover::discover(&s.root, &profiles);
+            let res = resources::build(&inventory, &profiles, s.device_ids, s.resources.as_deref());
+            if first || !res.is_empty() {
+                for w in &inventory.warnings {
+                    tracing::warn!("discovery: {w}");
+                }
             }
+            if !res.is_empty() {
+                break (inventory, res);
+            }
+            if first {
+                tracing::warn!(
+                    "no accelerators found under {} (or none selected); looking again every {} s",
+                    s.root.display(),
+                    REDISCOVER.as_secs()
+                );
+                first = false;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(REDISCOVER) => {}
+                _ = term.recv() => return Ok(()),
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        };
+        let seen = fingerprint(&inventory);
+        let (sockets, tasks) = serve(&s, res, &metrics);
+        let changed = loop {
+            tokio::select! {
+                _ = tokio::time::sleep(REDISCOVER) => {
+                    if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
+                        break true;
+                    }
+                }
+                _ = term.recv() => break false,
+                _ = tokio::signal::ctrl_c() => break false,
+            }
+        };
+        drop(tasks);
+        for p in sockets {
+            let _ = std::fs::remove_file(p);
         }
-        if !res.is_empty() {
-            break res;
+        if !changed {
+            break;
         }
-        if first {
-            tracing::warn!(
-                "no accelerators found under {} (or none selected); looking again every {} s",
-                s.root.display(),
-                REDISCOVER.as_secs()
-            );
-            first = false;
+        tracing::info!("the devices under {} changed; serving them again", s.root.display());
+        first = true;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What discovery found, as text: devices, their nodes, shared nodes, host files.
+fn fingerprint(inventory: &actk_core::inventory::Inventory) -> String {
+    serde_json::to_string(&inventory.vendors).unwrap_or_default()
+}
+
+/// Tasks that are aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
         }
-        tokio::select! {
-            _ = tokio::time::sleep(REDISCOVER) => {}
-            _ = term.recv() => return Ok(()),
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-        }
-    };
+    }
+}
+
+/// Serves `res` (a manager per resource, a health loop per vendor); returns the socket paths and
+/// the tasks, which stop when dropped.
+fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) -> (Vec<PathBuf>, Tasks) {
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
+    let spec_dirs: Vec<PathBuf> =
+        s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
     if s.strategies.iter().any(|st| matches!(st, Strategy::CdiCri | Strategy::CdiAnnotations)) {
-        let dirs: Vec<PathBuf> =
-            actk_core::cdi::DEFAULT_SPEC_DIRS.iter().map(|d| s.root.join(d.trim_start_matches('/'))).collect();
-        let registry = actk_core::cdi::Registry::load(&dirs);
+        let registry = actk_core::cdi::Registry::load(&spec_dirs);
         for r in &res {
             if !registry.has_kind(&r.vendor.kind) {
                 tracing::warn!(
-                    "{}: no CDI spec for {} in {}; containers will not get devices by CDI name until one is written (actk cdi generate)",
+                    "{}: no CDI spec for {} in {} yet; Allocate fails until one defines the devices (actk cdi generate)",
                     r.name,
                     r.vendor.kind,
-                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                    spec_dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
                 );
             }
         }
@@ -165,12 +230,14 @@ async fn run(s: Settings) -> Result<()> {
             strategies: s.strategies.clone(),
             host_mount: s.host_mount.clone(),
             capabilities: s.capabilities.clone(),
+            spec_dirs,
         }),
         strict_topology: s.strict_topology,
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore).
     let mut health_rx = BTreeMap::new();
     let mut sockets = Vec::new();
+    let mut tasks = Vec::new();
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
@@ -185,15 +252,7 @@ async fn run(s: Settings) -> Result<()> {
             s.socket_dir.join(r.socket_name()).display()
         );
         sockets.push(s.socket_dir.join(r.socket_name()));
-        tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone()));
+        tasks.push(tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone())));
     }
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    for p in sockets {
-        let _ = std::fs::remove_file(p);
-    }
-    tracing::info!("stopped");
-    Ok(())
+    (sockets, Tasks(tasks))
 }

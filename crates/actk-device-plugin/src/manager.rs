@@ -112,20 +112,30 @@ pub async fn run(
             ended.clone(),
         );
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let mut server = tokio::spawn(
+        // Aborted with this task (the plugin serves a new set of devices): no server outlives it.
+        let mut server = AbortOnDrop(tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DevicePluginServer::new(plugin))
                 .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async {
                     let _ = stop_rx.await;
                 }),
-        );
+        ));
         let reason = session(&res, &cfg, &sock, own, &endpoint, &ended, &metrics, &mut logged_wait).await;
         tracing::info!("{}: {reason}; serving {} again and re-registering", res.name, sock.display());
         let _ = stop_tx.send(());
         // Streams to a dead kubelet may hold a graceful shutdown open forever: cut them off.
-        if tokio::time::timeout(Duration::from_millis(500), &mut server).await.is_err() {
-            server.abort();
+        if tokio::time::timeout(Duration::from_millis(500), &mut server.0).await.is_err() {
+            server.0.abort();
         }
+    }
+}
+
+/// A task that is aborted when this handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

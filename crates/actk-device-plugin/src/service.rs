@@ -1,6 +1,6 @@
 //! The DevicePlugin gRPC service of one resource (kubelet device plugin API v1beta1).
 
-use crate::allocate::{AllocateOptions, container_response};
+use crate::allocate::{AllocateOptions, CdiNames, container_response};
 use crate::api::device_plugin_server::DevicePlugin;
 use crate::api::{
     self, AllocateRequest, AllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
@@ -12,7 +12,9 @@ use crate::metrics::Metrics;
 use crate::resources::Resource;
 use crate::topology::{self, Node};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -25,6 +27,25 @@ pub struct Plugin {
     strict_topology: bool,
     metrics: Arc<Metrics>,
     stream_ended: Arc<Notify>,
+    cdi: Mutex<Option<(SpecDirsStamp, Arc<CdiNames>)>>,
+}
+
+/// What the spec directories hold, cheaply: every spec file's name, inode, size and mtime.
+/// Another stamp means the CDI names are read again.
+type SpecDirsStamp = Vec<(PathBuf, u64, u64, i64, i64)>;
+
+fn spec_dirs_stamp(dirs: &[PathBuf]) -> SpecDirsStamp {
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(d) else { continue };
+        for e in rd.flatten() {
+            if let Ok(m) = e.metadata() {
+                out.push((e.path(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 impl Plugin {
@@ -38,7 +59,22 @@ impl Plugin {
         metrics: Arc<Metrics>,
         stream_ended: Arc<Notify>,
     ) -> Plugin {
-        Plugin { res, health, opts, strict_topology, metrics, stream_ended }
+        Plugin { res, health, opts, strict_topology, metrics, stream_ended, cdi: Mutex::new(None) }
+    }
+
+    /// The CDI names of the node's specs as they are now: read again when a spec file changed
+    /// (the CDI generator rewrites them when a device appears or the driver changes).
+    fn cdi_names(&self) -> Arc<CdiNames> {
+        let stamp = spec_dirs_stamp(&self.opts.spec_dirs);
+        let mut cached = self.cdi.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, names)) = cached.as_ref()
+            && *s == stamp
+        {
+            return names.clone();
+        }
+        let names = Arc::new(CdiNames::load(&self.res, &self.opts.spec_dirs));
+        *cached = Some((stamp, names.clone()));
+        names
     }
 }
 
@@ -170,8 +206,9 @@ impl DevicePlugin for Plugin {
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
         let mut out = AllocateResponse::default();
+        let cdi = if self.opts.names_cdi_devices() { self.cdi_names() } else { Arc::new(CdiNames::default()) };
         for c in req.into_inner().container_requests {
-            match container_response(&self.res, &c.devices_ids, &self.opts) {
+            match container_response(&self.res, &c.devices_ids, &self.opts, &cdi) {
                 Ok(r) => {
                     self.metrics.update(&self.res.name, |m| m.allocations += 1);
                     out.container_responses.push(r);

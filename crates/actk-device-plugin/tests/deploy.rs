@@ -1,11 +1,13 @@
-//! deploy/: the DaemonSet manifest and the Helm chart parse (serde-saphyr), ask for no more
-//! privilege than the plugin needs, configure it with keys and variables the plugin accepts,
-//! and agree with each other.
+//! deploy/: the manifest and the Helm chart parse (serde-saphyr), ask for no more privilege than
+//! each part needs (the plugin, the CDI spec generator, the node setup), configure the plugin
+//! with keys and variables it accepts, and agree with each other; the chart's schema refuses bad
+//! values.
 //!
 //! The chart is rendered with a real `helm template` (and `helm lint`) when a helm binary is
 //! found ($ACTK_HELM, `target/tools/helm` as deploy/helm/install-helm.sh puts it, or PATH);
-//! without one that test says it is skipping. The checks that need no helm always run: every
-//! `.Values.x.y` a template uses exists in values.yaml.
+//! without one those tests say they are skipping. The checks that need no helm always run: every
+//! `.Values.x.y` a template uses exists in values.yaml. The chart on a real cluster:
+//! crates/k8s-e2e.
 
 use actk_device_plugin::config::{FileConfig, Settings};
 use serde_json::Value;
@@ -28,48 +30,79 @@ fn kind<'a>(docs: &'a [Value], k: &str) -> &'a Value {
     docs.iter().find(|d| d["kind"] == k).unwrap_or_else(|| panic!("no {k} in {docs:?}"))
 }
 
+/// The container named `name` of a pod spec.
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+/// The plugin's DaemonSet (the node setup's has the component label).
+fn plugin_daemonset<'a>(all: &'a [Value], what: &str) -> &'a Value {
+    all.iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"].is_null())
+        .unwrap_or_else(|| panic!("{what}: no plugin DaemonSet"))
+}
+
 /// The checks every rendering of the DaemonSet must pass.
 fn check_daemonset(all: &[Value], what: &str) {
-    let ds = kind(all, "DaemonSet");
+    let ds = plugin_daemonset(all, what);
     assert_eq!(ds["apiVersion"], "apps/v1", "{what}");
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false, "{what}: the plugin never talks to the API server");
-    let c = &pod["containers"][0];
-    let sc = &c["securityContext"];
-    assert_eq!(sc["privileged"], false, "{what}");
-    assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}");
-    assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}");
-    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{what}");
-    assert!(sc["capabilities"]["add"].is_null(), "{what}: no capability is added");
-
-    // hostPath volumes: only the device-plugins directory is writable.
+    assert!(pod["hostPID"].is_null(), "{what}: only the node setup needs the host's pids");
     let volumes = pod["volumes"].as_array().unwrap();
     let host_path =
         |name: &str| volumes.iter().find(|v| v["name"] == name).and_then(|v| v["hostPath"]["path"].as_str());
-    let mounts = c["volumeMounts"].as_array().unwrap();
     let mut seen = Vec::new();
-    for m in mounts {
-        let name = m["name"].as_str().unwrap();
-        if let Some(hp) = host_path(name) {
+    for c in pod["containers"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let sc = &c["securityContext"];
+        assert_eq!(sc["privileged"], false, "{what}: {name}");
+        assert_eq!(sc["allowPrivilegeEscalation"], false, "{what}: {name}");
+        assert_eq!(sc["readOnlyRootFilesystem"], true, "{what}: {name}");
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{what}: {name}");
+        assert!(sc["capabilities"]["add"].is_null(), "{what}: {name}: no capability is added");
+        assert_eq!(c["terminationMessagePolicy"], "FallbackToLogsOnError", "{what}: {name}: errors show in the status");
+        // hostPath volumes: the plugin writes only its sockets, the generator only the specs.
+        for m in c["volumeMounts"].as_array().unwrap() {
+            let vol = m["name"].as_str().unwrap();
+            let Some(hp) = host_path(vol) else { continue };
             seen.push(hp.to_string());
-            if hp == "/var/lib/kubelet/device-plugins" {
-                assert_ne!(m["readOnly"], true, "{what}: the plugin creates its sockets there");
+            let writable = (name == "actk-device-plugin" && hp == "/var/lib/kubelet/device-plugins")
+                || (name == "cdi-spec-generator" && vol.ends_with("-rw") && hp == "/var/run/cdi");
+            if writable {
+                assert_ne!(m["readOnly"], true, "{what}: {name} writes to {hp}");
             } else {
-                assert_eq!(m["readOnly"], true, "{what}: host path {hp} must be mounted read-only");
+                assert_eq!(m["readOnly"], true, "{what}: {name}: host path {hp} must be mounted read-only");
             }
         }
     }
-    for wanted in ["/var/lib/kubelet/device-plugins", "/dev", "/sys", "/var/run/cdi"] {
+    for wanted in ["/var/lib/kubelet/device-plugins", "/var/run/cdi"] {
         assert!(seen.iter().any(|s| s == wanted), "{what}: hostPath {wanted} missing ({seen:?})");
     }
-    // The host root the plugin is told about is where /dev and /sys are mounted.
+    let c = container(pod, "actk-device-plugin");
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    // The host root the plugin is told about is where /dev and /sys are mounted (or all of it).
     let env: Vec<(&str, &str)> =
         c["env"].as_array().unwrap().iter().filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?))).collect();
-    let root = env.iter().find(|(n, _)| *n == "ACTK_ROOT").map(|(_, v)| *v).expect("ACTK_ROOT");
+    let value = |n: &str| env.iter().find(|(k, _)| *k == n).map(|(_, v)| *v).unwrap_or_else(|| panic!("{what}: {n}"));
+    let root = value("ACTK_ROOT");
     for dir in ["dev", "sys"] {
         assert!(
-            mounts.iter().any(|m| m["mountPath"] == format!("{root}/{dir}").as_str()),
+            mounts.iter().any(|m| m["mountPath"] == format!("{root}/{dir}").as_str() || m["mountPath"] == root),
             "{what}: {root}/{dir} not mounted"
+        );
+    }
+    // The spec directories the plugin reads are mounted under the host mount.
+    assert_eq!(value("ACTK_DEVICE_PLUGIN_HOST_MOUNT"), "/host");
+    for d in value("ACTK_DEVICE_PLUGIN_SPEC_DIRS").split(',') {
+        assert!(
+            mounts.iter().any(|m| m["mountPath"] == format!("/host{d}").as_str()),
+            "{what}: spec dir {d} not mounted"
         );
     }
     // Every variable is one the binary reads (its --help lists them).
@@ -101,7 +134,7 @@ fn daemonset_manifest_parses_and_is_least_privilege() {
     let path = repo().join("deploy/kubernetes/actk-device-plugin.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let all = docs(&text, &path.display().to_string());
-    assert_eq!(all.len(), 2);
+    assert_eq!(all.len(), 2, "ConfigMap and DaemonSet");
     check_daemonset(&all, "deploy/kubernetes/actk-device-plugin.yaml");
 }
 
@@ -166,31 +199,22 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
     let default = render(&helm, &[]);
     check_daemonset(&default, "helm template (defaults)");
     assert!(!default.iter().any(|d| d["kind"] == "Service"), "no metrics Service unless enabled");
+    assert!(!default.iter().any(|d| d["kind"] == "RuntimeClass"), "no RuntimeClass without node setup");
 
-    // The static manifest is the chart's default rendering, kept by hand: the pod must agree.
+    // The static manifest is the chart's default rendering: every object agrees.
     let manifest =
         docs(&std::fs::read_to_string(repo().join("deploy/kubernetes/actk-device-plugin.yaml")).unwrap(), "manifest");
-    let pod = |d: &[Value]| kind(d, "DaemonSet")["spec"]["template"]["spec"].clone();
-    let (a, b) = (pod(&default), pod(&manifest));
-    for key in ["volumes", "tolerations", "priorityClassName"] {
-        assert_eq!(a[key], b[key], "{key} differs between the chart and deploy/kubernetes");
-    }
-    for key in ["securityContext", "volumeMounts", "env", "args", "resources"] {
+    assert_eq!(default.len(), manifest.len(), "the same objects in the chart and deploy/kubernetes");
+    for (a, b) in default.iter().zip(&manifest) {
         assert_eq!(
-            a["containers"][0][key], b["containers"][0][key],
-            "container {key} differs between the chart and deploy/kubernetes"
+            a, b,
+            "{} differs between the chart and deploy/kubernetes (render it again: see its header)",
+            a["kind"]
         );
     }
 
-    let with_metrics = render(
-        &helm,
-        &[
-            "metrics.enabled=true",
-            "metrics.port=9555",
-            "config.strategies={cdi-cri,device-specs}",
-            "hostLibraries=false",
-        ],
-    );
+    let with_metrics =
+        render(&helm, &["metrics.enabled=true", "metrics.port=9555", "config.strategies={cdi-cri,device-specs}"]);
     check_daemonset(&with_metrics, "helm template (metrics)");
     let svc = kind(&with_metrics, "Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 9555);
@@ -199,8 +223,99 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
     let s = Settings::merge(Default::default(), file, "chart").unwrap();
     assert_eq!(s.metrics_address.map(|a| a.port()), Some(9555));
     assert_eq!(s.strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ["cdi-cri", "device-specs"]);
-    let ds = kind(&with_metrics, "DaemonSet");
-    assert_eq!(ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"], 9555);
-    let vols = ds["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
-    assert!(!vols.iter().any(|v| v["hostPath"]["path"] == "/usr"), "hostLibraries=false mounts no host libraries");
+    let pod = &plugin_daemonset(&with_metrics, "metrics")["spec"]["template"]["spec"];
+    let plugin = container(pod, "actk-device-plugin");
+    assert_eq!(plugin["ports"][0]["containerPort"], 9555);
+    // device-specs sends driver files: the plugin then sees the whole host root, read-only.
+    let root_mount = plugin["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root");
+    assert_eq!(
+        root_mount.map(|m| (m["mountPath"].clone(), m["readOnly"].clone())),
+        Some(("/host".into(), true.into()))
+    );
+    let pod = &plugin_daemonset(&default, "defaults")["spec"]["template"]["spec"];
+    assert!(
+        !container(pod, "actk-device-plugin")["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "host-root"),
+        "without device-specs the plugin sees only /dev, /sys and two /proc entries"
+    );
+}
+
+/// The parts the chart adds on a node: the CDI generator (with the arguments the chart's values
+/// give), the node setup (its own DaemonSet, the only one with the host's pids, nothing
+/// privileged), the RuntimeClass, and values the schema refuses.
+#[test]
+fn helm_chart_generator_node_setup_and_schema() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(&helm, &["nodeSetup.enabled=true", "hostRoot=/run/nvidia/driver", "cdi.deviceNameStrategy=uuid"]);
+    check_daemonset(&all, "helm template (node setup)");
+    let pod = &plugin_daemonset(&all, "node setup")["spec"]["template"]["spec"];
+    let generator = container(pod, "cdi-spec-generator");
+    let args: Vec<&str> = generator["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(args[..2], ["cdi", "generate"]);
+    for a in [
+        "--root=/host/run/nvidia/driver",
+        "--host-mount=/host",
+        "--output=/host/var/run/cdi",
+        "--device-name-strategy=uuid",
+        "--ldcache-hook=/usr/local/actk/bin/actk-hook",
+        "--watch=5",
+    ] {
+        assert!(args.contains(&a), "{a} in {args:?}");
+    }
+    let plugin = container(pod, "actk-device-plugin");
+    let env = |n: &str| plugin["env"].as_array().unwrap().iter().find(|e| e["name"] == n).map(|e| e["value"].clone());
+    assert_eq!(env("ACTK_ROOT"), Some("/host/run/nvidia/driver".into()));
+
+    let setup = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "node-setup")
+        .expect("the node setup DaemonSet");
+    let spod = &setup["spec"]["template"]["spec"];
+    assert_eq!(spod["hostPID"], true, "it finds and signals containerd");
+    assert_eq!(spod["automountServiceAccountToken"], false);
+    let c = container(spod, "node-setup");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for a in [
+        "node",
+        "setup",
+        "--wait",
+        "--host-mount=/host",
+        "--install-dir=/usr/local/actk",
+        "--config=/etc/containerd/config.toml",
+        "--root=/run/nvidia/driver",
+    ] {
+        assert!(args.contains(&a), "{a} in {args:?}");
+    }
+    let vols = spod["volumes"].as_array().unwrap();
+    let paths: Vec<&str> = vols.iter().filter_map(|v| v["hostPath"]["path"].as_str()).collect();
+    assert_eq!(paths, ["/usr/local/actk", "/etc/containerd", "/run/containerd"], "what it edits, and the socket's dir");
+    let socket_mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "containerd-socket").unwrap();
+    assert_eq!(socket_mount["readOnly"], true);
+    let rc = kind(&all, "RuntimeClass");
+    assert_eq!((rc["metadata"]["name"].as_str(), rc["handler"].as_str()), (Some("actk"), Some("actk")));
+
+    // Values the schema refuses at install time, the value's path named.
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    for (set, words) in [
+        ("config.strategies={cdi}", ["config.strategies", "cdi-cri"]),
+        ("hostRoot=relative", ["hostRoot", "pattern"]),
+        ("cdi.deviceNameStrategy=name", ["cdi.deviceNameStrategy", "index"]),
+        ("nodeSetup.restart=systemd", ["nodeSetup.restart", "signal"]),
+    ] {
+        let o = Command::new(&helm).args(["template", "x"]).arg(&chart).args(["--set", set]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{set} must be refused");
+        for w in words {
+            assert!(err.contains(w), "{set}: the error names {w}: {err}");
+        }
+    }
 }

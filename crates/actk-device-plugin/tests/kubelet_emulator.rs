@@ -131,11 +131,28 @@ struct PluginProcess {
     _config: tempfile::TempDir,
 }
 
+/// The node's CDI specs as `actk cdi generate --output DIR` writes them for `root` (names by
+/// index and UUID), in `dir`.
+fn write_specs(root: &Path, dir: &Path, names: actk_core::cdi::DeviceNameStrategy) {
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(root, &profiles);
+    let opts = actk_core::cdi::GenerateOptions { device_name_strategy: names, ..Default::default() };
+    for spec in actk_core::cdi::generate::generate_all(&profiles, &inv, None, &opts).unwrap() {
+        actk_core::cdi::write::write_spec_in_dir(&spec, dir, actk_core::cdi::Format::Json).unwrap();
+    }
+}
+
 impl PluginProcess {
+    /// The plugin for `root`, with the node's CDI specs in a directory of its own (unless
+    /// `args` name `--spec-dirs`).
     fn start(root: &Path, socket_dir: &Path, args: &[&str]) -> PluginProcess {
         let config = tempfile::tempdir().unwrap();
         std::fs::write(config.path().join("dp.toml"), "health_interval_ms = 100\n").unwrap();
         std::fs::create_dir_all(config.path().join("profiles.d")).unwrap();
+        let spec_dir = config.path().join("cdi");
+        if !args.contains(&"--spec-dirs") {
+            write_specs(root, &spec_dir, actk_core::cdi::DeviceNameStrategy::Both);
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
             .arg("--config")
             .arg(config.path().join("dp.toml"))
@@ -145,6 +162,7 @@ impl PluginProcess {
             .arg(socket_dir)
             .arg("--profiles-dir")
             .arg(config.path().join("profiles.d"))
+            .args(if args.contains(&"--spec-dirs") { vec![] } else { vec!["--spec-dirs".into(), spec_dir] })
             .args(args)
             .env("ACTK_LOG", "actk_device_plugin=debug,info")
             .stdin(Stdio::null())
@@ -204,7 +222,12 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     let _plugin = PluginProcess::start(
         &f.root,
         dir.path(),
-        &["--strategies", "cdi-cri,cdi-annotations,envvar,device-specs", "--metrics-address", &metrics_addr],
+        &[
+            "--strategies",
+            "cdi-cri,cdi-annotations,envvar,device-specs,volume-mounts",
+            "--metrics-address",
+            &metrics_addr,
+        ],
     );
     let reg = kubelet.next_register(Duration::from_secs(10)).await;
     assert_eq!((reg.version.as_str(), reg.resource_name.as_str()), ("v1beta1", "nvidia.com/gpu"));
@@ -240,6 +263,20 @@ async fn register_stream_allocate_and_errors_on_dgx() {
         c.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05") && m.read_only),
         "{:?}",
         c.mounts
+    );
+    // volume-mounts: the device list actk-runtime serves as the allocation (issue 10).
+    let list: Vec<(&str, &str, bool)> = c
+        .mounts
+        .iter()
+        .filter(|m| m.container_path.starts_with("/var/run/actk/devices/"))
+        .map(|m| (m.container_path.as_str(), m.host_path.as_str(), m.read_only))
+        .collect();
+    assert_eq!(
+        list,
+        [
+            ("/var/run/actk/devices/nvidia.com/gpu/0", "/dev/null", true),
+            ("/var/run/actk/devices/nvidia.com/gpu/1", "/dev/null", true)
+        ]
     );
 
     let err = client.allocate(one(&[&uuids[0], "GPU-nope", "7x"])).await.unwrap_err();
@@ -280,6 +317,41 @@ fn http_get(addr: &str, path: &str) -> String {
             Err(e) => panic!("metrics endpoint {addr}: {e}"),
         }
     }
+}
+
+/// F18: a node whose CDI spec names GPUs by UUID only: Allocate answers with the UUID names
+/// that spec defines; with no spec for the kind it refuses, naming the device and the fix,
+/// instead of handing out a name the runtime cannot resolve.
+#[tokio::test]
+async fn f18_cdi_names_come_from_the_node_specs() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let specs = tempfile::tempdir().unwrap();
+    write_specs(&f.root, specs.path(), actk_core::cdi::DeviceNameStrategy::Uuid);
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let spec_dir = specs.path().display().to_string();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "cdi-cri", "--spec-dirs", &spec_dir]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let uuids = gpu_uuids(&f.root);
+    let resp = client.allocate(one(&[&uuids[3]])).await.unwrap().into_inner();
+    let names: Vec<&str> = resp.container_responses[0].cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, [format!("nvidia.com/gpu={}", uuids[3])], "the name the node's spec defines, not =3");
+    let text = std::fs::read_to_string(specs.path().join("nvidia.com-gpu.json")).unwrap();
+    assert!(text.contains(&format!("\"name\": \"{}\"", uuids[3])) && !text.contains("\"name\": \"3\""));
+
+    // The spec is removed (the generator's pod went): no name is handed out any more.
+    std::fs::remove_file(specs.path().join("nvidia.com-gpu.json")).unwrap();
+    let err = client.allocate(one(&[&uuids[3]])).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let msg = err.message();
+    assert!(msg.contains("no CDI spec in") && msg.contains(&spec_dir) && msg.contains("device 3"), "{msg}");
+    assert!(msg.contains("actk cdi generate"), "{msg}");
+    // Written again (index names this time): picked up at the next Allocate.
+    write_specs(&f.root, specs.path(), actk_core::cdi::DeviceNameStrategy::Index);
+    let resp = client.allocate(one(&[&uuids[3]])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=3");
 }
 
 #[tokio::test]
@@ -356,6 +428,41 @@ async fn health_goes_unhealthy_within_2s_and_recovers() {
     assert!(st.success());
     let back = next_list(&mut stream, Duration::from_secs(2)).await;
     assert_eq!(health_of(&back, "3"), "Healthy", "the device recovers without a restart");
+}
+
+/// A GPU whose device node is missing when the plugin starts is listed Unhealthy (not handed
+/// out); once the node appears, the plugin serves the new set of devices (a new Register) with
+/// the GPU healthy, without a restart.
+#[tokio::test]
+async fn device_whose_node_appears_late_is_served_once_it_does() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let node = f.path("dev/nvidia7");
+    std::fs::remove_file(&node).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(health_of(&first, "7"), "Unhealthy", "no node, not usable");
+    assert_eq!(health_of(&first, "6"), "Healthy");
+
+    let st = Command::new("mknod").arg(&node).args(["c", "195", "7"]).status().unwrap();
+    assert!(st.success());
+    let again = kubelet.next_register(Duration::from_secs(12)).await;
+    assert_eq!(again.resource_name, "nvidia.com/gpu");
+    let mut client = kubelet.dial(&again).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let now = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(now.devices.iter().all(|d| d.health == "Healthy"), "{:?}", now.devices);
+    // Until the node's specs name GPU 7 it is not handed out by CDI name; the generator's next
+    // pass writes them.
+    let err = client.allocate(one(&["7"])).await.unwrap_err();
+    assert!(err.message().contains("defines device 7"), "{}", err.message());
+    let resp = client.allocate(one(&["6"])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=6");
 }
 
 #[tokio::test]

@@ -13,16 +13,19 @@
 //!   NVIDIA hook at these stages too).
 //! - `update-ldcache --folder DIR...`: a CDI createContainer hook that refreshes the container's
 //!   ld.so.cache with the host's ldconfig.
+//! - `enable-cuda-compat --host-driver-version V`: a CDI createContainer hook (before
+//!   update-ldcache) that puts an image's newer CUDA forward-compat libraries first.
 //!
 //! Errors go to stderr with exit status 1; runc shows them to the user.
 
+mod cuda_compat;
 mod prestart;
 mod state;
 mod update_ldcache;
 
 use anyhow::{Result, bail};
 
-const USAGE: &str = "usage: actk-hook prestart|createRuntime|createContainer [--edits FILE]\n       actk-hook update-ldcache --folder DIR [--folder DIR...]\n(the OCI state JSON is read from stdin)";
+const USAGE: &str = "usage: actk-hook prestart|createRuntime|createContainer [--edits FILE]\n       actk-hook update-ldcache --folder DIR [--folder DIR...]\n       actk-hook enable-cuda-compat --host-driver-version V [--compat-dir DIR] [--library LIB]\n(the OCI state JSON is read from stdin)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -46,6 +49,7 @@ fn run(args: &[String]) -> Result<()> {
             println!("{}", actk_version::line("actk-hook"));
             Ok(())
         }
+        "enable-cuda-compat" => cuda_compat::run(&rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

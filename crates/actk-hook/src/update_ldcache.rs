@@ -1,21 +1,26 @@
-//! `actk-hook update-ldcache --folder DIR...`: a CDI createContainer hook that adds DIRs to the
-//! container's ld.so.cache with the host's verified ldconfig (actk_inject::ldcache).
+//! `actk-hook update-ldcache --folder DIR...`: a CDI hook that adds DIRs to the container's
+//! ld.so.cache (actk_inject::ldcache: written by actk through the container-root resolver, no
+//! ldconfig is run).
+//!
+//! `--ldconfig-path PATH` (what NVIDIA's `nvidia-cdi-hook update-ldcache` takes) is accepted and
+//! ignored, so specs written for that hook work unchanged.
 
 use crate::state;
-use actk_inject::ldcache::{self, HostLdconfig};
+use actk_inject::ldcache::{self, LdcacheOutcome};
 use anyhow::{Context, Result, bail};
-use std::path::{Path, PathBuf};
 
 /// Runs the subcommand; `args` follow `update-ldcache`.
 pub fn run(args: &[String]) -> Result<()> {
     let mut folders = Vec::new();
-    let mut ldconfig = PathBuf::from("/sbin/ldconfig");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--folder" => folders.push(it.next().context("--folder needs a directory")?.clone()),
-            "--ldconfig-path" => ldconfig = PathBuf::from(it.next().context("--ldconfig-path needs a path")?),
+            "--ldconfig-path" => {
+                it.next().context("--ldconfig-path needs a path")?;
+            }
             s if s.starts_with("--folder=") => folders.push(s["--folder=".len()..].to_string()),
+            s if s.starts_with("--ldconfig-path=") => {}
             other => bail!("update-ldcache: unknown argument {other:?} (expected --folder DIR)"),
         }
     }
@@ -25,11 +30,12 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let st = state::read_stdin()?;
-    let config = crate::prestart::read_config(&st.bundle)?;
-    let rootfs = crate::prestart::rootfs_of(&config, &st.bundle)?;
+    let rootfs = crate::prestart::container_rootfs(&st)?;
     let target = crate::prestart::target_for(&st, &rootfs)?;
-    let root = &target.root;
-    let ld = HostLdconfig::open(Path::new(&ldconfig))?;
-    ldcache::update(root, &ld, &folders, ldcache::DEFAULT_TIMEOUT)?;
+    if let LdcacheOutcome::Updated(notes) = ldcache::update(&target.root, &folders)?
+        && !notes.is_empty()
+    {
+        eprintln!("actk-hook: update-ldcache: {}", notes.replace('\n', "; "));
+    }
     Ok(())
 }

@@ -54,8 +54,8 @@ pub enum InjectError {
         #[source]
         source: std::io::Error,
     },
-    /// A host file does not meet what actk requires of it (ldconfig not owned by root, a mount
-    /// source reached through a magic link, ...).
+    /// A host file does not meet what actk requires of it (a mount source reached through a
+    /// magic link, ...).
     #[error("host file {path}: {reason}")]
     HostRefused {
         /// The host path.
@@ -91,9 +91,15 @@ pub enum InjectError {
         /// The OS error.
         error: std::io::Error,
     },
-    /// Running the host's ldconfig failed.
-    #[error("ldconfig: {0}")]
-    Ldconfig(String),
+    /// A CDI edit that a live container cannot take and that must not be dropped silently
+    /// (`netDevices`, `intelRdt`: the runtime applies them when it creates the container).
+    #[error("CDI edit {field} cannot be applied to a running container by a hook: {reason}")]
+    NotInjectable {
+        /// The CDI field (`netDevices`, `intelRdt`).
+        field: &'static str,
+        /// What to do instead.
+        reason: String,
+    },
 }
 
 impl InjectError {

@@ -1,232 +1,497 @@
-//! Refreshing the container's ld.so.cache with the HOST's ldconfig.
+//! Adding the injected library directories to the container's `/etc/ld.so.cache`, written by
+//! actk itself: no ldconfig runs, and no path of the container is ever resolved through the
+//! host's view.
 //!
-//! Never a binary from the image (CVE-2024-0136 class): the host ldconfig is opened
-//! `O_PATH | O_NOFOLLOW`, checked (a regular file owned by root, not writable by group or others,
-//! executable), and executed through that very fd (`/proc/self/fd/N`, what fexecve(3) does), so a
-//! swap of the path after the check runs nothing else. It runs with `-r <container root>` (it
-//! chroots there) and `-X` (it writes the cache file only, no soname links in directories the
-//! image names, which may be host volumes), with an environment of exactly
-//! [`crate::env::minimal_env`], under a timeout. Discovery mounts each soname as a file, so the
-//! cache entries point at files that exist.
+//! Why not the host's `ldconfig -r <root>` (what this module did before): ldconfig resolves every
+//! path it reads or writes (`/etc/ld.so.cache~`, `/var/cache/ldconfig/aux-cache`, `ld.so.conf`
+//! and its `include`s, the library directories) by path string after a `chroot`, and the
+//! container's tree has mounts that lead back to the host (its `/proc`, whose
+//! `/proc/1/root` is the host's root before pivot_root): one symlink in an image let ldconfig
+//! create or replace files in host directories, and racing swaps of `/etc` did the same (issue
+//! 10, findings 2 and 3). It also ran a host binary as root on files the image chose, and judged
+//! its owner through the user namespace of a createContainer hook (issue 13).
 //!
-//! `ldconfig -r` reads the image's own /etc/ld.so.conf, so the library directories are given
-//! both as a drop-in `/etc/ld.so.conf.d/00-actk.conf` (kept for later ldconfig runs inside the
-//! container) and on the command line (for images whose ld.so.conf has no include line).
-//! An image without /etc/ld.so.conf has no glibc loader configuration (busybox, musl): then
-//! nothing is written or run.
+//! What happens instead ([`update`]):
+//! 1. Each directory to add is opened inside the container root ([`ContainerRoot`], openat2
+//!    `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`: symlinks are clamped at the root, `/proc/PID/root`
+//!    and other magic links are refused) and scanned as ldconfig scans a directory: `lib*.so*`
+//!    and `ld-*.so*` files and symlinks, each read with a bounded ELF reader
+//!    ([`actk_core::ldcache::elf`]) for its soname and flags; one entry per soname, the file's
+//!    soname path as the entry (`<dir>/<soname>`), a real file preferred to a link.
+//! 2. The container's existing cache, if any, is read through the same resolver and kept: the
+//!    new entries come first among equals, as ldconfig puts command-line directories first, so
+//!    the injected driver libraries win over copies in the image.
+//! 3. The merged, sorted cache ([`actk_core::ldcache::write`]) is written to a new file in the
+//!    container's `/etc` (created `O_EXCL | O_NOFOLLOW` relative to the resolved directory fd,
+//!    mode 0644) and renamed over `ld.so.cache` within that same directory fd. A symlink the image
+//!    or a racing process puts at `/etc/ld.so.cache` is replaced, not followed; a swap of `/etc`
+//!    after it was resolved changes which directory inside the root gets the file, never which
+//!    root.
+//!
+//! Nothing else is read or written: no `aux-cache`, no soname links (ldconfig's `-X`), no
+//! `ld.so.conf` parsing. The library directories are also listed in a drop-in
+//! `/etc/ld.so.conf.d/00-actk.conf`, so an `ldconfig` the container runs later keeps them; when
+//! the image makes that path unwritable (a dangling or magic symlink), the cache is still written
+//! and the drop-in skipped with a note. An image with neither `/etc/ld.so.conf` nor
+//! `/etc/ld.so.cache` has no glibc loader configuration (busybox, musl): nothing is written.
+//!
+//! Not indexed (the loader still finds such libraries by its own search path): the
+//! `glibc-hwcaps` subdirectories of the added directories (existing `glibc-hwcaps` entries of
+//! the image's cache are kept). The image's other directories are not re-scanned either: its
+//! cache stays as the image built it (an image that installed libraries without running
+//! ldconfig keeps that mistake, as it has without actk), where `ldconfig -r` rebuilt it all.
 
-// Raw syscalls with no safe wrapper in rustix: each unsafe block says what it relies on.
-#![allow(unsafe_code)]
-
-use crate::env::minimal_env;
 use crate::error::{InjectError, Result};
 use crate::root::ContainerRoot;
-use rustix::fd::{AsRawFd, OwnedFd};
-use rustix::fs::{FileType, Mode, OFlags};
+use actk_core::ldcache::{self, Entry, elf, write};
+use rustix::fd::OwnedFd;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// Path of the drop-in written into the container.
 pub const DROP_IN: &str = "/etc/ld.so.conf.d/00-actk.conf";
 
-/// Default time limit for one ldconfig run.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The cache file.
+pub const CACHE: &str = "/etc/ld.so.cache";
 
-/// The host's ldconfig, opened and verified.
-#[derive(Debug)]
-pub struct HostLdconfig {
-    fd: OwnedFd,
-    path: PathBuf,
-}
+/// Directory entries looked at per directory, at most (a driver directory holds a few hundred).
+const MAX_DIR_ENTRIES: usize = 100_000;
+/// Entries added, at most.
+const MAX_NEW_ENTRIES: usize = 65_536;
+/// Largest existing cache read (a full distribution's cache is a few hundred KB).
+const MAX_CACHE_BYTES: u64 = 16 << 20;
+
+/// The generator string recorded in the cache's extension (`ldconfig -p` prints it).
+const GENERATOR: &str = concat!("actk ", env!("CARGO_PKG_VERSION"), " (update-ldcache)");
 
 /// What [`update`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LdcacheOutcome {
-    /// The image has no /etc/ld.so.conf: no glibc loader reads a cache there.
+    /// The image has no glibc loader configuration (`/etc/ld.so.conf`, `/etc/ld.so.cache`).
     NoLoaderConfig,
     /// No library directories to add.
     NothingToDo,
-    /// ldconfig ran; its stderr (warnings), if any.
+    /// The cache was written; notes about what was skipped (one per line), if any.
     Updated(String),
 }
 
-impl HostLdconfig {
-    /// Opens and verifies the host ldconfig at `path` (default `/sbin/ldconfig`).
-    ///
-    /// Errors: [`InjectError::HostRefused`] when it is a symlink, not a regular file, not owned
-    /// by root, writable by group/others or not executable; [`InjectError::Host`] when missing.
-    pub fn open(path: &Path) -> Result<HostLdconfig> {
-        let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| InjectError::host("open host ldconfig", path, e))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| InjectError::host("stat host ldconfig", path, e))?;
-        let refuse = |reason: &str| Err(InjectError::HostRefused { path: path.into(), reason: reason.into() });
-        match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => {}
-            FileType::Symlink => return refuse("is a symlink; give the real file's path"),
-            _ => return refuse("is not a regular file"),
-        }
-        if st.st_uid != 0 {
-            return refuse("is not owned by root");
-        }
-        if st.st_mode & 0o022 != 0 {
-            return refuse("is writable by group or others");
-        }
-        if st.st_mode & 0o100 == 0 {
-            return refuse("is not executable");
-        }
-        Ok(HostLdconfig { fd, path: path.into() })
-    }
-
-    /// Runs `ldconfig -X -r <root> DIR...` with the minimal environment and `timeout`.
-    /// Returns ldconfig's stderr.
-    ///
-    /// Errors: [`InjectError::Ldconfig`] with the exit status and stderr, or "timed out".
-    pub fn run(&self, root: &ContainerRoot, dirs: &[String], timeout: Duration) -> Result<String> {
-        let exe = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
-        let errbuf = rustix::fs::memfd_create("actk-ldconfig-stderr", rustix::fs::MemfdFlags::CLOEXEC)
-            .map_err(|e| InjectError::Ldconfig(format!("memfd_create: {e}")))?;
-        let err_dup = errbuf.try_clone().map_err(|e| InjectError::Ldconfig(format!("dup: {e}")))?;
-        let keep = [self.fd.as_raw_fd(), root.as_fd().as_raw_fd()];
-        let mut cmd = Command::new(&exe);
-        // -X: write only the cache, never soname symlinks: the image's ld.so.conf may list a
-        // directory that is a volume bind-mounted from the host, where ldconfig must not write.
-        cmd.arg0("ldconfig").arg("-X").arg("-r").arg(root.proc_fd_path()).args(dirs);
-        cmd.env_clear().envs(minimal_env()).current_dir("/");
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(err_dup));
-        // SAFETY: only fcntl(2) between fork and exec, which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The exe and root fds must survive exec for /proc/self/fd/N to name them.
-                for fd in keep {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let mut child =
-            cmd.spawn().map_err(|e| InjectError::Ldconfig(format!("start {} ({exe}): {e}", self.path.display())))?;
-        let start = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(s)) => break s,
-                Ok(None) if start.elapsed() >= timeout => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(InjectError::Ldconfig(format!(
-                        "{} timed out after {:?} and was killed",
-                        self.path.display(),
-                        timeout
-                    )));
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-                Err(e) => return Err(InjectError::Ldconfig(format!("wait for {}: {e}", self.path.display()))),
-            }
-        };
-        let mut stderr = String::new();
-        let mut f = std::fs::File::from(errbuf);
-        use std::io::Seek;
-        let _ = f.seek(std::io::SeekFrom::Start(0));
-        let _ = f.read_to_string(&mut stderr);
-        if !status.success() {
-            return Err(InjectError::Ldconfig(format!(
-                "{} -r {} exited with {status}: {}",
-                self.path.display(),
-                root.shown().display(),
-                stderr.trim()
-            )));
-        }
-        Ok(stderr)
-    }
-}
-
-/// Writes the drop-in listing `dirs` and runs the host ldconfig on `root`; see the module docs.
-pub fn update(
-    root: &ContainerRoot,
-    ldconfig: &HostLdconfig,
-    dirs: &[String],
-    timeout: Duration,
-) -> Result<LdcacheOutcome> {
+/// Adds the library directories `dirs` (container paths) to the container's ld.so.cache; see
+/// the module docs.
+///
+/// Errors: [`InjectError::Refused`] / [`InjectError::Container`] naming the path when the
+/// container's `/etc` cannot be resolved inside the root (a symlink out of it through a magic
+/// link, a dangling one) or the cache cannot be written there; nothing outside the root is read
+/// or written either way.
+pub fn update(root: &ContainerRoot, dirs: &[String]) -> Result<LdcacheOutcome> {
     if dirs.is_empty() {
         return Ok(LdcacheOutcome::NothingToDo);
     }
-    if !root.exists("/etc/ld.so.conf") {
+    if !root.exists("/etc/ld.so.conf") && !root.exists(CACHE) {
         return Ok(LdcacheOutcome::NoLoaderConfig);
     }
+    // CUDA forward-compat directories (crate::compat) go first: the first entry added for a
+    // soname wins the lookup, and the image's newer libcuda.so.1 must win.
+    let compat = crate::compat::compat_dirs(root);
+    let dirs: Vec<String> = compat.iter().chain(dirs.iter().filter(|d| !compat.contains(d))).cloned().collect();
+    let dirs = dirs.as_slice();
+    let mut notes = Vec::new();
+    let mut added = Vec::new();
+    let mut seen_dirs = HashSet::new();
+    for d in dirs {
+        scan_dir(root, d, &mut seen_dirs, &mut added, &mut notes);
+    }
+    let existing = read_cache(root, &mut notes);
+    let new_keys: HashSet<(&str, &str, i32)> =
+        added.iter().map(|e| (e.key.as_str(), e.path.as_str(), e.flags)).collect();
+    let mut all: Vec<Entry> = added.clone();
+    all.extend(
+        existing
+            .into_iter()
+            .filter(|e| e.hwcaps.is_some() || !new_keys.contains(&(e.key.as_str(), e.path.as_str(), e.flags))),
+    );
+    write::sort(&mut all);
+    write_cache(root, &write::encode(&all, GENERATOR))?;
+
     let mut body = String::from("# Written by actk: driver library directories mounted from the host.\n");
     for d in dirs {
         body.push_str(d);
         body.push('\n');
     }
-    root.write_file(DROP_IN, body.as_bytes(), 0o644)?;
-    ldconfig.run(root, dirs, timeout).map(LdcacheOutcome::Updated)
+    if let Err(e) = root.write_file(DROP_IN, body.as_bytes(), 0o644) {
+        notes.push(format!("{DROP_IN} not written: {e}"));
+    }
+    Ok(LdcacheOutcome::Updated(notes.join("\n")))
+}
+
+/// One library of a directory while it is scanned (ldconfig's `dlib_entry`).
+struct Dlib {
+    name: String,
+    soname: String,
+    flags: i32,
+    is_link: bool,
+    osversion: u32,
+}
+
+/// Scans directory `dir` of the container (see the module docs) and appends its entries.
+fn scan_dir(
+    root: &ContainerRoot,
+    dir: &str,
+    seen_dirs: &mut HashSet<(u64, u64)>,
+    out: &mut Vec<Entry>,
+    notes: &mut Vec<String>,
+) {
+    let dir = dir.trim_end_matches('/');
+    let fd = match root.open_in(if dir.is_empty() { "/" } else { dir }, OFlags::RDONLY | OFlags::DIRECTORY) {
+        Ok(fd) => fd,
+        Err(e) => {
+            notes.push(format!("{dir}: not indexed: {e}"));
+            return;
+        }
+    };
+    // The same directory twice (merged /usr: /lib/x86_64-linux-gnu and /usr/lib/...): once, as ldconfig.
+    match rustix::fs::fstat(&fd) {
+        Ok(st) if !seen_dirs.insert((st.st_dev, st.st_ino)) => return,
+        Ok(_) => {}
+        Err(e) => {
+            notes.push(format!("{dir}: not indexed: {e}"));
+            return;
+        }
+    }
+    let mut entries = match rustix::fs::Dir::read_from(&fd) {
+        Ok(d) => d,
+        Err(e) => {
+            notes.push(format!("{dir}: not indexed: {e}"));
+            return;
+        }
+    };
+    let mut dlibs: Vec<Dlib> = Vec::new();
+    let mut by_soname: HashMap<String, usize> = HashMap::new();
+    let mut looked = 0;
+    while let Some(ent) = entries.read() {
+        let Ok(ent) = ent else { break };
+        looked += 1;
+        if looked > MAX_DIR_ENTRIES {
+            notes.push(format!("{dir}: more than {MAX_DIR_ENTRIES} entries; the rest not indexed"));
+            break;
+        }
+        let Ok(name) = ent.file_name().to_str().map(str::to_string) else { continue };
+        if !matches!(ent.file_type(), FileType::Unknown | FileType::Symlink | FileType::RegularFile) || !is_dso(&name) {
+            continue;
+        }
+        if name.ends_with(".#prelink#") || name.contains(".#prelink#.") {
+            continue;
+        }
+        let Some((file, is_link)) = open_library(root, &fd, dir, &name) else { continue };
+        let len = match file.metadata() {
+            Ok(m) if m.is_file() => m.len(),
+            _ => continue,
+        };
+        let Ok(info) = elf::library_info(&file, len) else { continue };
+        let mut soname = info.soname.unwrap_or_else(|| name.clone());
+        // ldconfig: a link is a link only when it is the soname link or the `.so` link for ld(1);
+        // any other link is taken for a library file of its own.
+        let mut is_link = is_link;
+        if is_link
+            && name != soname
+            && !(name.len() >= 3 && name.ends_with(".so") && soname.as_bytes().starts_with(name.as_bytes()))
+        {
+            is_link = false;
+        }
+        if is_link {
+            soname = name.clone();
+        }
+        match by_soname.get(&soname) {
+            Some(&i) => {
+                let d = &mut dlibs[i];
+                if (!is_link && d.is_link)
+                    || (is_link == d.is_link && write::libcmp(&d.name, &name) == std::cmp::Ordering::Less)
+                {
+                    const ELF: i32 = 1;
+                    let libc = |f: i32| f == 2 || f == 3;
+                    if d.flags != info.flags
+                        && ((d.flags == ELF && libc(info.flags)) || (libc(d.flags) && info.flags == ELF))
+                    {
+                        d.flags = info.flags;
+                    }
+                    d.name = name;
+                    d.is_link = is_link;
+                    d.osversion = info.osversion;
+                }
+            }
+            None => {
+                by_soname.insert(soname.clone(), dlibs.len());
+                dlibs.push(Dlib { name, soname, flags: info.flags, is_link, osversion: info.osversion });
+            }
+        }
+    }
+    // ldconfig adds a directory's libraries newest-seen first.
+    for d in dlibs.into_iter().rev() {
+        if out.len() >= MAX_NEW_ENTRIES {
+            notes.push(format!("more than {MAX_NEW_ENTRIES} libraries; the rest not indexed"));
+            return;
+        }
+        out.push(Entry {
+            path: format!("{dir}/{}", d.soname),
+            key: d.soname,
+            flags: d.flags,
+            osversion: d.osversion,
+            hwcap: 0,
+            hwcaps: None,
+        });
+    }
+}
+
+/// `lib*.so*` or `ld-*.so*` (glibc `_dl_is_dso`).
+fn is_dso(name: &str) -> bool {
+    (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so")
+}
+
+/// Opens entry `name` of directory `dirfd` (container path `dir`) for reading: a regular file
+/// directly (never following a link swapped in meanwhile), a symlink through the container root's
+/// resolver. `None` for anything else, a dangling link, or a link out through a magic link.
+fn open_library(root: &ContainerRoot, dirfd: &OwnedFd, dir: &str, name: &str) -> Option<(std::fs::File, bool)> {
+    let st = rustix::fs::statat(dirfd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {
+            let fd = rustix::fs::openat(dirfd, name, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).ok()?;
+            Some((fd.into(), false))
+        }
+        FileType::Symlink => Some((root.open_in(&format!("{dir}/{name}"), flags).ok()?.into(), true)),
+        _ => None,
+    }
+}
+
+/// The container's current cache entries; an absent, oversized or unreadable cache is none (with
+/// a note when it exists but cannot be used).
+fn read_cache(root: &ContainerRoot, notes: &mut Vec<String>) -> Vec<Entry> {
+    let fd = match root.open_in(CACHE, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY) {
+        Ok(fd) => fd,
+        Err(InjectError::Container { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => return Vec::new(),
+        Err(e) => {
+            notes.push(format!("{CACHE}: not read, replaced: {e}"));
+            return Vec::new();
+        }
+    };
+    let file = std::fs::File::from(fd);
+    match file.metadata() {
+        Ok(m) if m.is_file() && m.len() <= MAX_CACHE_BYTES => {}
+        _ => {
+            notes.push(format!("{CACHE}: not a regular file of at most {MAX_CACHE_BYTES} bytes; replaced"));
+            return Vec::new();
+        }
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = file.take(MAX_CACHE_BYTES).read_to_end(&mut bytes) {
+        notes.push(format!("{CACHE}: not read, replaced: {e}"));
+        return Vec::new();
+    }
+    ldcache::parse_entries(&bytes).unwrap_or_else(|e| {
+        notes.push(format!("{CACHE}: {e}; replaced"));
+        Vec::new()
+    })
+}
+
+/// Writes `bytes` as the container's cache: a new file next to it, renamed over it, both through
+/// the one resolved `/etc` directory fd (see the module docs).
+fn write_cache(root: &ContainerRoot, bytes: &[u8]) -> Result<()> {
+    let (etc, name) = root.parent_of(CACHE)?;
+    let cerr = |op: &'static str, e: Errno| InjectError::Container {
+        op,
+        path: CACHE.into(),
+        root: root.shown().to_path_buf(),
+        source: e.into(),
+    };
+    for attempt in 0..16u32 {
+        let tmp = format!(".ld.so.cache.actk-{}-{attempt}", std::process::id());
+        let fd = match rustix::fs::openat(
+            &etc,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        ) {
+            Ok(fd) => fd,
+            // Something (the image, a racing process) holds the name: take another.
+            Err(Errno::EXIST) => continue,
+            Err(e) => return Err(cerr("create a temporary file for", e)),
+        };
+        let written = (|| {
+            let mut off = 0;
+            while off < bytes.len() {
+                off += rustix::io::write(&fd, &bytes[off..])?;
+            }
+            // The umask must not make the cache unreadable for the container's users.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644))
+        })();
+        drop(fd);
+        let done = written.and_then(|()| rustix::fs::renameat(&etc, tmp.as_str(), &etc, name));
+        if let Err(e) = done {
+            let _ = rustix::fs::unlinkat(&etc, tmp.as_str(), AtFlags::empty());
+            return Err(cerr("write", e));
+        }
+        return Ok(());
+    }
+    Err(InjectError::Refused {
+        path: CACHE.into(),
+        root: root.shown().to_path_buf(),
+        reason: "no temporary file name next to it could be created (a racing process in the container?)".into(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn refuses_symlink_and_group_writable_ldconfig() {
-        let d = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink("/sbin/ldconfig", d.path().join("link")).unwrap();
-        let e = HostLdconfig::open(&d.path().join("link")).unwrap_err();
-        assert!(e.to_string().contains("symlink"), "{e}");
-        let f = d.path().join("ldconfig");
-        std::fs::write(&f, b"#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o775)).unwrap();
-        let e = HostLdconfig::open(&f).unwrap_err();
-        assert!(e.to_string().contains("writable by group"), "{e}");
-    }
-
-    #[test]
-    fn image_ldconfig_is_never_run_and_cache_is_built_by_host_ldconfig() {
-        // A rootfs with a glibc-style ld.so.conf and an "ldconfig" that would leave a mark if run.
-        let base = tempfile::tempdir().unwrap();
-        let b = base.path();
-        std::fs::create_dir_all(b.join("etc")).unwrap();
-        std::fs::create_dir_all(b.join("sbin")).unwrap();
-        std::fs::create_dir_all(b.join("opt/drv")).unwrap();
-        std::fs::write(b.join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n").unwrap();
-        std::fs::write(b.join("sbin/ldconfig"), "#!/bin/sh\ntouch /tmp/actk-image-ldconfig-ran\n").unwrap();
-        std::fs::set_permissions(b.join("sbin/ldconfig"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        // A real shared library copied from the host so ldconfig has something to index.
-        let lib = [
-            "/lib/x86_64-linux-gnu/libz.so.1",
-            "/usr/lib/x86_64-linux-gnu/libz.so.1",
-            "/lib/x86_64-linux-gnu/libc.so.6",
-        ]
-        .iter()
-        .find(|p| Path::new(p).exists())
-        .copied()
-        .unwrap();
-        let name = Path::new(lib).file_name().unwrap();
-        std::fs::copy(lib, b.join("opt/drv").join(name)).unwrap();
-        let root = ContainerRoot::open(b).unwrap();
-        let ld = HostLdconfig::open(Path::new("/sbin/ldconfig")).unwrap();
-        let out = update(&root, &ld, &["/opt/drv".into()], DEFAULT_TIMEOUT).unwrap();
-        assert!(matches!(out, LdcacheOutcome::Updated(_)), "{out:?}");
-        assert!(!b.join("tmp/actk-image-ldconfig-ran").exists());
-        assert_eq!(
-            std::fs::read_to_string(b.join("etc/ld.so.conf.d/00-actk.conf")).unwrap().lines().last(),
-            Some("/opt/drv")
-        );
-        let cache = std::fs::read(b.join("etc/ld.so.cache")).unwrap();
-        let needle = format!("/opt/drv/{}", name.to_string_lossy());
-        assert!(cache.windows(needle.len()).any(|w| w == needle.as_bytes()), "cache lacks {needle}");
-    }
-
-    #[test]
-    fn image_without_ld_so_conf_is_left_alone() {
+    fn image_without_loader_config_is_left_alone() {
         let base = tempfile::tempdir().unwrap();
         let root = ContainerRoot::open(base.path()).unwrap();
-        let ld = HostLdconfig::open(Path::new("/sbin/ldconfig")).unwrap();
-        assert_eq!(update(&root, &ld, &["/usr/lib".into()], DEFAULT_TIMEOUT).unwrap(), LdcacheOutcome::NoLoaderConfig);
+        assert_eq!(update(&root, &["/usr/lib".into()]).unwrap(), LdcacheOutcome::NoLoaderConfig);
         assert!(std::fs::read_dir(base.path()).unwrap().next().is_none());
+    }
+
+    use std::os::unix::fs::symlink;
+    use std::path::Path;
+    use std::process::Command;
+
+    /// A shared library built by gcc at `path` (inside `root`), with `soname` when given.
+    fn lib(root: &Path, path: &str, soname: Option<&str>, libc: bool) -> bool {
+        let out = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let src = out.with_extension("c");
+        std::fs::write(&src, "int actk_probe(void){return 7;}\n").unwrap();
+        let mut cc = Command::new("gcc");
+        cc.args(["-shared", "-fPIC", "-o"]).arg(&out).arg(&src);
+        if !libc {
+            cc.arg("-nostdlib");
+        }
+        if let Some(s) = soname {
+            cc.arg(format!("-Wl,-soname,{s}"));
+        }
+        let ok = cc.status().is_ok_and(|s| s.success());
+        let _ = std::fs::remove_file(&src);
+        ok
+    }
+
+    fn host_ldconfig() -> Option<&'static str> {
+        ["/sbin/ldconfig", "/usr/sbin/ldconfig"].into_iter().find(|p| Path::new(p).exists())
+    }
+
+    /// The driver directories of the oracle tests: the cases ldconfig's directory scan decides.
+    fn driver_dirs(r: &Path) -> bool {
+        let ok = lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false)
+            && lib(r, "/opt/drv/libnvidia-ml.so.580.95.05", Some("libnvidia-ml.so.1"), false)
+            // A stale older copy with the same soname, and no link: the newer file name wins.
+            && lib(r, "/opt/drv/libnvidia-ml.so.535.183.01", Some("libnvidia-ml.so.1"), false)
+            && lib(r, "/opt/drv/libnosoname.so.2", None, false)
+            && lib(r, "/opt/two/libbar.so.1", Some("libbar.so.1"), false)
+            && lib(r, "/opt/two/libneedsc.so.1", Some("libneedsc.so.1"), true);
+        if !ok {
+            return false;
+        }
+        let d = r.join("opt/drv");
+        symlink("libcuda.so.580.95.05", d.join("libcuda.so.1")).unwrap();
+        symlink("libcuda.so.1", d.join("libcuda.so")).unwrap();
+        // A link whose name is neither the soname nor its .so: ldconfig takes it for a file.
+        symlink("/opt/two/libbar.so.1", d.join("libfoo.so.3")).unwrap();
+        symlink("/nonexistent/libx.so.1", d.join("libdangling.so.1")).unwrap();
+        std::fs::write(d.join("libjunk.so"), "/* GNU ld script */ GROUP ( libc.so.6 )\n").unwrap();
+        std::fs::create_dir_all(d.join("libsub.so.d")).unwrap();
+        symlink("/opt/two", d.join("libdirlink.so.1")).unwrap();
+        true
+    }
+
+    fn entries_of(root: &Path) -> Vec<Entry> {
+        ldcache::parse_entries(&std::fs::read(root.join("etc/ld.so.cache")).unwrap()).unwrap()
+    }
+
+    fn copy(from: &Path) -> tempfile::TempDir {
+        let to = tempfile::tempdir().unwrap();
+        let st = Command::new("cp").arg("-a").arg(format!("{}/.", from.display())).arg(to.path()).status().unwrap();
+        assert!(st.success());
+        to
+    }
+
+    /// The cache actk writes for the driver directories holds exactly the entries, in the same
+    /// order, that the host's glibc ldconfig (`-X -r ROOT DIR...`, its own directory scan) writes.
+    #[test]
+    fn added_directories_match_what_glibc_ldconfig_indexes() {
+        let Some(ldconfig) = host_ldconfig() else {
+            eprintln!("skipping: no ldconfig to compare with");
+            return;
+        };
+        let base = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(base.path().join("etc")).unwrap();
+        std::fs::write(base.path().join("etc/ld.so.conf"), "# empty\n").unwrap();
+        if !driver_dirs(base.path()) {
+            eprintln!("skipping: gcc cannot build the test libraries");
+            return;
+        }
+        let oracle = copy(base.path());
+        let st = Command::new(ldconfig).arg("-X").arg("-r").arg(oracle.path()).args(["/opt/drv", "/opt/two"]).status();
+        assert!(st.unwrap().success());
+        let root = ContainerRoot::open(base.path()).unwrap();
+        let out = update(&root, &["/opt/drv".into(), "/opt/two/".into()]).unwrap();
+        assert!(matches!(out, LdcacheOutcome::Updated(_)), "{out:?}");
+        let want = entries_of(oracle.path());
+        assert!(want.iter().any(|e| e.key == "libcuda.so" && e.path == "/opt/drv/libcuda.so"), "{want:?}");
+        assert_eq!(entries_of(base.path()), want);
+        // The cache is readable by everyone, and nothing but the cache and the drop-in appeared.
+        let m = std::fs::metadata(base.path().join("etc/ld.so.cache")).unwrap();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777, 0o644);
+        let mut etc: Vec<_> =
+            std::fs::read_dir(base.path().join("etc")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        etc.sort();
+        assert_eq!(etc, ["ld.so.cache", "ld.so.conf", "ld.so.conf.d"]);
+        assert!(!base.path().join("var").exists(), "no aux-cache");
+        // glibc's own reader takes it, extension included (`ldconfig -p` fails on a malformed one).
+        let p = Command::new(ldconfig).arg("-r").arg(base.path()).arg("-p").output().unwrap();
+        let listing = String::from_utf8_lossy(&p.stdout);
+        assert!(p.status.success(), "{listing}{}", String::from_utf8_lossy(&p.stderr));
+        assert!(listing.contains(&format!("{} libs found", want.len())), "{listing}");
+        assert!(listing.contains("libcuda.so.1 (libc6,x86-64) => /opt/drv/libcuda.so.1"), "{listing}");
+        assert!(listing.contains("Cache generated by: actk"), "{listing}");
+        // Running again changes nothing (a restarted container).
+        update(&root, &["/opt/drv".into(), "/opt/two".into()]).unwrap();
+        assert_eq!(entries_of(base.path()), want);
+    }
+
+    /// With the image's own cache (built by ldconfig from its ld.so.conf and system directories),
+    /// the result is what ldconfig writes with the driver directories on its command line: the
+    /// image's entries kept, the driver's first among equal sonames.
+    #[test]
+    fn merged_with_the_images_cache_as_ldconfig_would_write_it() {
+        let Some(ldconfig) = host_ldconfig() else {
+            eprintln!("skipping: no ldconfig to compare with");
+            return;
+        };
+        let base = tempfile::tempdir().unwrap();
+        let r = base.path();
+        std::fs::create_dir_all(r.join("etc")).unwrap();
+        std::fs::write(r.join("etc/ld.so.conf"), "/usr/local/lib\n").unwrap();
+        let ok = lib(r, "/usr/local/lib/libimage.so.4.1", Some("libimage.so.4"), true)
+            // The image's own stub of a driver library, in a system directory.
+            && lib(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Some("libcuda.so.1"), false)
+            && driver_dirs(r);
+        if !ok {
+            eprintln!("skipping: gcc cannot build the test libraries");
+            return;
+        }
+        let oracle = copy(r);
+        // The image as built: ldconfig run inside it.
+        assert!(Command::new(ldconfig).arg("-X").arg("-r").arg(r).status().unwrap().success());
+        let image = entries_of(r);
+        assert!(image.iter().any(|e| e.key == "libimage.so.4"), "{image:?}");
+        assert!(
+            Command::new(ldconfig).arg("-X").arg("-r").arg(oracle.path()).arg("/opt/drv").status().unwrap().success()
+        );
+        let root = ContainerRoot::open(r).unwrap();
+        update(&root, &["/opt/drv".into()]).unwrap();
+        let got = entries_of(r);
+        assert_eq!(got, entries_of(oracle.path()));
+        let cuda: Vec<&str> = got.iter().filter(|e| e.key == "libcuda.so.1").map(|e| e.path.as_str()).collect();
+        assert_eq!(cuda, ["/opt/drv/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]);
     }
 }

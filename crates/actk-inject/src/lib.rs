@@ -4,13 +4,15 @@
 //! Everything inside the container goes through [`root::ContainerRoot`] (openat2
 //! `RESOLVE_IN_ROOT`), mounts are cloned from the host driver root and attached by fd in the
 //! container's mount namespace ([`mounts`]), device access is granted in the container's device
-//! cgroup ([`cgroup`], [`bpf`]), and the ld.so.cache is rebuilt by the host's verified ldconfig
-//! ([`ldcache`]). Every exec gets [`env::minimal_env`].
+//! cgroup ([`cgroup`], [`bpf`]), and the injected library directories are added to the
+//! container's ld.so.cache by actk itself, through the same resolver ([`ldcache`]: no ldconfig
+//! runs). Every exec gets [`env::minimal_env`].
 //!
 //! Entry point: [`inject`].
 
 pub mod bpf;
 pub mod cgroup;
+pub mod compat;
 pub mod env;
 pub mod error;
 pub mod ldcache;
@@ -23,7 +25,6 @@ pub use error::{InjectError, Result};
 use actk_core::cdi::ContainerEdits;
 use bpf::DeviceRule;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The live container to inject into.
 #[derive(Debug)]
@@ -35,6 +36,12 @@ pub struct Target {
     pub root: root::ContainerRoot,
     /// `/proc/PID/ns/mnt`, or `None` to attach mounts in the caller's own namespace.
     pub mnt_ns: Option<rustix::fd::OwnedFd>,
+    /// When the container has its own user namespace (podman rootless and `--uidmap`, Docker
+    /// userns-remap, Kubernetes `hostUsers: false`): the uid and gid of its root as this process
+    /// sees them (the host ids from outside, 0 and 0 from inside). Device nodes are then
+    /// bind-mounted from the host, as runc does, and files on the container's own /dev are
+    /// created as its root.
+    pub userns: Option<(u32, u32)>,
 }
 
 impl Target {
@@ -44,10 +51,17 @@ impl Target {
     ///
     /// Errors: the root cannot be opened, or it is the caller's own root directory (a `pid`
     /// that is not the container's, e.g. a pid of another pid namespace: never inject into the host).
+    ///
+    /// Also refused: a `pid` whose mount namespace is the caller's own or the host's (pid 1's):
+    /// that is a host process, not a container (a forged or stale OCI state), and injecting
+    /// would bind-mount into the host and grant that process devices.
     pub fn for_pid(pid: i32, rootfs: &Path) -> Result<Target> {
+        let mnt_ns = mounts::open_mnt_ns(pid)?;
+        refuse_shared_mnt_ns(pid, &mnt_ns)?;
         let root = root::ContainerRoot::for_pid(pid, rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid, root, mnt_ns: Some(mounts::open_mnt_ns(pid)?) })
+        let userns = root_ids(&format!("/proc/{pid}/uid_map"), &format!("/proc/{pid}/gid_map"))?;
+        Ok(Target { pid, root, mnt_ns: Some(mnt_ns), userns })
     }
 
     /// The target for a hook that runs inside the container's mount and pid namespaces before
@@ -55,11 +69,57 @@ impl Target {
     /// container-namespace pid, useless against the host's /proc): the rootfs is opened in the
     /// caller's own mount namespace, mounts are attached there, and the device cgroup is the
     /// caller's (a hook is a child of the container's init, in its cgroup). `pid` is 0.
+    ///
+    /// Refused when the caller's mount namespace is the host's (pid 1's): a container without
+    /// its own mount namespace would have its mounts attached to the host.
     pub fn current(rootfs: &Path) -> Result<Target> {
+        let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+        if host_mnt_ns().is_some_and(|host| ns_id(&own, "/proc/thread-self/ns/mnt").ok() == Some(host)) {
+            return Err(InjectError::HostRefused {
+                path: "/proc/thread-self/ns/mnt".into(),
+                reason: "this hook runs in the host's mount namespace, not a container's; refusing to inject (does the container have a mount namespace?)".into(),
+            });
+        }
         let root = root::ContainerRoot::open(rootfs)?;
         refuse_own_root(&root)?;
-        Ok(Target { pid: 0, root, mnt_ns: None })
+        let userns = in_child_user_namespace()?.then_some((0, 0));
+        Ok(Target { pid: 0, root, mnt_ns: None, userns })
     }
+}
+
+/// The ids that user namespace maps to 0 inside, from `uid_map`/`gid_map` (`inside outside
+/// count` lines; proc(5) user_namespaces). `None` for the initial namespace (`0 0 4294967295`).
+fn root_ids(uid_map: &str, gid_map: &str) -> Result<Option<(u32, u32)>> {
+    let read = |p: &str| std::fs::read_to_string(p).map_err(|e| InjectError::host("read", p, e));
+    let (u, g) = (read(uid_map)?, read(gid_map)?);
+    if is_identity_map(&u) {
+        return Ok(None);
+    }
+    let zero = |map: &str| {
+        map.lines().find_map(|l| {
+            let v: Vec<u64> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [inside, outside, count] if inside == 0 && count > 0 => u32::try_from(outside).ok(),
+                _ => None,
+            }
+        })
+    };
+    // A namespace that does not map 0 has no root: its files are created by nobody we can be.
+    Ok(Some((zero(&u).unwrap_or(0), zero(&g).unwrap_or(0))))
+}
+
+fn is_identity_map(map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = map.lines().map(|l| l.split_whitespace().collect()).collect();
+    matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
+}
+
+/// True when this process runs in a user namespace below the initial one (its uid_map is not
+/// the identity): a hook run inside the container (runc's createContainer) of a container with
+/// its own user namespace.
+pub fn in_child_user_namespace() -> Result<bool> {
+    let map = std::fs::read_to_string("/proc/self/uid_map")
+        .map_err(|e| InjectError::host("read", "/proc/self/uid_map", e))?;
+    Ok(!is_identity_map(&map))
 }
 
 /// True when the caller runs in a pid namespace below that of the mounted /proc: its pid as
@@ -72,6 +132,40 @@ pub fn in_child_pid_namespace() -> Result<bool> {
         reason: format!("points to {link:?}, not a pid; is /proc a procfs?"),
     })?;
     Ok(procs_pid != rustix::process::getpid().as_raw_nonzero().get())
+}
+
+/// `(st_dev, st_ino)` of a namespace file: equal pairs are the same namespace (namespaces(7)).
+fn ns_id(fd: &rustix::fd::OwnedFd, shown: &str) -> Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd).map_err(|e| InjectError::host("stat", shown, e))?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// The host's mount namespace (pid 1's), when it can be read: an init that is not dumpable
+/// (some VM agents) hides its namespace files even from root, and then only the comparison with
+/// the caller's own namespace is made.
+fn host_mnt_ns() -> Option<(u64, u64)> {
+    let init = mounts::open_mnt_ns(1).ok()?;
+    ns_id(&init, "/proc/1/ns/mnt").ok()
+}
+
+/// Refuses a target whose mount namespace (`ns`, opened from `/proc/PID/ns/mnt` and kept for the
+/// injection, so the check holds for the namespace actually entered) is the caller's or pid 1's.
+fn refuse_shared_mnt_ns(pid: i32, ns: &rustix::fd::OwnedFd) -> Result<()> {
+    let theirs = ns_id(ns, &format!("/proc/{pid}/ns/mnt"))?;
+    let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+    let whose = if theirs == ns_id(&own, "/proc/thread-self/ns/mnt")? {
+        "this hook's own"
+    } else if host_mnt_ns() == Some(theirs) {
+        "the host's (pid 1's)"
+    } else {
+        return Ok(());
+    };
+    Err(InjectError::HostRefused {
+        path: format!("/proc/{pid}/ns/mnt").into(),
+        reason: format!(
+            "pid {pid} of the OCI state shares {whose} mount namespace: it is not a container's process (a forged or stale state?); refusing to inject"
+        ),
+    })
 }
 
 fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
@@ -90,13 +184,14 @@ fn refuse_own_root(root: &root::ContainerRoot) -> Result<()> {
 /// How to inject.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Host driver root: mount sources must be under it; device nodes without numbers are
-    /// stat'ed under it (`/` on a node).
+    /// Host root: device nodes without numbers are stat'ed under it, and mount sources must be
+    /// under it unless `driver_root` is set (`/` on a node).
     pub host_root: PathBuf,
-    /// The host's ldconfig (`/sbin/ldconfig`); `None` skips the ld.so.cache update.
-    pub ldconfig: Option<PathBuf>,
-    /// Time limit for ldconfig.
-    pub ldconfig_timeout: Duration,
+    /// Whether to add the injected library directories to the container's ld.so.cache.
+    pub ldcache: bool,
+    /// Root of the driver's files when apart from `host_root` (a GPU Operator driver container,
+    /// `/run/nvidia/driver`): mount sources must be under it.
+    pub driver_root: Option<PathBuf>,
     /// Whether to add device cgroup rules (false for tests that inject into a plain directory).
     pub cgroup: bool,
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
@@ -108,8 +203,8 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             host_root: PathBuf::from("/"),
-            ldconfig: Some(PathBuf::from("/sbin/ldconfig")),
-            ldconfig_timeout: ldcache::DEFAULT_TIMEOUT,
+            driver_root: None,
+            ldcache: true,
             cgroup: true,
             existing_device_rules: Vec::new(),
         }
@@ -133,19 +228,21 @@ pub struct Report {
 
 /// Applies `edits` to the live container `target`.
 ///
-/// Order: everything that reads the host happens first (node numbers, mount sources cloned,
-/// ldconfig verified), then the container is changed: nodes, mount targets, mounts, cgroup
-/// rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
+/// Order: everything that reads the host happens first (node numbers, mount sources cloned),
+/// then the container is changed: nodes, mount targets, mounts, cgroup rules, ld.so.cache. Env, hooks and additional GIDs cannot change in a created container; they
 /// are listed in [`Report::not_applicable`] (actk-runtime applies them to config.json instead).
 ///
 /// Errors: the first [`InjectError`]; nothing is rolled back (all changes are inside the
-/// container and go away with it).
+/// container and go away with it). `netDevices` and `intelRdt` edits are refused before anything
+/// changes ([`InjectError::NotInjectable`]).
 pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
     let mut report = Report::default();
+    refuse_runtime_only(edits)?;
     let specs: Vec<nodes::NodeSpec> =
         edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
     let mut prepared = Vec::new();
-    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(&opts.host_root)?) };
+    let mount_root = opts.driver_root.as_deref().unwrap_or(&opts.host_root);
+    let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(mount_root)?) };
     for m in &edits.mounts {
         let t = m.mount_type.as_deref().unwrap_or("bind");
         if t != "bind" && t != "rbind" && !m.options.iter().any(|o| o == "bind" || o == "rbind") {
@@ -157,16 +254,26 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         let Some(hr) = &host_root else { break };
         prepared.push(mounts::PreparedMount::new(hr, Path::new(&m.host_path), &m.container_path)?);
     }
-    let ldconfig = match &opts.ldconfig {
-        Some(p) if !lib_dirs(edits).is_empty() => Some(ldcache::HostLdconfig::open(p)?),
-        _ => None,
-    };
 
-    for s in &specs {
-        report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+    // A container with its own user namespace gets the host's nodes bind-mounted (runc's way:
+    // it cannot mknod, and its /dev is nodev); the others get nodes made with mknod.
+    if target.userns.is_some() && !specs.is_empty() {
+        let dev_root = mounts::HostRoot::open(&opts.host_root)?;
+        for (s, n) in specs.iter().zip(&edits.device_nodes) {
+            let source = match &n.host_path {
+                Some(h) => PathBuf::from(h),
+                None => opts.host_root.join(n.path.trim_start_matches('/')),
+            };
+            prepared.push(mounts::PreparedMount::device(&dev_root, &source, &s.path)?);
+            report.nodes.push((s.path.clone(), nodes::NodeOutcome::BindMounted));
+        }
+    } else {
+        for s in &specs {
+            report.nodes.push((s.path.clone(), nodes::create_node(&target.root, s)?));
+        }
     }
     for p in &mut prepared {
-        p.create_target(&target.root)?;
+        p.create_target_as(&target.root, target.userns)?;
     }
     mounts::attach(target.mnt_ns.as_ref().map(rustix::fd::AsFd::as_fd), target.pid, &prepared)?;
     report.mounts = prepared.iter().map(|p| p.target.clone()).collect();
@@ -175,8 +282,9 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
             specs.iter().map(|s| DeviceRule::allow_node(s.kind, s.major, s.minor, &s.permissions)).collect();
         report.cgroup = Some(cgroup::allow(target.pid, &opts.existing_device_rules, &rules)?);
     }
-    if let Some(ld) = &ldconfig {
-        report.ldcache = Some(ldcache::update(&target.root, ld, &lib_dirs(edits), opts.ldconfig_timeout)?);
+    let dirs = lib_dirs(edits);
+    if opts.ldcache && !dirs.is_empty() {
+        report.ldcache = Some(ldcache::update(&target.root, &dirs)?);
     }
     for e in &edits.env {
         report.not_applicable.push(format!("env {e}"));
@@ -188,6 +296,20 @@ pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result
         report.not_applicable.push(format!("{} hook {}", h.hook_name, h.path));
     }
     Ok(report)
+}
+
+/// Refuses edits only the runtime can apply at create time (`netDevices`, `intelRdt`): moving a
+/// network device into the container or setting its resctrl group is not a hook's work, and
+/// dropping them quietly would start the container without what it asked for.
+pub fn refuse_runtime_only(edits: &ContainerEdits) -> Result<()> {
+    let runtime_only = [("netDevices", !edits.net_devices.is_empty()), ("intelRdt", edits.intel_rdt.is_some())];
+    match runtime_only.iter().find(|(_, set)| *set) {
+        Some((field, _)) => Err(InjectError::NotInjectable {
+            field,
+            reason: "request the device through actk-runtime (or a CDI-aware engine), which puts it into config.json before the container is created".into(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Container directories that need an ld.so.cache entry: the parents of mounted shared
@@ -226,6 +348,20 @@ pub fn lib_dirs(edits: &ContainerEdits) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_process_is_not_a_container() {
+        // The test's own pid and pid 1 share the host's mount namespace (or this one's).
+        let e = Target::for_pid(std::process::id() as i32, Path::new("/")).unwrap_err().to_string();
+        assert!(e.contains("shares this hook's own mount namespace") && e.contains("refusing to inject"), "{e}");
+        if host_mnt_ns().is_some() {
+            // pid 1 is readable here: it is the host, and so is the caller.
+            let e = Target::for_pid(1, Path::new("/")).unwrap_err().to_string();
+            assert!(e.contains("mount namespace") && e.contains("refusing to inject"), "{e}");
+            let e = Target::current(Path::new("/tmp")).unwrap_err().to_string();
+            assert!(e.contains("host's mount namespace"), "{e}");
+        }
+    }
     use actk_core::cdi::{CdiHook, CdiMount};
 
     #[test]

@@ -65,6 +65,18 @@ impl PreparedMount {
     /// through a magic link (`/proc/PID/root/...`: another container's file),
     /// [`InjectError::Host`] when the source is missing or the clone fails.
     pub fn new(host_root: &HostRoot, source: &Path, target: &str) -> Result<PreparedMount> {
+        Self::prepare(host_root, source, target, false)
+    }
+
+    /// A host device node cloned for a bind mount onto `target` (a container with its own user
+    /// namespace cannot mknod, and a node it made would sit on a `nodev` /dev: runc bind-mounts
+    /// the host's node there, and so does actk). `nosuid,noexec`, but not `nodev` or `ro`: the
+    /// node must open read-write. `source` must be a character or block device under `host_root`.
+    pub fn device(host_root: &HostRoot, source: &Path, target: &str) -> Result<PreparedMount> {
+        Self::prepare(host_root, source, target, true)
+    }
+
+    fn prepare(host_root: &HostRoot, source: &Path, target: &str, device: bool) -> Result<PreparedMount> {
         let rel = match source.strip_prefix(&host_root.path) {
             Ok(rel) if source.is_absolute() => rel,
             _ => {
@@ -97,7 +109,14 @@ impl PreparedMount {
             e => InjectError::host("open mount source", source, e),
         })?;
         let st = rustix::fs::fstat(&src).map_err(|e| InjectError::host("stat mount source", source, e))?;
-        let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+        let ft = FileType::from_raw_mode(st.st_mode);
+        let is_dir = ft == FileType::Directory;
+        if device && ft != FileType::CharacterDevice && ft != FileType::BlockDevice {
+            return Err(InjectError::HostRefused {
+                path: source.into(),
+                reason: "is not a device node; only the host's device nodes are bind-mounted as devices".into(),
+            });
+        }
         let tree = rustix::mount::open_tree(
             &src,
             "",
@@ -107,15 +126,12 @@ impl PreparedMount {
                 | OpenTreeFlags::AT_RECURSIVE,
         )
         .map_err(|e| InjectError::host("open_tree (clone) of mount source", source, e))?;
-        let attr = MountAttr {
-            attr_set: (MountAttrFlags::MOUNT_ATTR_RDONLY
-                | MountAttrFlags::MOUNT_ATTR_NOSUID
-                | MountAttrFlags::MOUNT_ATTR_NODEV)
-                .bits() as u64,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: 0,
+        let flags = if device {
+            MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NOEXEC
+        } else {
+            MountAttrFlags::MOUNT_ATTR_RDONLY | MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV
         };
+        let attr = MountAttr { attr_set: flags.bits() as u64, attr_clr: 0, propagation: 0, userns_fd: 0 };
         // SAFETY: a plain syscall with a valid fd, a NUL-terminated empty path and a live struct.
         let rc = unsafe {
             libc::syscall(
@@ -128,7 +144,8 @@ impl PreparedMount {
             )
         };
         if rc != 0 {
-            return Err(InjectError::host("mount_setattr ro,nosuid,nodev on", source, std::io::Error::last_os_error()));
+            let what = if device { "mount_setattr nosuid,noexec on" } else { "mount_setattr ro,nosuid,nodev on" };
+            return Err(InjectError::host(what, source, std::io::Error::last_os_error()));
         }
         Ok(PreparedMount { source: source.into(), target: target.into(), tree, target_fd: None, is_dir })
     }
@@ -136,9 +153,58 @@ impl PreparedMount {
     /// Creates the target inside the container root (an empty file or a directory, by the
     /// source's type) and keeps its `O_PATH` fd for [`attach`].
     pub fn create_target(&mut self, root: &ContainerRoot) -> Result<()> {
+        self.create_target_as(root, None)
+    }
+
+    /// [`PreparedMount::create_target`]; when the container has its own user namespace
+    /// (`ids`: the host uid/gid of its root), a target on a file system of that namespace (the
+    /// tmpfs runc mounts on /dev) cannot be created by host root (EOVERFLOW: uid 0 has no mapping
+    /// there), so it is created again with the file system ids of the container's root, and
+    /// belongs to it.
+    pub fn create_target_as(&mut self, root: &ContainerRoot, ids: Option<(u32, u32)>) -> Result<()> {
         let kind = if self.is_dir { TargetKind::Dir } else { TargetKind::File };
-        self.target_fd = Some(root.create_target(&self.target, kind)?);
+        let fd = match root.create_target(&self.target, kind) {
+            Err(e) if is_overflow(&e) && ids.is_some_and(|i| i != (0, 0)) => {
+                let (uid, gid) = ids.unwrap_or((0, 0));
+                with_fs_ids(uid, gid, || root.create_target(&self.target, kind))?
+            }
+            r => r?,
+        };
+        self.target_fd = Some(fd);
         Ok(())
+    }
+}
+
+/// Whether an error is EOVERFLOW (an id without a mapping in the file system's user namespace).
+fn is_overflow(e: &InjectError) -> bool {
+    std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>()).and_then(std::io::Error::raw_os_error)
+        == Some(libc::EOVERFLOW)
+}
+
+/// Runs `f` with this thread's file system uid and gid set to `uid`/`gid` (setfsuid(2): only file
+/// creation and permission checks use them), and back to 0 after. setfsuid to a non-zero id
+/// drops the file capabilities (CAP_DAC_OVERRIDE...) from the effective set, and back to 0
+/// restores them: `f` creates files as that user would.
+fn with_fs_ids<T>(uid: u32, gid: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    // SAFETY: setfsgid/setfsuid only change this thread's credentials; they cannot fail in a way
+    // that leaves memory unsound (they return the previous id).
+    unsafe {
+        libc::setfsgid(gid);
+        libc::setfsuid(uid);
+    }
+    let r = f();
+    // SAFETY: as above, back to root's ids.
+    unsafe {
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+    }
+    r
+}
+
+impl PreparedMount {
+    /// The container path this mount goes to.
+    pub fn target_path(&self) -> &str {
+        &self.target
     }
 }
 
@@ -238,9 +304,12 @@ unsafe fn child_attach(ns: i32, pairs: &[(i32, i32)], flags: u32, wr: i32) -> ! 
 
 /// Opens `/proc/PID/ns/mnt`.
 pub fn open_mnt_ns(pid: i32) -> Result<OwnedFd> {
-    let p = format!("/proc/{pid}/ns/mnt");
-    rustix::fs::open(p.as_str(), OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| InjectError::host("open", p, e))
+    open_mnt_ns_path(&format!("/proc/{pid}/ns/mnt"))
+}
+
+/// Opens a mount namespace file (`/proc/thread-self/ns/mnt`, `/proc/PID/ns/mnt`).
+pub fn open_mnt_ns_path(p: &str) -> Result<OwnedFd> {
+    rustix::fs::open(p, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| InjectError::host("open", p, e))
 }
 
 impl AsFd for PreparedMount {

@@ -39,6 +39,8 @@ pub enum NodeOutcome {
     Existing,
     /// Something else was there (a file, a symlink, another node) and was replaced.
     Replaced,
+    /// The host's node was bind-mounted there (a container with its own user namespace).
+    BindMounted,
 }
 
 impl NodeSpec {

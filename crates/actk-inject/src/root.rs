@@ -86,12 +86,6 @@ impl ContainerRoot {
         &self.shown
     }
 
-    /// `/proc/self/fd/N` for the root fd: a path that names exactly this directory for a child
-    /// process that inherits the fd (used for `ldconfig -r`).
-    pub fn proc_fd_path(&self) -> String {
-        format!("/proc/self/fd/{}", self.fd.as_raw_fd())
-    }
-
     fn cerr(&self, op: &'static str, path: &str, e: Errno) -> InjectError {
         InjectError::Container { op, path: path.to_string(), root: self.shown.clone(), source: e.into() }
     }
@@ -109,13 +103,25 @@ impl ContainerRoot {
         self.resolve_rel(&rel, extra).map_err(|e| self.cerr("resolve", path, e))
     }
 
+    /// Opens `path` inside the root with `flags` (not `O_PATH`: for reading a file or listing a
+    /// directory), resolved as [`ContainerRoot::resolve`] resolves it; `O_CLOEXEC` is added.
+    pub fn open_in(&self, path: &str, flags: OFlags) -> Result<OwnedFd> {
+        let comps = components(path)?;
+        let rel = if comps.is_empty() { ".".to_string() } else { comps.join("/") };
+        self.openat2(&rel, flags | OFlags::CLOEXEC).map_err(|e| self.cerr("open", path, e))
+    }
+
     fn resolve_rel(&self, rel: &str, extra: OFlags) -> rustix::io::Result<OwnedFd> {
+        self.openat2(rel, OFlags::PATH | OFlags::CLOEXEC | extra)
+    }
+
+    fn openat2(&self, rel: &str, flags: OFlags) -> rustix::io::Result<OwnedFd> {
         let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
         let mut tries = 0;
         loop {
             // openat2 returns EAGAIN when a rename elsewhere raced with a `..` walk; retrying is
             // what openat2(2) asks callers to do.
-            match rustix::fs::openat2(&self.fd, rel, OFlags::PATH | OFlags::CLOEXEC | extra, Mode::empty(), how) {
+            match rustix::fs::openat2(&self.fd, rel, flags, Mode::empty(), how) {
                 Err(Errno::AGAIN) if tries < 16 => tries += 1,
                 r => return r,
             }

@@ -67,7 +67,7 @@ fn bind_mounts_land_read_only_in_the_target_namespace_only() {
         ..Default::default()
     };
     let target = Target::for_pid(pid, rootfs.path()).unwrap();
-    let opts = Options { host_root: host.path().to_path_buf(), cgroup: false, ldconfig: None, ..Options::default() };
+    let opts = Options { host_root: host.path().to_path_buf(), cgroup: false, ldcache: false, ..Options::default() };
     let report = inject(&target, &edits, &opts).unwrap();
     assert_eq!(report.mounts.len(), 2);
 

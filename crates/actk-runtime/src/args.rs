@@ -67,6 +67,9 @@ pub struct Invocation {
     pub log: Option<PathBuf>,
     /// `--log-format` (`text` or `json`).
     pub log_format: Option<String>,
+    /// The systemd cgroup driver was asked for (`--systemd-cgroup`, crun's
+    /// `--cgroup-manager systemd`): device rules then go through systemd's DeviceAllow.
+    pub systemd_cgroup: bool,
 }
 
 impl Invocation {
@@ -106,6 +109,12 @@ pub fn parse(args: &[OsString]) -> Invocation {
             } else if let Some((v, used)) = flag_value(args, i, &["--log-format"]) {
                 inv.log_format = v.and_then(OsStr::to_str).map(str::to_string);
                 i += used;
+            } else if let Some((v, used)) = flag_value(args, i, &["--cgroup-manager"]) {
+                inv.systemd_cgroup |= v.and_then(OsStr::to_str) == Some("systemd");
+                i += used;
+            } else if a == "--systemd-cgroup" || a == "--systemd-cgroup=true" {
+                inv.systemd_cgroup = true;
+                i += 1;
             } else if let Some((_, used)) = flag_value(args, i, GLOBAL_VALUE_FLAGS) {
                 i += used;
             } else {
@@ -201,6 +210,9 @@ mod tests {
         ]);
         assert_eq!(inv.subcommand.as_deref(), Some("create"));
         assert_eq!(inv.bundle, Some("/b".into()));
+        assert!(inv.systemd_cgroup);
+        assert!(p(&["--cgroup-manager", "systemd", "create", "x"]).systemd_cgroup);
+        assert!(!p(&["--cgroup-manager=cgroupfs", "create", "x"]).systemd_cgroup);
         let inv =
             p(&["--console-socket", "/x", "--pidfd-socket", "/y", "--new-valued", "v", "create", "-b", "/b", "x"]);
         assert_eq!((inv.subcommand.as_deref(), inv.bundle), (Some("create"), Some("/b".into())));

@@ -40,14 +40,30 @@ pub fn initialized() -> bool {
     INITIALIZED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// A warning the user must be able to find (a request the trust policy refused, an untrusted
+/// spec file): on stderr, in the log file, and as a `warning` line in the engine's runc log
+/// (`--log`, kept by containerd in the task directory) when one was given.
+pub fn warn(runc_log: Option<&Path>, format: Option<&str>, msg: &str) {
+    eprintln!("actk-runtime: warning: {msg}");
+    tracing::warn!("{msg}");
+    if let Some(path) = runc_log {
+        append_runc_log_level(path, format, "warning", &format!("actk-runtime: {msg}"));
+    }
+}
+
 /// Appends `msg` as an error line to the runc log `path`, as JSON when `format` is `json`, else
 /// in runc's text form (`time="..." level=error msg="..."`). Failures are ignored (stderr has it).
 pub fn append_runc_log(path: &Path, format: Option<&str>, msg: &str) {
+    append_runc_log_level(path, format, "error", msg);
+}
+
+/// [`append_runc_log`] at `level` (`error`, `warning`).
+pub fn append_runc_log_level(path: &Path, format: Option<&str>, level: &str, msg: &str) {
     let time = rfc3339_now();
     let line = if format == Some("json") {
-        serde_json::json!({"level": "error", "msg": msg, "time": time}).to_string()
+        serde_json::json!({"level": level, "msg": msg, "time": time}).to_string()
     } else {
-        format!("time={} level=error msg={}", serde_json::Value::from(time), serde_json::Value::from(msg))
+        format!("time={} level={level} msg={}", serde_json::Value::from(time), serde_json::Value::from(msg))
     };
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = writeln!(f, "{line}");

@@ -13,6 +13,7 @@
 
 mod args;
 mod bundle;
+mod features;
 mod log;
 
 use actk_core::config::Config;
@@ -94,7 +95,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
             None => std::env::current_dir()
                 .context("cannot read the working directory (the bundle when no --bundle is given)")?,
         };
-        prepare_bundle(&bundle, config)?;
+        prepare_bundle(&bundle, config, &runtime, inv)?;
     }
     let arg0 = runtime.file_name().map(OsString::from).unwrap_or_else(|| runtime.clone().into_os_string());
     let e = std::process::Command::new(&runtime).arg0(arg0).args(rest).exec();
@@ -102,8 +103,10 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 }
 
 /// Plans and applies the edits for the bundle's config.json, merges hooks.d, and writes the file
-/// back when anything changed.
-fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
+/// back when anything changed. Warnings (requests the trust policy refused, untrusted spec and
+/// hooks files) go to stderr, the log file and the engine's `--log` file.
+fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::Invocation) -> Result<()> {
+    let warn = |msg: &str| log::warn(inv.log.as_deref(), inv.log_format.as_deref(), msg);
     let config_json = bundle.join("config.json");
     let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
     // No copy of the spec to compare with (issue 14): what changes it says so. An error below
@@ -115,10 +118,19 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
     let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config) })?;
     for w in &p.warnings {
-        tracing::warn!("{w}");
+        warn(w);
     }
     if !p.is_empty() {
-        edits::apply(&mut spec, &p.edits)
+        if !p.edits.net_devices.is_empty() || p.edits.intel_rdt.is_some() {
+            // Edits an old runtime would silently ignore are refused, naming the field.
+            let name = runtime.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let refused =
+                edits::unsupported_by_runtime(&p.edits, &name, features::of(runtime).as_ref(), features::has_resctrl());
+            if !refused.is_empty() {
+                anyhow::bail!("{}: {}", p.summary(), refused.join("; "));
+            }
+        }
+        edits::apply_in(&mut spec, &p.edits, in_user_namespace())
             .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
         if p.serves_nvidia() {
             let n = edits::remove_legacy_nvidia_hook(&mut spec);
@@ -126,13 +138,28 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
                 tracing::info!("removed {n} {} prestart hook(s): actk served the request", edits::LEGACY_NVIDIA_HOOK);
             }
         }
+        if inv.systemd_cgroup {
+            // systemd keeps a DeviceAllow rule only for a node it finds under /dev/char
+            // (actk_core::devchar): without the link the GPU is gone after a daemon-reload.
+            let dir = config.root.join("dev/char");
+            match actk_core::devchar::create_links(&dir, &actk_core::devchar::nodes_of_edits(&p.edits)) {
+                Ok(made) if !made.is_empty() => tracing::info!("created {} link(s) in {}", made.len(), dir.display()),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    "cannot create /dev/char links (device access may not survive systemctl daemon-reload): {e}"
+                ),
+            }
+        }
         edits::mark_applied(&mut spec, &p.summary())?;
         tracing::info!("{}: {}", bundle.display(), p.summary());
         changed = true;
     }
 
-    let hooks = hooksd::load(&config.hooks_dirs)?;
-    let added = hooksd::merge(&mut spec, &hooks)?;
+    let hooks = hooksd::load_with_skipped(&config.hooks_dirs)?;
+    for u in &hooks.skipped {
+        warn(&format!("hooks file skipped: {u}"));
+    }
+    let added = hooksd::merge(&mut spec, &hooks.hooks)?;
     for f in &added {
         tracing::info!("{}: hooks from {}", bundle.display(), f.display());
     }
@@ -146,6 +173,15 @@ fn prepare_bundle(bundle: &Path, config: &Config) -> Result<()> {
     // a container start's instructions; issue 14).
     std::mem::forget((spec, p, ctx, hooks));
     Ok(())
+}
+
+/// Whether this process runs in a user namespace below the initial one (its uid_map is not the
+/// identity `0 0 4294967295`): rootless podman starts the runtime inside its own namespace.
+fn in_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+        let lines: Vec<Vec<&str>> = m.lines().map(|l| l.split_whitespace().collect()).collect();
+        !matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
+    })
 }
 
 /// actk-hook for the ld.so.cache hook: the config's `hook_path`, else the `actk-hook` installed

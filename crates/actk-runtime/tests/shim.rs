@@ -283,9 +283,14 @@ fn nothing_requested_leaves_config_json_byte_for_byte() {
 #[test]
 fn hooks_d_file_merged_only_for_matching_annotation_and_malformed_file_named() {
     let e = Env::new();
+    // The hook's executable must exist (a file naming a missing one is skipped, as podman does).
+    let hook = e.p("neuron-oci-hook");
+    fs::write(&hook, "#!/bin/sh\n").unwrap();
+    fs::set_permissions(&hook, fs::Permissions::from_mode(0o755)).unwrap();
     fs::write(
         e.p("hooks.d/10-neuron.json"),
-        r#"{"version":"1.0.0","hook":{"path":"/usr/bin/neuron-oci-hook","args":["neuron-oci-hook"]},"when":{"annotations":{"^com\\.example\\.neuron$":"^yes$"}},"stages":["createRuntime"]}"#,
+        r#"{"version":"1.0.0","hook":{"path":"HOOK","args":["neuron-oci-hook"]},"when":{"annotations":{"^com\\.example\\.neuron$":"^yes$"}},"stages":["createRuntime"]}"#
+            .replace("HOOK", &hook.display().to_string()),
     )
     .unwrap();
     let mut c = minimal(&[]);
@@ -294,7 +299,7 @@ fn hooks_d_file_merged_only_for_matching_annotation_and_malformed_file_named() {
     let no = e.bundle("no", &minimal(&[]));
     assert!(e.run(&["create", "-b", yes.to_str().unwrap(), "a"], None).status.success());
     assert!(e.run(&["create", "-b", no.to_str().unwrap(), "b"], None).status.success());
-    assert_eq!(read_json(&yes.join("config.json"))["hooks"]["createRuntime"][0]["path"], "/usr/bin/neuron-oci-hook");
+    assert_eq!(read_json(&yes.join("config.json"))["hooks"]["createRuntime"][0]["path"], hook.display().to_string());
     assert!(read_json(&no.join("config.json")).get("hooks").is_none());
 
     fs::write(e.p("hooks.d/20-bad.json"), "{\"version\": \"1.0.0\",").unwrap();
@@ -491,4 +496,26 @@ fn f07_two_containers_started_at_the_same_moment_both_get_all_devices() {
     for b in &bundles {
         assert_eq!(device_paths(&read_json(&b.join("config.json"))), want, "{}", b.display());
     }
+}
+
+/// Issue 13 item 7: with the systemd cgroup driver (`--systemd-cgroup`), actk-runtime makes the
+/// /dev/char/MAJOR:MINOR links of the nodes it injects (systemd drops a DeviceAllow rule whose
+/// /dev/char path is missing, and a daemon-reload then takes the device away); without it, none.
+#[test]
+fn item7_systemd_cgroup_gets_dev_char_links_for_the_injected_nodes() {
+    let e = Env::new();
+    e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
+    let b = e.bundle("b", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    let o = e.run(&["create", "--bundle", &b.display().to_string(), "c1"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!e.p("root/dev/char").exists(), "cgroupfs driver: no links");
+    let b = e.bundle("b2", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    let o = e.run(&["--systemd-cgroup", "create", "--bundle", &b.display().to_string(), "c2"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let links: Vec<String> = fs::read_dir(e.p("root/dev/char"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(links, ["195:1"], "only the injected GPU's node");
+    assert_eq!(fs::read_link(e.p("root/dev/char/195:1")).unwrap(), Path::new("/dev/nvidia1"));
 }

@@ -21,6 +21,7 @@ use tempfile::TempDir;
 /// are included). Tests that must hold for every real layout iterate over this.
 pub const ALL: &[&str] = &[
     "nvidia-dgx-h100",
+    "nvidia-gh200",
     "hetero-nvidia-neuron",
     "aws-inf2-48xlarge",
     "aws-trn1-32xlarge",

@@ -49,6 +49,9 @@ pub const ENGINE_STATE_DIRS: &[&str] = &[
     "/run/user",
     "/run/runc",
     "/run/crun",
+    // The test cluster of scripts/k8s-node.sh (kubelet volumes, containerd snapshots, shm).
+    "/var/lib/actk-k8s",
+    "/run/actk-k8s",
 ];
 
 /// The CDI spec directories a guard compares (CDI SPEC.md).

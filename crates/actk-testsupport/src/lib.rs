@@ -3,9 +3,12 @@
 //! - [`fixture`]: prepare a fixture host root (fixtures/<name>) in a temporary directory with
 //!   real device nodes (mknod, needs root) and a real ld.so.cache.
 //! - [`engines`]: busybox/glibc images and OCI bundles, and access to runc, dockerd and podman.
+//! - [`cluster`]: the real single-node Kubernetes cluster (scripts/k8s-node.sh) with actk's
+//!   chart, for the cluster tests in crates/k8s-e2e.
 //! - [`hostcheck`]: snapshots of the host (mount table, /dev, CDI dirs, daemon.json) and a guard
 //!   that fails a test which left something behind.
 
+pub mod cluster;
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;

@@ -49,6 +49,12 @@ enum Command {
     /// Show the configuration file.
     #[command(subcommand)]
     Config(commands::config::Command),
+    /// Set a Kubernetes node up for actk-runtime (the Helm chart's node setup), or undo it.
+    #[command(subcommand)]
+    Node(commands::node::Command),
+    /// Host setup: /dev/char links for systemd hosts.
+    #[command(subcommand)]
+    System(commands::system::Command),
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +68,8 @@ fn main() -> std::process::ExitCode {
         Command::Cdi(c) => commands::cdi::run(c),
         Command::Runtime(c) => commands::runtime::run(c),
         Command::Config(c) => commands::config::run(c),
+        Command::Node(c) => commands::node::run(c),
+        Command::System(c) => commands::system::run(c),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

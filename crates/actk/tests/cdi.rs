@@ -312,3 +312,36 @@ fn item4_spec_directories_are_0755_under_umask_077() {
     assert_eq!(mode(&dir), 0o755, "spec directory");
     assert_eq!(mode(&dir.join("nvidia.com-gpu.json")), 0o644, "spec file");
 }
+
+/// Issue 13 item 7: a generated spec serves every request of its kind, so the NVSwitch nodes
+/// (capability `fabric`) are in it only when asked for; the graphics manifests are mounted.
+#[test]
+fn item7_generated_spec_has_nvswitch_nodes_only_when_fabric_is_asked_and_graphics_manifests() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let nodes_of = |args: &[&str]| -> (Vec<String>, Vec<String>) {
+        let mut a = vec!["cdi", "generate", "--ldcache-hook", "none", "--root", f.root.to_str().unwrap()];
+        a.extend(args);
+        let o = actk(&a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let spec: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let nodes = spec["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["path"].as_str().unwrap().to_string())
+            .collect();
+        let mounts = spec["containerEdits"]["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["containerPath"].as_str().unwrap().to_string())
+            .collect();
+        (nodes, mounts)
+    };
+    let (nodes, mounts) = nodes_of(&[]);
+    assert!(!nodes.iter().any(|n| n.contains("nvswitch")), "{nodes:?}");
+    assert!(mounts.contains(&"/usr/share/vulkan/icd.d/nvidia_icd.json".to_string()), "{mounts:?}");
+    assert!(mounts.contains(&"/usr/share/glvnd/egl_vendor.d/10_nvidia.json".to_string()), "{mounts:?}");
+    let (nodes, _) = nodes_of(&["--capabilities", "utility,fabric"]);
+    assert_eq!(nodes.iter().filter(|n| n.contains("nvswitch")).count(), 5, "{nodes:?}");
+}

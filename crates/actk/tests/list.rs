@@ -168,3 +168,30 @@ fn item8_broken_pipe_ends_quietly_for_every_printing_command() {
         assert!(out.status.success() && err.is_empty(), "actk {args:?} | (closed pipe): {}\n{err}", out.status);
     }
 }
+
+/// Issue 13 item 7: `actk system create-dev-char-symlinks` makes /dev/char/MAJOR:MINOR links
+/// (relative, as udev does) for every accelerator character node, keeps existing ones, and a
+/// second run makes none.
+#[test]
+fn item7_create_dev_char_symlinks_for_every_accelerator_node() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let run = |extra: &[&str]| {
+        let out =
+            actk().args(["system", "create-dev-char-symlinks", "--root"]).arg(&f.root).args(extra).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        stdout(&out)
+    };
+    let dry = run(&["--dry-run"]);
+    assert!(!f.root.join("dev/char").exists(), "a dry run makes nothing");
+    let made = run(&[]);
+    assert_eq!(dry, made);
+    // 8 GPUs, nvidiactl, modeset, uvm, uvm-tools, 5 NVSwitch nodes.
+    assert_eq!(made.lines().count(), 17, "{made}");
+    assert_eq!(std::fs::read_link(f.root.join("dev/char/195:0")).unwrap(), std::path::Path::new("../nvidia0"));
+    assert_eq!(
+        std::fs::read_link(f.root.join("dev/char/234:255")).unwrap(),
+        std::path::Path::new("../nvidia-nvswitchctl")
+    );
+    assert!(f.root.join("dev/char/195:255").exists(), "the link resolves to the node");
+    assert_eq!(run(&[]), "", "second run: nothing to do");
+}

@@ -279,3 +279,49 @@ fn containerd_drop_in_holds_the_runtime_and_cdi_and_the_main_file_imports_it() {
     let o = actk(&["runtime", "configure", "--runtime", "docker", "--drop-in", "/x.json", "--cdi-only"], None);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--drop-in is for containerd"));
 }
+
+/// Issue 10 finding 6: the backup of a 0600 engine config was written 0644 (readable by every
+/// user: daemon.json and containerd's config can hold registry credentials). The backup and the
+/// edited file keep the original's mode and owner.
+#[test]
+fn backup_and_edited_file_keep_the_originals_mode_and_owner() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
+    for (engine, name, text) in
+        [("docker", "daemon.json", DAEMON_JSON), ("containerd", "config.toml", "version = 2\n# a comment\n[plugins]\n")]
+    {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join(name);
+        fs::write(&f, text).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
+        let owner = if root {
+            std::os::unix::fs::chown(&f, Some(4242), Some(4343)).unwrap();
+            (4242, 4343)
+        } else {
+            let m = fs::metadata(&f).unwrap();
+            (m.uid(), m.gid())
+        };
+        ok(&actk(
+            &[
+                "runtime",
+                "configure",
+                "--runtime",
+                engine,
+                "--config",
+                f.to_str().unwrap(),
+                "--path",
+                "/usr/bin/actk-runtime",
+            ],
+            None,
+        ));
+        let bak = d.path().join(format!("{name}.bak"));
+        for p in [&bak, &f] {
+            let m = fs::metadata(p).unwrap();
+            assert_eq!(m.mode() & 0o7777, 0o600, "{engine}: {} has mode {:o}", p.display(), m.mode() & 0o7777);
+            assert_eq!((m.uid(), m.gid()), owner, "{engine}: owner of {}", p.display());
+        }
+        assert_eq!(fs::read_to_string(&bak).unwrap(), text, "{engine}: backup content");
+        let left: Vec<_> = fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "{engine}: no temporary file left: {left:?}");
+    }
+}

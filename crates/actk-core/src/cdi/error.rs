@@ -56,6 +56,10 @@ pub enum CdiError {
         /// The parser's message (with line and column).
         message: String,
     },
+    /// A spec file (or its directory) that root does not own, or that group or others may write
+    /// (crate::trusted): skipped, since its hooks would run as root in every container.
+    #[error(transparent)]
+    Untrusted(#[from] crate::trusted::Untrusted),
     /// Reading or writing a file failed.
     #[error("{}: {source}", .path.display())]
     Io {

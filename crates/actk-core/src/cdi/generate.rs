@@ -121,10 +121,15 @@ fn path_matches(pattern: &str, path: &str) -> bool {
 }
 
 /// Whether a shared node is wanted for the capability selection: a node whose profile control
-/// node lists capabilities is taken only when one of them is selected.
+/// node lists capabilities is taken only when one of them is explicitly selected. Without a
+/// selection (a spec for every request, `actk cdi generate` with no `--capabilities`) such nodes
+/// are left out: they grant more than using the GPUs (NVSwitch nodes configure the fabric), and a
+/// spec-level node would reach every container that asks for any device of the kind.
 fn shared_node_selected(profile: &Profile, node: &DeviceNode, selection: Option<&[String]>) -> bool {
     match profile.control_nodes.iter().find(|c| path_matches(&c.path, &node.path)) {
-        Some(c) if !c.capabilities.is_empty() => c.capabilities.iter().any(|cap| capability_selected(cap, selection)),
+        Some(c) if !c.capabilities.is_empty() => {
+            selection.is_some() && c.capabilities.iter().any(|cap| capability_selected(cap, selection))
+        }
         _ => true,
     }
 }
@@ -195,6 +200,8 @@ fn shared_edits(
         dirs.sort_unstable();
         dirs.dedup();
         if !dirs.is_empty() {
+            // Before the cache refresh: it must see the compat drop-in.
+            edits.hooks.extend(compat_hook(hook, profile, vendor));
             let argv0 = hook.rsplit('/').next().unwrap_or(hook).to_string();
             let mut args = vec![argv0, "update-ldcache".to_string()];
             for d in dirs {
@@ -211,6 +218,32 @@ fn shared_edits(
         }
     }
     Ok(edits)
+}
+
+/// The createContainer hook `actk-hook enable-cuda-compat --host-driver-version V --compat-dir
+/// DIR --library LIB` for a profile with `forward_compat` and a known driver version (as
+/// nvidia-ctk writes `nvidia-cdi-hook enable-cuda-compat --host-driver-version V`); it must run
+/// before the ld.so.cache refresh.
+pub fn compat_hook(hook: &str, profile: &Profile, vendor: &VendorInventory) -> Option<Hook> {
+    let fc = profile.forward_compat.as_ref()?;
+    let version = vendor.driver_version.as_deref()?;
+    let argv0 = hook.rsplit('/').next().unwrap_or(hook).to_string();
+    Some(Hook {
+        hook_name: "createContainer".into(),
+        path: hook.to_string(),
+        args: vec![
+            argv0,
+            "enable-cuda-compat".into(),
+            "--host-driver-version".into(),
+            version.to_string(),
+            "--compat-dir".into(),
+            fc.dir.clone(),
+            "--library".into(),
+            fc.library.clone(),
+        ],
+        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+        timeout: None,
+    })
 }
 
 /// Generates the CDI spec of one vendor (one kind).
@@ -450,8 +483,12 @@ mod tests {
         assert_eq!(d1[0].file_mode, Some(0o666));
         assert_eq!(spec.devices[4].container_edits.device_nodes.len(), 2);
         let shared = &spec.container_edits;
+        // A control node reserved to a capability is in a spec only when that capability is named.
+        assert_eq!(shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/nvidiactl"]);
+        let named = GenerateOptions { capabilities: Some(vec!["display".into()]), ..Default::default() };
+        let with_display = generate(&p, &v, &named).unwrap();
         assert_eq!(
-            shared.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
+            with_display.container_edits.device_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(),
             ["/dev/nvidiactl", "/dev/nvidia-modeset"]
         );
         assert_eq!(shared.mounts.len(), 3, "every capability's files by default");

@@ -9,6 +9,8 @@
 //!   is dropped and both files are reported.
 //! - A file that does not parse or validate is recorded with its errors and skipped; other
 //!   files are unaffected.
+//! - A file or directory that root does not own, or that group or others may write, is skipped
+//!   the same way (crate::trusted: its hooks would run as root in every container).
 //! - Resolving adds a spec's spec-level edits once, however many of its devices are asked for,
 //!   then each device's edits, in request order; the result is de-duplicated.
 //!
@@ -19,7 +21,7 @@ use super::CdiError;
 use super::generate::dedup;
 use super::name::QualifiedName;
 use super::spec::{ContainerEdits, Spec};
-use super::validate::read_spec_file;
+use super::validate::spec_from_text;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -83,14 +85,29 @@ impl Registry {
                     continue;
                 }
             };
+            let dir_trust = crate::trusted::check_dir(dir);
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json") | Some("yaml")))
                 .filter(|p| !p.is_dir())
                 .collect();
             files.sort();
+            if let Err(e) = dir_trust {
+                // One entry for the directory, and only when it holds spec files.
+                if !files.is_empty() {
+                    reg.errors.push(SpecFileError { path: dir.to_path_buf(), errors: vec![read_error(e)] });
+                }
+                continue;
+            }
             for file in files {
-                match read_spec_file(&file) {
+                let text = match crate::trusted::read(&file) {
+                    Ok(bytes) => String::from_utf8(bytes).map_err(|_| CdiError::Io {
+                        path: file.clone(),
+                        source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"),
+                    }),
+                    Err(e) => Err(read_error(e)),
+                };
+                match text.map_err(|e| vec![e]).and_then(|t| spec_from_text(&t, &file)) {
                     Ok(spec) => reg.add(spec, file, priority),
                     Err(errors) => reg.errors.push(SpecFileError { path: file, errors }),
                 }
@@ -248,6 +265,13 @@ impl Registry {
     }
 }
 
+fn read_error(e: crate::trusted::ReadError) -> CdiError {
+    match e {
+        crate::trusted::ReadError::Untrusted(u) => CdiError::Untrusted(u),
+        crate::trusted::ReadError::Io { path, source } => CdiError::Io { path, source },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,5 +353,39 @@ mod tests {
         assert!(reg.device_names().is_empty());
         let msg = reg.errors()[0].to_string();
         assert!(msg.contains("old.json: /cdiVersion") && msg.contains(">= 0.5.0"), "{msg}");
+    }
+
+    /// Issue 10 finding 5: a spec file owned by nobody in a world-writable spec directory
+    /// overrode the real GPU spec (and its hook ran as root). Untrusted files are skipped.
+    #[test]
+    fn untrusted_spec_files_and_directories_are_skipped_with_the_reason() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (etc, run) = (tmp.path().join("etc"), tmp.path().join("run"));
+        fs::create_dir_all(&etc).unwrap();
+        fs::create_dir_all(&run).unwrap();
+        fs::write(etc.join("gpu.json"), spec_text("vendor.com/dev", &["0"], "FROM=etc")).unwrap();
+        fs::write(run.join("evil.json"), spec_text("vendor.com/dev", &["0"], "FROM=evil")).unwrap();
+        let evil = run.join("evil.json");
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&evil, Some(65534), Some(65534)).unwrap();
+        } else {
+            fs::set_permissions(&evil, fs::Permissions::from_mode(0o666)).unwrap();
+        }
+        let reg = Registry::load(&[&etc, &run]);
+        let one = reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap()]).unwrap();
+        assert_eq!(one.env, ["FROM=etc"], "the untrusted higher-priority file must not override");
+        let msg = reg.errors()[0].to_string();
+        assert!(msg.contains("evil.json: not trusted: the file is"), "{msg}");
+        // The whole directory when it is world-writable.
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o1777)).unwrap();
+        fs::write(run.join("other.json"), spec_text("vendor.com/other", &["0"], "X=1")).unwrap();
+        let reg = Registry::load(&[&etc, &run]);
+        assert_eq!(reg.kinds(), ["vendor.com/dev"]);
+        assert!(
+            reg.errors()[0].to_string().contains("the directory is writable by group and others (mode 1777)"),
+            "{:?}",
+            reg.errors()
+        );
     }
 }

@@ -5,8 +5,10 @@
 //! - `cdiVersion` known and at least what the fields need ([`super::version`]);
 //! - `kind` is `vendor/class` with the name syntax of [`super::name`];
 //! - at least one device; device names valid and unique; each device has some edits;
-//! - env entries are `NAME=value`; device node `type` one of `b c u p`, `permissions` of `rwm`
-//!   (or `none`); hook names are OCI hook stages; hook `timeout` > 0;
+//! - env entries are `NAME=value`; device node `type` one of `b c u p`, `permissions` one or
+//!   more of `rwm` (runc refuses an empty access), major/minor inside Linux's 12/20 bits; hook
+//!   names are OCI hook stages; hook `timeout` > 0; no string the runtime hands to the kernel
+//!   holds a NUL byte; net device names are valid interface names (runc's netDevices rules);
 //! - paths absolute: device node `path` and `hostPath`, mount `containerPath`, bind-mount
 //!   `hostPath`, hook `path` (SPEC.md: "path MUST be absolute").
 //!
@@ -191,12 +193,29 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         if let Some(t) = n.node_type.as_deref().filter(|t| !["", "b", "c", "u", "p"].contains(t)) {
             out.push(invalid(file, format!("{p}/type"), format!("device node type {t:?} is not one of b, c, u, p")));
         }
-        if let Some(perm) = n.permissions.as_deref().filter(|x| *x != "none" && x.chars().any(|c| !"rwm".contains(c))) {
+        // runc turns the permissions into the device cgroup rule's access and refuses an empty
+        // one or any letter outside r, w, m (the container then fails to start).
+        if let Some(perm) = n.permissions.as_deref()
+            && (perm.is_empty() || perm.chars().any(|c| !"rwm".contains(c)))
+        {
             out.push(invalid(
                 file,
                 format!("{p}/permissions"),
-                format!("permissions {perm:?} may only hold r, w, m (or be \"none\")"),
+                format!(
+                    "permissions {perm:?} must be one or more of r, w, m (runc refuses an empty or other access); leave the field out for the default rwm"
+                ),
             ));
+        }
+        // Linux device numbers: a 12-bit major and a 20-bit minor (MKDEV); runc makes the node
+        // from them, so a negative or larger number can never be the device meant.
+        for (field, v, max) in [("major", n.major, 0xfff), ("minor", n.minor, 0xf_ffff)] {
+            if let Some(v) = v.filter(|v| *v < 0 || *v > max) {
+                out.push(invalid(
+                    file,
+                    format!("{p}/{field}"),
+                    format!("device node {field} number {v} is outside 0..={max}, the range Linux device numbers have"),
+                ));
+            }
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
@@ -239,6 +258,24 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
             out.push(invalid(file, format!("{p}/timeout"), format!("hook timeout {t} must be greater than zero")));
         }
     }
+    if let Some(clos) = e.intel_rdt.as_ref().and_then(|r| r.get("closID"))
+        && let Some(why) = match clos.as_str() {
+            None => Some("must be a string".to_string()),
+            Some(c) if c.is_empty() || c == "." || c == ".." || c.contains('/') || c.contains('\0') => {
+                Some("must name a resctrl group: a file name, not empty, `.`, `..` or one with `/`".to_string())
+            }
+            Some(_) => None,
+        }
+    {
+        out.push(invalid(file, format!("{at}/intelRdt/closID"), format!("intelRdt closID {clos} {why} (runc's rule)")));
+    }
+    for (field, value) in nul_fields(e) {
+        out.push(invalid(
+            file,
+            format!("{at}/{field}"),
+            format!("{value:?} contains a NUL byte; runc passes it to the kernel, which cannot take one"),
+        ));
+    }
     let mut host_names = HashSet::new();
     let mut names = HashSet::new();
     for (i, nd) in e.net_devices.iter().enumerate() {
@@ -248,6 +285,13 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         if host.is_empty() || name.is_empty() {
             out.push(invalid(file, p.clone(), "net device needs a non-empty hostInterfaceName and name"));
         }
+        for (field, v) in [("hostInterfaceName", host), ("name", name)] {
+            if !v.is_empty()
+                && let Some(why) = check_interface_name(v)
+            {
+                out.push(invalid(file, format!("{p}/{field}"), format!("network interface name {v:?} {why}")));
+            }
+        }
         if !host.is_empty() && !host_names.insert(host.to_string()) {
             out.push(invalid(file, format!("{p}/hostInterfaceName"), format!("duplicate hostInterfaceName {host:?}")));
         }
@@ -255,6 +299,58 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
             out.push(invalid(file, format!("{p}/name"), format!("duplicate net device name {name:?}")));
         }
     }
+}
+
+/// Why `name` cannot be a Linux network interface name (the kernel's dev_valid_name, as runc
+/// checks `linux.netDevices`): at most 15 bytes, not `.` or `..`, no `/`, `:` or whitespace.
+/// `None` when it can (an empty name is the caller's business).
+fn check_interface_name(name: &str) -> Option<String> {
+    if name.len() > 15 {
+        return Some(format!("is {} bytes long; the kernel allows at most 15 (IFNAMSIZ)", name.len()));
+    }
+    if name == "." || name == ".." {
+        return Some("is not allowed by the kernel".into());
+    }
+    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace() || c == '\0') {
+        return Some("contains '/', ':', a NUL or whitespace, which the kernel refuses".into());
+    }
+    None
+}
+
+/// Strings of `e` that hold a NUL byte, as (JSON pointer suffix, value).
+fn nul_fields(e: &ContainerEdits) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut check = |field: String, v: &str| {
+        if v.contains('\0') {
+            out.push((field, v.to_string()));
+        }
+    };
+    for (i, v) in e.env.iter().enumerate() {
+        check(format!("env/{i}"), v);
+    }
+    for (i, n) in e.device_nodes.iter().enumerate() {
+        check(format!("deviceNodes/{i}/path"), &n.path);
+        if let Some(h) = &n.host_path {
+            check(format!("deviceNodes/{i}/hostPath"), h);
+        }
+    }
+    for (i, m) in e.mounts.iter().enumerate() {
+        check(format!("mounts/{i}/hostPath"), &m.host_path);
+        check(format!("mounts/{i}/containerPath"), &m.container_path);
+        for (j, o) in m.options.iter().enumerate() {
+            check(format!("mounts/{i}/options/{j}"), o);
+        }
+    }
+    for (i, h) in e.hooks.iter().enumerate() {
+        check(format!("hooks/{i}/path"), &h.path);
+        for (j, a) in h.args.iter().enumerate() {
+            check(format!("hooks/{i}/args/{j}"), a);
+        }
+        for (j, v) in h.env.iter().enumerate() {
+            check(format!("hooks/{i}/env/{j}"), v);
+        }
+    }
+    out
 }
 
 /// SPEC.md rules for a parsed spec (see the module docs). Empty when the spec is valid.
@@ -355,6 +451,13 @@ fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
     let text =
         std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
     parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])
+}
+
+/// Parses and checks a spec file's text (format from `path`'s extension, else sniffed), as
+/// [`read_spec_file`] does after reading it; `path` names the file in errors.
+pub fn spec_from_text(text: &str, path: &Path) -> Result<Spec, Vec<CdiError>> {
+    let value = parse_value(text, path, Format::from_path(path)).map_err(|e| vec![e])?;
+    spec_from_value(value, Some(path))
 }
 
 /// Validates a spec file fully: schema, fields and SPEC.md rules (`actk cdi validate`).
@@ -480,6 +583,75 @@ mod tests {
             let errs = errors_of(v);
             assert!(errs.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errs:?}");
         }
+    }
+
+    /// Issue 13 item 4: what runc refuses at container start is refused here, naming the field:
+    /// an empty (or non-rwm) device access, device numbers Linux cannot have, NUL bytes, bad net
+    /// device names and intelRdt group names.
+    #[test]
+    fn item4_validate_rejects_what_runc_rejects() {
+        type Case = (fn(&mut Value), &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!(""),
+                "/devices/0/containerEdits/deviceNodes/0/permissions: permissions \"\" must be one or more of r, w, m",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("none"),
+                "/devices/0/containerEdits/deviceNodes/0/permissions",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("rwx"),
+                "/devices/0/containerEdits/deviceNodes/0/permissions",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = json!(-1),
+                "/devices/0/containerEdits/deviceNodes/0/major: device node major number -1 is outside 0..=4095",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["minor"] = json!(1 << 20),
+                "/devices/0/containerEdits/deviceNodes/0/minor",
+            ),
+            (|v| v["containerEdits"]["env"][0] = json!("A=b\0c"), "/containerEdits/env/0: \"A=b\\0c\" contains a NUL"),
+            (|v| v["containerEdits"]["hooks"][0]["args"] = json!(["hook", "a\0"]), "/containerEdits/hooks/0/args/1"),
+            (
+                |v| {
+                    v["cdiVersion"] = json!("1.1.0");
+                    v["containerEdits"]["netDevices"] =
+                        json!([{"hostInterfaceName": "eth0", "name": "a-very-long-name0"}]);
+                },
+                "/containerEdits/netDevices/0/name: network interface name \"a-very-long-name0\" is 17 bytes",
+            ),
+            (
+                |v| {
+                    v["cdiVersion"] = json!("1.1.0");
+                    v["containerEdits"]["netDevices"] = json!([{"hostInterfaceName": "eth/0", "name": "net1"}]);
+                },
+                "/containerEdits/netDevices/0/hostInterfaceName",
+            ),
+            (
+                |v| {
+                    v["cdiVersion"] = json!("1.1.0");
+                    v["containerEdits"]["intelRdt"] = json!({"closID": ".."});
+                },
+                "/containerEdits/intelRdt/closID",
+            ),
+        ];
+        for (edit, expected) in cases {
+            let mut v = good();
+            edit(&mut v);
+            let errs = errors_of(v.clone());
+            assert!(errs.iter().any(|e| e.contains(expected)), "expected {expected:?} in {errs:?}");
+            // The runtime's registry (no schema) refuses it too, so the spec is never applied.
+            let fast = spec_from_value(v, Some(Path::new("/etc/cdi/x.json"))).err().unwrap_or_default();
+            assert!(fast.iter().any(|e| e.to_string().contains(expected)), "without schema: {fast:?}");
+        }
+        // The good spec, with every 1.1 edit, stays valid.
+        let mut v = good();
+        v["cdiVersion"] = json!("1.1.0");
+        v["containerEdits"]["netDevices"] = json!([{"hostInterfaceName": "eth1", "name": "net1"}]);
+        v["containerEdits"]["intelRdt"] = json!({"closID": "gpu-jobs", "l3CacheSchema": "L3:0=ff"});
+        assert_eq!(errors_of(v), Vec::<String>::new());
     }
 
     #[test]

@@ -16,12 +16,51 @@ use crate::profile::Profile;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// Library directories scanned when ld.so.cache has no entry, x86-64 (Debian/Ubuntu
-/// multiarch first, then RHEL/SUSE lib64, then plain lib).
-const LIB_DIRS_64: &[&str] =
-    &["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib"];
-/// The same for the 32-bit (i386) copies.
-const LIB_DIRS_32: &[&str] = &["/usr/lib/i386-linux-gnu", "/lib/i386-linux-gnu", "/usr/lib32", "/usr/lib"];
+/// Library directories scanned when ld.so.cache has no entry, for a library architecture:
+/// the Debian/Ubuntu multiarch directories of its triplet first, then RHEL/SUSE lib64 (or
+/// lib32 for i386), then plain lib. A file found by the scan must also be an ELF object of that
+/// architecture ([`LibArch::matches_elf`]): lib64 and lib hold whatever the distribution put there.
+fn lib_dirs(arch: LibArch) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(t) = arch.triplet() {
+        v.push(format!("/usr/lib/{t}"));
+        v.push(format!("/lib/{t}"));
+    }
+    match arch {
+        LibArch::I386 => v.push("/usr/lib32".into()),
+        _ => {
+            v.push("/usr/lib64".into());
+            v.push("/lib64".into());
+        }
+    }
+    v.push("/usr/lib".into());
+    v
+}
+
+/// The host's native library architecture:
+/// 1. `<device root>/proc/sys/kernel/arch` (the uname machine, Linux >= 6.1; a fixture says its own);
+/// 2. for a root that is not this system's own (a fixture, a copied node) without it, the
+///    architecture most 64-bit entries of the driver root's ld.so.cache have: its ldconfig
+///    wrote them for its machine;
+/// 3. the running kernel's machine (`uname -m`; a driver container on this node shares it).
+///
+/// x86-64 when none is a known architecture.
+pub fn host_arch(device_root: &HostRoot, driver_root: &HostRoot) -> LibArch {
+    if let Some(a) = device_root.read_to_string("/proc/sys/kernel/arch").ok().and_then(|m| LibArch::native(&m)) {
+        return a;
+    }
+    if !device_root.is_system_root()
+        && let Ok(bytes) = driver_root.read("/etc/ld.so.cache")
+        && let Ok(entries) = ldcache::parse(&bytes)
+    {
+        let count = |a: LibArch| entries.iter().filter(|e| e.arch() == a).count();
+        let (x86, arm) = (count(LibArch::X86_64), count(LibArch::Aarch64));
+        if x86 + arm > 0 {
+            return if arm > x86 { LibArch::Aarch64 } else { LibArch::X86_64 };
+        }
+    }
+    LibArch::native(&rustix::system::uname().machine().to_string_lossy()).unwrap_or(LibArch::X86_64)
+}
 /// Directories searched for executables.
 const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws/neuron/bin"];
 
@@ -30,6 +69,18 @@ const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws
 /// `{driver_version}` in file patterns (patterns needing it are skipped without one).
 pub fn find(
     host: &HostRoot,
+    profile: &Profile,
+    driver_version: Option<&str>,
+    warnings: &mut Warnings,
+) -> Vec<HostFile> {
+    find_for_arch(host, host_arch(host, host), profile, driver_version, warnings)
+}
+
+/// [`find`] for a given native library architecture (the device root's, [`host_arch`], when
+/// the driver files are in another root).
+pub fn find_for_arch(
+    host: &HostRoot,
+    native: LibArch,
     profile: &Profile,
     driver_version: Option<&str>,
     warnings: &mut Warnings,
@@ -45,8 +96,15 @@ pub fn find(
         }
     };
     for (cap, files) in &profile.capabilities {
-        let arch = if files.arch.as_deref() == Some("i386") { LibArch::I386 } else { LibArch::X86_64 };
-        for lib in &files.libraries {
+        let arch = match files.arch.as_deref() {
+            None => Some(native),
+            Some("i386") | Some("compat32") => native.compat32(),
+            Some(other) => LibArch::native(other).filter(|a| *a == native),
+        };
+        // Libraries of an architecture this host has no copies of (compat32 on arm64): none.
+        let libraries: &[String] = if arch.is_some() { &files.libraries } else { &[] };
+        let arch = arch.unwrap_or(native);
+        for lib in libraries {
             for f in find_library(host, &cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
                 push(f, &mut out);
             }
@@ -65,7 +123,7 @@ pub fn find(
                 };
                 for path in expand_glob(host, &pattern) {
                     if let Ok(real) = host.resolve(&path)
-                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| m.is_file())
+                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| mountable(&m, kind))
                     {
                         // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
                         // its target do not become two mounts of one file.
@@ -85,6 +143,15 @@ pub fn find(
         }
     }
     out
+}
+
+/// Whether a host path of `kind` is mounted: firmware only as regular files; other `files` also
+/// as unix sockets (nvidia-persistenced's, fabric manager's) and directories (the MPS pipe
+/// directory), never device nodes (those are device node edits) or FIFOs.
+fn mountable(m: &std::fs::Metadata, kind: HostFileKind) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    t.is_file() || (kind == HostFileKind::File && (t.is_dir() || t.is_socket()))
 }
 
 /// The parsed host ld.so.cache; empty (with a warning if the file exists but is bad) otherwise.
@@ -116,12 +183,20 @@ fn version_matches(real: &Path, version: Option<&str>) -> bool {
 
 /// Sorted entry names of host directories, each listed at most once (missing dir: empty).
 #[derive(Default)]
-struct DirListings(std::collections::HashMap<&'static str, Vec<String>>);
+struct DirListings(std::collections::HashMap<String, Vec<String>>);
 
 impl DirListings {
-    fn get(&mut self, host: &HostRoot, dir: &'static str) -> &[String] {
-        self.0.entry(dir).or_insert_with(|| host.list_dir(dir).unwrap_or_default())
+    fn get(&mut self, host: &HostRoot, dir: &str) -> &[String] {
+        self.0.entry(dir.to_string()).or_insert_with(|| host.list_dir(dir).unwrap_or_default())
     }
+}
+
+/// Whether host file `path` (resolved) starts with an ELF header of `arch`.
+fn is_elf_of(host: &HostRoot, path: &Path, arch: LibArch) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    std::fs::File::open(host.host_path(path)).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+        && arch.matches_elf(&head)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -152,14 +227,16 @@ fn find_library(
         consider(&e.path, &mut found, warnings);
     }
     if found.is_empty() && !cache.iter().any(|e| e.arch() == arch && is_name_of(&e.key, lib)) {
-        let dirs = if arch == LibArch::I386 { LIB_DIRS_32 } else { LIB_DIRS_64 };
-        for dir in dirs {
-            // /usr/lib holds only unqualified 64-bit or 32-bit files depending on the distro;
-            // for i386 it is only trusted on distributions without multiarch dirs.
+        for dir in lib_dirs(arch) {
+            // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
+            // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
             let names: Vec<String> =
-                dirs_seen.get(host, dir).iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
+                dirs_seen.get(host, &dir).iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
             for name in names {
-                consider(&format!("{dir}/{name}"), &mut found, warnings);
+                let path = format!("{dir}/{name}");
+                if host.resolve(&path).is_ok_and(|real| is_elf_of(host, &real, arch)) {
+                    consider(&path, &mut found, warnings);
+                }
             }
         }
     }
@@ -246,10 +323,12 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
         link(r, "/lib", "usr/lib");
-        file(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "elf");
+        elf(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", 2, 62);
         link(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "libcuda.so.580.95.05");
         link(r, "/usr/lib/x86_64-linux-gnu/libcuda.so", "libcuda.so.1");
-        file(r, "/usr/lib64/libcuda.so.535.104.05", "stale");
+        elf(r, "/usr/lib64/libcuda.so.535.104.05", 2, 62);
+        // Of the right version but another architecture: never a candidate.
+        elf(r, "/usr/lib/libcuda.so.580.95.05", 2, 183);
         file(r, "/usr/bin/nvidia-smi", "bin");
         file(r, "/usr/lib/firmware/nvidia/580.95.05/gsp_ga10x.bin", "fw");
         file(r, "/usr/lib/firmware/nvidia/535.104.05/gsp_ga10x.bin", "old fw");
@@ -275,6 +354,53 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             "{:?}",
             w.0
         );
+    }
+
+    /// Issue 13 item 2: an arm64 host (its /proc/sys/kernel/arch says aarch64) gets its
+    /// libraries from the aarch64 multiarch directory, not the x86-64 copies next to them, and
+    /// no compat32 libraries (there are none for Arm data-center GPUs).
+    #[test]
+    fn item2_arm64_host_scans_its_multiarch_directory_by_elf_machine() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        file(r, "/proc/sys/kernel/arch", "aarch64\n");
+        link(r, "/lib", "usr/lib");
+        elf(r, "/usr/lib/aarch64-linux-gnu/libcuda.so.580.95.05", 2, 183);
+        link(r, "/usr/lib/aarch64-linux-gnu/libcuda.so.1", "libcuda.so.580.95.05");
+        elf(r, "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", 2, 62);
+        elf(r, "/usr/lib64/libcuda.so.580.95.05", 2, 62);
+        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
+        let host = HostRoot::new(r);
+        assert_eq!(host_arch(&host, &host), LibArch::Aarch64);
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let mut w = Warnings::default();
+        let files = find(&host, &p, Some("580.95.05"), &mut w);
+        let got: Vec<(&str, &str)> = files.iter().map(|f| (f.capability.as_str(), f.container_path.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("compute", "/usr/lib/aarch64-linux-gnu/libcuda.so.580.95.05"),
+                ("compute", "/usr/lib/aarch64-linux-gnu/libcuda.so.1"),
+            ]
+        );
+    }
+
+    /// The cache flags of an arm64 cache (written by aarch64 ldconfig: 0x0a03, `libc6,AArch64`).
+    #[test]
+    fn item2_aarch64_cache_flags_are_aarch64() {
+        let e = CacheEntry {
+            key: "libcuda.so.1".into(),
+            path: "/lib/aarch64-linux-gnu/libcuda.so.1".into(),
+            flags: 0x0a03,
+        };
+        assert_eq!(e.arch(), LibArch::Aarch64);
+        assert_eq!(LibArch::native("aarch64\n"), Some(LibArch::Aarch64));
+        assert_eq!(LibArch::native("x86_64"), Some(LibArch::X86_64));
+        assert_eq!(LibArch::Aarch64.compat32(), None);
     }
 
     /// compat32 takes the i386 copy from the cache, compute the x86-64 one; same soname.

@@ -309,9 +309,21 @@ impl Warnings {
 
 /// Read `root` into an inventory, one [`VendorInventory`] per profile that finds a device, in
 /// profile order. Never fails: unreadable or inconsistent host state becomes warnings.
+/// One root serves devices and driver files; [`discover_roots`] takes them apart.
 pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
+    discover_roots(root, root, profiles)
+}
+
+/// [`discover`] with the driver files apart from the devices, as on a GPU Operator node: the
+/// device root (`/`) holds /dev, /proc and /sys (the kernel module is the host's), the driver
+/// root (`/run/nvidia/driver`, the driver container's file system) holds ld.so.cache, the driver
+/// libraries, tools and firmware. Both are made absolute against the working directory.
+pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> Inventory {
     let host = HostRoot::new(root);
+    let driver = if driver_root == root { host.clone() } else { HostRoot::new(driver_root) };
     let root = host.root();
+    // The library architecture is the device root's (its kernel's), whichever root has the files.
+    let arch = hostfiles::host_arch(&host, &driver);
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
@@ -327,7 +339,8 @@ pub fn discover(root: &Path, profiles: &[Profile]) -> Inventory {
             continue;
         }
         vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
-        vendor.host_files = hostfiles::find(&host, profile, vendor.driver_version.as_deref(), &mut warnings);
+        vendor.host_files =
+            hostfiles::find_for_arch(&driver, arch, profile, vendor.driver_version.as_deref(), &mut warnings);
         vendors.push(vendor);
     }
     Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }
@@ -409,6 +422,17 @@ pub(crate) mod testutil {
     }
 
     /// Create symlink `rel` -> `target` under `root`.
+    /// Writes at `rel` the start of a little-endian ELF object: class (1 = 32-bit, 2 = 64-bit)
+    /// and e_machine (62 x86-64, 183 aarch64, 3 i386), enough for the architecture check.
+    pub fn elf(root: &Path, rel: &str, class: u8, machine: u16) {
+        let mut b = vec![0x7f, b'E', b'L', b'F', class, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0];
+        b.extend_from_slice(&machine.to_le_bytes());
+        b.extend_from_slice(b" actk test library\n");
+        let p = root.join(rel.trim_start_matches('/'));
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b).unwrap();
+    }
+
     pub fn link(root: &Path, rel: &str, target: &str) {
         let p = root.join(rel.trim_start_matches('/'));
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();

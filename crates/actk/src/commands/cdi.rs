@@ -47,6 +47,11 @@ pub struct GenerateArgs {
     /// default: `root` of the config file (ACTK_CONFIG, /etc/actk/config.toml), else `/`.
     #[arg(long, env = "ACTK_ROOT")]
     pub root: Option<PathBuf>,
+    /// Where the driver's libraries, tools and firmware are when apart from --root (GPU
+    /// Operator: `--root / --driver-root /run/nvidia/driver`); default: `driver_root` of the
+    /// config file, else --root.
+    #[arg(long, env = "ACTK_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
     /// Only this vendor: a profile name (`nvidia`) or a CDI kind (`nvidia.com/gpu`).
     #[arg(long)]
     pub vendor: Option<String>,
@@ -65,7 +70,9 @@ pub struct GenerateArgs {
     #[arg(long, env = "ACTK_PROFILES_DIR")]
     pub profiles_dir: Option<PathBuf>,
     /// Only the host files of these capabilities (comma separated, e.g. `utility,compute`);
-    /// default: every capability whose files exist on the host.
+    /// default: every capability whose files exist on the host. Control nodes reserved to a
+    /// capability (NVIDIA's NVSwitch nodes: `fabric`) are in the spec only when it is named here
+    /// (or `all`).
     #[arg(long, value_delimiter = ',')]
     pub capabilities: Option<Vec<String>>,
     /// Absolute path of an executable added as a createContainer hook that refreshes the
@@ -75,6 +82,18 @@ pub struct GenerateArgs {
     /// `none`: no hook.
     #[arg(long)]
     pub ldcache_hook: Option<String>,
+    /// Where the node's `/` is mounted for this process (the CDI generator in a pod: `/host`):
+    /// removed from the front of every host path written into a spec, so the specs name paths
+    /// as the node's runtime sees them. The `--ldcache-hook` path (a node path) is checked for
+    /// under it, and left out while it does not exist there.
+    #[arg(long)]
+    pub host_mount: Option<PathBuf>,
+    /// Keep running: discover and generate again every SECONDS, rewrite a spec only when it
+    /// changed (a device appeared or went, a driver upgrade), remove the spec of a kind that is
+    /// gone, and remove every spec this process wrote on SIGTERM or SIGINT. Needs a directory
+    /// as `--output`.
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<u64>,
 }
 
 /// Arguments of `actk cdi list`.
@@ -121,13 +140,28 @@ fn output_kind(path: Option<&Path>) -> Output {
 
 /// The ld.so.cache hook for generated specs: `--ldcache-hook` (`none` = no hook), else the
 /// config's `hook_path`, else `actk-hook` next to this executable; `None` when none exists.
-fn ldcache_hook(arg: Option<&str>) -> anyhow::Result<Option<String>> {
+/// With `host_mount`, a given path is a node path that must exist under it.
+fn ldcache_hook(arg: Option<&str>, host_mount: Option<&Path>) -> anyhow::Result<Option<String>> {
     match arg {
         Some("none") => return Ok(None),
         Some(p) if !p.starts_with('/') => {
             bail!("--ldcache-hook {p}: must be an absolute path (engines run hooks by path) or `none`")
         }
-        Some(p) => return Ok(Some(p.to_string())),
+        Some(p) => {
+            if let Some(m) = host_mount
+                && !m.join(p.trim_start_matches('/')).is_file()
+            {
+                // Once per process: `--watch` asks again at every pass.
+                static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+                if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!(
+                        "ld.so.cache hook {p} is not on the node yet; specs are written without it until it is"
+                    );
+                }
+                return Ok(None);
+            }
+            return Ok(Some(p.to_string()));
+        }
         None => {}
     }
     let candidate = match config()?.hook_path {
@@ -147,17 +181,34 @@ fn config() -> anyhow::Result<Config> {
     Config::load_default().with_context(|| format!("loading the actk config file {}", path.display()))
 }
 
-fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
-    if a.root.is_none() || a.profiles_dir.is_none() {
-        let c = config()?;
-        a.root.get_or_insert(c.root);
-        a.profiles_dir.get_or_insert(c.profiles_dir);
+/// Host paths of an inventory as the node sees them: `host_mount` removed from their front.
+fn strip_host_mount(inv: &mut actk_core::inventory::Inventory, host_mount: &Path) {
+    let strip = |p: &mut PathBuf| {
+        if let Ok(rest) = p.strip_prefix(host_mount) {
+            *p = Path::new("/").join(rest);
+        }
+    };
+    for v in &mut inv.vendors {
+        for n in v.devices.iter_mut().flat_map(|d| d.nodes.iter_mut()).chain(v.shared_nodes.iter_mut()) {
+            strip(&mut n.host_path);
+        }
+        for f in &mut v.host_files {
+            strip(&mut f.host_path);
+        }
     }
-    let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let profiles = actk_core::profile::load(a.profiles_dir.as_deref()).context("loading vendor profiles")?;
-    let inventory = actk_core::discover::discover(&root, &profiles);
-    for w in &inventory.warnings {
-        tracing::warn!("{w}");
+}
+
+/// One discovery and generation pass: the specs of the host as the options ask (devices under
+/// `root`, driver files under `--driver-root`, default `root`).
+fn discover_and_generate(
+    a: &GenerateArgs,
+    root: &Path,
+    profiles: &[actk_core::profile::Profile],
+) -> anyhow::Result<(Vec<actk_core::cdi::Spec>, Vec<String>)> {
+    let driver_root = a.driver_root.clone().unwrap_or_else(|| root.to_path_buf());
+    let mut inventory = actk_core::discover::discover_roots(root, &driver_root, profiles);
+    if let Some(m) = &a.host_mount {
+        strip_host_mount(&mut inventory, m);
     }
     let opts = GenerateOptions {
         device_name_strategy: match a.device_name_strategy {
@@ -166,11 +217,52 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
             StrategyArg::Both => DeviceNameStrategy::Both,
         },
         capabilities: a.capabilities.clone(),
-        ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref())?,
+        ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref(), a.host_mount.as_deref())?,
     };
-    let specs = generate_all(&profiles, &inventory, a.vendor.as_deref(), &opts)?;
+    let specs = generate_all(profiles, &inventory, a.vendor.as_deref(), &opts)?;
+    for spec in &specs {
+        if let Err(errors) = validate_spec(spec) {
+            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+            bail!("generated spec for {} is invalid (a defect in actk): {}", spec.kind, msgs.join("; "));
+        }
+    }
+    let found = inventory.vendors.iter().map(|v| v.kind.clone()).collect();
+    // Once per distinct set: `--watch` asks every few seconds and a node that stays broken
+    // must not fill the log.
+    static LAST: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let warnings: Vec<String> = inventory.warnings.iter().map(|w| w.to_string()).collect();
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if *last != warnings {
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        *last = warnings;
+    }
+    Ok((specs, found))
+}
+
+fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
+    if a.root.is_none() || a.profiles_dir.is_none() || a.driver_root.is_none() {
+        let c = config()?;
+        if a.root.is_none() && a.driver_root.is_none() {
+            a.driver_root = c.driver_root.clone();
+        }
+        a.root.get_or_insert(c.root);
+        a.profiles_dir.get_or_insert(c.profiles_dir);
+    }
+    let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    if !root.is_dir() {
+        bail!(
+            "host root {} does not exist or is not a directory (--root / ACTK_ROOT / root in the config file)",
+            root.display()
+        );
+    }
+    let profiles = actk_core::profile::load(a.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    if let Some(secs) = a.watch {
+        return watch(&a, &root, &profiles, secs);
+    }
+    let (specs, found) = discover_and_generate(&a, &root, &profiles)?;
     if specs.is_empty() {
-        let found: Vec<&str> = inventory.vendors.iter().map(|v| v.kind.as_str()).collect();
         match &a.vendor {
             Some(v) => bail!(
                 "no devices of vendor {v:?} under {} (found: {}); --vendor takes a profile name such as nvidia or a kind such as nvidia.com/gpu",
@@ -181,12 +273,6 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
                 eprintln!("actk: no accelerator devices found under {}; no CDI spec generated", root.display());
                 return Ok(());
             }
-        }
-    }
-    for spec in &specs {
-        if let Err(errors) = validate_spec(spec) {
-            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            bail!("generated spec for {} is invalid (a defect in actk): {}", spec.kind, msgs.join("; "));
         }
     }
     let output = output_kind(a.output.as_deref());
@@ -236,6 +322,72 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `--watch`: generate every `secs` seconds into the `--output` directory until SIGTERM/SIGINT,
+/// writing a file only when its text changed; then remove what was written.
+fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile], secs: u64) -> anyhow::Result<()> {
+    let dir = match output_kind(a.output.as_deref()) {
+        Output::Dir(d) => d,
+        _ => bail!("--watch needs --output DIR (a directory: one spec file per kind)"),
+    };
+    if secs == 0 {
+        bail!("--watch {secs}: give the interval in seconds, at least 1");
+    }
+    let format = match a.format {
+        Some(FormatArg::Yaml) => Format::Yaml,
+        _ => Format::Json,
+    };
+    let stop = super::Stop::install()?;
+    let mut written: std::collections::BTreeSet<PathBuf> = Default::default();
+    let mut last_error = String::new();
+    println!("watching {} every {secs} s; specs go to {}", root.display(), dir.display());
+    loop {
+        match discover_and_generate(a, root, profiles) {
+            Ok((specs, _)) => {
+                last_error.clear();
+                let mut now = std::collections::BTreeSet::new();
+                for spec in &specs {
+                    let path = dir.join(actk_core::cdi::write::default_file_name(spec, format));
+                    let text = to_text(spec, format)?;
+                    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                        write_spec(spec, &path, format)?;
+                        println!(
+                            "wrote {} ({}, {} devices, cdiVersion {})",
+                            path.display(),
+                            spec.kind,
+                            spec.devices.len(),
+                            spec.cdi_version
+                        );
+                    }
+                    now.insert(path);
+                }
+                for gone in written.difference(&now) {
+                    if std::fs::remove_file(gone).is_ok() {
+                        println!("removed {} (its devices are gone)", gone.display());
+                    }
+                }
+                written = now;
+            }
+            Err(e) => {
+                // Logged once per distinct error: a driver half-way through an upgrade must not
+                // flood the log, nor stop the refresh.
+                let msg = format!("{e:#}");
+                if msg != last_error {
+                    eprintln!("actk: cdi generate: {msg}; trying again every {secs} s");
+                    last_error = msg;
+                }
+            }
+        }
+        if stop.wait(std::time::Duration::from_secs(secs)) {
+            break;
+        }
+    }
+    for p in &written {
+        let _ = std::fs::remove_file(p);
+        println!("removed {}", p.display());
     }
     Ok(())
 }

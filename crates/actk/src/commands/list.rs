@@ -1,6 +1,6 @@
 //! `actk list`: one line per accelerator device, like `nvidia-smi -L` or `neuron-ls`.
 
-use actk_core::discover::discover;
+use actk_core::discover::discover_roots;
 use actk_core::inventory::{Device, Inventory};
 use actk_core::profile::{self, Profile};
 use anyhow::Context;
@@ -14,6 +14,10 @@ pub struct Source {
     /// /run/nvidia/driver, or a fixture directory.
     #[arg(long, env = "ACTK_ROOT", default_value = "/")]
     pub root: PathBuf,
+    /// Where the driver's libraries, tools and firmware are when apart from --root (the GPU
+    /// Operator's driver container: `--root / --driver-root /run/nvidia/driver`); default: --root.
+    #[arg(long, env = "ACTK_DRIVER_ROOT")]
+    pub driver_root: Option<PathBuf>,
     /// Directory of user vendor profiles (`*.toml`); a missing directory means built-ins only.
     #[arg(long, env = "ACTK_PROFILES_DIR", default_value = profile::DEFAULT_PROFILES_DIR)]
     pub profiles_dir: PathBuf,
@@ -25,7 +29,7 @@ impl Source {
     pub fn inventory(&self) -> anyhow::Result<(Vec<Profile>, Inventory)> {
         let profiles = profile::load(Some(&self.profiles_dir))
             .with_context(|| format!("loading vendor profiles from {}", self.profiles_dir.display()))?;
-        let inv = discover(&self.root, &profiles);
+        let inv = discover_roots(&self.root, self.driver_root.as_deref().unwrap_or(&self.root), &profiles);
         print_warnings(&inv);
         Ok((profiles, inv))
     }

@@ -269,7 +269,7 @@ fn edit_file(
     if let Some(cur) = &current
         && !bak.exists()
     {
-        std::fs::write(&bak, cur).with_context(|| format!("cannot write the backup {}", bak.display()))?;
+        write_backup(file, &bak, cur)?;
     }
     write_atomic(file, &edited)?;
     Ok("edited")
@@ -417,12 +417,29 @@ fn lock_dir(file: &Path) -> Result<Option<std::fs::File>> {
 }
 
 /// Writes `text` to `file` atomically (temporary file in the same directory, fsync, rename),
-/// keeping the old file's permissions; creates the directory when missing (0755 under any
+/// keeping the old file's mode and owner; creates the directory when missing (0755 under any
 /// umask: engines reading it as another user, rootless podman, must be able to).
 fn write_atomic(file: &Path, text: &str) -> Result<()> {
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     actk_core::cdi::write::create_dirs_0755(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let perms = std::fs::metadata(file).ok().map(|m| m.permissions());
+    let meta = std::fs::metadata(file).ok();
+    replace_with(file, text, meta.as_ref())
+}
+
+/// Writes the backup `bak` of `file` (whose content is `text`) with the original's mode and
+/// owner: an engine config of mode 0600 (it may hold registry credentials) must not gain a 0644
+/// copy next to it. Atomic, so a reader never sees a half-written or wider-open backup.
+fn write_backup(file: &Path, bak: &Path, text: &str) -> Result<()> {
+    let meta = std::fs::metadata(file).with_context(|| format!("cannot stat {}", file.display()))?;
+    replace_with(bak, text, Some(&meta)).with_context(|| format!("cannot write the backup {}", bak.display()))
+}
+
+/// Puts `text` at `target` through a temporary file in its directory, created 0600 and given
+/// `like`'s mode and owner (0644 and the caller's when `None`) before it is renamed into place.
+fn replace_with(target: &Path, text: &str, like: Option<&std::fs::Metadata>) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // tempfile creates the file 0600: it is never more open than the original while written.
     let mut tmp = tempfile::Builder::new()
         .prefix(".actk-")
         .tempfile_in(dir)
@@ -430,12 +447,17 @@ fn write_atomic(file: &Path, text: &str) -> Result<()> {
     tmp.write_all(text.as_bytes())
         .and_then(|_| tmp.as_file().sync_all())
         .with_context(|| format!("cannot write {}", tmp.path().display()))?;
-    let perms = perms.unwrap_or_else(|| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::Permissions::from_mode(0o644)
-    });
-    tmp.as_file().set_permissions(perms)?;
-    tmp.persist(file).map_err(|e| e.error).with_context(|| format!("cannot replace {}", file.display()))?;
+    let mode = like.map(|m| m.mode() & 0o7777).unwrap_or(0o644);
+    if let Some(m) = like
+        && (m.uid() != rustix::process::geteuid().as_raw() || m.gid() != rustix::process::getegid().as_raw())
+    {
+        // Only root may give a file away; anyone else keeps owning what they write.
+        std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()))
+            .with_context(|| format!("cannot give {} the owner of the original", tmp.path().display()))?;
+    }
+    // After chown, which clears set-id bits.
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.persist(target).map_err(|e| e.error).with_context(|| format!("cannot replace {}", target.display()))?;
     Ok(())
 }
 

@@ -13,6 +13,12 @@
 //!
 //! Input is untrusted bytes: every offset is bounds-checked and bad input is an error, never a
 //! panic.
+//!
+//! [`write`] builds a cache (actk-inject adds the injected library directories to a container's
+//! cache with it instead of running ldconfig), [`elf`] reads what ldconfig reads from a library.
+
+pub mod elf;
+pub mod write;
 
 /// One library in the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +29,7 @@ pub struct CacheEntry {
     /// (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`; usually the soname symlink).
     pub path: String,
     /// ldconfig's flags: low byte = type (3 = ELF libc6), next byte = architecture
-    /// (`0x03` x86-64, `0x00` i386 for libc6 type, ...).
+    /// (`0x03` x86-64, `0x0a` aarch64, `0x00` i386 for libc6 type, ...).
     pub flags: u32,
 }
 
@@ -34,8 +40,58 @@ pub enum LibArch {
     X86_64,
     /// No architecture bits, ELF type 1-3 (0x0003 for libc6): 32-bit x86, what `compat32` mounts.
     I386,
-    /// Anything else (x32, aarch64, other ELF types); carries the raw flags.
+    /// `FLAG_AARCH64_LIB64` set (0x0a03, `libc6,AArch64` in `ldconfig -p`): 64-bit Arm, what
+    /// ldconfig on an arm64 host (Grace Hopper, Grace Blackwell) writes for every library.
+    Aarch64,
+    /// Anything else (x32, 32-bit Arm, other ELF types); carries the raw flags.
     Other(u32),
+}
+
+impl LibArch {
+    /// The native 64-bit library architecture of a host whose kernel reports `machine`
+    /// (`uname -m`, /proc/sys/kernel/arch): `x86_64` or `aarch64` (`arm64` accepted). `None` for
+    /// other machines, whose libraries actk does not know how to tell apart.
+    pub fn native(machine: &str) -> Option<LibArch> {
+        match machine.trim() {
+            "x86_64" | "amd64" => Some(LibArch::X86_64),
+            "aarch64" | "arm64" => Some(LibArch::Aarch64),
+            _ => None,
+        }
+    }
+
+    /// The 32-bit compatibility architecture next to `self` (`compat32`): i386 on x86-64; none on
+    /// aarch64 (no 32-bit Arm driver libraries exist for data-center GPUs).
+    pub fn compat32(self) -> Option<LibArch> {
+        match self {
+            LibArch::X86_64 => Some(LibArch::I386),
+            _ => None,
+        }
+    }
+
+    /// The multiarch triplet directory name (`x86_64-linux-gnu`, `aarch64-linux-gnu`, `i386-linux-gnu`).
+    pub fn triplet(self) -> Option<&'static str> {
+        match self {
+            LibArch::X86_64 => Some("x86_64-linux-gnu"),
+            LibArch::Aarch64 => Some("aarch64-linux-gnu"),
+            LibArch::I386 => Some("i386-linux-gnu"),
+            LibArch::Other(_) => None,
+        }
+    }
+
+    /// Whether an ELF header (the first bytes of a file) is a shared object of this architecture:
+    /// class and `e_machine` (EM_X86_64 62, EM_AARCH64 183, EM_386 3), little-endian.
+    pub fn matches_elf(self, head: &[u8]) -> bool {
+        if head.len() < 20 || &head[..4] != b"\x7fELF" || head[5] != 1 {
+            return false;
+        }
+        let machine = u16::from_le_bytes([head[18], head[19]]);
+        match self {
+            LibArch::X86_64 => head[4] == 2 && machine == 62,
+            LibArch::Aarch64 => head[4] == 2 && machine == 183,
+            LibArch::I386 => head[4] == 1 && machine == 3,
+            LibArch::Other(_) => false,
+        }
+    }
 }
 
 impl CacheEntry {
@@ -48,9 +104,11 @@ impl CacheEntry {
         const FLAG_TYPE_MASK: u32 = 0x00ff;
         const FLAG_REQUIRED_MASK: u32 = 0xff00;
         const FLAG_X8664_LIB64: u32 = 0x0300;
+        const FLAG_AARCH64_LIB64: u32 = 0x0a00;
         let elf_type = self.flags & FLAG_TYPE_MASK;
         match self.flags & FLAG_REQUIRED_MASK {
             FLAG_X8664_LIB64 => LibArch::X86_64,
+            FLAG_AARCH64_LIB64 => LibArch::Aarch64,
             0 if (1..=3).contains(&elf_type) => LibArch::I386,
             _ => LibArch::Other(self.flags),
         }
@@ -88,11 +146,38 @@ const NEW_ENTRY: usize = 24;
 const OLD_HEADER: usize = 16;
 const OLD_ENTRY: usize = 12;
 
+/// One cache entry with every field, as [`parse_entries`] reads it and [`write::encode`] writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The soname looked up (`libcuda.so.1`).
+    pub key: String,
+    /// The file providing it.
+    pub path: String,
+    /// ldconfig's flags (type in the low byte, architecture in the next: `0x0303` x86-64 libc6).
+    pub flags: i32,
+    /// Lowest kernel version the library needs (ELF ABI note), `0` when none.
+    pub osversion: u32,
+    /// Legacy hwcap bits, or for a `glibc-hwcaps` entry [`write::HWCAP_EXTENSION`] | ISA level
+    /// << 32 | index into the cache's hwcaps names.
+    pub hwcap: u64,
+    /// For a `glibc-hwcaps` entry, its subdirectory name (`x86-64-v3`) from the cache extension.
+    pub hwcaps: Option<String>,
+}
+
 /// Parse a whole ld.so.cache file. Entries keep the file's order (ldconfig sorts them by
 /// soname, most specific first). Errors: [`LdCacheError`]; never panics.
 pub fn parse(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
+    Ok(parse_entries(bytes)?
+        .into_iter()
+        .map(|e| CacheEntry { key: e.key, path: e.path, flags: e.flags as u32 })
+        .collect())
+}
+
+/// [`parse`] with every field of each entry, and the `glibc-hwcaps` subdirectory names of the
+/// cache extension (glibc 2.33+; a missing or malformed extension means no names).
+pub fn parse_entries(bytes: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
     if bytes.starts_with(NEW_MAGIC) {
-        return parse_new(bytes);
+        return parse_new(bytes, bytes);
     }
     if !bytes.starts_with(OLD_MAGIC) {
         return Err(LdCacheError::BadMagic);
@@ -108,12 +193,14 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
     if let Some(rest) = bytes.get(new_start..)
         && rest.starts_with(NEW_MAGIC)
     {
-        return parse_new(rest);
+        return parse_new(rest, bytes);
     }
     entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &bytes[table_end..])
 }
 
-fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
+/// The new-format cache `bytes`, a part of the whole `file` (extension offsets count from the
+/// start of the file, string offsets from the start of the new header).
+fn parse_new(bytes: &[u8], file: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
     let nlibs = read_u32(bytes, 20, "header")? as usize;
     match bytes.get(28) {
         Some(3) => return Err(LdCacheError::BigEndian),
@@ -125,26 +212,69 @@ fn parse_new(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
         .and_then(|n| n.checked_add(NEW_HEADER))
         .filter(|&end| end <= bytes.len())
         .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
-    entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, bytes)
+    let mut list = entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, bytes)?;
+    let names = read_u32(bytes, 32, "header").ok().map(|o| hwcaps_names(file, o as usize, bytes)).unwrap_or_default();
+    for e in &mut list {
+        if e.hwcap & write::HWCAP_EXTENSION != 0 {
+            e.hwcaps = names.get(e.hwcap as u32 as usize).cloned();
+        }
+    }
+    Ok(list)
+}
+
+/// The `glibc-hwcaps` names of the cache extension at `offset` in `file` (glibc
+/// `cache_extension`: magic, count, then `{tag, flags, offset, size}` sections; tag 1 is an
+/// array of string offsets into `strings`). Anything malformed gives no names.
+fn hwcaps_names(file: &[u8], offset: usize, strings: &[u8]) -> Vec<String> {
+    if offset == 0 || read_u32(file, offset, "extension").ok() != Some(write::EXTENSION_MAGIC) {
+        return Vec::new();
+    }
+    let Ok(count) = read_u32(file, offset + 4, "extension") else { return Vec::new() };
+    for i in 0..count.min(64) as usize {
+        let sec = offset + 8 + i * 16;
+        let (Ok(tag), Ok(off), Ok(size)) = (
+            read_u32(file, sec, "extension"),
+            read_u32(file, sec + 8, "extension"),
+            read_u32(file, sec + 12, "extension"),
+        ) else {
+            return Vec::new();
+        };
+        if tag == write::TAG_GLIBC_HWCAPS {
+            return (0..size as usize / 4)
+                .map_while(|j| read_u32(file, off as usize + j * 4, "extension").ok())
+                .map_while(|s| read_str(strings, s as usize).ok())
+                .collect();
+        }
+    }
+    Vec::new()
 }
 
 /// The `nlibs` entries of a table at `start` in `bytes`, each `size` bytes beginning with
-/// `flags, key, value` (u32 each); `key` and `value` are offsets into `strings` (the string
-/// table after the old format's entries; the whole file in the new format).
-fn entries(
-    bytes: &[u8],
-    start: usize,
-    size: usize,
-    nlibs: usize,
-    strings: &[u8],
-) -> Result<Vec<CacheEntry>, LdCacheError> {
+/// `flags, key, value` (u32 each, then in the new format `osversion: u32, hwcap: u64`); `key`
+/// and `value` are offsets into `strings` (the string table after the old format's entries; the
+/// whole file in the new format).
+fn entries(bytes: &[u8], start: usize, size: usize, nlibs: usize, strings: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
     (0..nlibs)
         .map(|i| {
             let at = start + i * size;
-            let flags = read_u32(bytes, at, "entry")?;
+            let flags = read_u32(bytes, at, "entry")? as i32;
             let key = read_u32(bytes, at + 4, "entry")? as usize;
             let value = read_u32(bytes, at + 8, "entry")? as usize;
-            Ok(CacheEntry { key: read_str(strings, key)?, path: read_str(strings, value)?, flags })
+            let (osversion, hwcap) = if size == NEW_ENTRY {
+                let lo = read_u32(bytes, at + 16, "entry")? as u64;
+                let hi = read_u32(bytes, at + 20, "entry")? as u64;
+                (read_u32(bytes, at + 12, "entry")?, lo | hi << 32)
+            } else {
+                (0, 0)
+            };
+            Ok(Entry {
+                key: read_str(strings, key)?,
+                path: read_str(strings, value)?,
+                flags,
+                osversion,
+                hwcap,
+                hwcaps: None,
+            })
         })
         .collect()
 }

@@ -1,0 +1,252 @@
+//! `actk node setup` / `actk node teardown`: make a Kubernetes node run containers through
+//! actk-runtime, from a pod that sees the node's `/` under `--host-mount` (the Helm chart's
+//! node-setup DaemonSet), or on the node itself (`--host-mount /`).
+//!
+//! setup, in this order (each step undone by teardown, in reverse):
+//! 1. install `actk-runtime` and `actk-hook` (copied from next to this `actk`) into
+//!    `INSTALL_DIR/bin`, a config `INSTALL_DIR/config.toml` (host root, CDI spec directories,
+//!    hook path) and the runtime the engine runs, `INSTALL_DIR/actk-runtime`: a two-line
+//!    `/bin/sh` wrapper setting `ACTK_CONFIG` to that file, so nothing of the node's own
+//!    /etc/actk is touched (as the NVIDIA toolkit container installs `nvidia-container-runtime`);
+//! 2. register it with containerd: `actk runtime configure --runtime containerd` on the node's
+//!    config file (a `.bak` keeps the original; teardown restores it byte for byte);
+//! 3. restart containerd so it reads the file: SIGTERM to the process serving the containerd
+//!    socket (found with SO_PEERCRED, so the pod needs `hostPID`), which its service manager
+//!    starts again (systemd's containerd.service has `Restart=always`); running containers keep
+//!    running (their shims stay). `--restart none` leaves the restart to the admin.
+//!
+//! With `--wait`, setup stays until SIGTERM or SIGINT and then tears down: a DaemonSet pod that
+//! is deleted (`helm uninstall`) leaves the node as it found it.
+
+use anyhow::{Context, Result, bail};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+use std::time::{Duration, Instant};
+
+/// `actk node` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum Command {
+    /// Install actk-runtime on the node and register it with containerd.
+    Setup(Args),
+    /// Undo `setup`: unregister, remove the installed files, restart containerd.
+    Teardown(Args),
+}
+
+/// How containerd learns about the changed config.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// SIGTERM to containerd (its service manager starts it again).
+    Signal,
+    /// Nothing: restart containerd yourself.
+    None,
+}
+
+/// Arguments of `actk node setup|teardown`. Paths are as on the node; this process reaches
+/// them under `--host-mount`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Where the node's `/` is visible to this process (`/host` in the chart's pod).
+    #[arg(long, default_value = "/")]
+    pub host_mount: PathBuf,
+    /// Directory on the node for actk-runtime, actk-hook and their config.
+    #[arg(long, default_value = "/usr/local/actk")]
+    pub install_dir: PathBuf,
+    /// containerd's config file on the node.
+    #[arg(long, default_value = "/etc/containerd/config.toml")]
+    pub config: PathBuf,
+    /// containerd's socket on the node.
+    #[arg(long, default_value = "/run/containerd/containerd.sock")]
+    pub socket: PathBuf,
+    /// Runtime name to register (pods select it with a RuntimeClass whose handler is this name).
+    #[arg(long, default_value = "actk")]
+    pub name: String,
+    /// Host root actk-runtime discovers devices in (`/`, or a driver container's root).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// CDI spec directories actk-runtime reads (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "/etc/cdi,/var/run/cdi")]
+    pub spec_dirs: Vec<PathBuf>,
+    /// How containerd is made to read the changed config.
+    #[arg(long, value_enum, default_value = "signal")]
+    pub restart: Restart,
+    /// setup only: stay until SIGTERM/SIGINT, then tear down.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// Runs an `actk node` subcommand.
+pub fn run(c: Command) -> Result<()> {
+    match c {
+        Command::Setup(a) => {
+            // Handlers first: a pod deleted while setup runs must still be torn down.
+            let stop = super::Stop::install()?;
+            setup(&a)?;
+            if a.wait {
+                println!("actk node setup: done; waiting for SIGTERM to tear down");
+                while !stop.wait(Duration::from_secs(3600)) {}
+                teardown(&a)?;
+            }
+            Ok(())
+        }
+        Command::Teardown(a) => teardown(&a),
+    }
+}
+
+/// `p` (a node path) as this process reaches it.
+fn on_node(a: &Args, p: &Path) -> PathBuf {
+    a.host_mount.join(p.strip_prefix("/").unwrap_or(p))
+}
+
+fn check(a: &Args) -> Result<()> {
+    for (flag, p) in [("--install-dir", &a.install_dir), ("--config", &a.config), ("--socket", &a.socket)] {
+        if !p.is_absolute() {
+            bail!("{flag} {}: give the absolute path on the node", p.display());
+        }
+    }
+    if !a.host_mount.is_dir() {
+        bail!("--host-mount {}: not a directory (where the node's / is mounted)", a.host_mount.display());
+    }
+    Ok(())
+}
+
+fn copy_exe(from: &Path, to: &Path) -> Result<()> {
+    let tmp = to.with_extension("actk-tmp");
+    std::fs::copy(from, &tmp).with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))
+}
+
+fn write_file(to: &Path, text: &str, mode: u32) -> Result<()> {
+    let tmp = to.with_extension("actk-tmp");
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+    std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))
+}
+
+/// The runtime config actk-runtime gets on the node (a TOML document of actk-core's Config).
+fn runtime_config(a: &Args) -> Result<String> {
+    let hook = a.install_dir.join("bin/actk-hook");
+    let cfg = actk_core::config::Config {
+        root: a.root.clone(),
+        spec_dirs: a.spec_dirs.clone(),
+        hook_path: Some(hook),
+        ..Default::default()
+    };
+    let body = toml::to_string(&cfg).context("serialising the runtime config")?;
+    Ok(format!("# Written by `actk node setup`; removed by `actk node teardown`.\n{body}"))
+}
+
+fn configure(a: &Args, remove: bool) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this actk")?;
+    let mut cmd = Process::new(exe);
+    cmd.args(["runtime", "configure", "--runtime", "containerd", "--name", &a.name, "--config"]);
+    cmd.arg(on_node(a, &a.config));
+    if remove {
+        cmd.arg("--remove");
+    } else {
+        cmd.arg("--path").arg(a.install_dir.join("actk-runtime"));
+    }
+    let out = cmd.output().context("running actk runtime configure")?;
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    if !out.status.success() {
+        bail!("actk runtime configure failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+fn setup(a: &Args) -> Result<()> {
+    check(a)?;
+    if !on_node(a, &a.config).is_file() {
+        bail!(
+            "containerd config {} not found on the node (under {}): give --config (chart: nodeSetup.containerd.config)",
+            a.config.display(),
+            a.host_mount.display()
+        );
+    }
+    let here = std::env::current_exe().context("finding this actk")?;
+    let here = here.parent().unwrap_or(Path::new("/"));
+    let dir = on_node(a, &a.install_dir);
+    std::fs::create_dir_all(dir.join("bin")).with_context(|| format!("creating {}", dir.display()))?;
+    for b in ["actk-runtime", "actk-hook"] {
+        copy_exe(&here.join(b), &dir.join("bin").join(b))?;
+    }
+    write_file(&dir.join("config.toml"), &runtime_config(a)?, 0o644)?;
+    let wrapper = format!(
+        "#!/bin/sh\n# actk-runtime with its config, written by `actk node setup`.\nACTK_CONFIG={} exec {} \"$@\"\n",
+        a.install_dir.join("config.toml").display(),
+        a.install_dir.join("bin/actk-runtime").display()
+    );
+    write_file(&dir.join("actk-runtime"), &wrapper, 0o755)?;
+    println!("installed actk-runtime and actk-hook in {}", a.install_dir.display());
+    configure(a, false)?;
+    restart(a)
+}
+
+fn teardown(a: &Args) -> Result<()> {
+    check(a)?;
+    if on_node(a, &a.config).is_file() {
+        configure(a, true)?;
+    }
+    let dir = on_node(a, &a.install_dir);
+    for f in ["actk-runtime", "config.toml", "bin/actk-runtime", "bin/actk-hook"] {
+        match std::fs::remove_file(dir.join(f)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", dir.join(f).display())),
+        }
+    }
+    for d in [dir.join("bin"), dir.clone()] {
+        let _ = std::fs::remove_dir(d); // only when empty: the admin may keep other files there
+    }
+    println!("removed actk-runtime and actk-hook from {}", a.install_dir.display());
+    restart(a)
+}
+
+/// The pid of the process serving the unix socket `sock` (SO_PEERCRED on a connection to it;
+/// 0 when that process is outside this pid namespace).
+fn server_pid(sock: &Path) -> Result<i32> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().context("starting tokio")?;
+    rt.block_on(async {
+        let conn =
+            tokio::net::UnixStream::connect(sock).await.with_context(|| format!("connecting to {}", sock.display()))?;
+        Ok(conn.peer_cred().context("SO_PEERCRED")?.pid().unwrap_or(0))
+    })
+}
+
+fn restart(a: &Args) -> Result<()> {
+    if a.restart == Restart::None {
+        println!("restart containerd to apply the change (systemctl restart containerd)");
+        return Ok(());
+    }
+    let sock = on_node(a, &a.socket);
+    let pid = match server_pid(&sock) {
+        Ok(p) => p,
+        Err(e) if format!("{e:#}").contains("Connection refused") || !sock.exists() => {
+            println!("containerd does not run (no {}): it reads the config when it starts", a.socket.display());
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let p = rustix::process::Pid::from_raw(pid)
+        .context("the containerd process is not visible in this pid namespace: run the node setup with hostPID")?;
+    rustix::process::kill_process(p, rustix::process::Signal::TERM)
+        .with_context(|| format!("sending SIGTERM to containerd (pid {pid})"))?;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(90) {
+        std::thread::sleep(Duration::from_millis(250));
+        if let Ok(new) = server_pid(&sock)
+            && new != pid
+        {
+            println!("containerd restarted (pid {pid} -> {new})");
+            return Ok(());
+        }
+    }
+    bail!(
+        "containerd (pid {pid}) was stopped but nothing serves {} again after 90 s: is it run by a service manager that restarts it?",
+        a.socket.display()
+    )
+}

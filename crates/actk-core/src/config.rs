@@ -147,6 +147,32 @@ impl Config {
         Config::load(&path)
     }
 
+    /// Only `runtimes` of the file named by [`Config::path_from_env`], for actk-runtime's calls
+    /// other than `create` and `run`, which exec the low-level runtime at once and need nothing
+    /// else (issue 14: no config parse before that exec). The TOML parser is skipped when the
+    /// file does not mention `runtimes` (the defaults then) or sets it on one top-level line in
+    /// the plain form `runtimes = ["a", "b"]` (what `actk config default` writes); any other
+    /// form is parsed in full, with [`Config::load`]'s errors. Other keys are not checked here:
+    /// a mistake in them fails the next `create`, not the `delete` of a running container.
+    /// Errors: [`ConfigError::Missing`], [`ConfigError::Read`], and parse errors of the full path.
+    pub fn load_runtimes() -> Result<Vec<String>, ConfigError> {
+        let path = Config::path_from_env();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if std::env::var_os(CONFIG_ENV).is_some_and(|p| !p.is_empty()) {
+                    return Err(ConfigError::Missing { path });
+                }
+                return Ok(Config::default().runtimes);
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        match plain_runtimes(&text) {
+            Some(r) => Ok(r),
+            None => Ok(Config::parse(&text, &path)?.runtimes),
+        }
+    }
+
     /// Loads `path`; a missing file gives [`Config::default`]. Errors: unreadable file,
     /// invalid TOML, unknown key, wrong type (each naming `path`, line and column).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -184,6 +210,53 @@ impl Config {
         // than panic if a future field ever makes it fail.
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render config as TOML: {e}\n# {self:?}\n"))
     }
+}
+
+/// `runtimes` read without the TOML parser when that is certain to give the parser's answer:
+/// `Some(defaults)` when the text does not contain `runtimes` at all, `Some(list)` for one
+/// top-level line `runtimes = ["a", "b"]` (strings without escapes, optional trailing comma and
+/// comment), `None` (parse in full) for anything else.
+fn plain_runtimes(text: &str) -> Option<Vec<String>> {
+    if !text.contains("runtimes") {
+        return Some(Config::default().runtimes);
+    }
+    if text.contains("\"\"\"") || text.contains("'''") {
+        return None; // a multi-line string could hold a line that looks like the key
+    }
+    let mut found = None;
+    for line in text.lines() {
+        let l = line.trim_start();
+        if l.starts_with('[') {
+            break;
+        }
+        let Some(rest) = l.strip_prefix("runtimes") else { continue };
+        if found.is_some() {
+            return None; // twice: the parser's error
+        }
+        let rest = rest.trim_start().strip_prefix('=')?.trim_start().strip_prefix('[')?;
+        let (items, after) = rest.split_once(']')?;
+        let after = after.trim();
+        if !(after.is_empty() || after.starts_with('#')) {
+            return None;
+        }
+        let mut list = Vec::new();
+        let parts: Vec<&str> = items.split(',').map(str::trim).collect();
+        for (i, part) in parts.iter().enumerate() {
+            if part.is_empty() && i + 1 == parts.len() && i > 0 {
+                continue; // trailing comma
+            }
+            let s = part.strip_prefix('"')?.strip_suffix('"')?;
+            if s.contains(['"', '\\']) || s.chars().any(char::is_control) {
+                return None;
+            }
+            list.push(s.to_string());
+        }
+        if items.trim().is_empty() {
+            list.clear();
+        }
+        found = Some(list);
+    }
+    found
 }
 
 /// The commented default configuration (`actk config default`); parses to [`Config::default`].
@@ -343,6 +416,37 @@ mod tests {
         assert!(err.contains("always") && err.contains("privileged") && err.contains("never"), "{err}");
         let err = Config::parse("[policy]\nenv = \"never\"\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("`env`") && err.contains("env_requests"), "{err}");
+    }
+
+    #[test]
+    fn runtimes_without_the_parser_agree_with_the_parser() {
+        let cases = [
+            "",
+            "root = \"/\"\n",
+            "runtimes = [\"runc\"]\n",
+            "# c\nruntimes = [ \"/usr/bin/crun\" , \"runc\", ] # fallback\nroot = \"/x\"\n[nvidia]\n",
+            "runtimes = []\n",
+            "runtimes=[\"a b\"]\n",
+            &default_toml(),
+            // Forms only the parser reads: every one must give the parser's answer or error.
+            "runtimes = [\n  \"runc\",\n]\n",
+            "runtimes = ['runc']\n",
+            "runtimes = [\"r\\u0075nc\"]\n",
+            "\"runtimes\" = [\"x\"]\n",
+            "runtimes = [\"a\"]\nruntimes = [\"b\"]\n",
+            "runtimes = [\"a\"] x\n",
+            "[nvidia]\nruntimes = [\"x\"]\n",
+            "# runtimes are the default\n",
+            "root = \"\"\"\nruntimes = [\"x\"]\n\"\"\"\n",
+        ];
+        for text in cases {
+            let parsed = Config::parse(text, Path::new("c")).map(|c| c.runtimes).ok();
+            if let Some(fast) = plain_runtimes(text) {
+                assert_eq!(Some(fast), parsed, "fast path disagrees on {text:?}");
+            }
+        }
+        assert_eq!(plain_runtimes("runtimes = [\"/usr/bin/crun\", \"runc\",]\n").unwrap(), ["/usr/bin/crun", "runc"]);
+        assert!(plain_runtimes("runtimes = [\n\"runc\"]\n").is_none(), "multi-line goes to the parser");
     }
 
     #[test]

@@ -410,21 +410,39 @@ fn hook_json(h: &Hook) -> Value {
 /// appends it. The elements are indexed by key once, so this stays linear in the list and the
 /// entries (a container start adds dozens of mounts to a spec that has dozens already).
 fn upsert_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>) {
-    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for (i, v) in list.iter().enumerate() {
-        if let Some(k) = v.get(key).and_then(Value::as_str) {
-            index.entry(k.to_string()).or_insert(i);
-        }
-    }
-    for entry in entries {
-        match entry.get(key).and_then(Value::as_str).and_then(|k| index.get(k)).copied() {
-            Some(i) => list[i] = entry,
-            None => {
-                if let Some(k) = entry.get(key).and_then(Value::as_str) {
-                    index.insert(k.to_string(), list.len());
-                }
-                list.push(entry);
+    // Where each entry goes, worked out first with the keys borrowed (no copy of any string):
+    // `Some(i)` replaces element i, `None` appends.
+    let targets: Vec<Option<usize>> = {
+        let mut index: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        for (i, v) in list.iter().enumerate() {
+            if let Some(k) = v.get(key).and_then(Value::as_str) {
+                index.entry(k).or_insert(i);
             }
+        }
+        let mut next = list.len();
+        entries
+            .iter()
+            .map(|e| {
+                let k = e.get(key).and_then(Value::as_str);
+                match k.and_then(|k| index.get(k)).copied() {
+                    Some(i) => Some(i),
+                    None => {
+                        if let Some(k) = k {
+                            index.insert(k, next);
+                        }
+                        next += 1;
+                        None
+                    }
+                }
+            })
+            .collect()
+    };
+    for (entry, target) in entries.into_iter().zip(targets) {
+        // An index past the list's original end names an entry this call appended earlier;
+        // the appends happen in order, so it is there by now.
+        match target {
+            Some(i) => list[i] = entry,
+            None => list.push(entry),
         }
     }
 }
@@ -508,6 +526,24 @@ mod tests {
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
             "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}, "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 1, "minor": 1}]}
         })
+    }
+
+    #[test]
+    fn upsert_replaces_in_place_appends_in_order_and_a_later_duplicate_wins() {
+        let mut list = vec![json!({"d": "/a", "v": 1}), json!({"d": "/b", "v": 1}), json!({"x": 0})];
+        let entries =
+            vec![json!({"d": "/c", "v": 2}), json!({"d": "/a", "v": 2}), json!({"d": "/c", "v": 3}), json!({"y": 1})];
+        upsert_all(&mut list, "d", entries);
+        assert_eq!(
+            list,
+            vec![
+                json!({"d": "/a", "v": 2}),
+                json!({"d": "/b", "v": 1}),
+                json!({"x": 0}),
+                json!({"d": "/c", "v": 3}),
+                json!({"y": 1})
+            ]
+        );
     }
 
     #[test]

@@ -185,6 +185,31 @@ pub struct HostFile {
 }
 
 impl Inventory {
+    /// Host paths as the node sees them when discovery ran in a container that has the node's
+    /// `/` mounted at `host_mount` (`/host`): that prefix is taken off every device node's and
+    /// host file's `host_path` (others are left alone). Container paths are not touched.
+    pub fn strip_host_mount(&mut self, host_mount: &std::path::Path) {
+        let strip = |p: &mut PathBuf| {
+            if let Ok(rest) = p.strip_prefix(host_mount) {
+                *p = std::path::Path::new("/").join(rest);
+            }
+        };
+        for v in &mut self.vendors {
+            for d in &mut v.devices {
+                let mig = d.mig.iter_mut().flat_map(|m| m.devices.iter_mut()).flat_map(|m| m.nodes.iter_mut());
+                for n in d.nodes.iter_mut().chain(mig) {
+                    strip(&mut n.host_path);
+                }
+            }
+            for n in v.shared_nodes.iter_mut().chain(v.mig_capabilities.values_mut()) {
+                strip(&mut n.host_path);
+            }
+            for f in &mut v.host_files {
+                strip(&mut f.host_path);
+            }
+        }
+    }
+
     /// The vendor entry for a CDI kind, if that vendor was found.
     pub fn vendor_by_kind(&self, kind: &str) -> Option<&VendorInventory> {
         self.vendors.iter().find(|v| v.kind == kind)
@@ -210,5 +235,42 @@ impl VendorInventory {
     /// This vendor's MIG devices as (parent GPU, MIG device), in GPU then MIG index order.
     pub fn mig_devices(&self) -> impl Iterator<Item = (&Device, &MigDevice)> {
         self.devices.iter().flat_map(|d| d.mig.iter().flat_map(move |m| m.devices.iter().map(move |x| (d, x))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_mount_comes_off_host_paths_only() {
+        let node = |p: &str| DeviceNode {
+            path: "/dev/nvidia0".into(),
+            host_path: p.into(),
+            node_type: 'c',
+            major: 195,
+            minor: 0,
+            file_mode: None,
+        };
+        let mut inv = Inventory {
+            vendors: vec![VendorInventory {
+                devices: vec![Device { nodes: vec![node("/host/dev/nvidia0")], ..Default::default() }],
+                shared_nodes: vec![node("/other/dev/nvidiactl")],
+                host_files: vec![HostFile {
+                    capability: "compute".into(),
+                    kind: HostFileKind::Library,
+                    host_path: "/host/usr/lib/libcuda.so.1".into(),
+                    container_path: "/host/usr/lib/libcuda.so.1".into(),
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        inv.strip_host_mount(std::path::Path::new("/host"));
+        let v = &inv.vendors[0];
+        assert_eq!(v.devices[0].nodes[0].host_path, PathBuf::from("/dev/nvidia0"));
+        assert_eq!(v.shared_nodes[0].host_path, PathBuf::from("/other/dev/nvidiactl"), "not under the mount");
+        assert_eq!(v.host_files[0].host_path, PathBuf::from("/usr/lib/libcuda.so.1"));
+        assert_eq!(v.host_files[0].container_path, "/host/usr/lib/libcuda.so.1", "container paths untouched");
     }
 }

@@ -56,8 +56,12 @@ pub struct PlanContext {
     pub spec_dirs: Vec<PathBuf>,
     /// Default capabilities per profile name (config `[nvidia] default_capabilities`).
     pub default_capabilities: BTreeMap<String, Vec<String>>,
-    /// An inventory to use instead of discovering `root` (tests; callers that already discovered).
+    /// An inventory to use instead of discovering `root` (tests; callers that already discovered,
+    /// such as the NRI plugin, which keeps one in memory).
     pub inventory: Option<Inventory>,
+    /// Spec files already loaded from `spec_dirs`, used instead of reading them (a long-running
+    /// caller that reloads them when they change: the NRI plugin).
+    pub registry: Option<std::sync::Arc<Registry>>,
     /// The node's trust policy (config `[policy]`): which inputs may ask for devices. The
     /// default trusts every input (docker/podman hosts).
     pub policy: Policy,
@@ -83,6 +87,7 @@ impl PlanContext {
             spec_dirs: config.spec_dirs.clone(),
             default_capabilities,
             inventory: None,
+            registry: None,
             policy: config.policy.clone(),
             policy_origin: crate::config::Config::path_from_env().display().to_string(),
         })
@@ -253,7 +258,14 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     let wants_mig = req.vendors.iter().any(
         |v| matches!(&v.selection, Selection::Devices(refs) if refs.iter().any(|r| matches!(r, DeviceRef::Mig(_)))),
     );
-    let mut state = State { ctx, registry: None, inventory: None, capabilities: BTreeMap::new(), nvml: wants_mig };
+    let mut state = State {
+        ctx,
+        registry: None,
+        inventory: None,
+        registry_used: false,
+        capabilities: BTreeMap::new(),
+        nvml: wants_mig,
+    };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
     }
@@ -401,8 +413,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     cdi_requests.extend(explicit);
     if !cdi_requests.is_empty() {
         let reg = state.registry();
-        let edits = resolve_names(reg, &cdi_requests)?;
-        plan.edits.append(&edits);
+        resolve_names(reg, &cdi_requests, &mut plan.edits)?;
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
                 plan.served.push(Served {
@@ -415,7 +426,9 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         }
     }
 
-    if let Some(reg) = &state.registry {
+    // The registry this start used: loaded here, or handed in by a long-running caller.
+    let used = state.registry.as_ref().or(ctx.registry.as_deref().filter(|_| state.registry_used));
+    if let Some(reg) = used {
         plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
     }
     crate::cdi::generate::dedup(&mut plan.edits);
@@ -652,6 +665,9 @@ struct State<'a> {
     ctx: &'a PlanContext,
     registry: Option<Registry>,
     inventory: Option<Inventory>,
+    /// Whether [`State::registry`] was asked for (a registry from the context is not loaded
+    /// here, so its skipped files are reported only when it was used).
+    registry_used: bool,
     /// Requested capabilities per profile name (only vendors with a request).
     capabilities: BTreeMap<String, Vec<String>>,
     /// Whether discovery loads NVML (a MIG device was asked for).
@@ -677,24 +693,30 @@ fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<S
         .collect()
 }
 
-impl State<'_> {
+impl<'a> State<'a> {
     fn registry(&mut self) -> &Registry {
-        let dirs = &self.ctx.spec_dirs;
-        self.registry.get_or_insert_with(|| Registry::load(dirs))
+        let ctx: &'a PlanContext = self.ctx;
+        self.registry_used = true;
+        if let Some(r) = &ctx.registry {
+            return r;
+        }
+        self.registry.get_or_insert_with(|| Registry::load(&ctx.spec_dirs))
     }
 
     fn inventory(&mut self) -> &Inventory {
-        let ctx = self.ctx;
+        let ctx: &'a PlanContext = self.ctx;
+        if let Some(i) = &ctx.inventory {
+            return i;
+        }
         let caps = &self.capabilities;
         let opts = crate::discover::DiscoverOptions { nvml: self.nvml };
-        self.inventory.get_or_insert_with(|| match &ctx.inventory {
-            Some(i) => i.clone(),
-            None => crate::discover::discover_roots_with(
+        self.inventory.get_or_insert_with(|| {
+            crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
                 &profiles_for_request(&ctx.profiles, caps),
                 &opts,
-            ),
+            )
         })
     }
 }
@@ -761,12 +783,14 @@ fn compact_names(names: &[String]) -> String {
 
 /// Device names (within `kind`) that the registry defines, in its order.
 fn kind_device_names(reg: &Registry, kind: &str) -> Vec<String> {
-    reg.device_names().into_iter().filter(|q| q.kind_string() == kind).map(|q| q.name).collect()
+    reg.names_of_kind(kind)
 }
 
-/// Edits for qualified names through the registry. Each name is checked alone first so that an
-/// unknown one is reported with the variable or annotation that asked for it.
-fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEdits, PlanError> {
+/// Appends the edits for qualified names through the registry to `out` (de-duplicated later,
+/// once, by the caller). Each name is checked alone first, without building edits, so that an
+/// unknown one is reported with the variable or annotation that asked for it; then every name
+/// is resolved once.
+fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEdits) -> Result<(), PlanError> {
     let mut qualified = Vec::new();
     for req in names {
         let q = QualifiedName::parse(&req.name).map_err(|e| RequestError {
@@ -774,7 +798,7 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEd
             value: req.name.clone(),
             problem: e.to_string(),
         })?;
-        if let Err(e) = reg.resolve(std::slice::from_ref(&q)) {
+        if let Err(e) = reg.check(&q) {
             let mut known = e.to_string();
             for bad in reg.errors() {
                 known.push_str(&format!("; {} could not be used: {bad}", bad.path.display()));
@@ -783,7 +807,7 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<ContainerEd
         }
         qualified.push(q);
     }
-    reg.resolve(&qualified).map_err(|e| PlanError::UnknownCdiDevice {
+    reg.resolve_into(&qualified, out).map_err(|e| PlanError::UnknownCdiDevice {
         source_name: "CDI".into(),
         name: String::new(),
         known: e.to_string(),

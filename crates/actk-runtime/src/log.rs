@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// unset. A log file that cannot be opened is reported on stderr and otherwise ignored: logging
 /// must never stop a container.
 pub fn init(config: &Config) {
+    INITIALIZED.store(true, std::sync::atomic::Ordering::Relaxed);
     let Some(path) = &config.log_file else { return };
     let file = match std::fs::OpenOptions::new().create(true).append(true).open(path) {
         Ok(f) => f,
@@ -30,6 +31,13 @@ pub fn init(config: &Config) {
         .with_ansi(false)
         .with_target(false)
         .try_init();
+}
+
+static INITIALIZED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether [`init`] ran (the fast path of calls other than create/run skips it).
+pub fn initialized() -> bool {
+    INITIALIZED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A warning the user must be able to find (a request the trust policy refused, an untrusted

@@ -308,16 +308,28 @@ fn hooks_d_file_merged_only_for_matching_annotation_and_malformed_file_named() {
     assert!(!o.status.success() && err.contains("20-bad.json"), "{err}");
 }
 
+/// create fails on a malformed config.toml naming the file, line and key; the other calls need
+/// only `runtimes` (issue 14's fast path), so a typo elsewhere cannot stop the delete of a
+/// running container, while a bad `runtimes` still fails them.
 #[test]
 fn malformed_config_toml_names_file_and_line() {
     let e = Env::new();
-    fs::write(e.p("config.toml"), "root = \"/\"\nspec_dir = [\"/etc/cdi\"]\n").unwrap();
-    let o = e.run(&["state", "x"], None);
+    let fake = e.p("fake-runc").display().to_string();
+    fs::write(e.p("config.toml"), format!("runtimes = [{fake:?}]\nspec_dir = [\"/etc/cdi\"]\n")).unwrap();
+    let b = e.bundle("b", &minimal(&[]));
+    let o = e.run(&["create", "-b", b.to_str().unwrap(), "x"], None);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("config.toml") && err.contains("line 2") && err.contains("spec_dir"),
         "{err}"
     );
+    let o = e.run(&["delete", "x"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fs::read_to_string(e.p("argv")).unwrap().lines().nth(1), Some("delete"), "delete reached the runtime");
+    fs::write(e.p("config.toml"), "runtimes = \"runc\"\n").unwrap();
+    let o = e.run(&["delete", "x"], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("config.toml") && err.contains("line 1"), "{err}");
 }
 
 /// Every field of `before` is in `after` with the same value; arrays keep `before`'s elements in

@@ -177,6 +177,109 @@ fn actk_config_naming_a_missing_file_is_an_error_not_the_defaults() {
     assert!(err.contains("actk config default >"), "the fix is named: {err}");
 }
 
+#[test]
+fn docker_cdi_turned_on_with_the_runtime_and_remove_restores_the_original_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("daemon.json");
+    fs::write(&f, DAEMON_JSON).unwrap();
+    let fs_ = f.to_str().unwrap();
+    let out = ok(&actk(
+        &["runtime", "configure", "--runtime", "docker", "--config", fs_, "--path", "/usr/bin/actk-runtime", "--cdi"],
+        None,
+    ));
+    assert!(out.contains("registered runtime actk") && out.contains("turned on CDI"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&f).unwrap()).unwrap();
+    let mut want: serde_json::Value = serde_json::from_str(DAEMON_JSON).unwrap();
+    want["runtimes"]["actk"] = serde_json::json!({"path": "/usr/bin/actk-runtime"});
+    want["features"]["cdi"] = serde_json::json!(true);
+    assert_eq!(v, want, "features.cdi added next to buildkit; the default spec dirs are not written");
+    ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--remove", "--cdi"], None));
+    assert_eq!(fs::read_to_string(&f).unwrap(), DAEMON_JSON, "--remove --cdi restores the original exactly");
+}
+
+#[test]
+fn docker_cdi_only_with_other_spec_dirs() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("daemon.json");
+    let fs_ = f.to_str().unwrap();
+    let out = ok(&actk(
+        &[
+            "runtime",
+            "configure",
+            "--runtime",
+            "docker",
+            "--config",
+            fs_,
+            "--cdi-only",
+            "--cdi-spec-dirs",
+            "/etc/cdi,/run/x",
+        ],
+        None,
+    ));
+    assert!(!out.contains("registered runtime"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&fs::read_to_string(&f).unwrap()).unwrap();
+    assert_eq!(v, serde_json::json!({"features": {"cdi": true}, "cdi-spec-dirs": ["/etc/cdi", "/run/x"]}));
+    let o = actk(
+        &["runtime", "configure", "--runtime", "docker", "--config", fs_, "--cdi", "--cdi-spec-dirs", "cdi"],
+        None,
+    );
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--cdi-spec-dirs cdi: must be an absolute")
+    );
+    ok(&actk(&["runtime", "configure", "--runtime", "docker", "--config", fs_, "--remove", "--cdi-only"], None));
+    assert!(!f.exists(), "a file configure created is removed again");
+}
+
+const CONTAINERD2: &str = "# containerd 2, as the distribution ships it\nversion = 3\nimports = [\"/etc/containerd/extra.toml\"]\n\n[plugins.\"io.containerd.cri.v1.runtime\"]\n  enable_selinux = false\n";
+
+#[test]
+fn containerd_drop_in_holds_the_runtime_and_cdi_and_the_main_file_imports_it() {
+    let d = tempfile::tempdir().unwrap();
+    let main = d.path().join("config.toml");
+    let drop = d.path().join("conf.d/99-actk.toml");
+    fs::write(&main, CONTAINERD2).unwrap();
+    let args = |extra: &[&str]| {
+        let mut v = vec![
+            "runtime",
+            "configure",
+            "--runtime",
+            "containerd",
+            "--config",
+            main.to_str().unwrap(),
+            "--drop-in",
+            drop.to_str().unwrap(),
+        ];
+        v.extend_from_slice(extra);
+        v.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        ok(&actk(&a.iter().map(String::as_str).collect::<Vec<_>>(), None))
+    };
+    let out = run(&["--path", "/usr/bin/actk-runtime", "--cdi", "--cdi-spec-dirs", "/etc/cdi,/var/run/cdi"]);
+    assert!(out.contains("imported by"), "{out}");
+    let t: toml::Table = fs::read_to_string(&drop).unwrap().parse().unwrap();
+    assert_eq!(t["version"].as_integer(), Some(3), "the drop-in uses the main file's version");
+    let cri = &t["plugins"]["io.containerd.cri.v1.runtime"];
+    assert_eq!(cri["enable_cdi"].as_bool(), Some(true));
+    assert_eq!(cri["containerd"]["runtimes"]["actk"]["options"]["BinaryName"].as_str(), Some("/usr/bin/actk-runtime"));
+    let m = fs::read_to_string(&main).unwrap();
+    assert!(m.starts_with("# containerd 2, as the distribution ships it\n"), "{m}");
+    let mt: toml::Table = m.parse().unwrap();
+    let imports: Vec<&str> = mt["imports"].as_array().unwrap().iter().filter_map(|v| v.as_str()).collect();
+    assert_eq!(imports, ["/etc/containerd/extra.toml", drop.to_str().unwrap()]);
+    assert!(
+        mt["plugins"]["io.containerd.cri.v1.runtime"].get("enable_cdi").is_none(),
+        "main file keeps only the import"
+    );
+
+    run(&["--remove", "--cdi"]);
+    assert!(!drop.exists(), "the drop-in configure created goes");
+    assert_eq!(fs::read_to_string(&main).unwrap(), CONTAINERD2, "main file back byte for byte");
+    let o = actk(&["runtime", "configure", "--runtime", "docker", "--drop-in", "/x.json", "--cdi-only"], None);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--drop-in is for containerd"));
+}
+
 /// Issue 10 finding 6: the backup of a 0600 engine config was written 0644 (readable by every
 /// user: daemon.json and containerd's config can hold registry credentials). The backup and the
 /// edited file keep the original's mode and owner.

@@ -604,3 +604,69 @@ spec:
     }
     Ok(())
 }
+
+/// actk-nri attached to the cluster containerd's NRI socket as a process on the node; stopped
+/// (and so detached) on drop.
+struct NriPlugin {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    _config: actk_testsupport::engines::ActkConfig,
+}
+
+impl NriPlugin {
+    /// Starts actk-nri for the node's devices under `root` and waits for its registration.
+    fn start(c: &Cluster, root: &Path) -> Result<NriPlugin> {
+        use actk_testsupport::engines::{ActkConfig, bin};
+        let mut cfg = ActkConfig::new(root)?;
+        cfg.extra = format!("hook_path = {:?}\n", bin("actk-hook").display().to_string());
+        let config = cfg.write()?;
+        let log = cfg.spec_dir().with_file_name("actk-nri.log");
+        let f = std::fs::File::create(&log)?;
+        let child = std::process::Command::new(bin("actk-nri"))
+            .args(["--socket", c.env("NRI_SOCKET"), "--idx", "10"])
+            .env("ACTK_CONFIG", &config)
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting actk-nri")?;
+        let p = NriPlugin { child, log, _config: cfg };
+        c.wait_until("actk-nri to register with containerd's NRI", Duration::from_secs(30), || {
+            Ok(p.log().contains("registered with NRI").then_some(()))
+        })
+        .with_context(|| format!("actk-nri log:\n{}", p.log()))?;
+        Ok(p)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NriPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue 14: no shim in the path. The device plugin's envvar allocation (NVIDIA_VISIBLE_DEVICES
+/// = two UUIDs, from the kubelet) is served by actk-nri on the cluster's containerd 2.1 for a pod
+/// of the default runtime (no RuntimeClass, no node setup): the pod sees its two GPUs, the
+/// control nodes and the driver libraries; a pod that asks for nothing gets nothing.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn two_gpus_with_envvar_served_by_the_nri_plugin() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = "config:\n  strategies: [envvar]\nnodeSetup:\n  enabled: false\n";
+    let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
+    let plugin = NriPlugin::start(&c, &dgx.root)?;
+    let v = look(&c, PodSpec::new("two-gpus-nri", "").limit(GPU, 2))
+        .with_context(|| format!("actk-nri log:\n{}", plugin.log()))?;
+    assert_two_gpus(&v, &format!("envvar through NRI; actk-nri log:\n{}", plugin.log()));
+    let sel = v.env.get("NVIDIA_VISIBLE_DEVICES").cloned().unwrap_or_default();
+    assert_eq!(sel.split(',').filter(|u| u.starts_with("GPU-")).count(), 2, "two GPU UUIDs selected: {sel:?}");
+    let none = look(&c, PodSpec::new("no-gpu-nri", ""))?;
+    assert!(none.numbered("nvidia").is_empty() && !none.dev.iter().any(|d| d == "nvidiactl"), "{:?}", none.dev);
+    drop(plugin);
+    Ok(())
+}

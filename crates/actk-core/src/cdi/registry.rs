@@ -192,6 +192,18 @@ impl Registry {
         self.devices.keys().filter_map(|k| QualifiedName::parse(k).ok()).collect()
     }
 
+    /// Device names (within `kind`, `vendor/class`) that some spec defines usably, in name order;
+    /// no name is parsed again (a container start asks this for every request served by specs).
+    pub fn names_of_kind(&self, kind: &str) -> Vec<String> {
+        let prefix = format!("{kind}=");
+        self.devices.range(prefix.clone()..).map_while(|(k, _)| k.strip_prefix(&prefix)).map(str::to_string).collect()
+    }
+
+    /// Whether `name` resolves, without building its edits. Errors: those of [`Registry::resolve`].
+    pub fn check(&self, name: &QualifiedName) -> Result<(), CdiError> {
+        if self.devices.contains_key(&name.to_string()) { Ok(()) } else { Err(self.unresolved(name)) }
+    }
+
     /// The container edits for a set of qualified names: each spec's spec-level edits once,
     /// then each device's edits, de-duplicated.
     ///
@@ -200,6 +212,14 @@ impl Registry {
     /// [`CdiError::Conflict`] when two files in one directory define it.
     pub fn resolve(&self, names: &[QualifiedName]) -> Result<ContainerEdits, CdiError> {
         let mut edits = ContainerEdits::default();
+        self.resolve_into(names, &mut edits)?;
+        dedup(&mut edits);
+        Ok(edits)
+    }
+
+    /// [`Registry::resolve`] appending to `edits` without de-duplicating (the caller does, once,
+    /// after gathering edits from every source). On error `edits` may hold a part.
+    pub fn resolve_into(&self, names: &[QualifiedName], edits: &mut ContainerEdits) -> Result<(), CdiError> {
         let mut specs_done = Vec::new();
         for name in names {
             let qualified = name.to_string();
@@ -213,8 +233,7 @@ impl Registry {
             }
             edits.append(&spec.devices[di].container_edits);
         }
-        dedup(&mut edits);
-        Ok(edits)
+        Ok(())
     }
 
     fn unresolved(&self, name: &QualifiedName) -> CdiError {

@@ -421,9 +421,32 @@ pub fn validate_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<Cdi
 /// Reads, parses and checks one spec file (format from the extension, else sniffed), without
 /// the JSON schema (see [`spec_from_value`]). Errors name the file and the JSON pointer.
 pub fn read_spec_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
-    spec_from_value(read_value(path)?, Some(path))
+    let text =
+        std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
+    // Fast path for the common case, a valid JSON spec: straight into the typed model, whose
+    // `deny_unknown_fields` rejects what the field check would (the free-form `intelRdt` and
+    // `netDevices` aside, which go the long way). Anything it rejects is read again the long
+    // way, which names the JSON pointer of each problem; the verdict is the same either way.
+    if Format::from_path(path) != Some(Format::Yaml)
+        && let Ok(spec) = serde_json::from_str::<Spec>(&text)
+        && !has_free_form_edits(&spec)
+    {
+        let errors = rule_errors(&spec, Some(path));
+        return if errors.is_empty() { Ok(spec) } else { Err(errors) };
+    }
+    let value = parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])?;
+    spec_from_value(value, Some(path))
 }
 
+/// Whether any edits of `spec` hold `intelRdt` or `netDevices`, whose keys only the field check
+/// of [`unknown_field_errors`] looks at.
+fn has_free_form_edits(spec: &Spec) -> bool {
+    std::iter::once(&spec.container_edits)
+        .chain(spec.devices.iter().map(|d| &d.container_edits))
+        .any(|e| e.intel_rdt.is_some() || !e.net_devices.is_empty())
+}
+
+#[cfg(feature = "schema")]
 fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
     let text =
         std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;

@@ -39,16 +39,19 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
     let mut gpu_nodes: Vec<(u32, String, BTreeMap<String, u64>)> = Vec::new();
     for (node_id, name) in nodes {
         let props_path = format!("{TOPOLOGY}/{name}/properties");
-        let props = match host.read_to_string(&props_path) {
-            Ok(t) => parse_properties(&t),
+        let text = match host.read_to_string(&props_path) {
+            Ok(t) => t,
             Err(e) => {
                 warnings.add(host, &props_path, format!("KFD node skipped: {e}"));
                 continue;
             }
         };
+        let props = parse_properties(&text);
         if props.get("simd_count").is_none_or(|&n| n == 0) {
             continue; // a CPU node
         }
+        // Kept past this file's text: partitions are matched to their GPU's PCI function below.
+        let props = props.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         gpu_nodes.push((node_id, name, props));
     }
     // The PCI function of a KFD node: its location_id without the function (partition) bits.
@@ -174,13 +177,11 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
         let links_dir = format!("{TOPOLOGY}/{name}/io_links");
         let mut xgmi: Vec<(u32, u64)> = Vec::new();
         for l in host.list_dir(&links_dir).unwrap_or_default() {
-            if let Ok(t) = host.read_to_string(format!("{links_dir}/{l}/properties")) {
-                let p = parse_raw(&t);
-                if p.get("type").map(String::as_str) == Some(IOLINK_XGMI)
-                    && let Some(to) = p.get("node_to").and_then(|v| v.parse::<u32>().ok())
-                {
-                    xgmi.push((to, p.get("weight").and_then(|w| w.parse().ok()).unwrap_or(0)));
-                }
+            if let Ok(t) = host.read_to_string(format!("{links_dir}/{l}/properties"))
+                && property(&t, "type") == Some(IOLINK_XGMI)
+                && let Some(to) = property(&t, "node_to").and_then(|v| v.parse::<u32>().ok())
+            {
+                xgmi.push((to, property(&t, "weight").and_then(|w| w.parse().ok()).unwrap_or(0)));
             }
         }
         // The closest XGMI peers (lowest weight): within a partitioned GPU, its own partitions.
@@ -199,15 +200,19 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
 }
 
 /// `key value` lines with numeric values (KFD properties files).
-fn parse_properties(text: &str) -> BTreeMap<String, u64> {
-    parse_raw(text).into_iter().filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect()
+/// The numeric `name value` lines of a KFD properties file, borrowing the names (a node's file
+/// has dozens of lines, and a host reads one per KFD node).
+fn parse_properties(text: &str) -> BTreeMap<&str, u64> {
+    lines(text).filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect()
 }
 
-fn parse_raw(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.trim().split_once(char::is_whitespace))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
+/// The value of `name` in a KFD properties file, if present.
+fn property<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    lines(text).find(|(k, _)| *k == name).map(|(_, v)| v)
+}
+
+fn lines(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|l| l.trim().split_once(char::is_whitespace)).map(|(k, v)| (k, v.trim()))
 }
 
 /// Marketing names of Instinct parts by PCI device id (amdgpu_drv.c ids; used only when the

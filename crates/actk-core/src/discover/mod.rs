@@ -22,9 +22,10 @@ pub mod nvml;
 
 use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
 use crate::profile::Profile;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
@@ -41,7 +42,8 @@ pub struct HostRoot {
     /// sysfs per GPU, library directories); without this every read lstat()s every component
     /// again, which made 64 GPUs cost 2.3x the instructions of 8 (benches/discovery.rs). A
     /// HostRoot lives for one discovery pass ([`discover`]), so entries cannot go stale.
-    dirs: Mutex<HashMap<PathBuf, PathBuf>>,
+    /// Keyed by the path's bytes: hashing a `Path` parses its components every time.
+    dirs: Mutex<HashMap<std::ffi::OsString, PathBuf>>,
 }
 
 impl Clone for HostRoot {
@@ -98,6 +100,16 @@ impl HostRoot {
     }
 
     fn resolve_inner(&self, path: &Path, follow_last: bool) -> io::Result<PathBuf> {
+        // The common case, an absolute path of plain names (`/sys/bus/pci/devices/X/numa_node`):
+        // its parent is the memo key as it stands, and the last name alone is walked; no
+        // per-component allocation (most of discovery's cost was allocating those, issue 14).
+        if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
+            && path.is_absolute()
+            && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        {
+            let dir = if parent.as_os_str() == "/" { PathBuf::from("/") } else { self.resolved_dir(parent)? };
+            return self.walk(dir, last.as_bytes().to_vec(), follow_last);
+        }
         let mut names: Vec<PathBuf> = path.components().filter_map(component_name).collect();
         let Some(last) = names.pop() else { return Ok(PathBuf::from("/")) };
         // The parent directory, every link followed (as the walk below would), memoised.
@@ -105,54 +117,98 @@ impl HostRoot {
             PathBuf::from("/")
         } else {
             let key: PathBuf = std::iter::once(PathBuf::from("/")).chain(names).collect();
-            let cached = self.dirs.lock().ok().and_then(|d| d.get(&key).cloned());
+            let cached = self.dirs.lock().ok().and_then(|d| d.get(key.as_os_str()).cloned());
             match cached {
                 Some(p) => p,
                 None => {
                     let p = self.resolve_inner(&key, true)?;
                     if let Ok(mut d) = self.dirs.lock() {
-                        d.insert(key, p.clone());
+                        d.insert(key.into_os_string(), p.clone());
                     }
                     p
                 }
             }
         };
-        self.walk(parent, VecDeque::from([last]), follow_last)
+        self.walk(parent, last.into_os_string().into_vec(), follow_last)
     }
 
-    /// Resolve the names in `todo` one by one starting at resolved directory `cur`, following
-    /// symlinks inside the root (the last one only when `follow_last`).
-    fn walk(&self, mut cur: PathBuf, mut todo: VecDeque<PathBuf>, follow_last: bool) -> io::Result<PathBuf> {
+    /// The resolution of directory `dir` (absolute, plain names), memoised.
+    fn resolved_dir(&self, dir: &Path) -> io::Result<PathBuf> {
+        if let Some(p) = self.dirs.lock().ok().and_then(|d| d.get(dir.as_os_str()).cloned()) {
+            return Ok(p);
+        }
+        let p = self.resolve_inner(dir, true)?;
+        if let Ok(mut d) = self.dirs.lock() {
+            d.insert(dir.as_os_str().to_owned(), p.clone());
+        }
+        Ok(p)
+    }
+
+    /// Resolve the names in `todo` (path components separated by `/`) one by one starting at
+    /// resolved directory `cur`, following symlinks inside the root (the last one only when
+    /// `follow_last`). A link's target is put in front of what is left as bytes, and `host` is
+    /// always `root` + `cur`, so a step allocates nothing in the common case.
+    fn walk(&self, mut cur: PathBuf, mut todo: Vec<u8>, follow_last: bool) -> io::Result<PathBuf> {
         let mut links = 0;
-        while let Some(name) = todo.pop_front() {
-            if name == Path::new("..") {
-                cur.pop(); // stops at "/": `..` never leaves the root
+        let mut host = self.host_path(&cur);
+        let mut pos = 0;
+        loop {
+            while todo.get(pos) == Some(&b'/') {
+                pos += 1;
+            }
+            if pos >= todo.len() {
+                return Ok(cur);
+            }
+            let end = todo[pos..].iter().position(|&b| b == b'/').map_or(todo.len(), |i| pos + i);
+            let (start, name_end) = (pos, end);
+            pos = end;
+            let is_last = todo[pos..].iter().all(|&b| b == b'/');
+            let name = OsStr::from_bytes(&todo[start..name_end]);
+            if name == "." {
                 continue;
             }
-            let next = cur.join(&name);
-            let meta = std::fs::symlink_metadata(self.host_path(&next))?;
-            if !meta.file_type().is_symlink() || (!follow_last && todo.is_empty()) {
-                cur = next;
+            if name == ".." {
+                // Stops at "/": `..` never leaves the root.
+                if cur.pop() {
+                    host.pop();
+                }
+                continue;
+            }
+            host.push(name);
+            let meta = std::fs::symlink_metadata(&host)?;
+            if !meta.file_type().is_symlink() || (!follow_last && is_last) {
+                cur.push(name);
                 continue;
             }
             links += 1;
             if links > MAX_SYMLINKS {
-                return Err(io::Error::other(format!("too many levels of symbolic links at {}", next.display())));
+                return Err(io::Error::other(format!(
+                    "too many levels of symbolic links at {}",
+                    cur.join(name).display()
+                )));
             }
-            let target = std::fs::read_link(self.host_path(&next))?;
+            let target = std::fs::read_link(&host)?;
+            host.pop();
             if target.is_absolute() {
                 cur = PathBuf::from("/");
+                host = self.root.clone();
             }
-            for c in target.components().rev().filter_map(component_name) {
-                todo.push_front(c);
-            }
+            let mut next = target.into_os_string().into_vec();
+            next.push(b'/');
+            next.extend_from_slice(&todo[pos..]);
+            todo = next;
+            pos = 0;
         }
-        Ok(cur)
     }
 
     /// Read a text file at host path `path` (resolved in the root).
     pub fn read_to_string(&self, path: impl AsRef<Path>) -> io::Result<String> {
-        std::fs::read_to_string(self.host_path(self.resolve(path)?))
+        use std::io::Read;
+        // procfs and sysfs files report size 0, so std::fs::read_to_string would stat the file
+        // and then grow its buffer from 32 bytes; a page up front is one allocation and no stat.
+        let mut text = String::with_capacity(4096);
+        std::fs::File::open(self.host_path(self.resolve(path)?))?.read_to_string(&mut text)?;
+        Ok(text)
     }
 
     /// Read a whole file at host path `path` (resolved in the root).
@@ -442,6 +498,8 @@ mod tests {
         link(r, "/escape", "../../../../../../etc/passwd");
         link(r, "/escape_abs", "/etc/passwd");
         link(r, "/loop", "loop");
+        // `.`, doubled and trailing slashes in a link target are plain separators.
+        link(r, "/dotted", "./usr//lib/./x86_64-linux-gnu/");
         let h = HostRoot::new(r);
         assert_eq!(
             h.resolve("/lib/x86_64-linux-gnu/libx.so.1").unwrap(),
@@ -455,6 +513,12 @@ mod tests {
         assert!(h.read_to_string("/escape").is_err());
         assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
         assert_eq!(h.link_name("/lib").unwrap(), "lib");
+        assert_eq!(h.resolve("/dotted/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
+        assert_eq!(h.resolve("/dotted").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu"));
+        assert_eq!(
+            h.resolve("//usr/./lib//x86_64-linux-gnu/libx.so.1").unwrap(),
+            Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0")
+        );
     }
 
     #[test]

@@ -52,20 +52,24 @@ pub fn discover(
         Err(e) => warnings.add(host, &version_path, format!("unreadable: {e}")),
     }
     let gpus_dir = format!("{PROC}/gpus");
-    let mut gpus: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let mut texts: Vec<(String, String)> = Vec::new();
     for bus in host.list_dir(&gpus_dir).unwrap_or_default() {
         let info_path = format!("{gpus_dir}/{bus}/information");
         match host.read_to_string(&info_path) {
-            Ok(text) => gpus.push((bus, parse_information(&text))),
+            Ok(text) => texts.push((bus, text)),
             Err(e) => warnings.add(host, &info_path, format!("GPU skipped, information unreadable: {e}")),
         }
     }
     // PCI bus order: the normalised long form sorts numerically.
-    let mut keyed: Vec<(String, BTreeMap<String, String>)> = gpus
-        .into_iter()
-        .map(|(dir, info)| {
-            let bus =
-                info.get("Bus Location").and_then(|b| normalize_pci(b)).or_else(|| normalize_pci(&dir)).unwrap_or(dir);
+    let mut keyed: Vec<(String, BTreeMap<&str, &str>)> = texts
+        .iter()
+        .map(|(dir, text)| {
+            let info = parse_information(text);
+            let bus = info
+                .get("Bus Location")
+                .and_then(|b| normalize_pci(b))
+                .or_else(|| normalize_pci(dir))
+                .unwrap_or_else(|| dir.clone());
             (bus, info)
         })
         .collect();
@@ -74,13 +78,13 @@ pub fn discover(
     for (index, (bus, info)) in keyed.into_iter().enumerate() {
         let mut dev = Device {
             index: index as u32,
-            model: info.get("Model").cloned(),
-            uuid: info.get("GPU UUID").cloned(),
+            model: info.get("Model").map(|s| s.to_string()),
+            uuid: info.get("GPU UUID").map(|s| s.to_string()),
             pci_bus_id: Some(bus.clone()),
             ..Default::default()
         };
         if let Some(v) = info.get("Video BIOS") {
-            dev.attributes.insert("video_bios".into(), v.clone());
+            dev.attributes.insert("video_bios".into(), v.to_string());
         }
         match info.get("Device Minor").map(|m| m.parse::<u32>()) {
             Some(Ok(minor)) => {
@@ -145,11 +149,12 @@ pub(crate) fn parse_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// `Key: value` lines of a GPU's information file, values trimmed.
-pub(crate) fn parse_information(text: &str) -> BTreeMap<String, String> {
+/// The `Key: value` lines of a GPU's procfs `information` file, values trimmed, borrowed from
+/// `text`.
+pub(crate) fn parse_information(text: &str) -> BTreeMap<&str, &str> {
     text.lines()
         .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .map(|(k, v)| (k.trim(), v.trim()))
         .filter(|(k, v)| !k.is_empty() && !v.is_empty())
         .collect()
 }

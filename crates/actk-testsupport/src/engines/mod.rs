@@ -14,6 +14,8 @@
 //! - [`docker`], [`podman`], [`runc`], [`actk_runtime`]: run a command with a time limit.
 //! - [`DockerRuntime`]: registers actk-runtime with dockerd under a unique name for one test,
 //!   through `actk runtime configure --runtime docker`, and removes it again on drop.
+//! - [`Containerd2`], [`Docker28`] (module `forky`): containerd 2.1 and Docker 28.5 from Debian
+//!   forky, each started by a test on its own sockets beside the system's dockerd 20.10.
 //! - [`require_root`], [`require_root_and_engines`]: skip (or, under `CI=true` or `ACTK_E2E_STRICT=1`, fail) when the
 //!   machine cannot run the tests.
 //!
@@ -35,6 +37,7 @@ mod assert;
 mod bundle;
 mod config;
 mod docker;
+mod forky;
 mod images;
 mod podman;
 
@@ -42,6 +45,7 @@ pub use assert::*;
 pub use bundle::*;
 pub use config::*;
 pub use docker::*;
+pub use forky::*;
 pub use images::*;
 pub use podman::*;
 

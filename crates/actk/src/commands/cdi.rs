@@ -181,23 +181,6 @@ fn config() -> anyhow::Result<Config> {
     Config::load_default().with_context(|| format!("loading the actk config file {}", path.display()))
 }
 
-/// Host paths of an inventory as the node sees them: `host_mount` removed from their front.
-fn strip_host_mount(inv: &mut actk_core::inventory::Inventory, host_mount: &Path) {
-    let strip = |p: &mut PathBuf| {
-        if let Ok(rest) = p.strip_prefix(host_mount) {
-            *p = Path::new("/").join(rest);
-        }
-    };
-    for v in &mut inv.vendors {
-        for n in v.devices.iter_mut().flat_map(|d| d.nodes.iter_mut()).chain(v.shared_nodes.iter_mut()) {
-            strip(&mut n.host_path);
-        }
-        for f in &mut v.host_files {
-            strip(&mut f.host_path);
-        }
-    }
-}
-
 /// One discovery and generation pass: the specs of the host as the options ask (devices under
 /// `root`, driver files under `--driver-root`, default `root`).
 fn discover_and_generate(
@@ -208,7 +191,7 @@ fn discover_and_generate(
     let driver_root = a.driver_root.clone().unwrap_or_else(|| root.to_path_buf());
     let mut inventory = actk_core::discover::discover_roots(root, &driver_root, profiles);
     if let Some(m) = &a.host_mount {
-        strip_host_mount(&mut inventory, m);
+        inventory.strip_host_mount(m);
     }
     let opts = GenerateOptions {
         device_name_strategy: match a.device_name_strategy {

@@ -8,6 +8,12 @@
 //! and when the result means the same as the `.bak` original, it writes the original's bytes
 //! back, so even formatting is as before (field case F11). A file that did not exist before
 //! configure (no `.bak`) is deleted again when nothing else was added to it.
+//!
+//! `--cdi` also turns on the engine's own CDI support (spec directories from `--cdi-spec-dirs`,
+//! default the actk config's `spec_dirs`), so that `docker run --device nvidia.com/gpu=0` and the
+//! CRI's CDI devices work with the specs `actk cdi generate` writes; `--cdi-only` does that
+//! without registering actk-runtime. `--drop-in FILE` (containerd) puts actk's tables in a file
+//! of their own that the main config imports.
 
 mod containerd;
 mod crio;
@@ -59,10 +65,28 @@ pub struct ConfigureArgs {
     /// Print the resulting file instead of writing it.
     #[arg(long)]
     pub dry_run: bool,
-    /// Remove the registration instead (and the default, if configure set it).
+    /// Remove the registration instead (and the default, if configure set it); with `--cdi` or
+    /// `--cdi-only` also put the CDI settings back as they were.
     #[arg(long)]
     pub remove: bool,
+    /// Also turn on the engine's CDI support (docker: `features.cdi`; containerd: `enable_cdi`
+    /// and `cdi_spec_dirs`). CRI-O and podman always read CDI specs.
+    #[arg(long)]
+    pub cdi: bool,
+    /// Only turn on CDI; register no runtime.
+    #[arg(long, conflicts_with_all = ["cdi", "set_as_default", "name"])]
+    pub cdi_only: bool,
+    /// CDI spec directories for the engine (default: the actk config's `spec_dirs`).
+    #[arg(long, value_delimiter = ',')]
+    pub cdi_spec_dirs: Vec<String>,
+    /// containerd: write actk's settings to this drop-in file and add it to the main config's
+    /// `imports` (default file when given without a value: /etc/containerd/conf.d/99-actk.toml).
+    #[arg(long, num_args = 0..=1, default_missing_value = DEFAULT_DROP_IN)]
+    pub drop_in: Option<PathBuf>,
 }
+
+/// containerd drop-in written by `--drop-in` without a value.
+pub const DEFAULT_DROP_IN: &str = "/etc/containerd/conf.d/99-actk.toml";
 
 /// What an engine module adds: a named runtime at a path, optionally as the default.
 pub struct Entry<'a> {
@@ -134,51 +158,83 @@ fn backup_path(file: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Turns CDI on in a file's text with these spec directories.
+type AddCdi = fn(&str, &[String]) -> Result<String>;
+/// Puts the CDI settings back as the original (`.bak`) had them.
+type RemoveCdi = fn(&str, Option<&str>) -> Result<String>;
+
 /// The engine module's functions.
 struct Ops {
     add: fn(&str, &Entry<'_>) -> Result<String>,
     remove: fn(&str, &str, Option<&str>) -> Result<String>,
+    /// Turn CDI on with these spec dirs; `None`: the engine always reads CDI specs.
+    add_cdi: Option<AddCdi>,
+    remove_cdi: Option<RemoveCdi>,
     same: fn(&str, &str) -> bool,
     is_empty: fn(&str) -> bool,
 }
 
 fn ops(engine: Engine) -> Ops {
     match engine {
-        Engine::Docker => {
-            Ops { add: docker::add, remove: docker::remove, same: docker::same, is_empty: docker::is_empty }
-        }
-        Engine::Containerd => {
-            Ops { add: containerd::add, remove: containerd::remove, same: toml_same, is_empty: toml_is_empty }
-        }
-        Engine::Crio => Ops { add: crio::add, remove: crio::remove, same: toml_same, is_empty: toml_is_empty },
-        Engine::Podman => Ops { add: podman::add, remove: podman::remove, same: toml_same, is_empty: toml_is_empty },
+        Engine::Docker => Ops {
+            add: docker::add,
+            remove: docker::remove,
+            add_cdi: Some(docker::add_cdi),
+            remove_cdi: Some(docker::remove_cdi),
+            same: docker::same,
+            is_empty: docker::is_empty,
+        },
+        Engine::Containerd => Ops {
+            add: containerd::add,
+            remove: containerd::remove,
+            add_cdi: Some(containerd::add_cdi),
+            remove_cdi: Some(containerd::remove_cdi),
+            same: toml_same,
+            is_empty: toml_is_empty,
+        },
+        Engine::Crio => Ops {
+            add: crio::add,
+            remove: crio::remove,
+            add_cdi: None,
+            remove_cdi: None,
+            same: toml_same,
+            is_empty: toml_is_empty,
+        },
+        Engine::Podman => Ops {
+            add: podman::add,
+            remove: podman::remove,
+            add_cdi: None,
+            remove_cdi: None,
+            same: toml_same,
+            is_empty: toml_is_empty,
+        },
     }
 }
 
-fn configure(a: &ConfigureArgs) -> Result<()> {
-    if a.name.is_empty() || !a.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        bail!("--name {:?}: use letters, digits, '-', '_' or '.'", a.name);
-    }
-    let file = a.config.clone().unwrap_or_else(|| PathBuf::from(default_config(a.runtime)));
-    let ops = ops(a.runtime);
+/// One file's read-modify-write: `edit(current text or "", the .bak original)` gives the new
+/// text; `removing` applies the `--remove` rules of the module docs (original bytes back when
+/// the meaning is the same; a file configure created is deleted when nothing is left in it).
+/// Returns what was done, for the message. The directory is locked meanwhile.
+fn edit_file(
+    file: &Path,
+    ops: &Ops,
+    removing: bool,
+    dry_run: bool,
+    edit: &dyn Fn(&str, Option<&str>) -> Result<String>,
+) -> Result<&'static str> {
     // Two configures at once (provisioning scripts) would each read the file, add their entry
     // and rename over the other's result: the read-modify-write holds a lock on the directory.
-    let _lock = lock_dir(&file)?;
-    let current = match std::fs::read_to_string(&file) {
+    let _lock = lock_dir(file)?;
+    let current = match std::fs::read_to_string(file) {
         Ok(t) => Some(t),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
     };
-    let bak = backup_path(&file);
+    let bak = backup_path(file);
     let original = std::fs::read_to_string(&bak).ok();
-
-    if a.remove {
-        let Some(current) = current else {
-            outln!("{} does not exist: nothing to remove", file.display())?;
-            return Ok(());
-        };
-        let edited =
-            (ops.remove)(&current, &a.name, original.as_deref()).with_context(|| format!("in {}", file.display()))?;
+    if removing {
+        let Some(current) = current else { return Ok("nothing to remove") };
+        let edited = edit(&current, original.as_deref()).with_context(|| format!("in {}", file.display()))?;
         // Back to what the `.bak` holds (nothing else changed since configure, and no other
         // name registered by configure is left): the original bytes, formatting and all.
         let restored = original.as_ref().is_some_and(|o| (ops.same)(&edited, o));
@@ -188,44 +244,160 @@ fn configure(a: &ConfigureArgs) -> Result<()> {
             None if (ops.is_empty)(&edited) => None,
             None => Some(edited),
         };
-        if a.dry_run {
+        if dry_run {
             out!("{}", result.as_deref().unwrap_or(""))?;
-            return Ok(());
+            return Ok("printed");
         }
         match result {
-            Some(text) => write_atomic(&file, &text)?,
-            None => std::fs::remove_file(&file).with_context(|| format!("cannot remove {}", file.display()))?,
+            Some(text) => write_atomic(file, &text)?,
+            None => std::fs::remove_file(file).with_context(|| format!("cannot remove {}", file.display()))?,
         }
         if restored {
             let _ = std::fs::remove_file(&bak);
         }
-        outln!("removed runtime {} from {}; {}", a.name, file.display(), reload_hint(a.runtime))?;
-        return Ok(());
+        return Ok(if restored { "restored" } else { "edited" });
     }
-
-    let path = runtime_path(a.path.as_deref())?;
-    let path_s = path.to_str().with_context(|| format!("--path {} is not UTF-8", path.display()))?;
-    let entry = Entry { name: &a.name, path: path_s, set_as_default: a.set_as_default };
-    let edited =
-        (ops.add)(current.as_deref().unwrap_or(""), &entry).with_context(|| format!("in {}", file.display()))?;
-    if a.dry_run {
+    let edited = edit(current.as_deref().unwrap_or(""), original.as_deref())
+        .with_context(|| format!("in {}", file.display()))?;
+    if dry_run {
         out!("{edited}")?;
-        return Ok(());
+        return Ok("printed");
+    }
+    if current.as_deref() == Some(edited.as_str()) {
+        return Ok("unchanged");
     }
     if let Some(cur) = &current
         && !bak.exists()
     {
-        write_backup(&file, &bak, cur)?;
+        write_backup(file, &bak, cur)?;
     }
-    write_atomic(&file, &edited)?;
-    outln!(
-        "registered runtime {} = {} in {}{}; {}",
-        a.name,
-        path_s,
-        file.display(),
-        if a.set_as_default { " (default runtime)" } else { "" },
-        reload_hint(a.runtime)
-    )?;
+    write_atomic(file, &edited)?;
+    Ok("edited")
+}
+
+/// The CDI spec directories to give the engine: `--cdi-spec-dirs`, else the actk config's.
+fn cdi_dirs(given: &[String]) -> Result<Vec<String>> {
+    if !given.is_empty() {
+        if let Some(d) = given.iter().find(|d| !d.starts_with('/')) {
+            bail!("--cdi-spec-dirs {d}: must be an absolute directory");
+        }
+        return Ok(given.to_vec());
+    }
+    let path = actk_core::config::Config::path_from_env();
+    let config = actk_core::config::Config::load_default()
+        .with_context(|| format!("loading the actk config file {} (for its spec_dirs)", path.display()))?;
+    config
+        .spec_dirs
+        .iter()
+        .map(|d| d.to_str().map(str::to_string).with_context(|| format!("spec dir {} is not UTF-8", d.display())))
+        .collect()
+}
+
+fn configure(a: &ConfigureArgs) -> Result<()> {
+    if a.name.is_empty() || !a.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        bail!("--name {:?}: use letters, digits, '-', '_' or '.'", a.name);
+    }
+    let main = a.config.clone().unwrap_or_else(|| PathBuf::from(default_config(a.runtime)));
+    let ops = ops(a.runtime);
+    let runtime = !a.cdi_only;
+    let mut cdi = a.cdi || a.cdi_only;
+    if cdi && ops.add_cdi.is_none() {
+        eprintln!(
+            "actk: {:?} reads CDI specs from /etc/cdi and /var/run/cdi without a setting: nothing to turn on",
+            a.runtime
+        );
+        cdi = false;
+        if !runtime {
+            return Ok(());
+        }
+    }
+    if a.drop_in.is_some() && a.runtime != Engine::Containerd {
+        bail!("--drop-in is for containerd (docker has one daemon.json; CRI-O's file is a drop-in already)");
+    }
+    // The file actk's settings go to, and (with --drop-in) the main config that imports it.
+    let (file, importer) = match &a.drop_in {
+        Some(d) if d.is_absolute() => (d.clone(), Some(main.clone())),
+        Some(d) => {
+            bail!("--drop-in {}: must be absolute (containerd resolves imports from its own directory)", d.display())
+        }
+        None => (main.clone(), None),
+    };
+    let drop_in_s = file.to_str().with_context(|| format!("{} is not UTF-8", file.display()))?.to_string();
+    // A drop-in uses the main config's table names.
+    let version = importer.as_ref().map(|m| containerd::version_of(&std::fs::read_to_string(m).unwrap_or_default()));
+    let start = |text: &str| match version {
+        Some(v) if text.trim().is_empty() => format!("version = {v}\n"),
+        _ => text.to_string(),
+    };
+
+    if a.remove {
+        let done = edit_file(&file, &ops, true, a.dry_run, &|text, original| {
+            let mut t = text.to_string();
+            if runtime {
+                t = (ops.remove)(&t, &a.name, original)?;
+            }
+            if let (true, Some(rm)) = (cdi, ops.remove_cdi) {
+                t = rm(&t, original)?;
+            }
+            Ok(t)
+        })?;
+        if let Some(m) = &importer {
+            // The import goes only when the drop-in itself is gone.
+            if a.dry_run || !file.exists() {
+                edit_file(m, &ops, true, a.dry_run, &|text, original| {
+                    containerd::remove_import(text, &drop_in_s, original)
+                })?;
+            }
+        }
+        if done == "nothing to remove" {
+            outln!("{} does not exist: nothing to remove", file.display())?;
+        } else if !a.dry_run {
+            let what = match (runtime, cdi) {
+                (true, true) => format!("runtime {} and the CDI settings", a.name),
+                (true, false) => format!("runtime {}", a.name),
+                _ => "the CDI settings".to_string(),
+            };
+            outln!("removed {what} from {} ({done}); {}", file.display(), reload_hint(a.runtime))?;
+        }
+        return Ok(());
+    }
+
+    let path_s = if runtime {
+        let path = runtime_path(a.path.as_deref())?;
+        Some(path.to_str().with_context(|| format!("--path {} is not UTF-8", path.display()))?.to_string())
+    } else {
+        None
+    };
+    let dirs = if cdi { cdi_dirs(&a.cdi_spec_dirs)? } else { Vec::new() };
+    edit_file(&file, &ops, false, a.dry_run, &|text, _| {
+        let mut t = start(text);
+        if let Some(p) = &path_s {
+            t = (ops.add)(&t, &Entry { name: &a.name, path: p, set_as_default: a.set_as_default })?;
+        }
+        if let (true, Some(add)) = (cdi, ops.add_cdi) {
+            t = add(&t, &dirs)?;
+        }
+        Ok(t)
+    })?;
+    if let Some(m) = &importer {
+        edit_file(m, &ops, false, a.dry_run, &|text, _| containerd::add_import(text, &drop_in_s))?;
+    }
+    if a.dry_run {
+        return Ok(());
+    }
+    let mut what = Vec::new();
+    if let Some(p) = &path_s {
+        what.push(format!(
+            "registered runtime {} = {p}{}",
+            a.name,
+            if a.set_as_default { " (default runtime)" } else { "" }
+        ));
+    }
+    if cdi {
+        what.push(format!("turned on CDI (spec dirs {})", dirs.join(", ")));
+    }
+    let imported = importer.map(|m| format!(", imported by {}", m.display())).unwrap_or_default();
+    outln!("{} in {}{imported}; {}", what.join(" and "), file.display(), reload_hint(a.runtime))?;
     Ok(())
 }
 
@@ -336,11 +508,32 @@ pub(crate) mod tomlx {
     }
 
     /// Sets `key` to `item` in `t`, keeping the key's comments and position when it exists.
-    pub fn set(t: &mut Table, key: &str, item: Item) {
+    pub fn set(t: &mut Table, key: &str, mut item: Item) {
         match t.get_mut(key) {
-            Some(slot) => *slot = item,
+            Some(slot) => {
+                // A value's trailing comment (`enable_cdi = false # off here`) is its decor.
+                if let (Some(old), Some(new)) = (slot.as_value(), item.as_value_mut()) {
+                    *new.decor_mut() = old.decor().clone();
+                }
+                *slot = item
+            }
             None => {
                 t.insert(key, item);
+            }
+        }
+    }
+
+    /// Sets `key` in the table at `path` back to the value the `original` file (the `.bak`) had
+    /// there, or removes it when it had none (or there is no original).
+    pub fn restore_key(doc: &mut DocumentMut, path: &[&str], key: &str, original: Option<&str>) {
+        let prev = original
+            .and_then(|o| parse(o).ok())
+            .and_then(|mut o| get_table(&mut o, path).and_then(|t| t.get(key).cloned()));
+        let Some(t) = get_table(doc, path) else { return };
+        match prev {
+            Some(p) => set(t, key, p),
+            None => {
+                t.remove(key);
             }
         }
     }

@@ -2,6 +2,11 @@
 //! and optionally `"default-runtime": "NAME"` (dockerd(8), "Daemon configuration file"; dockerd
 //! reloads `runtimes` on SIGHUP). Edited as JSON with key order kept (serde_json
 //! `preserve_order`): every other key and value stays where it was.
+//!
+//! CDI (`--cdi`): `"features": {"cdi": true}` (Docker 25-27 need it; 28 has CDI on by default,
+//! where it is harmless), and `"cdi-spec-dirs"` only when the directories differ from dockerd's
+//! default (`/etc/cdi`, `/var/run/cdi`): dockerd before 25 refuses to start with a key it does
+//! not know, and an unknown `features` entry is merely ignored.
 
 use super::Entry;
 use anyhow::{Context, Result, bail};
@@ -98,6 +103,52 @@ pub fn remove(text: &str, name: &str, original: Option<&str>) -> Result<String> 
     render(&m, text)
 }
 
+/// dockerd's CDI spec directories when daemon.json names none.
+const DOCKER_CDI_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
+
+/// daemon.json with CDI turned on (see the module docs). Errors: not JSON, not an object,
+/// `features` not an object.
+pub fn add_cdi(text: &str, dirs: &[String]) -> Result<String> {
+    let mut m = parse(text)?;
+    let features = m.entry("features").or_insert_with(|| Value::Object(Map::new()));
+    let Some(f) = features.as_object_mut() else { bail!("\"features\" is {}, expected an object", kind(features)) };
+    f.insert("cdi".into(), Value::Bool(true));
+    if dirs.iter().map(String::as_str).ne(DOCKER_CDI_DIRS.iter().copied()) {
+        m.insert("cdi-spec-dirs".into(), Value::from(dirs.to_vec()));
+    }
+    render(&m, text)
+}
+
+/// daemon.json with `features.cdi` and `cdi-spec-dirs` as `original` (the `.bak`) had them,
+/// or removed when it had none; a `features` object left empty goes when the original had none.
+pub fn remove_cdi(text: &str, original: Option<&str>) -> Result<String> {
+    let mut m = parse(text)?;
+    let orig = original.and_then(|o| parse(o).ok()).unwrap_or_default();
+    let orig_features = orig.get("features").and_then(Value::as_object);
+    if let Some(f) = m.get_mut("features").and_then(Value::as_object_mut) {
+        match orig_features.and_then(|o| o.get("cdi")) {
+            Some(v) => {
+                f.insert("cdi".into(), v.clone());
+            }
+            None => {
+                f.shift_remove("cdi");
+            }
+        }
+        if f.is_empty() && orig_features.is_none() {
+            m.shift_remove("features");
+        }
+    }
+    match orig.get("cdi-spec-dirs") {
+        Some(v) => {
+            m.insert("cdi-spec-dirs".into(), v.clone());
+        }
+        None => {
+            m.shift_remove("cdi-spec-dirs");
+        }
+    }
+    render(&m, text)
+}
+
 /// Same JSON value.
 pub fn same(a: &str, b: &str) -> bool {
     matches!((parse(a), parse(b)), (Ok(x), Ok(y)) if x == y)
@@ -159,6 +210,28 @@ mod tests {
             "{\n  \"runtimes\": {\n    \"actk\": {\n      \"path\": \"/usr/bin/actk-runtime\"\n    }\n  }\n}\n"
         );
         assert!(is_empty(&remove(&out, "actk", None).unwrap()));
+    }
+
+    #[test]
+    fn cdi_feature_on_keeps_other_features_and_comes_off_again() {
+        let dirs: Vec<String> = DOCKER_CDI_DIRS.iter().map(|d| d.to_string()).collect();
+        let out = add_cdi(F11, &dirs).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["features"], serde_json::json!({"buildkit": true, "cdi": true}));
+        assert!(v.get("cdi-spec-dirs").is_none(), "default dirs are not written (dockerd < 25 rejects the key)");
+        assert_eq!(add_cdi(&out, &dirs).unwrap(), out, "twice changes nothing more");
+        assert!(same(&remove_cdi(&out, Some(F11)).unwrap(), F11));
+
+        let out = add_cdi("", &["/run/actk/cdi".to_string()]).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v, serde_json::json!({"features": {"cdi": true}, "cdi-spec-dirs": ["/run/actk/cdi"]}));
+        assert!(is_empty(&remove_cdi(&out, None).unwrap()));
+        let off = r#"{"features": {"cdi": false}}"#;
+        assert!(
+            same(&remove_cdi(&add_cdi(off, &dirs).unwrap(), Some(off)).unwrap(), off),
+            "the original value comes back"
+        );
+        assert!(add_cdi(r#"{"features": []}"#, &dirs).unwrap_err().to_string().contains("\"features\" is an array"));
     }
 
     #[test]

@@ -1,0 +1,153 @@
+//! The shim-less paths through the CRI of a real containerd 2.1 (issue 14), driven with crictl:
+//! - the actk NRI plugin (actk-nri) answers containerd's CreateContainer: a CRI container that
+//!   asks for GPUs 1 and 3 sees exactly those, the control nodes and the driver libraries;
+//! - containerd's own CDI (CDI-by-CRI) with the specs `actk cdi generate` wrote;
+//! - RuntimeClass actk (actk-runtime as the runc shim's BinaryName), for comparison.
+//!
+//! containerd runs on its own sockets and state (actk_testsupport::engines::Containerd2) on the
+//! DGX H100 fixture; pods use the host network (loopback-only CNI).
+
+use actk_testsupport::engines::{self, ActkConfig, Containerd2, Containerd2Options, bin, expect_success};
+use actk_testsupport::fixture;
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// actk-nri attached to a containerd's NRI socket; stopped on drop.
+struct NriPlugin {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl NriPlugin {
+    fn start(c: &Containerd2, config: &Path) -> Result<NriPlugin> {
+        let log = c.dir().join("actk-nri.log");
+        let f = fs::File::create(&log)?;
+        let child = Command::new(bin("actk-nri"))
+            .args(["--socket", c.nri_socket.to_str().unwrap_or_default(), "--idx", "10"])
+            .env("ACTK_CONFIG", config)
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting actk-nri")?;
+        let p = NriPlugin { child, log };
+        let start = Instant::now();
+        while !p.log().contains("registered with NRI") {
+            if start.elapsed() > Duration::from_secs(30) {
+                bail!("actk-nri did not register within 30 s; its log:\n{}\ncontainerd:\n{}", p.log(), c.log());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(p)
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for NriPlugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A container that prints what it sees: its device nodes, the driver libraries mounted, and
+/// its NVIDIA environment.
+fn probe(env: &[(&str, &str)]) -> serde_json::Value {
+    let envs: Vec<serde_json::Value> = env.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+    json!({
+        "command": ["sh", "-c", "ls /dev; echo ---; grep -o '[^ ]*libcuda[^ ]*' /proc/self/mountinfo | sort -u; echo ---; env | grep ^NVIDIA_ | sort"],
+        "envs": envs,
+        "linux": {}
+    })
+}
+
+/// (device nodes under /dev, libcuda mount points, NVIDIA_* env) from a probe's output.
+fn seen(out: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let mut parts = out.split("---\n");
+    let mut next = || parts.next().unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>();
+    (next(), next(), next())
+}
+
+fn nvidia_nodes(devs: &[String]) -> Vec<&str> {
+    devs.iter().map(String::as_str).filter(|d| d.starts_with("nvidia") && !d.starts_with("nvidia-")).collect()
+}
+
+#[test]
+fn nri_plugin_gives_a_cri_container_exactly_the_gpus_it_asks_for() -> Result<()> {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Containerd2::start(&Containerd2Options::default())? else { return Ok(()) };
+    let mut cfg = ActkConfig::new(&fx.root)?;
+    cfg.extra = format!("hook_path = {:?}\n", bin("actk-hook").display().to_string());
+    let config = cfg.write()?;
+    let plugin = NriPlugin::start(&c, &config)?;
+
+    let (code, out) = c.run_pod("gpus13", probe(&[("NVIDIA_VISIBLE_DEVICES", "1,3")]), None)?;
+    assert_eq!(code, 0, "{out}\nplugin:\n{}", plugin.log());
+    let (devs, libs, env) = seen(&out);
+    assert_eq!(
+        nvidia_nodes(&devs),
+        ["nvidia1", "nvidia3", "nvidiactl"],
+        "{out}\nplugin:\n{}\ncontainerd:\n{}",
+        plugin.log(),
+        c.log()
+    );
+    assert!(!libs.is_empty(), "libcuda is mounted: {out}");
+    assert!(env.iter().any(|e| e == "NVIDIA_VISIBLE_DEVICES=1,3"), "{out}");
+
+    // Nothing asked: nothing given. A request the node cannot serve fails the create with
+    // actk's message, as through actk-runtime.
+    let (code, out) = c.run_pod("nogpu", probe(&[]), None)?;
+    assert_eq!(code, 0, "{out}");
+    assert!(nvidia_nodes(&seen(&out).0).is_empty(), "{out}");
+    let err = c.run_pod("gpu9", probe(&[("NVIDIA_VISIBLE_DEVICES", "9")]), None).unwrap_err().to_string();
+    assert!(err.contains("NVIDIA_VISIBLE_DEVICES=9") && err.contains("no such device 9"), "{err}");
+    drop(plugin);
+    Ok(())
+}
+
+#[test]
+fn containerd_applies_actk_cdi_specs_itself_and_runs_actk_runtime_as_a_runtime_class() -> Result<()> {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let cfg = ActkConfig::new(&fx.root)?;
+    let config = cfg.write()?;
+    let o = engines::actk(
+        Some(&config),
+        &[
+            "cdi",
+            "generate",
+            "--root",
+            fx.root.to_str().unwrap_or_default(),
+            "--vendor",
+            "nvidia",
+            "--ldcache-hook",
+            "none",
+        ],
+    );
+    let spec = expect_success("actk cdi generate", &o);
+    fs::write(cfg.spec_dir().join("nvidia.com-gpu.json"), spec)?;
+    // The runc shim starts its runtime with its own environment: a wrapper carries ACTK_CONFIG.
+    let wrapper = cfg.write_wrapper()?;
+    let opts = Containerd2Options { cdi_spec_dirs: vec![cfg.spec_dir().to_path_buf()], actk_runtime: Some(wrapper) };
+    let Some(c) = Containerd2::start(&opts)? else { return Ok(()) };
+
+    // CDI-by-CRI: the kubelet's cdi-cri strategy puts names in the CRI CDIDevices field.
+    let mut ctr = probe(&[]);
+    ctr["CDI_devices"] = json!([{"name": "nvidia.com/gpu=2"}]);
+    let (code, out) = c.run_pod("cdi2", ctr, None)?;
+    assert_eq!(code, 0, "{out}");
+    let (devs, libs, _) = seen(&out);
+    assert_eq!(nvidia_nodes(&devs), ["nvidia2", "nvidiactl"], "containerd applied the spec: {out}");
+    assert!(!libs.is_empty(), "{out}");
+
+    // RuntimeClass actk: actk-runtime edits the bundle containerd wrote, then runc runs it.
+    let (code, out) = c.run_pod("rt0", probe(&[("NVIDIA_VISIBLE_DEVICES", "0")]), Some("actk"))?;
+    assert_eq!(code, 0, "{out}\n{}", c.log());
+    assert_eq!(nvidia_nodes(&seen(&out).0), ["nvidia0", "nvidiactl"], "{out}");
+    Ok(())
+}

@@ -300,6 +300,11 @@ fn helm_chart_generator_node_setup_and_schema() {
     assert_eq!(paths, ["/usr/local/actk", "/etc/containerd", "/run/containerd"], "what it edits, and the socket's dir");
     let socket_mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "containerd-socket").unwrap();
     assert_eq!(socket_mount["readOnly"], true);
+    // The trust policy of a multi-tenant node (SECURITY.md) by default, each key a value.
+    for a in ["--env-requests=privileged", "--annotation-requests=privileged", "--mount-requests=always", "--on-refused=warn"]
+    {
+        assert!(args.contains(&a), "{a} in {args:?}");
+    }
     let rc = kind(&all, "RuntimeClass");
     assert_eq!((rc["metadata"]["name"].as_str(), rc["handler"].as_str()), (Some("actk"), Some("actk")));
 
@@ -310,6 +315,12 @@ fn helm_chart_generator_node_setup_and_schema() {
         ("hostRoot=relative", ["hostRoot", "pattern"]),
         ("cdi.deviceNameStrategy=name", ["cdi.deviceNameStrategy", "index"]),
         ("nodeSetup.restart=systemd", ["nodeSetup.restart", "signal"]),
+        ("nodeSetup.policy.envRequests=sometimes", ["nodeSetup.policy.envRequests", "privileged"]),
+        ("config.migStrategy=all", ["config.migStrategy", "mixed"]),
+        ("sharing.timeSlicing.resources[0].name=nvidia.com/gpu,sharing.timeSlicing.resources[0].replicas=0", [
+            "sharing.timeSlicing.resources.0.replicas",
+            "greater than or equal to 1",
+        ]),
     ] {
         let o = Command::new(&helm).args(["template", "x"]).arg(&chart).args(["--set", set]).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
@@ -318,4 +329,58 @@ fn helm_chart_generator_node_setup_and_schema() {
             assert!(err.contains(w), "{set}: the error names {w}: {err}");
         }
     }
+}
+
+/// Chart values for the device list, MIG and time-slicing reach the plugin's config file as
+/// keys it accepts, and the node setup's policy flags follow nodeSetup.policy.
+#[test]
+fn helm_chart_sharing_mig_volume_mounts_and_policy_values() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(
+        &helm,
+        &[
+            "config.strategies={volume-mounts}",
+            "config.migStrategy=mixed",
+            "sharing.timeSlicing.failRequestsGreaterThanOne=true",
+            "sharing.timeSlicing.resources[0].name=nvidia.com/gpu",
+            "sharing.timeSlicing.resources[0].replicas=4",
+            "sharing.timeSlicing.resources[1].name=aws.amazon.com/neuron",
+            "sharing.timeSlicing.resources[1].replicas=2",
+            "sharing.timeSlicing.resources[1].rename=aws.amazon.com/neuron-shared",
+            "nodeSetup.enabled=true",
+            "nodeSetup.policy.envRequests=never",
+            "nodeSetup.policy.onRefused=fail",
+        ],
+    );
+    check_daemonset(&all, "helm template (sharing)");
+    let toml_text = kind(&all, "ConfigMap")["data"]["device-plugin.toml"].as_str().unwrap().to_string();
+    let file: FileConfig = toml::from_str(&toml_text).unwrap_or_else(|e| panic!("{e}: {toml_text}"));
+    assert_eq!(file.mig_strategy.as_deref(), Some("mixed"), "{toml_text}");
+    let ts = file.sharing.as_ref().and_then(|s| s.time_slicing.as_ref()).expect("[sharing.time_slicing]");
+    assert_eq!(ts.fail_requests_greater_than_one, Some(true));
+    assert_eq!(ts.rename_by_default, Some(false));
+    let entries: Vec<(&str, i64, Option<&str>)> =
+        ts.resources.iter().map(|r| (r.name.as_str(), r.replicas, r.rename.as_deref())).collect();
+    assert_eq!(
+        entries,
+        [("nvidia.com/gpu", 4, None), ("aws.amazon.com/neuron", 2, Some("aws.amazon.com/neuron-shared"))]
+    );
+    let s = Settings::merge(Default::default(), file, "chart").unwrap();
+    assert_eq!(s.strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ["volume-mounts"]);
+    let setup = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "node-setup")
+        .expect("the node setup DaemonSet");
+    let c = container(&setup["spec"]["template"]["spec"], "node-setup");
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for a in ["--env-requests=never", "--annotation-requests=privileged", "--on-refused=fail"] {
+        assert!(args.contains(&a), "{a} in {args:?}");
+    }
+    // Without sharing values the file has no [sharing] (the defaults render as before).
+    let plain = render(&helm, &[]);
+    let text = kind(&plain, "ConfigMap")["data"]["device-plugin.toml"].as_str().unwrap().to_string();
+    assert!(!text.contains("sharing") && !text.contains("mig_strategy"), "{text}");
 }

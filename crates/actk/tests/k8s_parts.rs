@@ -193,6 +193,16 @@ fn node_setup_installs_registers_and_teardown_restores() {
     assert_eq!(cfg["root"].as_str(), Some("/run/nvidia/driver"));
     assert_eq!(cfg["spec_dirs"].as_array().unwrap()[0].as_str(), Some("/var/run/cdi"));
     assert_eq!(cfg["hook_path"].as_str(), Some("/opt/actk/bin/actk-hook"));
+    // The Kubernetes node's trust policy (SECURITY.md), unless the flags say otherwise.
+    let policy = cfg["policy"].as_table().expect("a [policy] table");
+    for (k, v) in [
+        ("env_requests", "privileged"),
+        ("annotation_requests", "privileged"),
+        ("mount_requests", "always"),
+        ("on_refused", "warn"),
+    ] {
+        assert_eq!(policy[k].as_str(), Some(v), "policy.{k}: {policy:?}");
+    }
     // actk-runtime's config is one actk accepts.
     let shown = Command::new(env!("CARGO_BIN_EXE_actk"))
         .args(["config", "show"])
@@ -211,6 +221,29 @@ fn node_setup_installs_registers_and_teardown_restores() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(n.join("etc/containerd/config.toml")).unwrap(), CONTAINERD);
     assert!(!dir.exists(), "the install dir is removed when empty");
+
+    // The policy flags (chart: nodeSetup.policy) reach the installed config; a bad value is
+    // named with the values there are, and nothing is installed.
+    let mut args = vec!["node", "setup", "--env-requests", "never", "--on-refused", "fail"];
+    args.extend(common);
+    let o = actk(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let cfg: toml::Table = std::fs::read_to_string(dir.join("config.toml")).unwrap().parse().unwrap();
+    assert_eq!(cfg["policy"]["env_requests"].as_str(), Some("never"));
+    assert_eq!(cfg["policy"]["on_refused"].as_str(), Some("fail"));
+    assert_eq!(cfg["policy"]["annotation_requests"].as_str(), Some("privileged"));
+    let mut args = vec!["node", "teardown"];
+    args.extend(common);
+    assert!(actk(&args).status.success());
+    let mut args = vec!["node", "setup", "--annotation-requests", "sometimes"];
+    args.extend(common);
+    let o = actk(&args);
+    assert!(
+        !o.status.success() && text(&o).contains("\"sometimes\"") && text(&o).contains("always, privileged, never"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.exists());
 
     // A node without the config: a clear error, nothing installed.
     std::fs::remove_file(n.join("etc/containerd/config.toml")).unwrap();

@@ -5,7 +5,9 @@
 //! setup, in this order (each step undone by teardown, in reverse):
 //! 1. install `actk-runtime` and `actk-hook` (copied from next to this `actk`) into
 //!    `INSTALL_DIR/bin`, a config `INSTALL_DIR/config.toml` (host root, CDI spec directories,
-//!    hook path) and the runtime the engine runs, `INSTALL_DIR/actk-runtime`: a two-line
+//!    hook path, and the node's trust policy `[policy]`: by default env and annotation requests
+//!    only for privileged containers, the device list always, refusals as warnings, as
+//!    SECURITY.md describes a Kubernetes node) and the runtime the engine runs, `INSTALL_DIR/actk-runtime`: a two-line
 //!    `/bin/sh` wrapper setting `ACTK_CONFIG` to that file, so nothing of the node's own
 //!    /etc/actk is touched (as the NVIDIA toolkit container installs `nvidia-container-runtime`);
 //! 2. register it with containerd: `actk runtime configure --runtime containerd` on the node's
@@ -18,6 +20,7 @@
 //! With `--wait`, setup stays until SIGTERM or SIGINT and then tears down: a DaemonSet pod that
 //! is deleted (`helm uninstall`) leaves the node as it found it.
 
+use actk_core::policy::{OnRefused, Policy, Trust};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -74,6 +77,33 @@ pub struct Args {
     /// setup only: stay until SIGTERM/SIGINT, then tear down.
     #[arg(long)]
     pub wait: bool,
+    /// `policy.env_requests` of the installed config: `always`, `privileged` or `never`
+    /// (SECURITY.md; chart: nodeSetup.policy.envRequests).
+    #[arg(long, value_parser = parse_trust, default_value = "privileged")]
+    pub env_requests: Trust,
+    /// `policy.annotation_requests` (`cdi.k8s.io/*` annotations): `always`, `privileged` or `never`.
+    #[arg(long, value_parser = parse_trust, default_value = "privileged")]
+    pub annotation_requests: Trust,
+    /// `policy.mount_requests` (the device plugin's `volume-mounts` device list).
+    #[arg(long, value_parser = parse_trust, default_value = "always")]
+    pub mount_requests: Trust,
+    /// `policy.on_refused`: `warn` (drop the refused request, start the container) or `fail`.
+    #[arg(long, value_parser = parse_on_refused, default_value = "warn")]
+    pub on_refused: OnRefused,
+}
+
+/// A `[policy]` value as config.toml spells it (serde's names, so the flag and the file agree).
+fn parse_policy_value<T: serde::de::DeserializeOwned>(s: &str, allowed: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?} is not a policy value; use one of {allowed}"))
+}
+
+fn parse_trust(s: &str) -> Result<Trust, String> {
+    parse_policy_value(s, "always, privileged, never")
+}
+
+fn parse_on_refused(s: &str) -> Result<OnRefused, String> {
+    parse_policy_value(s, "warn, fail")
 }
 
 /// Runs an `actk node` subcommand.
@@ -134,6 +164,12 @@ fn runtime_config(a: &Args) -> Result<String> {
         root: a.root.clone(),
         spec_dirs: a.spec_dirs.clone(),
         hook_path: Some(hook),
+        policy: Policy {
+            env_requests: a.env_requests,
+            annotation_requests: a.annotation_requests,
+            mount_requests: a.mount_requests,
+            on_refused: a.on_refused,
+        },
         ..Default::default()
     };
     let body = toml::to_string(&cfg).context("serialising the runtime config")?;

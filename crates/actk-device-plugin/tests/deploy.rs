@@ -301,8 +301,12 @@ fn helm_chart_generator_node_setup_and_schema() {
     let socket_mount = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "containerd-socket").unwrap();
     assert_eq!(socket_mount["readOnly"], true);
     // The trust policy of a multi-tenant node (SECURITY.md) by default, each key a value.
-    for a in ["--env-requests=privileged", "--annotation-requests=privileged", "--mount-requests=always", "--on-refused=warn"]
-    {
+    for a in [
+        "--env-requests=privileged",
+        "--annotation-requests=privileged",
+        "--mount-requests=always",
+        "--on-refused=warn",
+    ] {
         assert!(args.contains(&a), "{a} in {args:?}");
     }
     let rc = kind(&all, "RuntimeClass");
@@ -317,10 +321,10 @@ fn helm_chart_generator_node_setup_and_schema() {
         ("nodeSetup.restart=systemd", ["nodeSetup.restart", "signal"]),
         ("nodeSetup.policy.envRequests=sometimes", ["nodeSetup.policy.envRequests", "privileged"]),
         ("config.migStrategy=all", ["config.migStrategy", "mixed"]),
-        ("sharing.timeSlicing.resources[0].name=nvidia.com/gpu,sharing.timeSlicing.resources[0].replicas=0", [
-            "sharing.timeSlicing.resources.0.replicas",
-            "greater than or equal to 1",
-        ]),
+        (
+            "sharing.timeSlicing.resources[0].name=nvidia.com/gpu,sharing.timeSlicing.resources[0].replicas=0",
+            ["sharing.timeSlicing.resources.0.replicas", "greater than or equal to 1"],
+        ),
     ] {
         let o = Command::new(&helm).args(["template", "x"]).arg(&chart).args(["--set", set]).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

@@ -97,12 +97,21 @@ pub struct PodSpec {
     pub runtime_class: Option<String>,
     /// Extra container env.
     pub env: Vec<(String, String)>,
+    /// Pod annotations (`metadata.annotations`).
+    pub annotations: Vec<(String, String)>,
 }
 
 impl PodSpec {
     /// A pod named `name` running `script`.
     pub fn new(name: &str, script: &str) -> PodSpec {
-        PodSpec { name: name.into(), script: script.into(), limits: vec![], runtime_class: None, env: vec![] }
+        PodSpec {
+            name: name.into(),
+            script: script.into(),
+            limits: vec![],
+            runtime_class: None,
+            env: vec![],
+            annotations: vec![],
+        }
     }
 
     /// Adds `limits: {resource: count}`.
@@ -114,6 +123,18 @@ impl PodSpec {
     /// Sets `runtimeClassName`.
     pub fn runtime_class(mut self, name: &str) -> PodSpec {
         self.runtime_class = Some(name.into());
+        self
+    }
+
+    /// Adds a container env variable `key=value`.
+    pub fn env(mut self, key: &str, value: &str) -> PodSpec {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Adds a pod annotation `key: value`.
+    pub fn annotation(mut self, key: &str, value: &str) -> PodSpec {
+        self.annotations.push((key.into(), value.into()));
         self
     }
 
@@ -139,10 +160,17 @@ impl PodSpec {
         if let Some(rc) = &self.runtime_class {
             spec["runtimeClassName"] = Value::String(rc.clone());
         }
+        let annotations: serde_json::Map<String, Value> =
+            self.annotations.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
         serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": self.name, "namespace": TEST_NAMESPACE, "labels": {"actk-test": "true"}},
+            "metadata": {
+                "name": self.name,
+                "namespace": TEST_NAMESPACE,
+                "labels": {"actk-test": "true"},
+                "annotations": annotations,
+            },
             "spec": spec,
         })
     }

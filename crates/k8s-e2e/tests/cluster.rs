@@ -670,3 +670,162 @@ fn two_gpus_with_envvar_served_by_the_nri_plugin() -> Result<()> {
     drop(plugin);
     Ok(())
 }
+/// The chart as a multi-tenant node is deployed (docs/kubernetes.md, SECURITY.md): the device
+/// list (`volume-mounts`), actk-runtime with RuntimeClass `actk`, and the node setup's default
+/// trust policy. Waits until the node setup has written actk-runtime's config and registered
+/// it with containerd, and returns that config's `[policy]`.
+const MULTI_TENANT: &str = "config:\n  strategies: [volume-mounts]\nnodeSetup:\n  enabled: true\n";
+
+fn multi_tenant_policy(c: &Cluster) -> Result<toml::Table> {
+    let cfg = Path::new(c.env("STATE_DIR")).join("node-setup/config.toml");
+    let policy = c.wait_until("node setup with its policy", Duration::from_secs(120), || {
+        let registered = std::fs::read_to_string(c.env("CONTAINERD_CONFIG"))?.contains("actk-runtime");
+        let rc = c.kubectl(&["get", "runtimeclass", "actk"]).status.success();
+        // containerd restarted with the runtime registered: the node setup says it is done.
+        let mut done = false;
+        for p in c.release_pods()? {
+            if p["metadata"]["labels"]["app.kubernetes.io/component"] == "node-setup" {
+                let name = p["metadata"]["name"].as_str().unwrap_or_default();
+                done |= c.release_log(name, "node-setup").contains("actk node setup: done");
+            }
+        }
+        let Ok(text) = std::fs::read_to_string(&cfg) else { return Ok(None) };
+        let t: toml::Table = text.parse().with_context(|| format!("parsing {}", cfg.display()))?;
+        Ok((registered && rc && done).then(|| t.get("policy").and_then(|p| p.as_table()).cloned()).flatten())
+    })?;
+    for (k, v) in [
+        ("env_requests", "privileged"),
+        ("annotation_requests", "privileged"),
+        ("mount_requests", "always"),
+        ("on_refused", "warn"),
+    ] {
+        assert_eq!(policy.get(k).and_then(|x| x.as_str()), Some(v), "policy.{k} of {}: {policy:?}", cfg.display());
+    }
+    Ok(policy)
+}
+
+/// Issue 10 on the real cluster: with the multi-tenant deployment, a pod allocated 1 GPU that
+/// sets `NVIDIA_VISIBLE_DEVICES=all` sees exactly its one GPU; a pod with no request that sets
+/// it, or a `cdi.k8s.io` annotation asking for every GPU, starts (`on_refused = "warn"`, as
+/// SECURITY.md says a Kubernetes node is set) and sees no GPU and no control node.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn trust_policy_env_and_annotations_never_widen_the_gpu_allocation() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&Default::default(), &dgx.root, MULTI_TENANT, GPU, 8)? else { return Ok(()) };
+    multi_tenant_policy(&c)?;
+
+    let one = look(
+        &c,
+        PodSpec::new("policy-one-gpu-env-all", "")
+            .limit(GPU, 1)
+            .runtime_class("actk")
+            .env("NVIDIA_VISIBLE_DEVICES", "all"),
+    )?;
+    assert_eq!(one.numbered("nvidia").len(), 1, "allocated 1, env all: exactly one GPU node in {:?}", one.dev);
+    assert!(one.dev.iter().any(|d| d == "nvidiactl"), "{:?}", one.dev);
+    assert!(one.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "the allocated GPU gets its driver: {:?}", one.libs);
+
+    let env_all = look(
+        &c,
+        PodSpec::new("policy-no-request-env-all", "").runtime_class("actk").env("NVIDIA_VISIBLE_DEVICES", "all"),
+    )?;
+    let annotated = look(
+        &c,
+        PodSpec::new("policy-no-request-annotation", "")
+            .runtime_class("actk")
+            .annotation("cdi.k8s.io/actk-test", "nvidia.com/gpu=all"),
+    )?;
+    for (what, v) in [("env NVIDIA_VISIBLE_DEVICES=all", &env_all), ("annotation cdi.k8s.io/actk-test", &annotated)] {
+        assert!(
+            v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
+            "no request, {what}: no GPU, saw {:?}",
+            v.dev
+        );
+        assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request, {what}: no driver, saw {:?}", v.libs);
+    }
+    Ok(())
+}
+
+/// Issue 10, Neuron on the inf2 node: allocated 1 device, `AWS_NEURON_VISIBLE_DEVICES=ALL`
+/// sees 1; no request with it sees none.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn trust_policy_env_never_widens_the_neuron_allocation() -> Result<()> {
+    let Some(inf2) = prepare("aws-inf2-48xlarge")? else { return Ok(()) };
+    let Some(c) = ready(&Default::default(), &inf2.root, MULTI_TENANT, NEURON, 12)? else { return Ok(()) };
+    multi_tenant_policy(&c)?;
+    let one = look(
+        &c,
+        PodSpec::new("policy-one-neuron-env-all", "")
+            .limit(NEURON, 1)
+            .runtime_class("actk")
+            .env("AWS_NEURON_VISIBLE_DEVICES", "ALL"),
+    )?;
+    assert_eq!(one.numbered("neuron").len(), 1, "allocated 1, env ALL: exactly one Neuron device in {:?}", one.dev);
+    let none = look(
+        &c,
+        PodSpec::new("policy-no-request-neuron-all", "").runtime_class("actk").env("AWS_NEURON_VISIBLE_DEVICES", "ALL"),
+    )?;
+    assert!(none.numbered("neuron").is_empty(), "no request, env ALL: no Neuron device, saw {:?}", none.dev);
+    Ok(())
+}
+
+const TIME_SLICED_4: &str = "config:\n  strategies: [cdi-cri]\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n";
+
+fn unschedulable(c: &Cluster, name: &str) -> Result<String> {
+    let cond = c.wait_until(&format!("{name} unschedulable"), Duration::from_secs(60), || {
+        let p = c.pod(name)?;
+        let cond =
+            p["status"]["conditions"].as_array().into_iter().flatten().find(|k| k["type"] == "PodScheduled").cloned();
+        Ok(cond.filter(|k| k["status"] == "False"))
+    })?;
+    assert_eq!(cond["reason"], "Unschedulable", "{cond}");
+    Ok(cond["message"].as_str().unwrap_or("").to_string())
+}
+
+/// F20 (issue 12) on the real cluster: time-slicing with 4 replicas on the 8-GPU DGX makes
+/// allocatable nvidia.com/gpu 32; a pod taking all 32 sees the 8 GPUs once each and a 33rd
+/// request pends; two 1-replica pods run side by side on different GPUs (spread before
+/// stacking); with GPU 0 the only one left, two pods both run on GPU 0.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn f20_time_slicing_four_replicas_two_pods_on_one_gpu() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&Default::default(), &dgx.root, TIME_SLICED_4, GPU, 32)? else { return Ok(()) };
+
+    c.create_pod(&sleeper("f20-all-32", 32))?;
+    running(&c, "f20-all-32")?;
+    assert_eq!(gpus_of_running(&c, "f20-all-32")?, (0..8).collect::<Vec<_>>(), "32 replicas are the 8 GPUs");
+    c.create_pod(&sleeper("f20-33rd", 1))?;
+    let msg = unschedulable(&c, "f20-33rd")?;
+    assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    c.delete_pod("f20-all-32")?;
+    running(&c, "f20-33rd")?;
+    c.delete_pod("f20-33rd")?;
+
+    c.create_pod(&sleeper("f20-a", 1))?;
+    c.create_pod(&sleeper("f20-b", 1))?;
+    running(&c, "f20-a")?;
+    running(&c, "f20-b")?;
+    let (a, b) = (gpus_of_running(&c, "f20-a")?, gpus_of_running(&c, "f20-b")?);
+    assert_eq!((a.len(), b.len()), (1, 1), "one GPU each: {a:?} {b:?}");
+    assert_ne!(a, b, "replicas spread over GPUs before stacking");
+    c.delete_pod("f20-a")?;
+    c.delete_pod("f20-b")?;
+
+    // Only GPU 0 left on the node: its 4 replicas are all there is, and two pods share it.
+    for g in 1..8 {
+        std::fs::remove_file(dgx.path(&format!("/dev/nvidia{g}")))?;
+    }
+    c.wait_allocatable_within(GPU, 4, Duration::from_secs(30))?;
+    c.create_pod(&sleeper("f20-gpu0-a", 1))?;
+    c.create_pod(&sleeper("f20-gpu0-b", 1))?;
+    running(&c, "f20-gpu0-a")?;
+    running(&c, "f20-gpu0-b")?;
+    assert_eq!(gpus_of_running(&c, "f20-gpu0-a")?, [0], "pod a on GPU 0");
+    assert_eq!(gpus_of_running(&c, "f20-gpu0-b")?, [0], "pod b on GPU 0 as well");
+    c.delete_pod("f20-gpu0-a")?;
+    c.delete_pod("f20-gpu0-b")?;
+    Ok(())
+}

@@ -829,3 +829,63 @@ fn f20_time_slicing_four_replicas_two_pods_on_one_gpu() -> Result<()> {
     c.delete_pod("f20-gpu0-b")?;
     Ok(())
 }
+
+/// Issue 12, MIG `mixed` on the real cluster (the DGX A100 fixture with its NVML double): the
+/// node advertises one resource per MIG profile (`nvidia.com/mig-1g.10gb`, ...) with as many
+/// units as the double has MIG devices of it, and whole GPUs without MIG as nvidia.com/gpu; a
+/// pod asking one `nvidia.com/mig-1g.10gb` sees its parent GPU's node and that MIG device's two
+/// caps nodes (GPU instance and compute instance access), nothing of other GPUs.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn mig_mixed_strategy_resources_and_a_pod_with_one_mig_device() -> Result<()> {
+    use actk_testsupport::nvml_double::State;
+    let Some(a100) = prepare("nvidia-dgx-a100")? else { return Ok(()) };
+    let state = State::of(&a100.root)?;
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for g in state.gpus() {
+        if g.get("mig") != "enabled" {
+            *want.entry(GPU.into()).or_default() += 1;
+        }
+        for m in state.migs(g.num("index")) {
+            *want.entry(format!("nvidia.com/mig-{}", m.get("profile").replace('+', "."))).or_default() += 1;
+        }
+    }
+    let mig_1g = "nvidia.com/mig-1g.10gb";
+    ensure!(want.get(mig_1g).is_some_and(|n| *n > 1), "the fixture has 1g.10gb MIG devices: {want:?}");
+    // The NVML double is a library in the fixture root: the plugin and the generator see the
+    // whole root (hostLibraries), as they see a real node's driver.
+    let values = "config:\n  strategies: [cdi-cri, envvar]\n  migStrategy: mixed\nhostLibraries: true\n";
+    let Some(c) = ready(&Default::default(), &a100.root, values, mig_1g, want[mig_1g])? else { return Ok(()) };
+    let got = c.wait_until("every MIG resource allocatable", Duration::from_secs(60), || {
+        let a = c.allocatable()?;
+        let ours: BTreeMap<String, i64> =
+            a.into_iter().filter(|(k, _)| k.starts_with("nvidia.com/")).filter(|(_, v)| *v > 0).collect();
+        Ok((ours == want).then_some(ours))
+    })?;
+    assert_eq!(got, want);
+
+    let v = look(&c, PodSpec::new("mig-one-1g", "").limit(mig_1g, 1))?;
+    let uuid = v.env.get("NVIDIA_VISIBLE_DEVICES").cloned().unwrap_or_default();
+    let (gpu, m) = state
+        .gpus()
+        .into_iter()
+        .find_map(|g| {
+            state.migs(g.num("index")).into_iter().find(|m| m.get("uuid") == uuid).map(|m| (g.num("index"), m))
+        })
+        .with_context(|| format!("the pod's MIG device {uuid:?} is one of the double's"))?;
+    assert_eq!(m.get("profile"), "1g.10gb", "{m:?}");
+    assert_eq!(v.numbered("nvidia"), [gpu as u32], "only the parent GPU's node: {:?}", v.dev);
+    let cap = |file: String| -> Result<String> {
+        let p = a100.path(&format!("proc/driver/nvidia/capabilities/gpu{gpu}/mig/{file}"));
+        let t = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        let minor = t.lines().next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or_default().to_string();
+        Ok(format!("nvidia-caps/nvidia-cap{minor}"))
+    };
+    let mut caps: Vec<String> = v.dev.iter().filter(|d| d.starts_with("nvidia-caps/")).cloned().collect();
+    caps.sort();
+    let mut expect =
+        vec![cap(format!("gi{}/access", m.num("gi")))?, cap(format!("gi{}/ci{}/access", m.num("gi"), m.num("ci")))?];
+    expect.sort();
+    assert_eq!(caps, expect, "the MIG device's caps nodes: {:?}", v.dev);
+    Ok(())
+}

@@ -93,6 +93,20 @@ pub struct MpsFile {
     pub resources: Vec<SharedResourceFile>,
 }
 
+/// Whether `n` is a Kubernetes extended resource name `<domain>/<name>`: the domain as a CDI
+/// vendor, the name a qualified name (1 to 63 letters, digits, `-`, `_`, `.`, starting and ending
+/// with a letter or digit; Kubernetes `IsQualifiedName`), so `nvidia.com/gpu.shared` (NVIDIA's
+/// documented rename) and `nvidia.com/mig-1g.10gb` pass, unlike a CDI kind's class.
+pub fn extended_resource_name_ok(n: &str) -> bool {
+    let Some((domain, name)) = n.split_once('/') else { return false };
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    actk_core::profile::check_kind(&format!("{domain}/x")).is_ok()
+        && (1..=63).contains(&name.len())
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 /// Default MPS pipe directory on the host.
 pub const DEFAULT_MPS_PIPE_DIRECTORY: &str = "/run/nvidia/mps";
 
@@ -373,7 +387,7 @@ fn check_time_slicing(t: &TimeSlicingFile, origin: &str) -> Result<TimeSlicing, 
             value,
             expected,
         };
-        let name_ok = |n: &str| actk_core::profile::check_kind(n).is_ok();
+        let name_ok = extended_resource_name_ok;
         if !name_ok(&r.name) {
             return Err(bad("name", r.name.clone(), "an extended resource name such as nvidia.com/gpu".into()));
         }
@@ -597,6 +611,27 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn extended_resource_names_allow_dots_in_the_name() {
+        for ok in ["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb", "amd.com/gpu_cpx"] {
+            assert!(extended_resource_name_ok(ok), "{ok}");
+        }
+        for bad in [
+            "gpu",
+            "nvidia.com/",
+            "nvidia.com/.shared",
+            "nvidia.com/gpu.",
+            "/gpu",
+            "nvidia.com/a/b",
+            "nvidia.com/gpu shared",
+        ] {
+            assert!(!extended_resource_name_ok(bad), "{bad}");
+        }
+        let toml = "[sharing.time_slicing]\n[[sharing.time_slicing.resources]]\nname = \"nvidia.com/gpu\"\nreplicas = 2\nrename = \"nvidia.com/gpu.shared\"\n";
+        let file: FileConfig = toml::from_str(toml).unwrap();
+        Settings::merge(Default::default(), file, "test").expect("NVIDIA's documented rename is accepted");
+    }
+
     use super::*;
 
     #[test]

@@ -353,7 +353,7 @@ fn helm_chart_sharing_mig_volume_mounts_and_policy_values() {
             "sharing.timeSlicing.resources[0].replicas=4",
             "sharing.timeSlicing.resources[1].name=aws.amazon.com/neuron",
             "sharing.timeSlicing.resources[1].replicas=2",
-            "sharing.timeSlicing.resources[1].rename=aws.amazon.com/neuron-shared",
+            "sharing.timeSlicing.resources[1].rename=aws.amazon.com/neuron.shared",
             "nodeSetup.enabled=true",
             "nodeSetup.policy.envRequests=never",
             "nodeSetup.policy.onRefused=fail",
@@ -370,7 +370,7 @@ fn helm_chart_sharing_mig_volume_mounts_and_policy_values() {
         ts.resources.iter().map(|r| (r.name.as_str(), r.replicas, r.rename.as_deref())).collect();
     assert_eq!(
         entries,
-        [("nvidia.com/gpu", 4, None), ("aws.amazon.com/neuron", 2, Some("aws.amazon.com/neuron-shared"))]
+        [("nvidia.com/gpu", 4, None), ("aws.amazon.com/neuron", 2, Some("aws.amazon.com/neuron.shared"))]
     );
     let s = Settings::merge(Default::default(), file, "chart").unwrap();
     assert_eq!(s.strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ["volume-mounts"]);

@@ -63,6 +63,12 @@ prop_secs=$(( $(date +%s) - t0 ))
 # One line per property, named in the sources (so a property that never ran shows 0, not nothing).
 mapfile -t props < <(grep -ohE 'check\("[^"]+"' "${prop_files[@]}" | sed 's/check("//; s/"$//' | sort -u)
 for p in "${props[@]}"; do
+  if [[ "$p" == *" "* ]]; then
+    # The count file is "name count [failed]": a name with a space would never be counted.
+    line FAIL "property: $p" "name has a space; use - in check(\"...\")"
+    failed+=("property name \"$p\"")
+    continue
+  fi
   n=$(awk -v k="$p" '$1 == k {s += $2} END {print s+0}' "$ACTK_VERIFY_COUNTS")
   bad=$(awk -v k="$p" '$1 == k && $3 == "failed" {print "y"}' "$ACTK_VERIFY_COUNTS" | head -1)
   if [ -n "$bad" ]; then

@@ -58,7 +58,7 @@ fn any_cache_reads_back_and_the_loader_finds_every_soname_first_added_first() {
             hwcap: 0,
             hwcaps: None,
         });
-    check("ldcache write", prop::collection::vec(entry, 0..60), |added| {
+    check("ld.so.cache-write", prop::collection::vec(entry, 0..60), |added| {
         let mut sorted = added.clone();
         write::sort(&mut sorted);
         let bytes = write::encode(&sorted, "actk property test");

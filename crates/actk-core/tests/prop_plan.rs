@@ -165,7 +165,7 @@ fn any_request_on_a_real_config_json_plans_and_applies_or_names_the_variable() {
             Err(PlanError::Request(e)) => {
                 let shown = e.to_string();
                 prop_assert!(
-                    shown.starts_with(&format!("{}={}: ", e.variable, actk_core::request::shorten(&e.value))),
+                    shown.starts_with(&format!("{}={}: ", e.variable, request::shorten(&e.value))),
                     "{}",
                     shown
                 );

@@ -120,10 +120,7 @@ fn selection_variables_of_every_vendor_never_panic_and_errors_name_variable_and_
         match request::collect(&env, &ann, &profiles, &BTreeMap::new()) {
             Err(e) => {
                 let shown = e.to_string();
-                prop_assert!(
-                    shown.starts_with(&format!("{}={}: ", e.variable, actk_core::request::shorten(&e.value))),
-                    "{shown}"
-                );
+                prop_assert!(shown.starts_with(&format!("{}={}: ", e.variable, request::shorten(&e.value))), "{shown}");
                 if let Some(key) = e.variable.strip_prefix("annotation ") {
                     prop_assert_eq!(ann.get(key), Some(&e.value), "annotation value named: {}", shown);
                 } else {

@@ -321,6 +321,8 @@ fn helm_chart_generator_node_setup_and_schema() {
         ("nodeSetup.restart=systemd", ["nodeSetup.restart", "signal"]),
         ("nodeSetup.policy.envRequests=sometimes", ["nodeSetup.policy.envRequests", "privileged"]),
         ("config.migStrategy=all", ["config.migStrategy", "mixed"]),
+        // envvar with the multi-tenant policy would start every pod without its devices.
+        ("nodeSetup.enabled=true,config.strategies={envvar}", ["envvar", "nodeSetup.policy.envRequests"]),
         (
             "sharing.timeSlicing.resources[0].name=nvidia.com/gpu,sharing.timeSlicing.resources[0].replicas=0",
             ["sharing.timeSlicing.resources.0.replicas", "greater than or equal to 1"],

@@ -100,7 +100,10 @@ fn assert_two_gpus(v: &View, what: &str) {
 fn gpu_strategy(strategy: &str) -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let envvar = strategy == "envvar";
-    let values = format!("config:\n  strategies: [{strategy}]\nnodeSetup:\n  enabled: {envvar}\n");
+    // envvar hands devices out as env, which only a node that trusts env may serve (the chart
+    // refuses envvar with the default multi-tenant policy).
+    let policy = if envvar { "  policy:\n    envRequests: always\n" } else { "" };
+    let values = format!("config:\n  strategies: [{strategy}]\nnodeSetup:\n  enabled: {envvar}\n{policy}");
     let Some(c) = ready(&Default::default(), &dgx.root, &values, GPU, 8)? else { return Ok(()) };
     if envvar {
         c.wait_until("RuntimeClass actk", Duration::from_secs(60), || {
@@ -173,7 +176,9 @@ fn f18_uuid_only_spec_pod_starts_with_its_gpu() -> Result<()> {
             .collect();
         Ok((!names.iter().any(|n| n == "0")).then_some(names))
     })?;
-    assert!(names.iter().all(|n| n.starts_with("GPU-") || n == "all"), "{names:?}");
+    // Besides the GPUs by UUID: `all` and the MIG management capabilities (mig-config, mig-monitor).
+    assert!(names.iter().all(|n| n.starts_with("GPU-") || n == "all" || n.starts_with("mig-")), "{names:?}");
+    assert_eq!(names.iter().filter(|n| n.starts_with("GPU-")).count(), 8, "{names:?}");
     let v = look(&c, PodSpec::new("f18-one-gpu", "").limit(GPU, 1))?;
     assert_eq!(v.numbered("nvidia").len(), 1, "{:?}", v.dev);
     assert!(v.dev.iter().any(|d| d == "nvidiactl"), "{:?}", v.dev);
@@ -462,9 +467,11 @@ fn helm_upgrade_and_uninstall_leave_nothing_stale() -> Result<()> {
     c.wait_allocatable(GPU, 8)?;
     let on = c.wait_until("node setup done", Duration::from_secs(120), || {
         let s = node_state(&c)?;
+        // The spec generator writes asynchronously from the node setup.
         Ok((s.runtime_class
             && s.containerd_config.contains("actk-runtime")
-            && s.installed.contains(&"bin/actk-hook".to_string()))
+            && s.installed.contains(&"bin/actk-hook".to_string())
+            && !s.specs.is_empty())
         .then_some(s))
     })?;
     assert_eq!(on.sockets, ["actk-nvidia_com_gpu.sock"]);

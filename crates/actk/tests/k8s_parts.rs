@@ -147,6 +147,44 @@ fn watch_refreshes_specs_and_removes_them_on_sigterm() {
     assert!(!o.status.success() && text(&o).contains("--watch needs --output DIR"), "{}", text(&o));
 }
 
+/// A rolling update of the generator (a DaemonSet's old pod stops after the new one started):
+/// the old one's SIGTERM cleanup leaves the spec the new one wrote, so the device plugin never
+/// sees the node without its spec; the last generator to stop removes it.
+#[test]
+fn watch_rolling_update_keeps_the_new_generators_spec() {
+    let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    let out = node.path().join("var/run/cdi");
+    let start = || {
+        Watcher(
+            Command::new(env!("CARGO_BIN_EXE_actk"))
+                .args(["cdi", "generate", "--watch", "60", "--ldcache-hook", "none", "--root"])
+                .arg(&root)
+                .arg("--output")
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let term = |w: &mut Watcher| {
+        let pid = rustix::process::Pid::from_child(&w.0);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        assert!(w.0.wait().unwrap().success());
+    };
+    let file = out.join("nvidia.com-gpu.json");
+    let ino = || std::fs::metadata(&file).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let mut old = start();
+    wait_for("the old generator's spec", Duration::from_secs(20), || ino().is_some());
+    let first = ino();
+    let mut new = start();
+    wait_for("the new generator's own write", Duration::from_secs(20), || ino().is_some_and(|i| Some(i) != first));
+    term(&mut old);
+    assert!(file.exists(), "the old generator must not remove the spec the new one wrote");
+    term(&mut new);
+    assert!(!file.exists(), "the last generator removes its spec");
+}
+
 const CONTAINERD: &str =
     "# the node's containerd 2 config\nversion = 3\n\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = true\n";
 

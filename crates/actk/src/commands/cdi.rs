@@ -324,18 +324,27 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
         _ => Format::Json,
     };
     let stop = super::Stop::install()?;
-    let mut written: std::collections::BTreeSet<PathBuf> = Default::default();
+    // The files this process wrote, with the inode it wrote (writes are atomic renames, so a
+    // file another generator wrote since has another inode). During a rolling update the old
+    // generator stops after the new one started: it must not remove the new one's spec.
+    let mut written: std::collections::BTreeMap<PathBuf, u64> = Default::default();
+    let inode = |p: &Path| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let remove_own = |p: &Path, ino: u64| inode(p) == Some(ino) && std::fs::remove_file(p).is_ok();
+    let mut first = true;
     let mut last_error = String::new();
     println!("watching {} every {secs} s; specs go to {}", root.display(), dir.display());
     loop {
         match discover_and_generate(a, root, profiles) {
             Ok((specs, _)) => {
                 last_error.clear();
-                let mut now = std::collections::BTreeSet::new();
+                let mut now = std::collections::BTreeMap::new();
                 for spec in &specs {
                     let path = dir.join(actk_core::cdi::write::default_file_name(spec, format));
                     let text = to_text(spec, format)?;
-                    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                    // The first pass always writes, so the file is this process's own even when
+                    // a previous generator left the same content.
+                    let mine = written.get(&path).is_some_and(|i| inode(&path) == Some(*i));
+                    if first || !mine || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                         write_spec(spec, &path, format)?;
                         println!(
                             "wrote {} ({}, {} devices, cdiVersion {})",
@@ -345,14 +354,17 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
                             spec.cdi_version
                         );
                     }
-                    now.insert(path);
+                    if let Some(i) = inode(&path) {
+                        now.insert(path, i);
+                    }
                 }
-                for gone in written.difference(&now) {
-                    if std::fs::remove_file(gone).is_ok() {
+                for (gone, ino) in &written {
+                    if !now.contains_key(gone) && remove_own(gone, *ino) {
                         println!("removed {} (its devices are gone)", gone.display());
                     }
                 }
                 written = now;
+                first = false;
             }
             Err(e) => {
                 // Logged once per distinct error: a driver half-way through an upgrade must not
@@ -368,9 +380,12 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
             break;
         }
     }
-    for p in &written {
-        let _ = std::fs::remove_file(p);
-        println!("removed {}", p.display());
+    for (p, ino) in &written {
+        if remove_own(p, *ino) {
+            println!("removed {}", p.display());
+        } else {
+            println!("left {}: another generator wrote it since", p.display());
+        }
     }
     Ok(())
 }

@@ -440,7 +440,13 @@ impl Docker28 {
         path = format!("{path}:{}", std::env::var("PATH").unwrap_or_default());
         let log = fs::File::create(d("dockerd.log"))?;
         let socket = d("docker.sock");
-        let child = Command::new(sbin.join("dockerd"))
+        // In a network namespace of its own: with `bridge: none` dockerd deletes the host's
+        // `docker0` at start (moby's removeDefaultBridgeInterface), which breaks the default
+        // network of the machine's dockerd 20.10 for every later test. unshare execs dockerd,
+        // so the child's pid is dockerd's.
+        let child = Command::new("unshare")
+            .args(["--net", "--"])
+            .arg(sbin.join("dockerd"))
             .arg("--config-file")
             .arg(d("daemon.json"))
             .arg("--data-root")

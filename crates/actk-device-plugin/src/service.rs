@@ -1,6 +1,6 @@
 //! The DevicePlugin gRPC service of one resource (kubelet device plugin API v1beta1).
 
-use crate::allocate::{AllocateOptions, CdiNames, container_response};
+use crate::allocate::{AllocateError, AllocateOptions, CdiNames, container_response};
 use crate::api::device_plugin_server::DevicePlugin;
 use crate::api::{
     self, AllocateRequest, AllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -77,6 +78,9 @@ impl Plugin {
         names
     }
 }
+
+/// How long Allocate waits for the node's CDI specs to define a device before refusing it.
+pub const SPEC_WAIT: Duration = Duration::from_secs(15);
 
 /// The ListAndWatch device list of `res` under `health`: every unit with its health (a
 /// device's state covers its MIG devices and replicas) and its NUMA node (no topology when
@@ -215,7 +219,7 @@ impl DevicePlugin for Plugin {
                 // An MPS resource also follows its daemon, which no health event reports.
                 let recheck = async {
                     if res.mps.is_some() {
-                        tokio::time::sleep(std::time::Duration::from_millis(500)).await
+                        tokio::time::sleep(Duration::from_millis(500)).await
                     } else {
                         std::future::pending::<()>().await
                     }
@@ -266,21 +270,31 @@ impl DevicePlugin for Plugin {
     }
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
-        let mut out = AllocateResponse::default();
-        let cdi = if self.opts.names_cdi_devices() { self.cdi_names() } else { Arc::new(CdiNames::default()) };
-        for c in req.into_inner().container_requests {
-            match container_response(&self.res, &c.devices_ids, &self.opts, &cdi) {
-                Ok(r) => {
-                    self.metrics.update(&self.res.name, |m| m.allocations += 1);
-                    out.container_responses.push(r);
-                }
-                Err(e) => {
-                    self.metrics.update(&self.res.name, |m| m.allocate_errors += 1);
-                    return Err(Status::invalid_argument(e.to_string()));
+        let containers = req.into_inner().container_requests;
+        // A device no spec defines yet is waited for a while: right after the chart's pod
+        // (re)starts, the plugin can be registered before its CDI generator has written the
+        // node's specs, and a refused Allocate fails the pod for good (UnexpectedAdmissionError).
+        let deadline = tokio::time::Instant::now() + SPEC_WAIT;
+        'retry: loop {
+            let cdi = if self.opts.names_cdi_devices() { self.cdi_names() } else { Arc::new(CdiNames::default()) };
+            let mut out = AllocateResponse::default();
+            for c in &containers {
+                match container_response(&self.res, &c.devices_ids, &self.opts, &cdi) {
+                    Ok(r) => out.container_responses.push(r),
+                    Err(AllocateError::NoCdiName { .. }) if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        continue 'retry;
+                    }
+                    Err(e) => {
+                        self.metrics.update(&self.res.name, |m| m.allocate_errors += 1);
+                        return Err(Status::invalid_argument(e.to_string()));
+                    }
                 }
             }
+            let n = out.container_responses.len() as u64;
+            self.metrics.update(&self.res.name, |m| m.allocations += n);
+            return Ok(Response::new(out));
         }
-        Ok(Response::new(out))
     }
 
     async fn pre_start_container(

@@ -217,6 +217,11 @@ impl CdiNames {
         CdiNames::from_registry(res, &Registry::load(dirs))
     }
 
+    /// Why a device has no name: the directories read and what their specs define for the kind.
+    pub fn why_unnamed(&self) -> String {
+        format!("{}; read {}", self.defined, self.dirs)
+    }
+
     /// The qualified name for device `index`, if a spec defines one.
     pub fn get(&self, index: u32) -> Option<&str> {
         self.names.get(&index).map(String::as_str)

@@ -28,8 +28,11 @@ pub struct Plugin {
     strict_topology: bool,
     metrics: Arc<Metrics>,
     stream_ended: Arc<Notify>,
-    cdi: Mutex<Option<(SpecDirsStamp, Arc<CdiNames>)>>,
+    cdi: Arc<CdiCache>,
 }
+
+/// The CDI names last read, with the stamp of the spec directories they were read from.
+type CdiCache = Mutex<Option<(SpecDirsStamp, Arc<CdiNames>)>>;
 
 /// What the spec directories hold, cheaply: every spec file's name, inode, size and mtime.
 /// Another stamp means the CDI names are read again.
@@ -60,45 +63,64 @@ impl Plugin {
         metrics: Arc<Metrics>,
         stream_ended: Arc<Notify>,
     ) -> Plugin {
-        Plugin { res, health, opts, strict_topology, metrics, stream_ended, cdi: Mutex::new(None) }
+        Plugin { res, health, opts, strict_topology, metrics, stream_ended, cdi: Arc::new(Mutex::new(None)) }
     }
 
     /// The CDI names of the node's specs as they are now: read again when a spec file changed
     /// (the CDI generator rewrites them when a device appears or the driver changes).
     fn cdi_names(&self) -> Arc<CdiNames> {
-        let stamp = spec_dirs_stamp(&self.opts.spec_dirs);
-        let mut cached = self.cdi.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((s, names)) = cached.as_ref()
-            && *s == stamp
-        {
-            return names.clone();
-        }
-        let names = Arc::new(CdiNames::load(&self.res, &self.opts.spec_dirs));
-        *cached = Some((stamp, names.clone()));
-        names
+        cdi_names(&self.res, &self.opts.spec_dirs, &self.cdi)
     }
+}
+
+/// The CDI names of `res` in the spec directories `dirs`, from `cache` while no spec file
+/// changed.
+fn cdi_names(res: &Resource, dirs: &[PathBuf], cache: &CdiCache) -> Arc<CdiNames> {
+    let stamp = spec_dirs_stamp(dirs);
+    let mut cached = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((s, names)) = cached.as_ref()
+        && *s == stamp
+    {
+        return names.clone();
+    }
+    let names = Arc::new(CdiNames::load(res, dirs));
+    *cached = Some((stamp, names.clone()));
+    names
 }
 
 /// How long Allocate waits for the node's CDI specs to define a device before refusing it.
 pub const SPEC_WAIT: Duration = Duration::from_secs(15);
 
+/// How often ListAndWatch looks at the spec directories (a directory listing and a `stat` per
+/// file; the specs are parsed again only when one changed).
+pub const SPEC_POLL: Duration = Duration::from_secs(1);
+
 /// The ListAndWatch device list of `res` under `health`: every unit with its health (a
 /// device's state covers its MIG devices and replicas) and its NUMA node (no topology when
 /// unknown).
-pub fn device_list(res: &Resource, health: &HealthMap) -> Vec<api::Device> {
+///
+/// `cdi`: the CDI names of the node's specs, when Allocate answers with CDI names (the
+/// `cdi-cri` and `cdi-annotations` strategies). A whole device that no spec names is reported
+/// Unhealthy, since Allocate cannot answer for it: the kubelet then neither counts it as
+/// allocatable nor admits a pod onto it, until the node's CDI generator has written the spec
+/// (right after the chart's pod starts, or when the generator stopped).
+pub fn device_list(res: &Resource, health: &HealthMap, cdi: Option<&CdiNames>) -> Vec<api::Device> {
     // An MPS resource is usable only while the node's MPS control daemon runs.
     let mps_down = res.mps.as_ref().is_some_and(|m| !mps_daemon_running(&m.pipe_directory));
     res.units
         .iter()
-        .map(|u| api::Device {
-            id: u.id.clone(),
-            health: if mps_down || crate::health::unhealthy(health, u.target()).is_some() {
-                api::UNHEALTHY
-            } else {
-                api::HEALTHY
+        .map(|u| {
+            let unnamed = u.mig.is_none() && cdi.is_some_and(|c| c.get(u.device).is_none());
+            api::Device {
+                id: u.id.clone(),
+                health: if mps_down || unnamed || crate::health::unhealthy(health, u.target()).is_some() {
+                    api::UNHEALTHY
+                } else {
+                    api::HEALTHY
+                }
+                .to_string(),
+                topology: u.numa.map(|n| TopologyInfo { nodes: vec![NumaNode { id: i64::from(n) }] }),
             }
-            .to_string(),
-            topology: u.numa.map(|n| TopologyInfo { nodes: vec![NumaNode { id: i64::from(n) }] }),
         })
         .collect()
 }
@@ -204,10 +226,26 @@ impl DevicePlugin for Plugin {
         let mut health = self.health.clone();
         let metrics = self.metrics.clone();
         let ended = self.stream_ended.clone();
+        let opts = self.opts.clone();
+        let cache = self.cdi.clone();
         tokio::spawn(async move {
             let mut last: Option<Vec<api::Device>> = None;
+            let mut unnamed_before: Vec<u32> = vec![];
             loop {
-                let list = device_list(&res, &health.borrow_and_update());
+                let cdi = opts.names_cdi_devices().then(|| cdi_names(&res, &opts.spec_dirs, &cache));
+                if let Some(c) = &cdi {
+                    let unnamed: Vec<u32> =
+                        res.vendor.devices.iter().map(|d| d.index).filter(|i| c.get(*i).is_none()).collect();
+                    if unnamed != unnamed_before && !unnamed.is_empty() {
+                        tracing::warn!(
+                            "{}: no CDI spec names device(s) {unnamed:?} yet ({}); reported Unhealthy until one does",
+                            res.name,
+                            c.why_unnamed()
+                        );
+                    }
+                    unnamed_before = unnamed;
+                }
+                let list = device_list(&res, &health.borrow_and_update(), cdi.as_deref());
                 if last.as_ref() != Some(&list) {
                     let (h, u) = count_health(&list);
                     metrics.update(&res.name, |m| (m.healthy, m.unhealthy) = (h, u));
@@ -216,10 +254,13 @@ impl DevicePlugin for Plugin {
                     }
                     last = Some(list);
                 }
-                // An MPS resource also follows its daemon, which no health event reports.
+                // An MPS resource also follows its daemon, and CDI names follow the spec files,
+                // which no health event reports.
                 let recheck = async {
                     if res.mps.is_some() {
                         tokio::time::sleep(Duration::from_millis(500)).await
+                    } else if opts.names_cdi_devices() {
+                        tokio::time::sleep(SPEC_POLL).await
                     } else {
                         std::future::pending::<()>().await
                     }

@@ -178,6 +178,11 @@ impl PluginProcess {
         PluginProcess { child, _config: config }
     }
 
+    /// The spec directory the plugin reads when the test gave none (`--spec-dirs`).
+    fn spec_dir(&self) -> PathBuf {
+        self._config.path().join("cdi")
+    }
+
     fn assert_running(&mut self) {
         assert!(self.child.try_wait().unwrap().is_none(), "the plugin exited: {:?}", self.child.try_wait());
     }
@@ -348,8 +353,15 @@ async fn f18_cdi_names_come_from_the_node_specs() {
     let text = std::fs::read_to_string(specs.path().join("nvidia.com-gpu.json")).unwrap();
     assert!(text.contains(&format!("\"name\": \"{}\"", uuids[3])) && !text.contains("\"name\": \"3\""));
 
-    // The spec is removed (the generator's pod went): no name is handed out any more.
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let listed = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(listed.devices.iter().all(|d| d.health == "Healthy"), "{:?}", listed.devices);
+
+    // The spec is removed (the generator's pod went): the devices are no longer allocatable
+    // (Unhealthy in ListAndWatch) and no name is handed out any more.
     std::fs::remove_file(specs.path().join("nvidia.com-gpu.json")).unwrap();
+    let gone = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(gone.devices.iter().all(|d| d.health == "Unhealthy"), "{:?}", gone.devices);
     let err = client.allocate(one(&[&uuids[3]])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     let msg = err.message();
@@ -357,6 +369,8 @@ async fn f18_cdi_names_come_from_the_node_specs() {
     assert!(msg.contains("actk cdi generate"), "{msg}");
     // Written again (index names this time): picked up at the next Allocate.
     write_specs(&f.root, specs.path(), actk_core::cdi::DeviceNameStrategy::Index);
+    let back = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(back.devices.iter().all(|d| d.health == "Healthy"), "{:?}", back.devices);
     let resp = client.allocate(one(&[&uuids[3]])).await.unwrap().into_inner();
     assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=3");
 }
@@ -448,7 +462,7 @@ async fn device_whose_node_appears_late_is_served_once_it_does() {
     let dir = tempfile::tempdir().unwrap();
     let mut kubelet = Emulator::new(dir.path());
     kubelet.start();
-    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
+    let plugin = PluginProcess::start(&f.root, dir.path(), &["--device-ids", "index"]);
     let reg = kubelet.next_register(Duration::from_secs(10)).await;
     let mut client = kubelet.dial(&reg).await;
     let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
@@ -463,13 +477,19 @@ async fn device_whose_node_appears_late_is_served_once_it_does() {
     let mut client = kubelet.dial(&again).await;
     let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
     let now = next_list(&mut stream, Duration::from_secs(5)).await;
-    assert!(now.devices.iter().all(|d| d.health == "Healthy"), "{:?}", now.devices);
-    // Until the node's specs name GPU 7 it is not handed out by CDI name; the generator's next
-    // pass writes them.
-    let err = client.allocate(one(&["7"])).await.unwrap_err();
-    assert!(err.message().contains("defines device 7"), "{}", err.message());
+    // Until the node's specs name GPU 7 it cannot be handed out by CDI name, so the kubelet
+    // must not count it: Unhealthy, the others Healthy.
+    assert_eq!(health_of(&now, "7"), "Unhealthy", "no spec names it yet: {:?}", now.devices);
+    assert!(now.devices.iter().filter(|d| d.id != "7").all(|d| d.health == "Healthy"), "{:?}", now.devices);
     let resp = client.allocate(one(&["6"])).await.unwrap().into_inner();
     assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=6");
+    // The generator's next pass writes the spec with GPU 7: the stream reports it Healthy and
+    // Allocate names it.
+    write_specs(&f.root, &plugin.spec_dir(), actk_core::cdi::DeviceNameStrategy::Both);
+    let later = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert!(later.devices.iter().all(|d| d.health == "Healthy"), "{:?}", later.devices);
+    let resp = client.allocate(one(&["7"])).await.unwrap().into_inner();
+    assert_eq!(resp.container_responses[0].cdi_devices[0].name, "nvidia.com/gpu=7");
 }
 
 #[tokio::test]

@@ -55,7 +55,8 @@ fn k8s_node_down_leaves_nothing_behind() -> Result<()> {
         Ok(c.kubectl(&["get", "runtimeclass", "actk"]).status.success().then_some(()))
     })?;
     c.create_pod(&PodSpec::new("down-sleeper", "exec sleep 3600").limit("nvidia.com/gpu", 2))?;
-    c.wait_pod_phase("down-sleeper", &["Running"], Duration::from_secs(120))?;
+    c.wait_pod_phase("down-sleeper", &["Running"], Duration::from_secs(120))
+        .map_err(|e| anyhow::anyhow!("{e}; plugin log:\n{}", c.plugin_logs()))?;
 
     let state = c.env("STATE_DIR").to_string();
     let run = c.env("RUN_DIR").to_string();

@@ -519,3 +519,95 @@ fn dra_hetero_node_serves_a_claim_of_each_kind() -> Result<()> {
     ]);
     Ok(())
 }
+
+/// Bad input that reaches the kubelet: an allocation naming a device the node no longer has
+/// (its node removed, the slice updated, then a claim allocated to it by hand and reserved for
+/// a pod bound to the node). NodePrepareResources refuses it naming the claim and the device,
+/// the pod does not start, and no spec is written for the claim.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn dra_allocation_of_a_vanished_device_is_refused_naming_claim_and_device() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    c.install(&dgx.root, VALUES)?;
+    c.wait_until("8 GPUs in the node's slices", Duration::from_secs(120), || {
+        Ok((published(&c)?.len() == 8).then_some(()))
+    })?;
+    let node = dgx.path("/dev/nvidia7");
+    std::fs::remove_file(&node)?;
+    let result = (|| -> Result<()> {
+        c.wait_until("GPU 7 leaves the slice", Duration::from_secs(30), || {
+            Ok((published(&c)?.len() == 7).then_some(()))
+        })?;
+        let (pod_name, claim_name) = ("dra-ghost", "ghost-claim");
+        c.delete_pod(pod_name)?;
+        c.kubectl(&["delete", "resourceclaim", claim_name, "-n", TEST_NAMESPACE, "--ignore-not-found", "--wait=true"]);
+        c.apply(
+            &json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": claim_name, "namespace": TEST_NAMESPACE},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "actk-nvidia"}}]}}
+            })
+            .to_string(),
+        )?;
+        // Bound to the node by name (no scheduler), so the claim's allocation is ours to write.
+        let mut pod = claim_pod(pod_name, &[("gpu", Source::Claim(claim_name))], &[("c", &["gpu"])]);
+        pod["spec"]["nodeName"] = json!(c.node_name());
+        c.apply(&pod.to_string())?;
+        let uid = c.pod(pod_name)?["metadata"]["uid"].as_str().context("pod without uid")?.to_string();
+        let status = json!({"status": {
+            "allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "actk.dev", "pool": c.node_name(), "device": "nvidia-7"}
+            ]}},
+            "reservedFor": [{"resource": "pods", "name": pod_name, "uid": uid}]
+        }});
+        c.kubectl_ok(&[
+            "patch",
+            "resourceclaim",
+            claim_name,
+            "-n",
+            TEST_NAMESPACE,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])?;
+        let claim_uid = c.get_json(&["resourceclaim", claim_name, "-n", TEST_NAMESPACE])?["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        // Before the status patch the kubelet refuses on its own (the claim is not reserved for
+        // the pod); the driver's refusal is the event that names the device.
+        let want =
+            format!("claim {TEST_NAMESPACE}/{claim_name} (uid {claim_uid}): device nvidia-7 is not on this node");
+        c.wait_until(
+            "the kubelet's FailedPrepareDynamicResources event from the driver",
+            Duration::from_secs(90),
+            || {
+                let events = c.events(TEST_NAMESPACE, pod_name)?;
+                Ok(events
+                    .iter()
+                    .any(|e| e.starts_with("FailedPrepareDynamicResources") && e.contains(&want))
+                    .then_some(()))
+            },
+        )
+        .map_err(|e| {
+            let events = c.events(TEST_NAMESPACE, pod_name).unwrap_or_default();
+            anyhow::anyhow!("{e}; events: {events:#?}; driver log:\n{}", c.plugin_logs())
+        })?;
+        let p = c.pod(pod_name)?;
+        assert_eq!(p["status"]["phase"], "Pending", "{}", p["status"]);
+        let written: Vec<String> = std::fs::read_dir(c.env("CDI_DIR"))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(&claim_uid))
+            .collect();
+        assert!(written.is_empty(), "nothing written for the refused claim: {written:?}");
+        c.delete_pod(pod_name)?;
+        c.kubectl(&["delete", "resourceclaim", claim_name, "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+        Ok(())
+    })();
+    let back = std::process::Command::new("mknod").args(["-m", "0666"]).arg(&node).args(["c", "195", "7"]).status()?;
+    ensure!(back.success(), "mknod {}", node.display());
+    result
+}

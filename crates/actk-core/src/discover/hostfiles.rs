@@ -122,8 +122,8 @@ pub fn find_for_arch(
                     (true, None) => continue,
                 };
                 for path in expand_glob(host, &pattern) {
-                    if let Ok(real) = host.resolve(&path)
-                        && std::fs::metadata(host.host_path(&real)).is_ok_and(|m| mountable(&m, kind))
+                    if let Ok((real, st)) = host.resolve_stat(&path)
+                        && mountable(&st, kind)
                     {
                         // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
                         // its target do not become two mounts of one file.
@@ -148,10 +148,15 @@ pub fn find_for_arch(
 /// Whether a host path of `kind` is mounted: firmware only as regular files; other `files` also
 /// as unix sockets (nvidia-persistenced's, fabric manager's) and directories (the MPS pipe
 /// directory), never device nodes (those are device node edits) or FIFOs.
-fn mountable(m: &std::fs::Metadata, kind: HostFileKind) -> bool {
-    use std::os::unix::fs::FileTypeExt;
-    let t = m.file_type();
-    t.is_file() || (kind == HostFileKind::File && (t.is_dir() || t.is_socket()))
+fn mountable(st: &rustix::fs::Stat, kind: HostFileKind) -> bool {
+    use rustix::fs::FileType;
+    let t = FileType::from_raw_mode(st.st_mode);
+    t == FileType::RegularFile || (kind == HostFileKind::File && matches!(t, FileType::Directory | FileType::Socket))
+}
+
+/// Whether `st` is a regular file's.
+fn is_file(st: &rustix::fs::Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
 }
 
 /// The parsed host ld.so.cache; empty (with a warning if the file exists but is bad) otherwise.
@@ -195,7 +200,7 @@ impl DirListings {
 fn is_elf_of(host: &HostRoot, path: &Path, arch: LibArch) -> bool {
     use std::io::Read;
     let mut head = [0u8; 20];
-    std::fs::File::open(host.host_path(path)).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+    host.open(path).map(std::fs::File::from).and_then(|mut f| f.read_exact(&mut head)).is_ok()
         && arch.matches_elf(&head)
 }
 
@@ -213,8 +218,8 @@ fn find_library(
     // (path as the linker sees it, resolved real path)
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     let consider = |path: &str, found: &mut Vec<(String, PathBuf)>, warnings: &mut Warnings| {
-        let Ok(real) = host.resolve(path) else { return };
-        if !std::fs::metadata(host.host_path(&real)).is_ok_and(|m| m.is_file()) {
+        let Ok((real, st)) = host.resolve_stat(path) else { return };
+        if !is_file(&st) {
             return;
         }
         if version_matches(&real, version) {
@@ -283,8 +288,8 @@ fn canonical_dir(host: &HostRoot, path: &str) -> String {
 fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
     BIN_DIRS.iter().find_map(|dir| {
         let path = format!("{dir}/{name}");
-        let real = host.resolve(&path).ok()?;
-        std::fs::metadata(host.host_path(&real)).ok().filter(|m| m.is_file())?;
+        let (real, st) = host.resolve_stat(&path).ok()?;
+        is_file(&st).then_some(())?;
         Some(HostFile {
             capability: cap.to_string(),
             kind: HostFileKind::Binary,

@@ -26,31 +26,87 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Most symlinks followed while resolving one path (Linux's MAXSYMLINKS is 40).
 const MAX_SYMLINKS: usize = 40;
 
+/// Most directory handles one [`HostRoot`] keeps open (a 64-GPU host's discovery walks about
+/// 300 directories). Past it, directories are still walked with handles, closed after use.
+const MAX_CACHED_DIRS: usize = 512;
+
 /// A host root: `/`, a fixture directory, or a driver container's root. Paths given to its
 /// methods are absolute paths *as seen on that host* (`/sys/class/neuron_device`).
+///
+/// Resolution walks one name at a time from `O_PATH` handles of the directories already
+/// resolved (`openat`/`fstatat`/`readlinkat` relative to them, never following a link in the
+/// kernel), so each step is a lookup of one name rather than of the whole host path again, and
+/// symlinks are followed here, inside the root. Reads and listings first try the whole rest of
+/// the path in one openat2(2) from the nearest resolved directory with `RESOLVE_NO_SYMLINKS |
+/// RESOLVE_BENEATH` (the kernel refuses any symlink on the way, and `..`), and walk only when
+/// that meets a symlink: most of sysfs and procfs is plain directories.
 #[derive(Debug)]
 pub struct HostRoot {
     root: PathBuf,
-    /// Resolved directories: host path as asked (`/proc/driver/nvidia/gpus/0000:1b:00.0`) ->
-    /// its resolution. Discovery reads several files in each of many directories (procfs and
-    /// sysfs per GPU, library directories); without this every read lstat()s every component
-    /// again, which made 64 GPUs cost 2.3x the instructions of 8 (benches/discovery.rs). A
-    /// HostRoot lives for one discovery pass ([`discover`]), so entries cannot go stale.
-    /// Keyed by the path's bytes: hashing a `Path` parses its components every time.
-    dirs: Mutex<HashMap<std::ffi::OsString, PathBuf>>,
+    cache: Mutex<DirCache>,
+    /// Whether openat2(2) may be tried (cleared on `ENOSYS`, kernels before 5.6).
+    openat2: AtomicBool,
+}
+
+/// What one discovery pass has resolved. A HostRoot lives for one pass ([`discover`]), so
+/// entries cannot go stale. Keys are paths' bytes: hashing a `Path` parses its components.
+#[derive(Debug, Default)]
+struct DirCache {
+    /// Directories as asked (`/sys/bus/pci/devices/0000:1b:00.0`) -> resolution and handle.
+    /// Discovery reads several files in each of many directories (procfs and sysfs per GPU,
+    /// library directories); without this every read resolved every component again, which
+    /// made 64 GPUs cost 2.3x the instructions of 8 (benches/discovery.rs).
+    asked: HashMap<std::ffi::OsString, (PathBuf, Arc<OwnedFd>)>,
+    /// Resolved directories (no symlink in them; `/` is the root) -> `O_PATH` handle.
+    fds: HashMap<std::ffi::OsString, Arc<OwnedFd>>,
+}
+
+/// Where a path resolved: a directory reached as such (the root, a `..`, or a directory
+/// asked for), or a named entry of a resolved directory with its `lstat`.
+enum Found {
+    Dir(PathBuf, Arc<OwnedFd>),
+    Entry { dir: PathBuf, fd: Arc<OwnedFd>, name: std::ffi::OsString, stat: rustix::fs::Stat },
+}
+
+impl Found {
+    fn path(self) -> PathBuf {
+        match self {
+            Found::Dir(p, _) => p,
+            Found::Entry { mut dir, name, .. } => {
+                dir.push(name);
+                dir
+            }
+        }
+    }
+}
+
+/// How the walk treats the last name: as a directory (opened as a handle), or as an entry
+/// (`lstat`ed; a symlink there followed when `follow`).
+#[derive(Clone, Copy)]
+enum Last {
+    Dir,
+    Entry { follow: bool },
 }
 
 impl Clone for HostRoot {
-    /// A clone starts with an empty directory cache.
+    /// A clone starts with an empty cache.
     fn clone(&self) -> Self {
         HostRoot::new(self.root.clone())
     }
+}
+
+/// An absolute path of plain names only (`/sys/bus/pci/devices/X/numa_node`): its parent is
+/// a memo key as it stands.
+fn is_plain(path: &Path) -> bool {
+    path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
 impl HostRoot {
@@ -60,7 +116,7 @@ impl HostRoot {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
         let root = if root.is_absolute() { root } else { std::path::absolute(&root).unwrap_or(root) };
-        HostRoot { root, dirs: Mutex::new(HashMap::new()) }
+        HostRoot { root, cache: Mutex::new(DirCache::default()), openat2: AtomicBool::new(true) }
     }
 
     /// The root directory itself.
@@ -86,78 +142,135 @@ impl HostRoot {
     /// absolute host path (`/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05`); join it with
     /// [`HostRoot::host_path`] to read it.
     ///
-    /// Errors: `NotFound` when a component is missing, `ELOOP`-like `Other` after
-    /// [`MAX_SYMLINKS`] links. Discovery only reads host and driver roots that the admin
-    /// chose, so the gap between resolving and opening is accepted here (the injection layer,
-    /// which works on container roots, uses O_PATH handles instead).
+    /// Errors: `NotFound` when a component is missing, `NotADirectory` when one is a file,
+    /// `ELOOP`-like `Other` after [`MAX_SYMLINKS`] links. Discovery only reads host and driver
+    /// roots that the admin chose, so the gap between resolving and opening by path is
+    /// accepted here (the injection layer, which works on container roots, uses O_PATH handles
+    /// throughout); this type's own reads open through the handles it resolved with.
     pub fn resolve(&self, path: impl AsRef<Path>) -> io::Result<PathBuf> {
-        self.resolve_inner(path.as_ref(), true)
+        Ok(self.locate(path.as_ref(), true)?.path())
     }
 
     /// Like [`HostRoot::resolve`] but a symlink in the last component is not followed.
     pub fn resolve_parent(&self, path: impl AsRef<Path>) -> io::Result<PathBuf> {
-        self.resolve_inner(path.as_ref(), false)
+        Ok(self.locate(path.as_ref(), false)?.path())
     }
 
-    fn resolve_inner(&self, path: &Path, follow_last: bool) -> io::Result<PathBuf> {
-        // The common case, an absolute path of plain names (`/sys/bus/pci/devices/X/numa_node`):
-        // its parent is the memo key as it stands, and the last name alone is walked; no
-        // per-component allocation (most of discovery's cost was allocating those, issue 14).
-        if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
-            && path.is_absolute()
-            && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        {
-            let dir = if parent.as_os_str() == "/" { PathBuf::from("/") } else { self.resolved_dir(parent)? };
-            return self.walk(dir, last.as_bytes().to_vec(), follow_last);
-        }
-        let mut names: Vec<PathBuf> = path.components().filter_map(component_name).collect();
-        let Some(last) = names.pop() else { return Ok(PathBuf::from("/")) };
-        // The parent directory, every link followed (as the walk below would), memoised.
-        let parent = if names.is_empty() {
-            PathBuf::from("/")
-        } else {
-            let key: PathBuf = std::iter::once(PathBuf::from("/")).chain(names).collect();
-            let cached = self.dirs.lock().ok().and_then(|d| d.get(key.as_os_str()).cloned());
-            match cached {
-                Some(p) => p,
-                None => {
-                    let p = self.resolve_inner(&key, true)?;
-                    if let Ok(mut d) = self.dirs.lock() {
-                        d.insert(key.into_os_string(), p.clone());
-                    }
-                    p
-                }
+    /// [`HostRoot::resolve`] with the `stat` of what the path resolved to (never a symlink):
+    /// one walk where a resolve and a `stat` of the host path would walk twice.
+    pub fn resolve_stat(&self, path: impl AsRef<Path>) -> io::Result<(PathBuf, rustix::fs::Stat)> {
+        match self.locate(path.as_ref(), true)? {
+            Found::Dir(p, fd) => Ok((p, rustix::fs::fstat(&*fd)?)),
+            Found::Entry { mut dir, name, stat, .. } => {
+                dir.push(name);
+                Ok((dir, stat))
             }
-        };
-        self.walk(parent, last.into_os_string().into_vec(), follow_last)
+        }
     }
 
-    /// The resolution of directory `dir` (absolute, plain names), memoised.
-    fn resolved_dir(&self, dir: &Path) -> io::Result<PathBuf> {
-        if let Some(p) = self.dirs.lock().ok().and_then(|d| d.get(dir.as_os_str()).cloned()) {
+    /// Where `path` resolves: its parent directory from the memo (plain paths), then the last
+    /// name; other paths (`..`, `.`) are walked from the root.
+    fn locate(&self, path: &Path, follow_last: bool) -> io::Result<Found> {
+        let last = Last::Entry { follow: follow_last };
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+            && is_plain(path)
+        {
+            let (dir, fd) = self.resolved_dir(parent)?;
+            return self.walk(dir, fd, name.as_bytes(), last);
+        }
+        self.walk(PathBuf::from("/"), self.root_fd()?, path.as_os_str().as_bytes(), last)
+    }
+
+    /// The `O_PATH` handle of the root itself.
+    fn root_fd(&self) -> io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = self.cache.lock().ok().and_then(|c| c.fds.get(OsStr::new("/")).cloned()) {
+            return Ok(fd);
+        }
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(&self.root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        Ok(self.keep_fd(Path::new("/"), fd))
+    }
+
+    /// Cache the handle of resolved directory `resolved` (while there is room) and share it.
+    fn keep_fd(&self, resolved: &Path, fd: OwnedFd) -> Arc<OwnedFd> {
+        let fd = Arc::new(fd);
+        if let Ok(mut c) = self.cache.lock()
+            && c.fds.len() < MAX_CACHED_DIRS
+        {
+            c.fds.insert(resolved.as_os_str().to_owned(), fd.clone());
+        }
+        fd
+    }
+
+    /// The handle of resolved directory `resolved` (after a `..`): from the cache, or opened
+    /// name by name from the root without following any link (a resolved path has none).
+    fn dir_fd(&self, resolved: &Path) -> io::Result<Arc<OwnedFd>> {
+        if let Some(fd) = self.cache.lock().ok().and_then(|c| c.fds.get(resolved.as_os_str()).cloned()) {
+            return Ok(fd);
+        }
+        let mut fd = self.root_fd()?;
+        let mut cur = PathBuf::from("/");
+        for name in resolved.components().filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        }) {
+            cur.push(name);
+            fd = self.open_dir_at(&fd, &cur, name)?;
+        }
+        Ok(fd)
+    }
+
+    /// Open `name` in directory `fd` as an `O_PATH` directory handle for resolved path `cur`
+    /// (cached). A symlink there fails with `ENOTDIR`, as does a file.
+    fn open_dir_at(&self, fd: &OwnedFd, cur: &Path, name: &OsStr) -> io::Result<Arc<OwnedFd>> {
+        use rustix::fs::{Mode, OFlags};
+        if let Some(f) = self.cache.lock().ok().and_then(|c| c.fds.get(cur.as_os_str()).cloned()) {
+            return Ok(f);
+        }
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let f = rustix::fs::openat(fd, name, flags, Mode::empty())?;
+        Ok(self.keep_fd(cur, f))
+    }
+
+    /// The resolution of directory `dir` (absolute) and its handle, memoised for plain paths
+    /// (every ancestor too, so siblings share their walk).
+    fn resolved_dir(&self, dir: &Path) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
+        if let Some(p) = self.cache.lock().ok().and_then(|c| c.asked.get(dir.as_os_str()).cloned()) {
             return Ok(p);
         }
-        let p = self.resolve_inner(dir, true)?;
-        if let Ok(mut d) = self.dirs.lock() {
-            d.insert(dir.as_os_str().to_owned(), p.clone());
+        let found = match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) if is_plain(dir) => {
+                let (pdir, pfd) = self.resolved_dir(parent)?;
+                self.walk(pdir, pfd, name.as_bytes(), Last::Dir)?
+            }
+            _ if dir.as_os_str() == "/" => Found::Dir(PathBuf::from("/"), self.root_fd()?),
+            _ => self.walk(PathBuf::from("/"), self.root_fd()?, dir.as_os_str().as_bytes(), Last::Dir)?,
+        };
+        // A walk for a directory ends at one (its last name is opened as a directory handle).
+        let Found::Dir(p, fd) = found else { return Err(rustix::io::Errno::NOTDIR.into()) };
+        if let Ok(mut c) = self.cache.lock()
+            && c.asked.len() < MAX_CACHED_DIRS
+        {
+            c.asked.insert(dir.as_os_str().to_owned(), (p.clone(), fd.clone()));
         }
-        Ok(p)
+        Ok((p, fd))
     }
 
     /// Resolve the names in `todo` (path components separated by `/`) one by one starting at
-    /// resolved directory `cur`, following symlinks inside the root (the last one only when
-    /// `follow_last`). A link's target is put in front of what is left as bytes, and `host` is
-    /// always `root` + `cur`, so a step allocates nothing in the common case.
-    fn walk(&self, mut cur: PathBuf, mut todo: Vec<u8>, follow_last: bool) -> io::Result<PathBuf> {
+    /// resolved directory `cur` (handle `fd`), following symlinks inside the root (the last
+    /// one as `last` says). A link's target is put in front of what is left, and an absolute
+    /// one restarts at the root; `..` stops at the root.
+    fn walk(&self, mut cur: PathBuf, mut fd: Arc<OwnedFd>, todo: &[u8], last: Last) -> io::Result<Found> {
+        use rustix::fs::{AtFlags, FileType};
         let mut links = 0;
-        let mut host = self.host_path(&cur);
+        let mut todo: std::borrow::Cow<'_, [u8]> = todo.into();
         let mut pos = 0;
         loop {
             while todo.get(pos) == Some(&b'/') {
                 pos += 1;
             }
             if pos >= todo.len() {
-                return Ok(cur);
+                return Ok(Found::Dir(cur, fd));
             }
             let end = todo[pos..].iter().position(|&b| b == b'/').map_or(todo.len(), |i| pos + i);
             let (start, name_end) = (pos, end);
@@ -170,16 +283,38 @@ impl HostRoot {
             if name == ".." {
                 // Stops at "/": `..` never leaves the root.
                 if cur.pop() {
-                    host.pop();
+                    fd = self.dir_fd(&cur)?;
                 }
                 continue;
             }
-            host.push(name);
-            let meta = std::fs::symlink_metadata(&host)?;
-            if !meta.file_type().is_symlink() || (!follow_last && is_last) {
-                cur.push(name);
-                continue;
-            }
+            let target = match (is_last, last) {
+                (true, Last::Entry { follow }) => {
+                    let stat = rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+                    if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink || !follow {
+                        return Ok(Found::Entry { dir: cur, fd, name: name.to_owned(), stat });
+                    }
+                    rustix::fs::readlinkat(&*fd, name, Vec::new())?
+                }
+                _ => {
+                    cur.push(name);
+                    match self.open_dir_at(&fd, &cur, name) {
+                        Ok(f) => {
+                            fd = f;
+                            continue;
+                        }
+                        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
+                            cur.pop();
+                            // A symlink, or a file where a directory should be.
+                            match rustix::fs::readlinkat(&*fd, name, Vec::new()) {
+                                Ok(t) => t,
+                                Err(rustix::io::Errno::INVAL) => return Err(e),
+                                Err(e) => return Err(e.into()),
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
             links += 1;
             if links > MAX_SYMLINKS {
                 return Err(io::Error::other(format!(
@@ -187,16 +322,15 @@ impl HostRoot {
                     cur.join(name).display()
                 )));
             }
-            let target = std::fs::read_link(&host)?;
-            host.pop();
-            if target.is_absolute() {
+            let target = target.into_bytes();
+            if target.first() == Some(&b'/') {
                 cur = PathBuf::from("/");
-                host = self.root.clone();
+                fd = self.root_fd()?;
             }
-            let mut next = target.into_os_string().into_vec();
+            let mut next = target;
             next.push(b'/');
             next.extend_from_slice(&todo[pos..]);
-            todo = next;
+            todo = next.into();
             pos = 0;
         }
     }
@@ -209,8 +343,7 @@ impl HostRoot {
 
     /// Read a whole file at host path `path` (resolved in the root).
     pub fn read(&self, path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
-        use std::io::Read;
-        let mut f = self.open_read(path.as_ref())?;
+        let fd = self.open(path.as_ref())?;
         // procfs and sysfs files report size 0, and std's read_to_end on a File asks the size
         // first (fstat and lseek on every file, about a fifth of discovery's system calls): a
         // page up front and plain reads until the end.
@@ -220,46 +353,93 @@ impl HostRoot {
             if len == buf.len() {
                 buf.resize(buf.len() * 2, 0);
             }
-            match f.read(&mut buf[len..]) {
+            match rustix::io::read(&fd, &mut buf[len..]) {
                 Ok(0) => break,
                 Ok(n) => len += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         buf.truncate(len);
         Ok(buf)
     }
 
-    /// Open host path `path` for reading, resolved in the root. A plain absolute path opens its
-    /// last name in its (memoised) resolved parent with `O_NOFOLLOW`, one system call instead of
-    /// an `lstat` and an `open`; when that name is a symlink (`ELOOP`) it is resolved in the
-    /// root like any other, so nothing outside the root is opened either way.
-    fn open_read(&self, path: &Path) -> io::Result<std::fs::File> {
-        use std::os::unix::fs::OpenOptionsExt;
-        if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
-            && path.is_absolute()
-            && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
-        {
-            let dir = if parent.as_os_str() == "/" { PathBuf::from("/") } else { self.resolved_dir(parent)? };
-            let mut host = self.host_path(&dir);
-            host.push(last);
-            let flags = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
-            match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(&host) {
-                Ok(f) => return Ok(f),
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {}
-                Err(e) => return Err(e),
-            }
+    /// Open plain absolute path `path` with `flags` in one openat2(2) from its nearest resolved
+    /// directory (the root at worst), refusing every symlink and `..` on the way. `None` when
+    /// the path has a symlink (the caller walks it), is not plain, or openat2 is unavailable;
+    /// other errors (`ENOENT`, `ENOTDIR`) are the path's own, as no link came before them.
+    fn open_beneath(&self, path: &Path, flags: rustix::fs::OFlags) -> Option<io::Result<OwnedFd>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        if !self.openat2.load(Ordering::Relaxed) || !is_plain(path) {
+            return None;
         }
-        std::fs::File::open(self.host_path(self.resolve(path)?))
+        let root = match self.root_fd() {
+            Ok(fd) => fd,
+            Err(e) => return Some(Err(e)),
+        };
+        let (dir, rel) = {
+            let cache = self.cache.lock().ok()?;
+            let mut ancestor = path.parent();
+            loop {
+                match ancestor {
+                    Some(a) if a.as_os_str() == "/" => break (root, path.strip_prefix("/").ok()?),
+                    Some(a) => match cache.asked.get(a.as_os_str()) {
+                        Some((_, fd)) => break (fd.clone(), path.strip_prefix(a).ok()?),
+                        None => ancestor = a.parent(),
+                    },
+                    None => return None,
+                }
+            }
+        };
+        let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
+        match rustix::fs::openat2(&*dir, rel, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
+            Err(Errno::NOSYS) => {
+                self.openat2.store(false, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
+    /// Open host path `path` for reading, resolved in the root: in one openat2 when no symlink
+    /// is on the way ([`HostRoot::open_beneath`]); otherwise walked, and what it resolves to is
+    /// opened in its resolved directory with `O_NOFOLLOW`, so nothing outside the root is opened
+    /// either way.
+    pub fn open(&self, path: &Path) -> io::Result<OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if let Some(r) = self.open_beneath(path, OFlags::RDONLY) {
+            return r;
+        }
+        Ok(match self.locate(path, true)? {
+            Found::Dir(_, fd) => rustix::fs::openat(&*fd, ".", flags, Mode::empty())?,
+            Found::Entry { fd, name, .. } => rustix::fs::openat(&*fd, &name, flags, Mode::empty())?,
+        })
     }
 
     /// Names of the entries of directory `path`, sorted.
     pub fn list_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<String>> {
-        let mut names: Vec<String> = std::fs::read_dir(self.host_path(self.resolve(path)?))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .collect();
+        use rustix::fs::{Mode, OFlags};
+        let dir = match self.open_beneath(path.as_ref(), OFlags::RDONLY | OFlags::DIRECTORY) {
+            Some(r) => r?,
+            None => {
+                let (_, fd) = self.resolved_dir(path.as_ref())?;
+                rustix::fs::openat(&*fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?
+            }
+        };
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::new(dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".."
+                && let Ok(name) = std::str::from_utf8(name)
+            {
+                names.push(name.to_string());
+            }
+        }
         names.sort();
         Ok(names)
     }
@@ -267,8 +447,11 @@ impl HostRoot {
     /// The last component of the target of symlink `path` (sysfs `device` -> PCI bus id,
     /// `driver` -> driver name). The link itself is not followed beyond reading it.
     pub fn link_name(&self, path: impl AsRef<Path>) -> io::Result<String> {
-        let link = self.resolve_parent(path)?;
-        let target = std::fs::read_link(self.host_path(&link))?;
+        let target = match self.locate(path.as_ref(), false)? {
+            Found::Entry { fd, name, .. } => rustix::fs::readlinkat(&*fd, &name, Vec::new())?,
+            Found::Dir(..) => return Err(rustix::io::Errno::INVAL.into()),
+        };
+        let target = PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes()));
         target
             .file_name()
             .and_then(OsStr::to_str)
@@ -278,15 +461,14 @@ impl HostRoot {
 
     /// Whether host path `path` exists (after resolution in the root).
     pub fn exists(&self, path: impl AsRef<Path>) -> bool {
-        self.resolve(path).is_ok()
+        self.locate(path.as_ref(), true).is_ok()
     }
 
     /// Stat the device node at host path `path` (resolved in the root) and describe it as
     /// seen at container path `path`. Errors: missing, or not a character/block device.
     pub fn device_node(&self, path: &str) -> io::Result<DeviceNode> {
-        use rustix::fs::{FileType, major, minor, stat};
-        let host = self.host_path(self.resolve(path)?);
-        let st = stat(&host)?;
+        use rustix::fs::{FileType, major, minor};
+        let (real, st) = self.resolve_stat(path)?;
         let node_type = match FileType::from_raw_mode(st.st_mode) {
             FileType::CharacterDevice => 'c',
             FileType::BlockDevice => 'b',
@@ -294,7 +476,7 @@ impl HostRoot {
         };
         Ok(DeviceNode {
             path: path.to_string(),
-            host_path: host,
+            host_path: self.host_path(real),
             node_type,
             major: major(st.st_rdev),
             minor: minor(st.st_rdev),
@@ -320,14 +502,6 @@ impl HostRoot {
             }
         }
         Ok(None)
-    }
-}
-
-fn component_name(c: Component<'_>) -> Option<PathBuf> {
-    match c {
-        Component::Normal(n) => Some(PathBuf::from(n)),
-        Component::ParentDir => Some(PathBuf::from("..")),
-        _ => None,
     }
 }
 

@@ -96,7 +96,7 @@ fn discover_and_generate(root: &Path, profiles: &[Profile], opts: &GenerateOptio
 /// inlined either (`--toggle-collect=*discover_generate_with*` counts all three measurements).
 #[inline(never)]
 fn discover_generate_with(root: &Path, profiles: &[Profile], opts: &GenerateOptions, nvml: bool) -> usize {
-    let inv = discover_with(root, profiles, &DiscoverOptions { nvml });
+    let inv = discover_with(root, profiles, &DiscoverOptions { nvml, ..Default::default() });
     let specs = generate_all(profiles, &inv, None, opts).unwrap_or_default();
     black_box(&specs);
     inv.vendors.iter().map(|v| v.devices.len()).sum::<usize>() + inv.mig_devices().count()

@@ -709,7 +709,8 @@ impl<'a> State<'a> {
             return i;
         }
         let caps = &self.capabilities;
-        let opts = crate::discover::DiscoverOptions { nvml: self.nvml };
+        // A container start needs no topology (see DiscoverOptions::topology).
+        let opts = crate::discover::DiscoverOptions { nvml: self.nvml, topology: false };
         self.inventory.get_or_insert_with(|| {
             crate::discover::discover_roots_with(
                 &ctx.root,

@@ -114,7 +114,7 @@ fn gpus_without_mig_and_without_nvml() {
     assert!(nvidia(&inv).devices.iter().all(|d| d.mig.as_ref().is_some_and(|m| !m.enabled && m.devices.is_empty())));
     // NVML not asked for: procfs only, so no MIG state and no NVLink peers.
     let f = fixture::prepare("nvidia-dgx-a100").unwrap().unwrap();
-    let inv = discover_with(&f.root, &profile::builtin(), &DiscoverOptions { nvml: false });
+    let inv = discover_with(&f.root, &profile::builtin(), &DiscoverOptions { nvml: false, ..Default::default() });
     assert!(nvidia(&inv).devices.iter().all(|d| d.mig.is_none() && d.links.is_empty()));
     assert!(inv.warnings.is_empty(), "{:#?}", inv.warnings);
 }

@@ -17,7 +17,7 @@
 //! peers of the lowest weight: every other GPU of the hive when unpartitioned, the partitions
 //! of the same GPU when partitioned (weight 13 there, 41 to other GPUs).
 
-use super::{HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
+use super::{DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::{Device, VendorInventory};
 use crate::profile::Profile;
 use std::collections::BTreeMap;
@@ -26,8 +26,14 @@ const TOPOLOGY: &str = "/sys/class/kfd/kfd/topology/nodes";
 /// io_link `type` of an XGMI link (kfd_crat.h CRAT_IOLINK_TYPE_XGMI).
 const IOLINK_XGMI: &str = "11";
 
-/// Discover AMD GPUs; `None` when there is no KFD topology under this root.
-pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Option<VendorInventory> {
+/// Discover AMD GPUs; `None` when there is no KFD topology under this root. XGMI links are read
+/// only with [`DiscoverOptions::topology`].
+pub fn discover(
+    host: &HostRoot,
+    profile: &Profile,
+    opts: &DiscoverOptions,
+    warnings: &mut Warnings,
+) -> Option<VendorInventory> {
     let mut nodes: Vec<(u32, String)> =
         host.list_dir(TOPOLOGY).ok()?.into_iter().filter_map(|n| Some((n.parse::<u32>().ok()?, n))).collect();
     nodes.sort();
@@ -176,7 +182,8 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
             .insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
         let links_dir = format!("{TOPOLOGY}/{name}/io_links");
         let mut xgmi: Vec<(u32, u64)> = Vec::new();
-        for l in host.list_dir(&links_dir).unwrap_or_default() {
+        let links = if opts.topology { host.list_dir(&links_dir).unwrap_or_default() } else { Vec::new() };
+        for l in links {
             if let Ok(t) = host.read_to_string(format!("{links_dir}/{l}/properties"))
                 && property(&t, "type") == Some(IOLINK_XGMI)
                 && let Some(to) = property(&t, "node_to").and_then(|v| v.parse::<u32>().ok())
@@ -278,5 +285,16 @@ mod tests {
             ["/dev/dri/renderD129", "/dev/dri/card2"]
         );
         assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
+        // Without topology (a container start): the same devices, no peers.
+        let opts = crate::discover::DiscoverOptions { topology: false, ..Default::default() };
+        let lean = super::super::discover_with(r, &crate::profile::builtin(), &opts);
+        let lv = lean.vendor("amd").expect("amd found");
+        assert!(lv.devices.iter().all(|d| d.links.is_empty()));
+        let strip = |v: &VendorInventory| {
+            let mut v = v.clone();
+            v.devices.iter_mut().for_each(|d| d.links.clear());
+            format!("{v:?}")
+        };
+        assert_eq!(strip(lv), strip(v));
     }
 }

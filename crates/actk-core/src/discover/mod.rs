@@ -528,11 +528,17 @@ pub struct DiscoverOptions {
     /// On by default; a container start turns it on only for a MIG request, so an ordinary
     /// start never dlopens the driver's library.
     pub nvml: bool,
+    /// Read the links between devices that allocation weighs (AMD XGMI peers from the KFD
+    /// topology's `io_links`, one directory and one file per link). On by default; a container
+    /// start turns it off: injection needs each device's nodes, identity and attributes, not
+    /// its peers (those serve the device plugin's preferred allocation and DRA), and on an
+    /// 8-GPU MI300X the links are 72 of discovery's 150 reads. Without it `links` is empty.
+    pub topology: bool,
 }
 
 impl Default for DiscoverOptions {
     fn default() -> Self {
-        DiscoverOptions { nvml: true }
+        DiscoverOptions { nvml: true, topology: true }
     }
 }
 
@@ -570,7 +576,7 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         let found = match profile.discovery.as_str() {
             "nvidia" => nvidia::discover(&host, profile, opts, &mut warnings),
             "neuron" => neuron::discover(&host, profile, &mut warnings),
-            "amd" => amd::discover(&host, profile, &mut warnings),
+            "amd" => amd::discover(&host, profile, opts, &mut warnings),
             "gaudi" => gaudi::discover(&host, profile, profiles, &mut warnings),
             _ => generic::discover(&host, profile, profiles, &mut warnings),
         };

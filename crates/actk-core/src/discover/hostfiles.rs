@@ -46,12 +46,16 @@ fn lib_dirs(arch: LibArch) -> Vec<String> {
 ///
 /// x86-64 when none is a known architecture.
 pub fn host_arch(device_root: &HostRoot, driver_root: &HostRoot) -> LibArch {
+    host_arch_with(device_root, &LdCache::load(driver_root))
+}
+
+/// [`host_arch`] with the driver root's ld.so.cache already read.
+pub fn host_arch_with(device_root: &HostRoot, driver_cache: &LdCache) -> LibArch {
     if let Some(a) = device_root.read_to_string("/proc/sys/kernel/arch").ok().and_then(|m| LibArch::native(&m)) {
         return a;
     }
     if !device_root.is_system_root()
-        && let Ok(bytes) = driver_root.read("/etc/ld.so.cache")
-        && let Ok(entries) = ldcache::parse(&bytes)
+        && let Ok(entries) = &driver_cache.0
     {
         let count = |a: LibArch| entries.iter().filter(|e| e.arch() == a).count();
         let (x86, arm) = (count(LibArch::X86_64), count(LibArch::Aarch64));
@@ -61,6 +65,26 @@ pub fn host_arch(device_root: &HostRoot, driver_root: &HostRoot) -> LibArch {
     }
     LibArch::native(&rustix::system::uname().machine().to_string_lossy()).unwrap_or(LibArch::X86_64)
 }
+
+/// A root's /etc/ld.so.cache, read and parsed once per discovery pass (a real one is ~100 KB):
+/// its entries (none when the file is missing), or what is wrong with it, which
+/// [`find_with_cache`] reports as a warning for each vendor that looks libraries up.
+pub struct LdCache(Result<Vec<CacheEntry>, String>);
+
+impl LdCache {
+    /// Read `root`'s /etc/ld.so.cache.
+    pub fn load(root: &HostRoot) -> LdCache {
+        LdCache(match root.read(CACHE) {
+            Ok(bytes) => ldcache::parse(&bytes).map_err(|e| format!("{e}; falling back to the standard library directories")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(format!("unreadable: {e}; falling back to the standard library directories")),
+        })
+    }
+}
+
+/// Where the ld.so.cache is, in any root.
+const CACHE: &str = "/etc/ld.so.cache";
+
 /// Directories searched for executables.
 const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws/neuron/bin"];
 
@@ -85,7 +109,26 @@ pub fn find_for_arch(
     driver_version: Option<&str>,
     warnings: &mut Warnings,
 ) -> Vec<HostFile> {
-    let cache = load_cache(host, warnings);
+    find_with_cache(host, &LdCache::load(host), native, profile, driver_version, warnings)
+}
+
+/// [`find_for_arch`] with `host`'s ld.so.cache already read ([`LdCache::load`]).
+pub fn find_with_cache(
+    host: &HostRoot,
+    ld: &LdCache,
+    native: LibArch,
+    profile: &Profile,
+    driver_version: Option<&str>,
+    warnings: &mut Warnings,
+) -> Vec<HostFile> {
+    let no_entries = Vec::new();
+    let cache: &[CacheEntry] = match &ld.0 {
+        Ok(entries) => entries,
+        Err(why) => {
+            warnings.add(host, CACHE, why.clone());
+            &no_entries
+        }
+    };
     // Fallback directory listings, read once per discovery: a real /usr/lib/x86_64-linux-gnu
     // holds thousands of entries and most optional libraries (compat32, ngx, ...) are absent.
     let mut dirs = DirListings::default();
@@ -157,22 +200,6 @@ fn mountable(st: &rustix::fs::Stat, kind: HostFileKind) -> bool {
 /// Whether `st` is a regular file's.
 fn is_file(st: &rustix::fs::Stat) -> bool {
     rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-}
-
-/// The parsed host ld.so.cache; empty (with a warning if the file exists but is bad) otherwise.
-fn load_cache(host: &HostRoot, warnings: &mut Warnings) -> Vec<CacheEntry> {
-    const CACHE: &str = "/etc/ld.so.cache";
-    match host.read(CACHE) {
-        Ok(bytes) => ldcache::parse(&bytes).unwrap_or_else(|e| {
-            warnings.add(host, CACHE, format!("{e}; falling back to the standard library directories"));
-            Vec::new()
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => {
-            warnings.add(host, CACHE, format!("unreadable: {e}; falling back to the standard library directories"));
-            Vec::new()
-        }
-    }
 }
 
 /// Whether file name `name` is library `lib` (`libcuda.so`) itself or a versioned name of it.

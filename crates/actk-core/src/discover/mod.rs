@@ -414,6 +414,17 @@ impl HostRoot {
         if let Some(r) = self.open_beneath(path, OFlags::RDONLY) {
             return r;
         }
+        // A symlink on the way: the parent walked (and memoised), the last name opened in it.
+        if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
+            && is_plain(path)
+        {
+            let (_, dir) = self.resolved_dir(parent)?;
+            match rustix::fs::openat(&*dir, last, flags, Mode::empty()) {
+                Ok(f) => return Ok(f),
+                Err(rustix::io::Errno::LOOP) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(match self.locate(path, true)? {
             Found::Dir(_, fd) => rustix::fs::openat(&*fd, ".", flags, Mode::empty())?,
             Found::Entry { fd, name, .. } => rustix::fs::openat(&*fd, &name, flags, Mode::empty())?,
@@ -566,10 +577,18 @@ pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> 
 /// state becomes warnings. NVML (when `opts.nvml`) is loaded from the device root.
 pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile], opts: &DiscoverOptions) -> Inventory {
     let host = HostRoot::new(root);
-    let driver = if driver_root == root { host.clone() } else { HostRoot::new(driver_root) };
+    // One root (the usual case): one cache of resolved directories for devices and files.
+    let driver_own;
+    let driver = if driver_root == root {
+        &host
+    } else {
+        driver_own = HostRoot::new(driver_root);
+        &driver_own
+    };
     let root = host.root();
+    let ld = hostfiles::LdCache::load(driver);
     // The library architecture is the device root's (its kernel's), whichever root has the files.
-    let arch = hostfiles::host_arch(&host, &driver);
+    let arch = hostfiles::host_arch_with(&host, &ld);
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
@@ -586,7 +605,7 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         }
         vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
         vendor.host_files =
-            hostfiles::find_for_arch(&driver, arch, profile, vendor.driver_version.as_deref(), &mut warnings);
+            hostfiles::find_with_cache(driver, &ld, arch, profile, vendor.driver_version.as_deref(), &mut warnings);
         vendors.push(vendor);
     }
     Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }

@@ -286,7 +286,7 @@ mod tests {
         );
         assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
         // Without topology (a container start): the same devices, no peers.
-        let opts = crate::discover::DiscoverOptions { topology: false, ..Default::default() };
+        let opts = DiscoverOptions { topology: false, ..Default::default() };
         let lean = super::super::discover_with(r, &crate::profile::builtin(), &opts);
         let lv = lean.vendor("amd").expect("amd found");
         assert!(lv.devices.iter().all(|d| d.links.is_empty()));

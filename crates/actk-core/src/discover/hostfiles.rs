@@ -304,7 +304,7 @@ fn find_library(
 /// `/usr/lib64/x`) but its last component kept.
 fn canonical_dir(host: &HostRoot, path: &str) -> String {
     match path.rsplit_once('/') {
-        Some((dir, name)) => match host.resolve(if dir.is_empty() { "/" } else { dir }) {
+        Some((dir, name)) => match host.resolve_dir(if dir.is_empty() { "/" } else { dir }) {
             Ok(d) => d.join(name).to_string_lossy().into_owned(),
             Err(_) => path.to_string(),
         },

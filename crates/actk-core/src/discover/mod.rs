@@ -67,6 +67,10 @@ struct DirCache {
     asked: HashMap<std::ffi::OsString, (PathBuf, Arc<OwnedFd>)>,
     /// Resolved directories (no symlink in them; `/` is the root) -> `O_PATH` handle.
     fds: HashMap<std::ffi::OsString, Arc<OwnedFd>>,
+    /// Directories as asked that do not exist (`ENOENT`): profiles name many optional ones.
+    missing: std::collections::HashSet<std::ffi::OsString>,
+    /// Directory listings as asked (`/dev` is globbed by several profiles' patterns).
+    listings: HashMap<std::ffi::OsString, Vec<String>>,
 }
 
 /// Where a path resolved: a directory reached as such (the root, a `..`, or a directory
@@ -107,6 +111,30 @@ impl Clone for HostRoot {
 /// a memo key as it stands.
 fn is_plain(path: &Path) -> bool {
     path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+/// The leading plain names of `rest` (components separated by `/`) that are directories on
+/// the way: up to the first `.` or `..`, and without the last component unless `last_is_dir`.
+/// Returns (byte length of that prefix, number of names).
+fn plain_dirs(rest: &[u8], last_is_dir: bool) -> (usize, usize) {
+    let (mut end, mut n, mut pos) = (0, 0, 0);
+    loop {
+        while rest.get(pos) == Some(&b'/') {
+            pos += 1;
+        }
+        if pos >= rest.len() {
+            return (end, n);
+        }
+        let stop = rest[pos..].iter().position(|&b| b == b'/').map_or(rest.len(), |i| pos + i);
+        let name = &rest[pos..stop];
+        let is_last = rest[stop..].iter().all(|&b| b == b'/');
+        if name == b"." || name == b".." || (is_last && !last_is_dir) {
+            return (end, n);
+        }
+        end = stop;
+        n += 1;
+        pos = stop;
+    }
 }
 
 impl HostRoot {
@@ -235,17 +263,22 @@ impl HostRoot {
     /// The resolution of directory `dir` (absolute) and its handle, memoised for plain paths
     /// (every ancestor too, so siblings share their walk).
     fn resolved_dir(&self, dir: &Path) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
-        if let Some(p) = self.cache.lock().ok().and_then(|c| c.asked.get(dir.as_os_str()).cloned()) {
-            return Ok(p);
-        }
-        let found = match (dir.parent(), dir.file_name()) {
-            (Some(parent), Some(name)) if is_plain(dir) => {
-                let (pdir, pfd) = self.resolved_dir(parent)?;
-                self.walk(pdir, pfd, name.as_bytes(), Last::Dir)?
+        if let Ok(c) = self.cache.lock() {
+            if let Some(p) = c.asked.get(dir.as_os_str()) {
+                return Ok(p.clone());
             }
-            _ if dir.as_os_str() == "/" => Found::Dir(PathBuf::from("/"), self.root_fd()?),
-            _ => self.walk(PathBuf::from("/"), self.root_fd()?, dir.as_os_str().as_bytes(), Last::Dir)?,
-        };
+            if c.missing.contains(dir.as_os_str()) {
+                return Err(rustix::io::Errno::NOENT.into());
+            }
+        }
+        let found = self.resolve_dir_uncached(dir).inspect_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound
+                && let Ok(mut c) = self.cache.lock()
+                && c.missing.len() < MAX_CACHED_DIRS
+            {
+                c.missing.insert(dir.as_os_str().to_owned());
+            }
+        })?;
         // A walk for a directory ends at one (its last name is opened as a directory handle).
         let Found::Dir(p, fd) = found else { return Err(rustix::io::Errno::NOTDIR.into()) };
         if let Ok(mut c) = self.cache.lock()
@@ -254,6 +287,23 @@ impl HostRoot {
             c.asked.insert(dir.as_os_str().to_owned(), (p.clone(), fd.clone()));
         }
         Ok((p, fd))
+    }
+
+    fn resolve_dir_uncached(&self, dir: &Path) -> io::Result<Found> {
+        Ok(match (dir.parent(), dir.file_name()) {
+            (Some(parent), Some(name)) if is_plain(dir) => {
+                let (pdir, pfd) = self.resolved_dir(parent)?;
+                self.walk(pdir, pfd, name.as_bytes(), Last::Dir)?
+            }
+            _ if dir.as_os_str() == "/" => Found::Dir(PathBuf::from("/"), self.root_fd()?),
+            _ => self.walk(PathBuf::from("/"), self.root_fd()?, dir.as_os_str().as_bytes(), Last::Dir)?,
+        })
+    }
+
+    /// The resolution of directory `path` (as [`HostRoot::resolve`] gives it, memoised per
+    /// pass). Errors: as `resolve`, and `NotADirectory` when it is not a directory.
+    pub fn resolve_dir(&self, path: impl AsRef<Path>) -> io::Result<PathBuf> {
+        Ok(self.resolved_dir(path.as_ref())?.0)
     }
 
     /// Resolve the names in `todo` (path components separated by `/`) one by one starting at
@@ -271,6 +321,34 @@ impl HostRoot {
             }
             if pos >= todo.len() {
                 return Ok(Found::Dir(cur, fd));
+            }
+            // Several plain names ahead (a link's target after its leading `..`s, as sysfs's
+            // ../../../devices/pci0000:00/0000:00:01.1/.../0000:1b:00.0): one openat2 for the
+            // directories among them, refusing any symlink; a symlink there walks name by name.
+            let dirs_end = plain_dirs(&todo[pos..], matches!(last, Last::Dir));
+            if dirs_end.1 >= 2 && self.openat2.load(Ordering::Relaxed) {
+                use rustix::fs::{Mode, OFlags, ResolveFlags};
+                use rustix::io::Errno;
+                let rel = OsStr::from_bytes(&todo[pos..pos + dirs_end.0]);
+                // No O_NOFOLLOW: with O_PATH it would open a last-name symlink itself (ENOTDIR
+                // here); without it RESOLVE_NO_SYMLINKS refuses that one too (ELOOP).
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
+                match rustix::fs::openat2(&*fd, rel, flags, Mode::empty(), how) {
+                    Ok(f) => {
+                        for name in rel.as_bytes().split(|&b| b == b'/').filter(|n| !n.is_empty()) {
+                            cur.push(OsStr::from_bytes(name));
+                        }
+                        fd = self.keep_fd(&cur, f);
+                        pos += dirs_end.0;
+                        continue;
+                    }
+                    Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => {}
+                    Err(Errno::NOSYS) => self.openat2.store(false, Ordering::Relaxed),
+                    // Missing or not a directory: no symlink came before it, so the walk would
+                    // stop at the same name.
+                    Err(e) => return Err(e.into()),
+                }
             }
             let end = todo[pos..].iter().position(|&b| b == b'/').map_or(todo.len(), |i| pos + i);
             let (start, name_end) = (pos, end);
@@ -345,10 +423,24 @@ impl HostRoot {
     pub fn read(&self, path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
         let fd = self.open(path.as_ref())?;
         // procfs and sysfs files report size 0, and std's read_to_end on a File asks the size
-        // first (fstat and lseek on every file, about a fifth of discovery's system calls): a
-        // page up front and plain reads until the end.
-        let mut buf = vec![0u8; 4096];
+        // first (fstat and lseek on every file, about a fifth of discovery's system calls):
+        // plain reads until the end, into a page on the stack first, so the result is allocated
+        // at its size (a page of capacity kept per small file was a new heap page, and a page
+        // fault, every few reads).
+        let mut page = [0u8; 4096];
         let mut len = 0;
+        loop {
+            if len == page.len() {
+                break;
+            }
+            match rustix::io::read(&fd, &mut page[len..]) {
+                Ok(0) => return Ok(page[..len].to_vec()),
+                Ok(n) => len += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut buf = page.to_vec();
         loop {
             if len == buf.len() {
                 buf.resize(buf.len() * 2, 0);
@@ -393,7 +485,9 @@ impl HostRoot {
             }
         };
         let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
-        match rustix::fs::openat2(&*dir, rel, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), how) {
+        // No O_NOFOLLOW: RESOLVE_NO_SYMLINKS refuses a symlink in the last name as well (ELOOP),
+        // where O_NOFOLLOW with O_DIRECTORY would fail it as ENOTDIR.
+        match rustix::fs::openat2(&*dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
             Err(Errno::NOSYS) => {
@@ -433,11 +527,25 @@ impl HostRoot {
 
     /// Names of the entries of directory `path`, sorted.
     pub fn list_dir(&self, path: impl AsRef<Path>) -> io::Result<Vec<String>> {
+        let key = path.as_ref().as_os_str();
+        if let Some(names) = self.cache.lock().ok().and_then(|c| c.listings.get(key).cloned()) {
+            return Ok(names);
+        }
+        let names = self.list_dir_uncached(path.as_ref())?;
+        if let Ok(mut c) = self.cache.lock()
+            && c.listings.len() < MAX_CACHED_DIRS
+        {
+            c.listings.insert(key.to_owned(), names.clone());
+        }
+        Ok(names)
+    }
+
+    fn list_dir_uncached(&self, path: &Path) -> io::Result<Vec<String>> {
         use rustix::fs::{Mode, OFlags};
-        let dir = match self.open_beneath(path.as_ref(), OFlags::RDONLY | OFlags::DIRECTORY) {
+        let dir = match self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY) {
             Some(r) => r?,
             None => {
-                let (_, fd) = self.resolved_dir(path.as_ref())?;
+                let (_, fd) = self.resolved_dir(path)?;
                 rustix::fs::openat(&*fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?
             }
         };
@@ -761,6 +869,20 @@ mod tests {
         let big: String = (0..3000).map(|i| format!("{i} ")).collect();
         file(r, "/big", &big);
         assert_eq!(h.read_to_string("/big").unwrap(), big, "more than the first page");
+        // A link whose target is several plain names (resolved in one openat2 when none of them
+        // is a symlink) with a symlink among them that points out: walked, and kept inside.
+        std::fs::create_dir_all(r.join("d2")).unwrap();
+        link(r, "/d2/esc", "/etc");
+        link(r, "/through", "d2/esc/actk-read-test");
+        link(r, "/d3/up", "../../../../../../etc");
+        link(r, "/through_up", "d3/up/passwd");
+        link(r, "/through_dir", "d2/esc");
+        assert_eq!(h.read_to_string("/through").unwrap(), "inside");
+        assert_eq!(h.resolve("/through").unwrap(), Path::new("/etc/actk-read-test"));
+        assert_eq!(h.read("/through_up").unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(h.resolve("/through_up").unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert!(h.list_dir("/through_dir").unwrap().contains(&"actk-read-test".to_string()));
+        assert_eq!(h.resolve_dir("/through_dir").unwrap(), Path::new("/etc"));
         assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
         assert_eq!(h.link_name("/lib").unwrap(), "lib");
         assert_eq!(h.resolve("/dotted/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));

@@ -148,7 +148,7 @@ pub fn find_with_cache(
         let libraries: &[String] = if arch.is_some() { &files.libraries } else { &[] };
         let arch = arch.unwrap_or(native);
         for lib in libraries {
-            for f in find_library(host, &cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
+            for f in find_library(host, cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
                 push(f, &mut out);
             }
         }

@@ -16,7 +16,11 @@ use std::path::Path;
 pub fn write_atomic(path: &Path, value: &serde_json::Value) -> Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
-    let bytes = serde_json::to_vec(value).context("cannot serialise config.json")?;
+    // Room for a typical edited config.json up front (tens of KB): growing by doubling copied
+    // it several times and touched fresh heap pages at each step. Untouched capacity costs
+    // nothing (it is below malloc's mmap threshold and not written).
+    let mut bytes = Vec::with_capacity(64 * 1024);
+    serde_json::to_writer(&mut bytes, value).context("cannot serialise config.json")?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".config.json.actk-")
         .tempfile_in(dir)

@@ -75,7 +75,9 @@ impl LdCache {
     /// Read `root`'s /etc/ld.so.cache.
     pub fn load(root: &HostRoot) -> LdCache {
         LdCache(match root.read(CACHE) {
-            Ok(bytes) => ldcache::parse(&bytes).map_err(|e| format!("{e}; falling back to the standard library directories")),
+            Ok(bytes) => {
+                ldcache::parse(&bytes).map_err(|e| format!("{e}; falling back to the standard library directories"))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(format!("unreadable: {e}; falling back to the standard library directories")),
         })
@@ -122,13 +124,13 @@ pub fn find_with_cache(
     warnings: &mut Warnings,
 ) -> Vec<HostFile> {
     let no_entries = Vec::new();
-    let cache: &[CacheEntry] = match &ld.0 {
+    let cache = CacheIndex::new(match &ld.0 {
         Ok(entries) => entries,
         Err(why) => {
             warnings.add(host, CACHE, why.clone());
             &no_entries
         }
-    };
+    });
     // Fallback directory listings, read once per discovery: a real /usr/lib/x86_64-linux-gnu
     // holds thousands of entries and most optional libraries (compat32, ngx, ...) are absent.
     let mut dirs = DirListings::default();
@@ -148,7 +150,7 @@ pub fn find_with_cache(
         let libraries: &[String] = if arch.is_some() { &files.libraries } else { &[] };
         let arch = arch.unwrap_or(native);
         for lib in libraries {
-            for f in find_library(host, cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
+            for f in find_library(host, &cache, &mut dirs, lib, arch, driver_version, cap, warnings) {
                 push(f, &mut out);
             }
         }
@@ -207,6 +209,51 @@ fn is_name_of(name: &str, lib: &str) -> bool {
     name == lib || name.strip_prefix(lib).is_some_and(|rest| rest.starts_with('.'))
 }
 
+/// The part of a library file name before its version: up to the first `.so` that ends the
+/// name or is followed by `.` (`libcuda.so.1` -> `libcuda.so`).
+fn so_base(name: &str) -> Option<&str> {
+    let mut from = 0;
+    while let Some(i) = name[from..].find(".so").map(|i| from + i + 3) {
+        if name.len() == i || name.as_bytes()[i] == b'.' {
+            return Some(&name[..i]);
+        }
+        from = i;
+    }
+    None
+}
+
+/// ld.so.cache entries by the library they are a name of: a real cache has ~1500 entries and a
+/// profile asks for dozens of libraries, so a scan per library was most of the lookup.
+pub struct CacheIndex<'a> {
+    entries: &'a [CacheEntry],
+    by_base: std::collections::HashMap<&'a str, Vec<usize>>,
+}
+
+impl<'a> CacheIndex<'a> {
+    fn new(entries: &'a [CacheEntry]) -> Self {
+        let mut by_base: std::collections::HashMap<&'a str, Vec<usize>> = std::collections::HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            if let Some(b) = so_base(&e.key) {
+                by_base.entry(b).or_default().push(i);
+            }
+        }
+        CacheIndex { entries, by_base }
+    }
+
+    /// The entries of `arch` whose key is library `lib` or a versioned name of it
+    /// ([`is_name_of`]), in cache order. A `lib` whose own base is itself (`libcuda.so`) has
+    /// all of them under that base; any other name is looked for in every entry.
+    fn named(&self, lib: &str, arch: LibArch) -> Vec<&'a CacheEntry> {
+        let ok = |e: &&CacheEntry| e.arch() == arch && is_name_of(&e.key, lib);
+        if so_base(lib) == Some(lib) {
+            let idx = self.by_base.get(lib).map(Vec::as_slice).unwrap_or_default();
+            idx.iter().map(|&i| &self.entries[i]).filter(ok).collect()
+        } else {
+            self.entries.iter().filter(ok).collect()
+        }
+    }
+}
+
 /// Whether `real` (a resolved file name) belongs to driver `version`; no version: any.
 fn version_matches(real: &Path, version: Option<&str>) -> bool {
     let name = real.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -234,7 +281,7 @@ fn is_elf_of(host: &HostRoot, path: &Path, arch: LibArch) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn find_library(
     host: &HostRoot,
-    cache: &[CacheEntry],
+    cache: &CacheIndex<'_>,
     dirs_seen: &mut DirListings,
     lib: &str,
     arch: LibArch,
@@ -255,10 +302,11 @@ fn find_library(
             warnings.add(host, &real, format!("{lib} of another driver version (running driver is {v}); not mounted"));
         }
     };
-    for e in cache.iter().filter(|e| e.arch() == arch && is_name_of(&e.key, lib)) {
+    let entries = cache.named(lib, arch);
+    for e in &entries {
         consider(&e.path, &mut found, warnings);
     }
-    if found.is_empty() && !cache.iter().any(|e| e.arch() == arch && is_name_of(&e.key, lib)) {
+    if found.is_empty() && entries.is_empty() {
         for dir in lib_dirs(arch) {
             // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
             // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
@@ -330,6 +378,57 @@ fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
 mod tests {
     use super::super::testutil::*;
     use super::*;
+
+    #[test]
+    fn cache_index_finds_what_a_scan_finds() {
+        assert_eq!(so_base("libcuda.so.1"), Some("libcuda.so"));
+        assert_eq!(so_base("libcuda.so"), Some("libcuda.so"));
+        assert_eq!(so_base("libsox.so.3"), Some("libsox.so"));
+        assert_eq!(so_base("libfoo.so.bar.so.1"), Some("libfoo.so"));
+        assert_eq!(so_base("ld-linux-x86-64.so.2"), Some("ld-linux-x86-64.so"));
+        assert_eq!(so_base("noso"), None);
+        let keys = [
+            "libcuda.so.1",
+            "libcuda.so",
+            "libcudadebugger.so.1",
+            "libsox.so.3",
+            "libfoo.so.bar.so.1",
+            "libnvidia-ml.so.1",
+            "libnvidia-ml.so.580.95.05",
+            "libEGL_nvidia.so.0",
+            "libx.sox.so.2",
+        ];
+        let entries: Vec<CacheEntry> = keys
+            .iter()
+            .flat_map(|k| {
+                [0x0303u32, 0x0a03].map(|flags| CacheEntry { key: k.to_string(), path: format!("/l/{k}"), flags })
+            })
+            .collect();
+        let index = CacheIndex::new(&entries);
+        assert_eq!(index.named("libcuda.so", LibArch::X86_64).len(), 2, "libcuda.so.1 and libcuda.so");
+        assert_eq!(index.named("libcuda.so", LibArch::Aarch64).len(), 2);
+        for lib in [
+            "libcuda.so",
+            "libcudadebugger.so",
+            "libsox.so",
+            "libfoo.so",
+            "libfoo.so.bar.so",
+            "libnvidia-ml.so",
+            "libEGL_nvidia.so",
+            "libx.sox.so",
+            "libx.sox",
+            "libcuda",
+            "libmissing.so",
+        ] {
+            for arch in [LibArch::X86_64, LibArch::Aarch64] {
+                let scan: Vec<&CacheEntry> =
+                    entries.iter().filter(|e| e.arch() == arch && is_name_of(&e.key, lib)).collect();
+                let found = index.named(lib, arch);
+                assert_eq!(found.len(), scan.len(), "{lib} {arch:?}");
+                assert!(found.iter().zip(&scan).all(|(a, b)| std::ptr::eq(*a, *b)), "{lib} {arch:?}");
+            }
+        }
+    }
 
     fn profile() -> Profile {
         crate::profile::parse(

@@ -25,8 +25,8 @@ use crate::profile::Profile;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -553,7 +553,8 @@ impl HostRoot {
         for entry in rustix::fs::Dir::new(dir)? {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".."
+            if name != b"."
+                && name != b".."
                 && let Ok(name) = std::str::from_utf8(name)
             {
                 names.push(name.to_string());

@@ -114,12 +114,13 @@ pub fn discover(
         }
         if let Some(bus) = &dev.pci_bus_id {
             let pci = format!("/sys/bus/pci/devices/{bus}");
-            match host.read_to_string(format!("{pci}/numa_node")) {
-                Ok(t) => match parse_numa(&t) {
+            match opts.topology.then(|| host.read_to_string(format!("{pci}/numa_node"))) {
+                None => {}
+                Some(Ok(t)) => match parse_numa(&t) {
                     Ok(n) => dev.numa_node = n,
                     Err(why) => warnings.add(host, format!("{pci}/numa_node"), why),
                 },
-                Err(e) => {
+                Some(Err(e)) => {
                     warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}"))
                 }
             }
@@ -285,14 +286,18 @@ mod tests {
             ["/dev/dri/renderD129", "/dev/dri/card2"]
         );
         assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
-        // Without topology (a container start): the same devices, no peers.
+        // Without topology (a container start): the same devices, no peers and no NUMA node.
         let opts = DiscoverOptions { topology: false, ..Default::default() };
         let lean = super::super::discover_with(r, &crate::profile::builtin(), &opts);
         let lv = lean.vendor("amd").expect("amd found");
-        assert!(lv.devices.iter().all(|d| d.links.is_empty()));
+        assert!(lv.devices.iter().all(|d| d.links.is_empty() && d.numa_node.is_none()));
+        assert_eq!(v.devices[0].numa_node, Some(0), "read with topology");
         let strip = |v: &VendorInventory| {
             let mut v = v.clone();
-            v.devices.iter_mut().for_each(|d| d.links.clear());
+            v.devices.iter_mut().for_each(|d| {
+                d.links.clear();
+                d.numa_node = None;
+            });
             format!("{v:?}")
         };
         assert_eq!(strip(lv), strip(v));

@@ -4,7 +4,7 @@
 //! the `habanalabs` driver are taken, so other DRM accel drivers stay with the `accel`
 //! profile. This adds the driver version from /sys/module/habanalabs/version.
 
-use super::{HostRoot, Warnings, generic};
+use super::{DiscoverOptions, HostRoot, Warnings, generic};
 use crate::inventory::VendorInventory;
 use crate::profile::Profile;
 
@@ -13,9 +13,10 @@ pub fn discover(
     host: &HostRoot,
     profile: &Profile,
     all: &[Profile],
+    opts: &DiscoverOptions,
     warnings: &mut Warnings,
 ) -> Option<VendorInventory> {
-    let mut vendor = generic::discover(host, profile, all, warnings)?;
+    let mut vendor = generic::discover(host, profile, all, opts, warnings)?;
     if !vendor.devices.is_empty() {
         let driver = profile.devices.driver.as_deref().unwrap_or("habanalabs");
         vendor.driver_version =

@@ -8,7 +8,7 @@
 //! `model`, `pci_bus_id`, `numa_node`, `cores`, `links`); any other name lands in
 //! `Device::attributes`.
 
-use super::{HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
+use super::{DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::{Device, VendorInventory};
 use crate::profile::Profile;
 
@@ -17,11 +17,12 @@ pub fn discover(
     host: &HostRoot,
     profile: &Profile,
     all: &[Profile],
+    opts: &DiscoverOptions,
     warnings: &mut Warnings,
 ) -> Option<VendorInventory> {
     profile.devices.node.as_ref()?;
     let mut vendor = vendor_for(profile);
-    vendor.devices = devices(host, profile, all, warnings);
+    vendor.devices = devices(host, profile, all, opts, warnings);
     Some(vendor)
 }
 
@@ -45,7 +46,13 @@ pub(crate) fn node_indexes(host: &HostRoot, pattern: &str) -> Vec<u32> {
 /// The devices of `profile` found by its node pattern and sysfs attributes, in index order.
 /// Devices bound to a kernel driver that another profile claims (`devices.driver`) are left
 /// to that profile; a profile that claims a driver takes only that driver's devices.
-pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warnings: &mut Warnings) -> Vec<Device> {
+pub(crate) fn devices(
+    host: &HostRoot,
+    profile: &Profile,
+    all: &[Profile],
+    opts: &DiscoverOptions,
+    warnings: &mut Warnings,
+) -> Vec<Device> {
     let t = &profile.devices;
     let Some(pattern) = &t.node else { return vec![] };
     let indexes = node_indexes(host, pattern);
@@ -119,7 +126,7 @@ pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warni
         }
         let mut dev = Device { index, nodes: vec![node], ..Default::default() };
         match &sysfs {
-            Some(s) if sysfs_present => read_attributes(host, profile, s, &mut dev, warnings),
+            Some(s) if sysfs_present => read_attributes(host, profile, s, opts, &mut dev, warnings),
             Some(s) => warnings.add(host, s, format!("no sysfs entry for {path}; identity attributes unknown")),
             None => {}
         }
@@ -135,15 +142,20 @@ pub(crate) fn devices(host: &HostRoot, profile: &Profile, all: &[Profile], warni
     out
 }
 
-/// Read `profile.devices.attributes` under sysfs directory `dir` into `dev`.
+/// Read `profile.devices.attributes` under sysfs directory `dir` into `dev`; `numa_node` and
+/// `links` only with [`DiscoverOptions::topology`].
 pub(crate) fn read_attributes(
     host: &HostRoot,
     profile: &Profile,
     dir: &str,
+    opts: &DiscoverOptions,
     dev: &mut Device,
     warnings: &mut Warnings,
 ) {
     for (name, rel) in &profile.devices.attributes {
+        if !opts.topology && matches!(name.as_str(), "numa_node" | "links") {
+            continue;
+        }
         let (is_link, rel) = match rel.strip_prefix('@') {
             Some(r) => (true, r),
             None => (false, rel.as_str()),

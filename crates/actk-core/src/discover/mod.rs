@@ -281,8 +281,10 @@ impl HostRoot {
         })?;
         // A walk for a directory ends at one (its last name is opened as a directory handle).
         let Found::Dir(p, fd) = found else { return Err(rustix::io::Errno::NOTDIR.into()) };
+        // Only while handles are still cached: past that, an entry here would keep one open.
         if let Ok(mut c) = self.cache.lock()
             && c.asked.len() < MAX_CACHED_DIRS
+            && c.fds.len() < MAX_CACHED_DIRS
         {
             c.asked.insert(dir.as_os_str().to_owned(), (p.clone(), fd.clone()));
         }
@@ -648,11 +650,13 @@ pub struct DiscoverOptions {
     /// On by default; a container start turns it on only for a MIG request, so an ordinary
     /// start never dlopens the driver's library.
     pub nvml: bool,
-    /// Read the links between devices that allocation weighs (AMD XGMI peers from the KFD
-    /// topology's `io_links`, one directory and one file per link). On by default; a container
-    /// start turns it off: injection needs each device's nodes, identity and attributes, not
-    /// its peers (those serve the device plugin's preferred allocation and DRA), and on an
-    /// 8-GPU MI300X the links are 72 of discovery's 150 reads. Without it `links` is empty.
+    /// Read what allocation weighs: each device's NUMA node (sysfs `numa_node`, through the PCI
+    /// device's links) and the links between devices (AMD XGMI peers from the KFD topology's
+    /// `io_links`, one directory and one file per link; a profile's `links` attribute). On by
+    /// default; a container start turns it off: injection needs each device's nodes, identity
+    /// and attributes, not its placement (that serves the device plugin's preferred allocation,
+    /// the Topology Manager and DRA), and on an 8-GPU MI300X the links alone are 72 of
+    /// discovery's 150 reads. Without it `numa_node` is `None` and `links` empty.
     pub topology: bool,
 }
 
@@ -703,10 +707,10 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
     for profile in profiles {
         let found = match profile.discovery.as_str() {
             "nvidia" => nvidia::discover(&host, profile, opts, &mut warnings),
-            "neuron" => neuron::discover(&host, profile, &mut warnings),
+            "neuron" => neuron::discover(&host, profile, opts, &mut warnings),
             "amd" => amd::discover(&host, profile, opts, &mut warnings),
-            "gaudi" => gaudi::discover(&host, profile, profiles, &mut warnings),
-            _ => generic::discover(&host, profile, profiles, &mut warnings),
+            "gaudi" => gaudi::discover(&host, profile, profiles, opts, &mut warnings),
+            _ => generic::discover(&host, profile, profiles, opts, &mut warnings),
         };
         let Some(mut vendor) = found else { continue };
         if vendor.devices.is_empty() {

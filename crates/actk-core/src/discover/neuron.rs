@@ -7,15 +7,20 @@
 //! Device ids are the driver's (`/dev/neuronN`, as neuron-ls numbers them); on v2 hardware they
 //! are not in PCI order, so nothing here sorts by bus id.
 
-use super::{HostRoot, Warnings, generic, normalize_pci, parse_numa, vendor_for};
+use super::{DiscoverOptions, HostRoot, Warnings, generic, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::VendorInventory;
 use crate::profile::Profile;
 
 /// Discover Neuron devices; `None` when the profile has no node pattern.
-pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> Option<VendorInventory> {
+pub fn discover(
+    host: &HostRoot,
+    profile: &Profile,
+    opts: &DiscoverOptions,
+    warnings: &mut Warnings,
+) -> Option<VendorInventory> {
     profile.devices.node.as_ref()?;
     let mut vendor = vendor_for(profile);
-    vendor.devices = generic::devices(host, profile, std::slice::from_ref(profile), warnings);
+    vendor.devices = generic::devices(host, profile, std::slice::from_ref(profile), opts, warnings);
     if vendor.devices.is_empty() {
         return Some(vendor);
     }
@@ -35,7 +40,9 @@ pub fn discover(host: &HostRoot, profile: &Profile, warnings: &mut Warnings) -> 
             && let Ok(bus) = host.link_name(format!("{dir}/device"))
         {
             dev.pci_bus_id = normalize_pci(&bus);
-            if let Ok(t) = host.read_to_string(format!("{dir}/device/numa_node")) {
+            if opts.topology
+                && let Ok(t) = host.read_to_string(format!("{dir}/device/numa_node"))
+            {
                 match parse_numa(&t) {
                     Ok(n) => dev.numa_node = n,
                     Err(why) => warnings.add(host, format!("{dir}/device/numa_node"), why),

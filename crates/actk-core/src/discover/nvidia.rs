@@ -115,12 +115,13 @@ pub fn discover(
             ),
         }
         let numa_path = format!("/sys/bus/pci/devices/{bus}/numa_node");
-        match host.read_to_string(&numa_path) {
-            Ok(t) => match parse_numa(&t) {
+        match opts.topology.then(|| host.read_to_string(&numa_path)) {
+            None => {}
+            Some(Ok(t)) => match parse_numa(&t) {
                 Ok(n) => dev.numa_node = n,
                 Err(why) => warnings.add(host, &numa_path, why),
             },
-            Err(e) => warnings.add(host, &numa_path, format!("no PCI sysfs entry for GPU {bus}: {e}")),
+            Some(Err(e)) => warnings.add(host, &numa_path, format!("no PCI sysfs entry for GPU {bus}: {e}")),
         }
         vendor.devices.push(dev);
     }

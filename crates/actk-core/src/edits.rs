@@ -332,7 +332,8 @@ fn node_type(n: &DeviceNode) -> String {
 
 fn device_json(n: &DeviceNode) -> Result<Value, EditError> {
     let t = node_type(n);
-    let mut m = Map::new();
+    // Sized up front: growing an (order-preserving) map reallocates twice on the way to 4 keys.
+    let mut m = Map::with_capacity(7);
     m.insert("path".into(), json!(n.path));
     m.insert("type".into(), json!(t));
     // A FIFO (`p`) has no numbers; character and block devices must have them.
@@ -384,12 +385,12 @@ fn mount_json(m: &Mount) -> Value {
     if ty == "bind" && !options.iter().any(|o| o == "bind" || o == "rbind") {
         options.push("bind".into());
     }
-    json!({
-        "destination": m.container_path,
-        "type": ty,
-        "source": m.host_path,
-        "options": options,
-    })
+    let mut o = Map::with_capacity(4);
+    o.insert("destination".into(), Value::String(m.container_path.clone()));
+    o.insert("type".into(), Value::String(ty));
+    o.insert("source".into(), Value::String(m.host_path.clone()));
+    o.insert("options".into(), Value::Array(options.into_iter().map(Value::String).collect()));
+    Value::Object(o)
 }
 
 fn hook_json(h: &Hook) -> Value {

@@ -371,7 +371,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                         edits.hooks.extend(crate::cdi::generate::compat_hook(hook, p, v));
                         edits.hooks.push(refresh);
                     }
-                    plan.edits.append(&edits);
+                    plan.edits.append_owned(edits);
                 }
                 _ => plan.warnings.push(format!(
                     "{}={}: this node has no {} devices; nothing injected",

@@ -148,6 +148,20 @@ impl ContainerEdits {
             && self.net_devices.is_empty()
     }
 
+    /// [`ContainerEdits::append`] taking `other` by value: its entries are moved, not cloned.
+    pub fn append_owned(&mut self, other: ContainerEdits) {
+        let ContainerEdits { env, device_nodes, hooks, mounts, intel_rdt, additional_gids, net_devices } = other;
+        self.env.extend(env);
+        self.device_nodes.extend(device_nodes);
+        self.hooks.extend(hooks);
+        self.mounts.extend(mounts);
+        if intel_rdt.is_some() {
+            self.intel_rdt = intel_rdt;
+        }
+        self.additional_gids.extend(additional_gids);
+        self.net_devices.extend(net_devices);
+    }
+
     /// Appends `other` to `self` (no de-duplication; applying to an OCI spec de-duplicates).
     pub fn append(&mut self, other: &ContainerEdits) {
         self.env.extend(other.env.iter().cloned());

@@ -552,7 +552,10 @@ impl HostRoot {
             }
         };
         let mut names = Vec::new();
-        for entry in rustix::fs::Dir::new(dir)? {
+        // getdents64 into a buffer on the stack (rustix's Dir grows heap buffers per listing).
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+        let mut entries = rustix::fs::RawDir::new(&dir, &mut buf);
+        while let Some(entry) = entries.next() {
             let entry = entry?;
             let name = entry.file_name().to_bytes();
             if name != b"."
@@ -888,6 +891,13 @@ mod tests {
         assert_eq!(h.resolve("/through_up").unwrap_err().kind(), io::ErrorKind::NotFound);
         assert!(h.list_dir("/through_dir").unwrap().contains(&"actk-read-test".to_string()));
         assert_eq!(h.resolve_dir("/through_dir").unwrap(), Path::new("/etc"));
+        // A listing larger than one getdents buffer (600 entries of ~40 bytes each).
+        for i in 0..600 {
+            file(r, &format!("/many/entry-with-a-longish-name-{i:04}"), "");
+        }
+        let many = h.list_dir("/many").unwrap();
+        assert_eq!(many.len(), 600);
+        assert_eq!(many[599], "entry-with-a-longish-name-0599");
         assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
         assert_eq!(h.link_name("/lib").unwrap(), "lib");
         assert_eq!(h.resolve("/dotted/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));

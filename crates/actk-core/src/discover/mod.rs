@@ -231,14 +231,29 @@ impl HostRoot {
     }
 
     /// The handle of resolved directory `resolved` (after a `..`): from the cache, or opened
-    /// name by name from the root without following any link (a resolved path has none).
+    /// from its nearest cached ancestor (the root at worst) without following any link (a
+    /// resolved path has none): in one openat2, else name by name.
     fn dir_fd(&self, resolved: &Path) -> io::Result<Arc<OwnedFd>> {
-        if let Some(fd) = self.cache.lock().ok().and_then(|c| c.fds.get(resolved.as_os_str()).cloned()) {
+        let cached = |p: &Path| self.cache.lock().ok().and_then(|c| c.fds.get(p.as_os_str()).cloned());
+        if let Some(fd) = cached(resolved) {
             return Ok(fd);
         }
-        let mut fd = self.root_fd()?;
-        let mut cur = PathBuf::from("/");
-        for name in resolved.components().filter_map(|c| match c {
+        let (mut cur, mut fd) = match resolved.ancestors().skip(1).find_map(|a| Some((a, cached(a)?))) {
+            Some((a, fd)) => (a.to_path_buf(), fd),
+            None => (PathBuf::from("/"), self.root_fd()?),
+        };
+        let rest = resolved.strip_prefix(&cur).map_err(|_| io::Error::other("not below its ancestor"))?.to_owned();
+        if self.openat2.load(Ordering::Relaxed) {
+            use rustix::fs::{Mode, OFlags, ResolveFlags};
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
+            match rustix::fs::openat2(&*fd, &rest, flags, Mode::empty(), how) {
+                Ok(f) => return Ok(self.keep_fd(resolved, f)),
+                Err(rustix::io::Errno::NOSYS) => self.openat2.store(false, Ordering::Relaxed),
+                Err(_) => {} // walked below, with the error of the name that fails
+            }
+        }
+        for name in rest.components().filter_map(|c| match c {
             Component::Normal(n) => Some(n),
             _ => None,
         }) {

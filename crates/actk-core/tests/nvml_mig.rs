@@ -129,3 +129,33 @@ fn mig_instances_without_a_loadable_nvml_are_warned_about() {
     // GPUs are still found from procfs.
     assert_eq!(nvidia(&inv).devices.len(), 8);
 }
+
+#[test]
+fn a_gpu_nvml_does_not_list_is_warned_at_the_library_path() {
+    // procfs shows one more GPU than the NVML double's state: discovery says so, naming the
+    // library that answered by its real path (once joined to the root, not twice).
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").expect("fixture prepares") else { return };
+    let gpus = f.path("proc/driver/nvidia/gpus");
+    let first = std::fs::read_dir(&gpus).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).min().unwrap();
+    let info = std::fs::read_to_string(first.join("information")).unwrap();
+    let extra = gpus.join("0001:1b:00.0");
+    std::fs::create_dir_all(&extra).unwrap();
+    let info: String =
+        info.lines()
+            .map(|l| {
+                if l.starts_with("Bus Location:") { "Bus Location: \t 0001:1b:00.0".to_string() } else { l.to_string() }
+            })
+            .map(|l| l + "\n")
+            .collect();
+    std::fs::write(extra.join("information"), info).unwrap();
+    let inv = discover(&f.root, &profile::builtin());
+    let w = inv
+        .warnings
+        .iter()
+        .find(|w| w.message.starts_with("NVML does not list GPU"))
+        .unwrap_or_else(|| panic!("no NVML warning: {:#?}", inv.warnings));
+    assert!(w.path.exists(), "{} is a real path", w.path.display());
+    assert!(w.path.starts_with(&f.root));
+    let once = w.path.strip_prefix(&f.root).unwrap();
+    assert!(!once.starts_with(f.root.strip_prefix("/").unwrap()), "root joined twice: {}", w.path.display());
+}

@@ -652,7 +652,13 @@ pub struct Warnings(pub Vec<Warning>);
 impl Warnings {
     /// Record `message` about host path `path` (as the real path under the root).
     pub fn add(&mut self, host: &HostRoot, path: impl AsRef<Path>, message: impl Into<String>) {
-        let w = Warning { path: host.host_path(path), message: message.into() };
+        self.add_real(host.host_path(path), message);
+    }
+
+    /// [`Warnings::add`] for a path that is already the real one (a library NVML was loaded
+    /// from), which is not joined to the root again.
+    pub fn add_real(&mut self, real: PathBuf, message: impl Into<String>) {
+        let w = Warning { path: real, message: message.into() };
         // The same file can be reached twice (merged-/usr aliases); say it once.
         if !self.0.contains(&w) {
             tracing::debug!("discovery warning: {w}");

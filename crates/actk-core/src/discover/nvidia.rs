@@ -231,7 +231,7 @@ fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: O
         }
     };
     for p in &snap.problems {
-        warnings.add(host, &snap.library, format!("NVML: {p}"));
+        warnings.add_real(snap.library.clone(), format!("NVML: {p}"));
     }
     let by_bus: BTreeMap<&str, &nvml::GpuInfo> =
         snap.gpus.iter().filter_map(|g| Some((g.pci_bus_id.as_deref()?, g))).collect();
@@ -242,9 +242,8 @@ fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: O
     let mut direct: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for dev in &mut vendor.devices {
         let Some(g) = dev.pci_bus_id.as_deref().and_then(|b| by_bus.get(b)) else {
-            warnings.add(
-                host,
-                &snap.library,
+            warnings.add_real(
+                snap.library.clone(),
                 format!("NVML does not list GPU {} ({})", dev.index, dev.pci_bus_id.as_deref().unwrap_or("?")),
             );
             continue;

@@ -52,7 +52,8 @@ const MAX_CACHED_DIRS: usize = 512;
 pub struct HostRoot {
     root: PathBuf,
     cache: Mutex<DirCache>,
-    /// Whether openat2(2) may be tried (cleared on `ENOSYS`, kernels before 5.6).
+    /// Whether openat2(2) may be tried: cleared on `ENOSYS` (kernels before 5.6) and `EPERM`
+    /// (a seccomp profile that predates it), after which every path is walked.
     openat2: AtomicBool,
 }
 
@@ -249,7 +250,7 @@ impl HostRoot {
             let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
             match rustix::fs::openat2(&*fd, &rest, flags, Mode::empty(), how) {
                 Ok(f) => return Ok(self.keep_fd(resolved, f)),
-                Err(rustix::io::Errno::NOSYS) => self.openat2.store(false, Ordering::Relaxed),
+                Err(rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => self.openat2.store(false, Ordering::Relaxed),
                 Err(_) => {} // walked below, with the error of the name that fails
             }
         }
@@ -361,7 +362,7 @@ impl HostRoot {
                         continue;
                     }
                     Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => {}
-                    Err(Errno::NOSYS) => self.openat2.store(false, Ordering::Relaxed),
+                    Err(Errno::NOSYS | Errno::PERM) => self.openat2.store(false, Ordering::Relaxed),
                     // Missing or not a directory: no symlink came before it, so the walk would
                     // stop at the same name.
                     Err(e) => return Err(e.into()),
@@ -507,7 +508,7 @@ impl HostRoot {
         match rustix::fs::openat2(&*dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
-            Err(Errno::NOSYS) => {
+            Err(Errno::NOSYS | Errno::PERM) => {
                 self.openat2.store(false, Ordering::Relaxed);
                 None
             }
@@ -920,6 +921,32 @@ mod tests {
         assert_eq!(many.len(), 600);
         assert_eq!(many[599], "entry-with-a-longish-name-0599");
         assert!(h.resolve("/loop").unwrap_err().to_string().contains("too many levels"));
+        // Without openat2 (ENOSYS, or EPERM from an older seccomp profile) every path is walked,
+        // with the same results.
+        let walked = HostRoot::new(r);
+        walked.openat2.store(false, Ordering::Relaxed);
+        for p in [
+            "/lib/x86_64-linux-gnu/libx.so.1",
+            "/abs",
+            "/escape",
+            "/escape_abs",
+            "/to_etc",
+            "/to_etc_up",
+            "/through",
+            "/through_up",
+            "/through_dir",
+            "/dotted/libx.so.1",
+            "/missing",
+            "/big",
+            "/loop",
+        ] {
+            let res = |h: &HostRoot| format!("{:?}", h.resolve(p).map_err(|e| e.kind()));
+            let read = |h: &HostRoot| format!("{:?}", h.read(p).map_err(|e| e.kind()));
+            let list = |h: &HostRoot| format!("{:?}", h.list_dir(p).map_err(|e| e.kind()));
+            assert_eq!(res(&walked), res(&h), "resolve {p}");
+            assert_eq!(read(&walked), read(&h), "read {p}");
+            assert_eq!(list(&walked), list(&h), "list {p}");
+        }
         assert_eq!(h.link_name("/lib").unwrap(), "lib");
         assert_eq!(h.resolve("/dotted/libx.so.1").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu/libx.so.1.0"));
         assert_eq!(h.resolve("/dotted").unwrap(), Path::new("/usr/lib/x86_64-linux-gnu"));

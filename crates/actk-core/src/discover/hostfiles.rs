@@ -131,9 +131,19 @@ pub fn find_with_cache(
             &no_entries
         }
     });
-    // Fallback directory listings, read once per discovery: a real /usr/lib/x86_64-linux-gnu
-    // holds thousands of entries and most optional libraries (compat32, ngx, ...) are absent.
-    let mut dirs = DirListings::default();
+    // Fallback directory listings, read once per discovery and keeping only the names of the
+    // libraries the cache lacks: a real /usr/lib/x86_64-linux-gnu holds thousands of entries
+    // and most optional libraries (compat32, ngx, ...) are absent.
+    let mut wanted = Wanted::default();
+    for files in profile.capabilities.values() {
+        if let Some(arch) = capability_arch(files, native) {
+            for lib in files.libraries.iter().filter(|lib| !cache.has(lib, arch)) {
+                wanted.add(lib);
+            }
+        }
+    }
+    let probe_first = ld.0.as_ref().is_ok_and(|e| !e.is_empty());
+    let mut dirs = DirListings { wanted, by_dir: Default::default(), probe_first };
     let mut out: Vec<HostFile> = Vec::new();
     let push = |f: HostFile, out: &mut Vec<HostFile>| {
         if !out.iter().any(|o| o.container_path == f.container_path) {
@@ -141,11 +151,7 @@ pub fn find_with_cache(
         }
     };
     for (cap, files) in &profile.capabilities {
-        let arch = match files.arch.as_deref() {
-            None => Some(native),
-            Some("i386") | Some("compat32") => native.compat32(),
-            Some(other) => LibArch::native(other).filter(|a| *a == native),
-        };
+        let arch = capability_arch(files, native);
         // Libraries of an architecture this host has no copies of (compat32 on arm64): none.
         let libraries: &[String] = if arch.is_some() { &files.libraries } else { &[] };
         let arch = arch.unwrap_or(native);
@@ -188,6 +194,17 @@ pub fn find_with_cache(
         }
     }
     out
+}
+
+/// The library architecture of a capability's files on a host of architecture `native`: the
+/// host's own, its 32-bit one for `arch = "i386"` (or `compat32`), `None` when the host has
+/// none of that architecture (compat32 on arm64, an `aarch64` capability on x86-64).
+fn capability_arch(files: &crate::profile::CapabilityFiles, native: LibArch) -> Option<LibArch> {
+    match files.arch.as_deref() {
+        None => Some(native),
+        Some("i386") | Some("compat32") => native.compat32(),
+        Some(other) => LibArch::native(other).filter(|a| *a == native),
+    }
 }
 
 /// Whether a host path of `kind` is mounted: firmware only as regular files; other `files` also
@@ -240,6 +257,11 @@ impl<'a> CacheIndex<'a> {
         CacheIndex { entries, by_base }
     }
 
+    /// Whether the cache has an entry of `arch` for library `lib` ([`CacheIndex::named`]).
+    fn has(&self, lib: &str, arch: LibArch) -> bool {
+        !self.named(lib, arch).is_empty()
+    }
+
     /// The entries of `arch` whose key is library `lib` or a versioned name of it
     /// ([`is_name_of`]), in cache order. A `lib` whose own base is itself (`libcuda.so`) has
     /// all of them under that base; any other name is looked for in every entry.
@@ -260,13 +282,57 @@ fn version_matches(real: &Path, version: Option<&str>) -> bool {
     version.is_none_or(|v| name.ends_with(&format!(".so.{v}")))
 }
 
-/// Sorted entry names of host directories, each listed at most once (missing dir: empty).
+/// The libraries a pass looks for by scanning directories (those the cache has no entry for):
+/// a directory entry is kept when it may be one of their names ([`is_name_of`]).
 #[derive(Default)]
-struct DirListings(std::collections::HashMap<String, Vec<String>>);
+struct Wanted<'a> {
+    /// Libraries that are their own base (`libcuda.so`): any name of one has that base.
+    bases: std::collections::HashSet<&'a str>,
+    /// Any other name (`libfoo`, `libfoo.so.bar.so`): compared with every entry.
+    others: Vec<&'a str>,
+}
 
-impl DirListings {
-    fn get(&mut self, host: &HostRoot, dir: &str) -> &[String] {
-        self.0.entry(dir.to_string()).or_insert_with(|| host.list_dir(dir).unwrap_or_default())
+impl<'a> Wanted<'a> {
+    fn add(&mut self, lib: &'a str) {
+        if so_base(lib) == Some(lib) {
+            self.bases.insert(lib);
+        } else {
+            self.others.push(lib);
+        }
+    }
+
+    /// Whether directory entry `name` may be a name of a wanted library: if `name` is a name of
+    /// a library that is its own base, that library is `name`'s base too (a `.so` earlier in
+    /// `name` ending it would be one in the library's name).
+    fn may_be(&self, name: &str) -> bool {
+        so_base(name).is_some_and(|b| self.bases.contains(b)) || self.others.iter().any(|l| is_name_of(name, l))
+    }
+}
+
+/// Fallback listings of library directories for one pass: each directory listed at most once
+/// as it resolves (on a merged-/usr host `/lib/x86_64-linux-gnu` is `/usr/lib/x86_64-linux-gnu`),
+/// keeping the names of the [`Wanted`] libraries, sorted.
+struct DirListings<'a> {
+    wanted: Wanted<'a>,
+    by_dir: std::collections::HashMap<PathBuf, Vec<String>>,
+    /// The root has a usable ld.so.cache: a library it lacks is looked for by its versioned
+    /// file name (`libnvidia-pkcs11.so.580.95.05`) in each directory before the directory is
+    /// listed (see [`find_library`]).
+    probe_first: bool,
+}
+
+impl DirListings<'_> {
+    /// Directory `dir` as it resolves and its kept names; `None` when it is missing or unreadable.
+    fn get(&mut self, host: &HostRoot, dir: &str) -> Option<(PathBuf, &[String])> {
+        let real = host.resolve_dir(dir).ok()?;
+        let wanted = &self.wanted;
+        let names = match self.by_dir.entry(real.clone()) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(host.list_dir_matching(dir, |n| wanted.may_be(n)).unwrap_or_default())
+            }
+        };
+        Some((real, names))
     }
 }
 
@@ -282,7 +348,7 @@ fn is_elf_of(host: &HostRoot, path: &Path, arch: LibArch) -> bool {
 fn find_library(
     host: &HostRoot,
     cache: &CacheIndex<'_>,
-    dirs_seen: &mut DirListings,
+    dirs_seen: &mut DirListings<'_>,
     lib: &str,
     arch: LibArch,
     version: Option<&str>,
@@ -292,7 +358,7 @@ fn find_library(
     // (path as the linker sees it, resolved real path)
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     let consider = |path: &str, found: &mut Vec<(String, PathBuf)>, warnings: &mut Warnings| {
-        let Ok((real, st)) = host.resolve_stat(path) else { return };
+        let Ok((real, st)) = host.resolve_stat_link(path) else { return };
         if !is_file(&st) {
             return;
         }
@@ -307,11 +373,31 @@ fn find_library(
         consider(&e.path, &mut found, warnings);
     }
     if found.is_empty() && entries.is_empty() {
+        // A directory reached again by another name (/lib64 -> usr/lib64) holds the same files.
+        let mut scanned: Vec<PathBuf> = Vec::new();
         for dir in lib_dirs(arch) {
+            let Ok(real_dir) = host.resolve_dir(&dir) else { continue };
+            if scanned.contains(&real_dir) {
+                continue;
+            }
+            scanned.push(real_dir.clone());
+            // With a cache, a library it lacks is most often not installed at all (a profile
+            // names every optional library of the driver): its versioned file is looked for
+            // first, and only a directory that has it is listed for its soname links. Listing a
+            // real /usr/lib/x86_64-linux-gnu (a thousand entries) took 0.4 ms, more than the
+            // rest of discovery. Without a cache (or a driver version) every directory is listed,
+            // so that a stale library of another version is still named in a warning.
+            if dirs_seen.probe_first
+                && let Some(v) = version
+                && !host.resolve_stat(real_dir.join(format!("{lib}.{v}"))).is_ok_and(|(_, st)| is_file(&st))
+            {
+                continue;
+            }
+            let Some((_, listing)) = dirs_seen.get(host, &dir) else { continue };
             // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
             // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
             let names: Vec<String> =
-                dirs_seen.get(host, &dir).iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
+                listing.iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
             for name in names {
                 let path = format!("{dir}/{name}");
                 if host.resolve(&path).is_ok_and(|real| is_elf_of(host, &real, arch)) {
@@ -578,6 +664,58 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             ]
         );
         assert!(w.0.is_empty(), "{:?}", w.0);
+    }
+
+    /// With a cache: a library it lacks (installed after ldconfig last ran) is still found in the
+    /// standard directories by its versioned name, with its soname link; one of another driver
+    /// version is not mounted.
+    #[test]
+    fn library_the_cache_lacks_is_found_by_its_versioned_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let src = r.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        let dir = r.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&dir).unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
+            .arg(dir.join("libcuda.so.580.95.05"))
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            eprintln!("SKIPPED: gcc unavailable");
+            return;
+        }
+        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n");
+        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+            eprintln!("SKIPPED: ldconfig unavailable");
+            return;
+        }
+        // After ldconfig: one library of this driver, one of another (neither in the cache).
+        elf(r, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05", 2, 62);
+        link(r, "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "libnvidia-ml.so.580.95.05");
+        elf(r, "/usr/lib64/libnvidia-cfg.so.535.104.05", 2, 62);
+        link(r, "/usr/lib64/libnvidia-cfg.so.1", "libnvidia-cfg.so.535.104.05");
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.utility]\nlibraries = [\"libnvidia-ml.so\", \"libnvidia-cfg.so\", \"libnvidia-nscq.so\"]\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let host = HostRoot::new(r);
+        let mut w = Warnings::default();
+        let files = find(&host, &p, Some("580.95.05"), &mut w);
+        let got: Vec<&str> = files.iter().map(|f| f.container_path.as_str()).collect();
+        assert_eq!(
+            got,
+            [
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05",
+                "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05",
+                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            ]
+        );
+        assert_eq!(files[3].host_path, r.join("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05"));
     }
 
     /// With a cache written by ldconfig: the cache decides, and a stale cache entry warns.

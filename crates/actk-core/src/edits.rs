@@ -148,15 +148,29 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
-            let rule = json!({
-                "allow": true,
-                "type": node_type(node),
-                "major": node.major,
-                "minor": node.minor,
-                "access": node.permissions.clone().unwrap_or_else(|| "rwm".into()),
+            let ty = node.node_type.as_deref().unwrap_or("c");
+            let access = node.permissions.as_deref().unwrap_or("rwm");
+            let (major, minor) = (Value::from(node.major), Value::from(node.minor));
+            // The rule as it would be written, compared field by field (building each rule to
+            // compare it with every other was most of this loop's allocations).
+            let present = rules.iter().any(|r| {
+                r.as_object().is_some_and(|o| {
+                    o.len() == 5
+                        && o.get("allow") == Some(&Value::Bool(true))
+                        && o.get("type").and_then(Value::as_str) == Some(ty)
+                        && o.get("major") == Some(&major)
+                        && o.get("minor") == Some(&minor)
+                        && o.get("access").and_then(Value::as_str) == Some(access)
+                })
             });
-            if !rules.contains(&rule) {
-                rules.push(rule);
+            if !present {
+                let mut rule = Map::with_capacity(5);
+                rule.insert("allow".into(), Value::Bool(true));
+                rule.insert("type".into(), Value::from(ty));
+                rule.insert("major".into(), major);
+                rule.insert("minor".into(), minor);
+                rule.insert("access".into(), Value::from(access));
+                rules.push(Value::Object(rule));
             }
         }
     }

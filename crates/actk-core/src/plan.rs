@@ -682,13 +682,9 @@ fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<S
     profiles
         .iter()
         .map(|p| {
-            let mut p = p.clone();
-            match requested.get(&p.name) {
-                Some(caps) if caps.iter().any(|c| c == "all") => {}
-                Some(caps) => p.capabilities.retain(|name, _| name == "base" || caps.contains(name)),
-                None => p.capabilities.clear(),
-            }
-            p
+            let caps = requested.get(&p.name);
+            let all = caps.is_some_and(|caps| caps.iter().any(|c| c == "all"));
+            p.with_capabilities(|name| all || caps.is_some_and(|caps| name == "base" || caps.iter().any(|c| c == name)))
         })
         .collect()
 }

@@ -72,6 +72,42 @@ pub struct Profile {
     pub forward_compat: Option<ForwardCompat>,
 }
 
+impl Profile {
+    /// A copy of this profile with only the capabilities for which `keep` holds (by name); the
+    /// others are never copied. A container start discovers with the few capabilities it asks
+    /// for, and cloning every profile whole (every library list of every capability) was a few
+    /// hundred allocations per start.
+    pub fn with_capabilities(&self, keep: impl Fn(&str) -> bool) -> Profile {
+        // Destructured so that a field added to Profile must be added here too.
+        let Profile {
+            name,
+            kind,
+            description,
+            discovery,
+            selection,
+            devices,
+            control_nodes,
+            capabilities,
+            env,
+            kubernetes,
+            forward_compat,
+        } = self;
+        Profile {
+            name: name.clone(),
+            kind: kind.clone(),
+            description: description.clone(),
+            discovery: discovery.clone(),
+            selection: selection.clone(),
+            devices: devices.clone(),
+            control_nodes: control_nodes.clone(),
+            capabilities: capabilities.iter().filter(|(n, _)| keep(n)).map(|(n, f)| (n.clone(), f.clone())).collect(),
+            env: env.clone(),
+            kubernetes: kubernetes.clone(),
+            forward_compat: forward_compat.clone(),
+        }
+    }
+}
+
 /// [`Profile::forward_compat`].
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

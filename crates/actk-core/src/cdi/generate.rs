@@ -443,12 +443,9 @@ pub fn mig_edits(vendor: &VendorInventory, migs: &[(u32, u32)]) -> ContainerEdit
 /// Removes repeated entries, keeping the first of each: env by whole entry, device nodes by
 /// container path, mounts by container path, hooks and GIDs by value.
 pub fn dedup(edits: &mut ContainerEdits) {
-    let mut seen = HashSet::new();
-    edits.env.retain(|e| seen.insert(e.clone()));
-    let mut seen = HashSet::new();
-    edits.device_nodes.retain(|n| seen.insert(n.path.clone()));
-    let mut seen = HashSet::new();
-    edits.mounts.retain(|m| seen.insert(m.container_path.clone()));
+    keep_first_by(&mut edits.env, |e| e);
+    keep_first_by(&mut edits.device_nodes, |n| &n.path);
+    keep_first_by(&mut edits.mounts, |m| &m.container_path);
     let mut hooks: Vec<Hook> = Vec::new();
     for h in std::mem::take(&mut edits.hooks) {
         if !hooks.contains(&h) {
@@ -458,6 +455,17 @@ pub fn dedup(edits: &mut ContainerEdits) {
     edits.hooks = hooks;
     let mut seen = HashSet::new();
     edits.additional_gids.retain(|g| seen.insert(*g));
+}
+
+/// Keeps the first element of `list` for each `key`, in order. The keys are borrowed (a start's
+/// dozens of mounts were each copied into the set).
+fn keep_first_by<T>(list: &mut Vec<T>, key: impl Fn(&T) -> &String) {
+    let keep: Vec<bool> = {
+        let mut seen: HashSet<&str> = HashSet::with_capacity(list.len());
+        list.iter().map(|x| seen.insert(key(x).as_str())).collect()
+    };
+    let mut keep = keep.into_iter();
+    list.retain(|_| keep.next().unwrap_or(true));
 }
 
 #[cfg(test)]

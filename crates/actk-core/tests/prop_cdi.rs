@@ -7,12 +7,13 @@
 //! - a valid spec with one field mutated (any JSON at any place, or a field removed) is either
 //!   still valid or rejected with errors naming the file (and a JSON pointer for rule errors);
 //! - a valid spec written as JSON or YAML reads back equal;
+//! - the registry's fast path (`spec_from_text`) gives the long way's verdict and spec;
 //! - any string given as a qualified name or kind parses or errors naming it; a parsed name
 //!   prints back as the input.
 //!
 //! Cases per property: `PROPTEST_CASES` (default 256); counts go to `$ACTK_VERIFY_COUNTS`.
 
-use actk_core::cdi::validate::{parse_value, spec_from_value, validate_value};
+use actk_core::cdi::validate::{parse_value, spec_from_text, spec_from_value, validate_value};
 use actk_core::cdi::write::to_text;
 use actk_core::cdi::{CdiError, Format, Kind, QualifiedName};
 use proptest::prelude::*;
@@ -185,6 +186,16 @@ fn mutated_valid_specs_are_accepted_or_rejected_naming_file_and_field() {
                 if let Some(Value::Object(m)) = doc.pointer_mut(&at) {
                     m.insert(key, value);
                 }
+            }
+        }
+        // The registry's fast path (straight into the typed model, the long way only for what it
+        // rejects) reaches the long way's verdict, and the same spec.
+        let json_text = doc.to_string();
+        match (spec_from_text(&json_text, file), read(&json_text, file, Some(Format::Json), false)) {
+            (Ok(fast), Ok(long)) => prop_assert_eq!(fast, long),
+            (Err(_), Err(_)) => {}
+            (fast, long) => {
+                return Err(TestCaseError::fail(format!("fast path {fast:?} but the long way {long:?}: {json_text}")));
             }
         }
         for (text, format) in

@@ -423,19 +423,7 @@ pub fn validate_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<Cdi
 pub fn read_spec_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
     let text =
         std::fs::read_to_string(path).map_err(|source| vec![CdiError::Io { path: path.to_path_buf(), source }])?;
-    // Fast path for the common case, a valid JSON spec: straight into the typed model, whose
-    // `deny_unknown_fields` rejects what the field check would (the free-form `intelRdt` and
-    // `netDevices` aside, which go the long way). Anything it rejects is read again the long
-    // way, which names the JSON pointer of each problem; the verdict is the same either way.
-    if Format::from_path(path) != Some(Format::Yaml)
-        && let Ok(spec) = serde_json::from_str::<Spec>(&text)
-        && !has_free_form_edits(&spec)
-    {
-        let errors = rule_errors(&spec, Some(path));
-        return if errors.is_empty() { Ok(spec) } else { Err(errors) };
-    }
-    let value = parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])?;
-    spec_from_value(value, Some(path))
+    spec_from_text(&text, path)
 }
 
 /// Whether any edits of `spec` hold `intelRdt` or `netDevices`, whose keys only the field check
@@ -456,6 +444,19 @@ fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
 /// Parses and checks a spec file's text (format from `path`'s extension, else sniffed), as
 /// [`read_spec_file`] does after reading it; `path` names the file in errors.
 pub fn spec_from_text(text: &str, path: &Path) -> Result<Spec, Vec<CdiError>> {
+    // Fast path for the common case, a valid JSON spec: straight into the typed model, whose
+    // `deny_unknown_fields` rejects what the field check would (the free-form `intelRdt` and
+    // `netDevices` aside, which go the long way). Anything it rejects is read again the long
+    // way, which names the JSON pointer of each problem; the verdict is the same either way.
+    // (A container start loads every spec on the node this way: the long way built the whole
+    // file as a JSON tree first, half of loading a 64-GPU spec.)
+    if Format::from_path(path) != Some(Format::Yaml)
+        && let Ok(spec) = serde_json::from_str::<Spec>(text)
+        && !has_free_form_edits(&spec)
+    {
+        let errors = rule_errors(&spec, Some(path));
+        return if errors.is_empty() { Ok(spec) } else { Err(errors) };
+    }
     let value = parse_value(text, path, Format::from_path(path)).map_err(|e| vec![e])?;
     spec_from_value(value, Some(path))
 }

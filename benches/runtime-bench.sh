@@ -27,18 +27,26 @@
 # installed: `scripts/build-release.sh` (static actk-runtime and actk-hook, built on their own so
 # that they link none of the CLI's features) writes them to target/dist; ACTK_BIN_DIR overrides.
 # ACTK_BENCH_FIXTURES overrides the fixture list ("nvidia-dgx-h100 amd-mi300x").
+# ACTK_BENCH_BASELINE=DIR adds base-cdi and base-disc: the actk-runtime in DIR (with the actk-hook
+# next to it, so that its edits are the same), e.g. an earlier commit's target/dist, in the same
+# interleaved rounds, and prints what a change gained against it (one run on a noisy machine
+# compares where two runs do not).
 set -euo pipefail
 
 rounds=${1:-300}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ACTK_BIN_DIR:-$repo/target/dist}
 fixtures=${ACTK_BENCH_FIXTURES:-nvidia-dgx-h100 amd-mi300x}
+baseline=${ACTK_BENCH_BASELINE:-}
 
 need() { echo "runtime-bench: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || need "needs root (runc, mknod)"
 for b in actk-runtime actk-hook actk; do
   [ -x "$bin/$b" ] || need "$bin/$b not built: scripts/build-release.sh"
 done
+if [ -n "$baseline" ]; then
+  for b in actk-runtime actk-hook; do [ -x "$baseline/$b" ] || need "ACTK_BENCH_BASELINE: no $baseline/$b"; done
+fi
 runc=$(command -v runc) || need "runc not on PATH"
 command -v gcc >/dev/null || need "gcc not on PATH"
 command -v jq >/dev/null || need "jq not on PATH"
@@ -139,6 +147,7 @@ for fx in $fixtures; do
     write_config "$d/cdi64.toml" "$d/root64" "$d/cdi64"
     variants+=(actk-cdi64 actk-disc64)
   fi
+  if [ -n "$baseline" ]; then variants+=(base-cdi base-disc); fi
   for v in "${variants[@]}" floor exec-only runc; do make_bundle "$d/$v" $request; done
   # The shim variants get the unedited config.json back before every create.
   for v in "${variants[@]}"; do cp "$d/$v/config.json" "$d/$v.orig.json"; done
@@ -156,12 +165,15 @@ for fx in $fixtures; do
   args=()
   for v in "${variants[@]}"; do
     cfg=${v#actk-}
-    args+=(-v "$v" -r "$bin/actk-runtime" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg.toml")
+    shim=$bin/actk-runtime
+    case $v in base-*) cfg=${v#base-} shim=$baseline/actk-runtime ;; esac
+    args+=(-v "$v" -r "$shim" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg.toml")
   done
   args+=(-v floor -r "$work/floor" -b "$d/floor" -v exec-only -r "$work/exec-only" -b "$d/exec-only" -v runc -r "$runc" -b "$d/runc")
   for v in "${variants[@]}" floor exec-only; do args+=(-R "$v:runc"); done
   args+=(-P actk-cdi:floor -P actk-disc:floor -P actk-cdi:exec-only -P actk-disc:exec-only -P floor:exec-only -P exec-only:runc)
   if [ "$fx" = nvidia-dgx-h100 ]; then args+=(-P actk-cdi64:floor -P actk-disc64:floor); fi
+  if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc -P base-disc:floor); fi
   echo "per call: median wall and CPU ms; ratios to runc (cycle medians) and paired per-cycle differences;"
   echo "then A - B: paired median differences per call, wall/cpu ms"
   $rt "$work/cycle-bench" -n "$rounds" -t "$d/samples.tsv" "${args[@]}" | tee "$d/out.txt"
@@ -174,6 +186,9 @@ for fx in $fixtures; do
     echo "$a - exec-only: state $(pick "$a" exec-only state), start $(pick "$a" exec-only start), delete $(pick "$a" exec-only delete) (target <= 0.3 each)"
   done
   echo "actk-disc create - floor create: $(pick actk-disc floor create) (target <= 1.5)"
+  if [ -n "$baseline" ]; then
+    echo "against the baseline ($baseline): actk-cdi create $(pick actk-cdi base-cdi create), actk-disc create $(pick actk-disc base-disc create); base-disc create - floor create: $(pick base-disc floor create)"
+  fi
   if [ "$fx" = nvidia-dgx-h100 ]; then
     for m in cdi disc; do
       c8=$(cpu_of "actk-$m" floor create) c64=$(cpu_of "actk-${m}64" floor create)

@@ -22,12 +22,15 @@ demo: build
 
 # Binaries are built before dockerd starts: dockerd offers `--gpus` only when the hook
 # (target/debug/actk-hook, linked as nvidia-container-runtime-hook) exists at its start, and the
-# end-to-end tests run the built actk, actk-runtime and actk-hook.
+# end-to-end tests run the built actk, actk-runtime and actk-hook; the static release
+# actk-runtime and actk-hook (scripts/build-release.sh --shims-only) are tested too
+# (crates/e2e/tests/release_shims.rs).
 # ACTK_E2E_STRICT=1: an end-to-end test that cannot run (dockerd down, not root) fails instead
 # of skipping, so this target never passes by skipping.
 # The cluster tests (crates/k8s-e2e) run as their own step after every other test: they start a
 # real single-node Kubernetes cluster, which must not run beside the other end-to-end tests.
 test: build
+	scripts/build-release.sh --shims-only >/dev/null
 	scripts/start-dockerd.sh
 	ACTK_E2E_STRICT=1 $(CARGO) test --workspace --exclude actk-k8s-e2e --no-fail-fast
 	$(MAKE) test-k8s

@@ -78,6 +78,11 @@ if command -v rustup >/dev/null 2>&1; then
   for c in rustfmt clippy; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
   done
+  # The musl target for the static release actk-runtime and actk-hook (scripts/build-release.sh;
+  # the test crates/e2e/tests/release_shims.rs runs them). Not fatal: without it they link glibc.
+  musl=$(rustc -vV | sed -n 's/^host: //p' | sed 's/-unknown-linux-gnu$/-unknown-linux-musl/')
+  rustup target list --installed 2>/dev/null | grep -qx "$musl" || rustup target add "$musl" \
+    || echo "install-deps: could not add the $musl target; the release actk-runtime links glibc statically" >&2
 fi
 
 # Go builds the test cluster's Kubernetes (scripts/k8s/build-kube.sh, Go >= 1.24; it fetches a

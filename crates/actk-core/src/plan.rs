@@ -333,7 +333,22 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             }
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
-            let resolved = vr.resolve_all(vendor)?;
+            let resolved = vr.resolve_all(vendor).map_err(|mut e| {
+                // A MIG request that found no MIG device because NVML could not be read on
+                // this node says why (the warning alone goes only to the log).
+                if e.problem.contains("MIG") {
+                    let why: Vec<&str> = inventory
+                        .warnings
+                        .iter()
+                        .filter(|w| w.message.contains("MIG devices are not listed"))
+                        .map(|w| w.message.as_str())
+                        .collect();
+                    if !why.is_empty() {
+                        e.problem = format!("{} ({})", e.problem, why.join("; "));
+                    }
+                }
+                e
+            })?;
             let indexes = resolved.devices.clone();
             if !device_env.is_empty() && !indexes.is_empty() {
                 let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;

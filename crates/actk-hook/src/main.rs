@@ -25,6 +25,11 @@ mod update_ldcache;
 
 use anyhow::{Result, bail};
 
+/// The allocator of the static musl release build (scripts/build-release.sh), as in actk-runtime.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
 const USAGE: &str = "usage: actk-hook prestart|createRuntime|createContainer [--edits FILE]\n       actk-hook update-ldcache --folder DIR [--folder DIR...]\n       actk-hook enable-cuda-compat --host-driver-version V [--compat-dir DIR] [--library LIB]\n(the OCI state JSON is read from stdin)";
 
 fn main() {

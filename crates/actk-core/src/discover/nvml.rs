@@ -47,7 +47,7 @@ pub const MAX_NVLINKS: u32 = 18;
 const GI_PROFILE_INDEXES: std::ops::Range<u32> = 0..17;
 
 /// Why NVML could not be used under a root.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum NvmlLoadError {
     /// No libnvidia-ml.so.1 under the root.
     #[error("no {LIBRARY} under {root} (looked in its /etc/ld.so.cache and {dirs})", dirs = LIB_DIRS.join(", "))]
@@ -63,10 +63,23 @@ pub enum NvmlLoadError {
         /// nvml-wrapper's message (missing driver, symbol, permission).
         message: String,
     },
+    /// This executable cannot load a shared library (a static musl build: the release
+    /// actk-runtime) and the `actk` that reads NVML for it ([`read`]) could not.
+    #[error(
+        "this {exe} is statically linked and cannot load NVML itself; reading NVML through {helper} failed: {message} (install actk next to it, or use a CDI spec from `actk cdi generate`, which lists MIG devices without NVML at container start)"
+    )]
+    Helper {
+        /// This executable's path.
+        exe: String,
+        /// The `actk` asked to read NVML.
+        helper: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Whether a GPU supports MIG and whether it is on (`nvmlDeviceGetMigMode` current mode).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum MigMode {
     /// The GPU has no MIG (NOT_SUPPORTED), or NVML could not say.
     #[default]
@@ -78,7 +91,7 @@ pub enum MigMode {
 }
 
 /// A MIG device (one compute instance of one GPU instance) as NVML describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MigInfo {
     /// MIG device index on its GPU (`nvmlDeviceGetMigDeviceHandleByIndex`, `nvidia-smi -L` "Device N").
     pub index: u32,
@@ -103,7 +116,7 @@ pub struct MigInfo {
 }
 
 /// Where one NVLink leads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LinkPeer {
     /// Another GPU, by its PCI bus id (long form).
     Gpu(String),
@@ -112,7 +125,7 @@ pub enum LinkPeer {
 }
 
 /// One GPU as NVML describes it.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GpuInfo {
     /// NVML index (PCI bus order).
     pub index: u32,
@@ -135,7 +148,7 @@ pub struct GpuInfo {
 }
 
 /// What NVML said about a node.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// The library that answered (a path on this machine).
     pub library: PathBuf,
@@ -313,11 +326,57 @@ pub fn profile_name(
     }
 }
 
-/// Read a root's NVML: [`open`] then [`snapshot`].
+/// Whether this executable can load a shared library. musl's `dlopen` in a statically linked
+/// program always fails ("Dynamic loading not supported"), and the release actk-runtime and
+/// actk-hook are static musl builds (scripts/build-release.sh).
+pub const CAN_LOAD_LIBRARIES: bool = !cfg!(all(target_env = "musl", target_feature = "crt-static"));
+
+/// Read a root's NVML: in this process ([`read_here`]) when it can load libraries, else through
+/// the `actk` installed next to this executable ([`read_through`]), which prints what
+/// [`read_here`] answers there as JSON (`actk system nvml-snapshot`).
 pub fn read(host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
+    if CAN_LOAD_LIBRARIES {
+        return read_here(host);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let helper = exe.parent().map(|d| d.join("actk")).unwrap_or_default();
+    read_through(&helper, host).map_err(|e| match e {
+        NvmlLoadError::Helper { helper, message, .. } => {
+            NvmlLoadError::Helper { exe: exe.display().to_string(), helper, message }
+        }
+        other => other,
+    })
+}
+
+/// Read a root's NVML in this process: [`open`] then [`snapshot`].
+pub fn read_here(host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
     let nvml = open(host)?;
     let lib = library_path(host).unwrap_or_default();
     Ok(snapshot(&nvml, lib))
+}
+
+/// Read a root's NVML through `actk` at `helper`: `actk system nvml-snapshot --root ROOT`,
+/// run with an empty environment but for a fixed `PATH` (nothing of this process's environment
+/// reaches it), no stdin, its stdout the JSON of [`read_here`]'s `Result` there. Errors: that
+/// answer's own error, or [`NvmlLoadError::Helper`] when the helper is missing, fails or
+/// answers something else (`exe` left empty for [`read`] to fill in).
+pub fn read_through(helper: &std::path::Path, host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
+    let fail =
+        |message: String| NvmlLoadError::Helper { exe: String::new(), helper: helper.display().to_string(), message };
+    let out = std::process::Command::new(helper)
+        .args(["--log-level", "error", "system", "nvml-snapshot", "--root"])
+        .arg(host.root())
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| fail(format!("cannot run it: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(fail(format!("it exited with {}: {}", out.status, err.trim())));
+    }
+    serde_json::from_slice::<Result<Snapshot, NvmlLoadError>>(&out.stdout)
+        .map_err(|e| fail(format!("its answer is not an NVML snapshot: {e}")))?
 }
 
 /// Says whether the GPU with a UUID answers NVML (`Err(why)` when lost); given to the tick
@@ -413,6 +472,72 @@ pub fn watch_xids(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A helper script at `dir/actk` that prints `body` (after `$1..`: its arguments).
+    fn helper(dir: &std::path::Path, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join("actk");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
+    #[test]
+    fn nvml_read_through_a_helper_gets_its_snapshot_and_none_of_this_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let snap = Snapshot {
+            library: "/r/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05".into(),
+            driver_version: Some("580.95.05".into()),
+            gpus: vec![GpuInfo {
+                index: 0,
+                uuid: Some("GPU-1".into()),
+                mig: MigMode::Enabled,
+                mig_devices: vec![MigInfo {
+                    index: 0,
+                    uuid: "MIG-1".into(),
+                    gpu_instance: 1,
+                    compute_instance: 0,
+                    gi_profile_id: 9,
+                    profile: "3g.40gb".into(),
+                    placement_start: 0,
+                    placement_size: 4,
+                    memory_mib: 40192,
+                    multiprocessors: 42,
+                }],
+                nvlinks: vec![(0, LinkPeer::Switch("0000:c1:00.0".into()))],
+                ..Default::default()
+            }],
+            problems: vec![],
+        };
+        let json = serde_json::to_string(&Ok::<_, NvmlLoadError>(snap.clone())).unwrap();
+        // The helper answers only when it got the expected arguments and an environment of PATH
+        // alone (no LD_PRELOAD or anything else of the caller's).
+        let h = helper(
+            dir.path(),
+            &format!(
+                "[ \"$*\" = \"--log-level error system nvml-snapshot --root /r\" ] || exit 3\n\
+                 [ \"$(env | grep -v '^PWD=' | grep -v '^SHLVL=' | grep -v '^_=')\" = \"PATH=/usr/sbin:/usr/bin:/sbin:/bin\" ] || {{ env >&2; exit 4; }}\n\
+                 echo '{json}'"
+            ),
+        );
+        let host = HostRoot::new("/r");
+        assert_eq!(read_through(&h, &host), Ok(snap));
+
+        let h = helper(dir.path(), r#"echo '{"Err":{"NotFound":{"root":"/r"}}}'"#);
+        assert_eq!(read_through(&h, &host), Err(NvmlLoadError::NotFound { root: "/r".into() }));
+
+        for (body, says) in [("echo nonsense", "not an NVML snapshot"), ("echo broken >&2; exit 2", "broken")] {
+            let h = helper(dir.path(), body);
+            match read_through(&h, &host) {
+                Err(NvmlLoadError::Helper { message, .. }) => assert!(message.contains(says), "{message}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
+        match read_through(&dir.path().join("missing"), &host) {
+            Err(e @ NvmlLoadError::Helper { .. }) => assert!(e.to_string().contains("actk cdi generate"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn profile_names_follow_nvidias_rule() {

@@ -202,7 +202,9 @@ fn under_ci() -> bool {
     set("CI") || set("ACTK_E2E_STRICT")
 }
 
-fn skip_or_fail(test_needs: &str, why: &str) -> bool {
+/// Says why a test cannot run and returns false (the test then returns early), or panics under
+/// `CI=true` / `ACTK_E2E_STRICT=1`. `test_needs`: what to do about it, as a sentence.
+pub fn skip_or_fail(test_needs: &str, why: &str) -> bool {
     if under_ci() {
         panic!(
             "CI=true or ACTK_E2E_STRICT=1, but this machine cannot run the end-to-end tests: {why}. \

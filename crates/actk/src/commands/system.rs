@@ -1,6 +1,7 @@
 //! `actk system create-dev-char-symlinks`: /dev/char/MAJOR:MINOR links for the accelerator
 //! nodes, so device rules handed to systemd survive `systemctl daemon-reload`
 //! (actk_core::devchar; NVIDIA's `nvidia-ctk system create-dev-char-symlinks --create-all`).
+//! `actk system nvml-snapshot`: NVML's view of the node as JSON, for the static actk-runtime.
 
 use super::list::Source;
 use std::path::PathBuf;
@@ -15,6 +16,21 @@ pub enum Command {
     /// creates its nodes); actk-runtime also makes them for the nodes it injects when called
     /// with --systemd-cgroup.
     CreateDevCharSymlinks(DevCharArgs),
+    /// Print what the root's NVML (its libnvidia-ml.so.1) says about the GPUs as one line of
+    /// JSON: `{"Ok": snapshot}` (driver version, GPUs, MIG devices, NVLinks, failed calls) or
+    /// `{"Err": why}`. The statically linked actk-runtime, which cannot load a library, runs
+    /// the `actk` next to it with this command when a container asks for a MIG device and no
+    /// CDI spec lists it.
+    NvmlSnapshot(NvmlArgs),
+}
+
+/// Arguments of `actk system nvml-snapshot`.
+#[derive(clap::Args, Debug)]
+pub struct NvmlArgs {
+    /// Host root whose NVML is loaded (resolved inside it: its ld.so.cache, then the driver's
+    /// library directories).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
 }
 
 /// Arguments of `actk system create-dev-char-symlinks`.
@@ -50,6 +66,12 @@ pub fn run(c: Command) -> anyhow::Result<()> {
             for l in links {
                 outln!("{} -> {}", l.link.display(), l.target.display())?;
             }
+            Ok(())
+        }
+        Command::NvmlSnapshot(a) => {
+            let host = actk_core::discover::HostRoot::new(a.root);
+            let answer = actk_core::discover::nvml::read_here(&host);
+            outln!("{}", serde_json::to_string(&answer)?)?;
             Ok(())
         }
     }

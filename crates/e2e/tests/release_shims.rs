@@ -1,0 +1,137 @@
+//! The release actk-runtime and actk-hook, as scripts/build-release.sh builds them (static musl
+//! with dlmalloc, or static glibc when the musl target is missing; `make test` builds them with
+//! `--shims-only` before the tests), with the real runc. Every other end-to-end test runs the
+//! debug build, which is dynamically linked; these two differ in what a static program lacks:
+//! std learns argv from its own `main` wrapper (left out of actk-runtime), and a static musl
+//! program cannot dlopen, so NVML is read by the `actk` next to it.
+//!
+//! The binaries are copied into a directory of their own with the debug `actk`, as
+//! `actk node setup` and target/dist install them side by side.
+
+use actk_testsupport::engines::{self, ActkConfig, Bundle, require_root, skip_or_fail, text, unique_name};
+use actk_testsupport::fixture;
+use actk_testsupport::nvml_double::State;
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// The directory build-release.sh wrote the shims to: the musl target's when built, else the
+/// glibc one's (what the script falls back to).
+fn release_dir() -> Option<PathBuf> {
+    let t = engines::target_dir();
+    ["x86_64-unknown-linux-musl", "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "aarch64-unknown-linux-gnu"]
+        .iter()
+        .map(|triple| t.join(triple).join("release"))
+        .find(|d| d.join("actk-runtime").is_file() && d.join("actk-hook").is_file())
+}
+
+/// The shims (and, with `with_actk`, the debug `actk`) copied into a fresh directory.
+fn install(with_actk: bool) -> Option<tempfile::TempDir> {
+    if !require_root() {
+        return None;
+    }
+    let Some(from) = release_dir() else {
+        skip_or_fail("Run scripts/build-release.sh --shims-only.", "the release actk-runtime is not built");
+        return None;
+    };
+    let dir = tempfile::Builder::new().prefix("actk-release-").tempdir().unwrap();
+    let mut names = vec![(from.join("actk-runtime"), "actk-runtime"), (from.join("actk-hook"), "actk-hook")];
+    if with_actk {
+        names.push((engines::bin("actk"), "actk"));
+    }
+    for (src, name) in names {
+        let to = dir.path().join(name);
+        std::fs::copy(&src, &to).unwrap_or_else(|e| panic!("copy {}: {e}", src.display()));
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    Some(dir)
+}
+
+fn is_static(exe: &Path) -> bool {
+    // A dynamically linked executable names its interpreter (PT_INTERP) in the ELF header.
+    let bytes = std::fs::read(exe).unwrap();
+    !bytes.windows(14).any(|w| w == b"/ld-linux-x86-".as_slice() || w == b"/ld-linux-aarc".as_slice())
+}
+
+/// `actk-runtime run` of a busybox bundle that lists its accelerator nodes.
+fn run(dir: &Path, cfg: &Path, env: &[&str]) -> Output {
+    let list = "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && echo \"$f\"; done; true";
+    let bundle = Bundle::busybox(&["sh", "-c", list], env).expect("bundle");
+    let id = unique_name("e2e-release");
+    engines::command_output(
+        dir.join("actk-runtime"),
+        &["run", "--bundle", bundle.path().to_str().unwrap(), id.as_str()],
+        &[("ACTK_CONFIG", cfg.as_os_str())],
+    )
+}
+
+fn nodes(out: &str) -> BTreeSet<String> {
+    out.lines().map(str::trim).filter(|l| l.starts_with("/dev/")).map(String::from).collect()
+}
+
+#[test]
+fn the_static_runtime_passes_its_arguments_and_injects_the_requested_gpus() {
+    let Some(dir) = install(false) else { return };
+    let rt = dir.path().join("actk-runtime");
+    assert!(is_static(&rt), "{} is dynamically linked", rt.display());
+    // `--version` alone: actk's line, then runc's own (argv reached runc unchanged).
+    let o = engines::command_output(&rt, &["--version"], &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.starts_with("actk-runtime "), "{out}");
+    assert!(out.contains("runc version"), "runc did not get --version:\n{out}");
+
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let config = ActkConfig::new(&fx.root).unwrap();
+    let cfg = config.write().unwrap();
+    let o = run(dir.path(), &cfg, &["NVIDIA_VISIBLE_DEVICES=1,6"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let got = nodes(&out);
+    for want in ["/dev/nvidia1", "/dev/nvidia6", "/dev/nvidiactl", "/dev/nvidia-uvm"] {
+        assert!(got.contains(want), "no {want} in the container:\n{out}");
+    }
+    for other in [0, 2, 3, 4, 5, 7] {
+        assert!(!got.contains(&format!("/dev/nvidia{other}")), "GPU {other} was not asked for:\n{out}");
+    }
+}
+
+#[test]
+fn the_static_runtime_reads_nvml_through_actk_for_a_mig_device() {
+    let Some(dir) = install(true) else { return };
+    let Some(fx) = fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
+    let state = State::of(&fx.root).unwrap();
+    let config = ActkConfig::new(&fx.root).unwrap();
+    let cfg = config.write().unwrap();
+    let mig = state.migs(2)[0];
+    let env = format!("NVIDIA_VISIBLE_DEVICES={}", mig.get("uuid"));
+    let o = run(dir.path(), &cfg, &[&env]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{env}: {out}\n{err}");
+    let got = nodes(&out);
+    assert!(got.contains("/dev/nvidia2"), "no parent GPU node:\n{out}");
+    assert_eq!(got.iter().filter(|n| n.starts_with("/dev/nvidia-caps/")).count(), 2, "GI and CI caps:\n{out}");
+    for other in [0, 1, 3, 4, 5, 6, 7] {
+        assert!(!got.contains(&format!("/dev/nvidia{other}")), "GPU {other} was not asked for:\n{out}");
+    }
+
+    // Without the `actk` beside it, a static musl runtime cannot read NVML: the container is not
+    // started, and the message says what to install or use instead.
+    std::fs::remove_file(dir.path().join("actk")).unwrap();
+    let o = run(dir.path(), &cfg, &[&env]);
+    let (out, err) = text(&o);
+    if actk_is_musl(&dir.path().join("actk-runtime")) {
+        assert!(!o.status.success(), "{out}\n{err}");
+        assert!(err.contains("statically linked") && err.contains("actk cdi generate"), "{err}");
+    } else {
+        // glibc's static dlopen loads the fixture's NVML double itself.
+        assert!(o.status.success(), "{out}\n{err}");
+    }
+}
+
+/// Whether the executable carries musl's C library (its version string).
+fn actk_is_musl(exe: &Path) -> bool {
+    let bytes = std::fs::read(exe).unwrap();
+    !bytes.windows(5).any(|w| w == b"GLIBC")
+}

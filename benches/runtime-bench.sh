@@ -10,6 +10,10 @@
 #   floor       a static C shim that reads, writes back and renames config.json, then execs runc
 #               (benches/floor-shim.c, built here): the least a config.json-editing shim does
 #   exec-only   the same shim built to only exec runc
+#   floor-musl, exec-only-musl   the same two linked with musl (musl-gcc, apt-get install
+#               musl-tools; left out without it): actk-runtime's release build is static musl
+#               (scripts/build-release.sh), and glibc's start-up costs every exec 0.2-0.3 ms of
+#               CPUID exits in a VM that musl's does not, so these are the like-for-like floor
 #   runc        plain runc
 # floor, exec-only and runc run on the pre-edited bundle (the edits actk-runtime makes, applied
 # once), so the low-level work is the same for every variant. Two fixtures with 8 GPUs: the DGX H100
@@ -19,7 +23,8 @@
 # the cycle to runc's with the per-cycle difference (medians of differences paired by round); and
 # the issue-14 figures: actk minus the floor per cycle (target <= 1.0 ms), every non-create call
 # minus exec-only (target <= 0.3 ms), create with discovery minus the floor's create (<= 1.5 ms),
-# and actk's create cost over the floor on the 64-GPU host against the 8-GPU host (<= 2x).
+# and actk's create cost over the floor on the 64-GPU host against the 8-GPU host (<= 2x); the
+# first and third also against floor-musl when it is built.
 # No pass/fail: a measurement, not a test.
 #
 # Usage: benches/runtime-bench.sh [ROUNDS]
@@ -62,8 +67,16 @@ trap cleanup EXIT
 gcc -O2 -o "$work/cycle-bench" "$repo/benches/cycle-bench.c"
 gcc -O2 -static -DRUNC_PATH="\"$runc\"" -o "$work/floor" "$repo/benches/floor-shim.c"
 gcc -O2 -static -DRUNC_PATH="\"$runc\"" -DEXEC_ONLY -o "$work/exec-only" "$repo/benches/floor-shim.c"
+floors=(floor exec-only)
+if command -v musl-gcc >/dev/null; then
+  musl-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -o "$work/floor-musl" "$repo/benches/floor-shim.c"
+  musl-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -DEXEC_ONLY -o "$work/exec-only-musl" "$repo/benches/floor-shim.c"
+  floors+=(floor-musl exec-only-musl)
+else
+  echo "runtime-bench: no musl-gcc (apt-get install musl-tools): no floor-musl" >&2
+fi
 
-echo "actk-runtime: $(stat -c %s "$bin/actk-runtime") bytes, $(file -b "$bin/actk-runtime" | cut -d, -f1-2)"
+echo "actk-runtime: $(stat -c %s "$bin/actk-runtime") bytes, $(file -b "$bin/actk-runtime" | cut -d, -f1-2), $(grep -q GLIBC "$bin/actk-runtime" && echo glibc || echo musl)"
 
 # A 64-GPU host from a prepared DGX H100 root: for PCI domains 0001..0007 a copy of each of the 8
 # GPUs at the same bus number, with its own procfs information (UUID, bus, minor), PCI sysfs entry
@@ -148,13 +161,13 @@ for fx in $fixtures; do
     variants+=(actk-cdi64 actk-disc64)
   fi
   if [ -n "$baseline" ]; then variants+=(base-cdi base-disc); fi
-  for v in "${variants[@]}" floor exec-only runc; do make_bundle "$d/$v" $request; done
+  for v in "${variants[@]}" "${floors[@]}" runc; do make_bundle "$d/$v" $request; done
   # The shim variants get the unedited config.json back before every create.
   for v in "${variants[@]}"; do cp "$d/$v/config.json" "$d/$v.orig.json"; done
   # The pre-edited bundle: what actk-runtime writes (discovery), made once with true(1) as runc.
   write_config "$d/edit.toml" "$d/root" "$d/nocdi" /bin/true
   ACTK_CONFIG=$d/edit.toml "$bin/actk-runtime" create --bundle "$d/runc" edit-once
-  for v in floor exec-only; do cp "$d/runc/config.json" "$d/$v/config.json"; done
+  for v in "${floors[@]}"; do cp "$d/runc/config.json" "$d/$v/config.json"; done
   write_config "$d/edit-cdi.toml" "$d/root" "$d/cdi" /bin/true
   mkdir -p "$d/check" && cp "$d/actk-cdi.orig.json" "$d/check/config.json"
   ACTK_CONFIG=$d/edit-cdi.toml "$bin/actk-runtime" create --bundle "$d/check" edit-once
@@ -169,16 +182,21 @@ for fx in $fixtures; do
     case $v in base-*) cfg=${v#base-} shim=$baseline/actk-runtime ;; esac
     args+=(-v "$v" -r "$shim" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg.toml")
   done
-  args+=(-v floor -r "$work/floor" -b "$d/floor" -v exec-only -r "$work/exec-only" -b "$d/exec-only" -v runc -r "$runc" -b "$d/runc")
-  for v in "${variants[@]}" floor exec-only; do args+=(-R "$v:runc"); done
+  for v in "${floors[@]}"; do args+=(-v "$v" -r "$work/$v" -b "$d/$v"); done
+  args+=(-v runc -r "$runc" -b "$d/runc")
+  for v in "${variants[@]}" "${floors[@]}"; do args+=(-R "$v:runc"); done
   args+=(-P actk-cdi:floor -P actk-disc:floor -P actk-cdi:exec-only -P actk-disc:exec-only -P floor:exec-only -P exec-only:runc)
   if [ "$fx" = nvidia-dgx-h100 ]; then args+=(-P actk-cdi64:floor -P actk-disc64:floor); fi
+  if [ ${#floors[@]} = 4 ]; then
+    args+=(-P actk-cdi:floor-musl -P actk-disc:floor-musl -P actk-cdi:exec-only-musl -P floor:floor-musl -P floor-musl:exec-only-musl)
+    if [ "$fx" = nvidia-dgx-h100 ]; then args+=(-P actk-cdi64:floor-musl -P actk-disc64:floor-musl); fi
+  fi
   if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc -P base-disc:floor); fi
   echo "per call: median wall and CPU ms; ratios to runc (cycle medians) and paired per-cycle differences;"
   echo "then A - B: paired median differences per call, wall/cpu ms"
   $rt "$work/cycle-bench" -n "$rounds" -t "$d/samples.tsv" "${args[@]}" | tee "$d/out.txt"
   # Figures of issue 14 from the paired differences: "wall/cpu" ms.
-  pick() { awk -v row="$1 - $2" -v call="$3" 'index($0, row) == 1 { for (i = 1; i <= NF; i++) if ($i == call) print $(i+1) }' "$d/out.txt"; }
+  pick() { awk -v row="$1 - $2 " -v call="$3" 'index($0, row) == 1 { for (i = 1; i <= NF; i++) if ($i == call) print $(i+1) }' "$d/out.txt"; }
   cpu_of() { pick "$@" | cut -d/ -f2 | tr -d +; }
   echo "-- issue 14 figures ($fx; paired medians, wall/cpu ms; on a loaded machine the CPU figure is the steadier)"
   for a in actk-cdi actk-disc; do
@@ -186,13 +204,20 @@ for fx in $fixtures; do
     echo "$a - exec-only: state $(pick "$a" exec-only state), start $(pick "$a" exec-only start), delete $(pick "$a" exec-only delete) (target <= 0.3 each)"
   done
   echo "actk-disc create - floor create: $(pick actk-disc floor create) (target <= 1.5)"
+  if [ ${#floors[@]} = 4 ]; then
+    echo "against floor-musl: actk-cdi per cycle $(pick actk-cdi floor-musl cycle), actk-disc per cycle $(pick actk-disc floor-musl cycle), actk-disc create $(pick actk-disc floor-musl create); actk-cdi - exec-only-musl: state $(pick actk-cdi exec-only-musl state), start $(pick actk-cdi exec-only-musl start), delete $(pick actk-cdi exec-only-musl delete); floor - floor-musl per cycle $(pick floor floor-musl cycle)"
+  fi
   if [ -n "$baseline" ]; then
     echo "against the baseline ($baseline): actk-cdi create $(pick actk-cdi base-cdi create), actk-disc create $(pick actk-disc base-disc create); base-disc create - floor create: $(pick base-disc floor create)"
   fi
   if [ "$fx" = nvidia-dgx-h100 ]; then
+    # Over floor-musl when built: over the glibc floor actk-cdi's create costs about nothing
+    # (its CPU difference is near 0 and of either sign), which makes a ratio meaningless.
+    f=floor
+    [ ${#floors[@]} = 4 ] && f=floor-musl
     for m in cdi disc; do
-      c8=$(cpu_of "actk-$m" floor create) c64=$(cpu_of "actk-${m}64" floor create)
-      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over the floor's: $c64 vs $c8 ms = $(awk -v a="$c64" -v b="$c8" 'BEGIN { printf "%.2f", a / b }')x (target <= 2)"
+      c8=$(cpu_of "actk-$m" $f create) c64=$(cpu_of "actk-${m}64" $f create)
+      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(awk -v a="$c64" -v b="$c8" 'BEGIN { printf "%.2f", a / b }')x (target <= 2)"
     done
   fi
 done

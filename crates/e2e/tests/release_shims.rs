@@ -48,10 +48,19 @@ fn install(with_actk: bool) -> Option<tempfile::TempDir> {
     Some(dir)
 }
 
+/// Whether an ELF64 little-endian executable has no program interpreter (no `PT_INTERP`
+/// program header, ELF gABI): the kernel runs it without a dynamic loader.
 fn is_static(exe: &Path) -> bool {
-    // A dynamically linked executable names its interpreter (PT_INTERP) in the ELF header.
-    let bytes = std::fs::read(exe).unwrap();
-    !bytes.windows(14).any(|w| w == b"/ld-linux-x86-".as_slice() || w == b"/ld-linux-aarc".as_slice())
+    let b = std::fs::read(exe).unwrap();
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    assert_eq!(&b[..6], b"\x7fELF\x02\x01", "{} is not a 64-bit little-endian ELF file", exe.display());
+    let phoff = u64::from_le_bytes(b[0x20..0x28].try_into().unwrap()) as usize;
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    const PT_INTERP: u32 = 3;
+    !(0..phnum).any(|i| {
+        let o = phoff + i * phentsize;
+        u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) == PT_INTERP
+    })
 }
 
 /// `actk-runtime run` of a busybox bundle that lists its accelerator nodes.
@@ -75,6 +84,7 @@ fn the_static_runtime_passes_its_arguments_and_injects_the_requested_gpus() {
     let Some(dir) = install(false) else { return };
     let rt = dir.path().join("actk-runtime");
     assert!(is_static(&rt), "{} is dynamically linked", rt.display());
+    assert!(!is_static(&engines::bin("actk")), "the debug actk is dynamically linked");
     // `--version` alone: actk's line, then runc's own (argv reached runc unchanged).
     let o = engines::command_output(&rt, &["--version"], &[]);
     let (out, err) = text(&o);

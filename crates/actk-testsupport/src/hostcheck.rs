@@ -215,21 +215,27 @@ pub fn files(dirs: &[&str]) -> BTreeMap<String, usize> {
 }
 
 /// daemon.json without the runtimes parallel tests register (`actk-e2e-*`), one line per
-/// top-level key (compact JSON value); `absent` when there is no file, the raw text when it is
-/// not JSON (which is itself worth seeing in a diff).
+/// top-level key (compact JSON value); `absent` when there is no file or nothing is left (no
+/// key but an emptied `runtimes`: dockerd reads that as no file, and a parallel test that
+/// registered a runtime on an absent file removes the file again when done), the raw text
+/// when it is not JSON (which is itself worth seeing in a diff).
 pub fn daemon_json() -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    let text = match fs::read_to_string(DAEMON_JSON) {
-        Ok(t) => t,
-        Err(_) => {
-            out.insert(format!("{DAEMON_JSON} absent"), 1);
-            return out;
-        }
+    let absent = |mut out: BTreeMap<String, usize>| {
+        out.insert(format!("{DAEMON_JSON} absent"), 1);
+        out
     };
+    let Ok(text) = fs::read_to_string(DAEMON_JSON) else { return absent(out) };
     match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(serde_json::Value::Object(mut m)) => {
             if let Some(serde_json::Value::Object(rt)) = m.get_mut("runtimes") {
                 rt.retain(|k, _| !k.starts_with("actk-e2e-"));
+                if rt.is_empty() {
+                    m.remove("runtimes");
+                }
+            }
+            if m.is_empty() {
+                return absent(out);
             }
             for (k, v) in m {
                 out.insert(format!("{DAEMON_JSON} {k}={v}"), 1);

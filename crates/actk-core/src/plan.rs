@@ -340,7 +340,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                     let why: Vec<&str> = inventory
                         .warnings
                         .iter()
-                        .filter(|w| w.message.contains("MIG devices are not listed"))
+                        .filter(|w| w.message.ends_with(crate::discover::nvidia::MIG_UNLISTED))
                         .map(|w| w.message.as_str())
                         .collect();
                     if !why.is_empty() {

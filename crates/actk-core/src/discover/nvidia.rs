@@ -209,6 +209,10 @@ fn cap_node(host: &HostRoot, caps_major: Option<u32>, file: &str, warnings: &mut
     }
 }
 
+/// The end of the discovery warning for MIG instances that NVML could not list; the planner
+/// adds that warning to the error of a MIG request that then finds no MIG device.
+pub(crate) const MIG_UNLISTED: &str = "MIG devices are not listed";
+
 /// Whether procfs shows MIG GPU instances (a `gi<N>` directory under some GPU's capabilities).
 fn procfs_has_mig_instances(host: &HostRoot) -> bool {
     host.list_dir(CAPABILITIES).unwrap_or_default().iter().filter(|g| g.starts_with("gpu")).any(|g| {
@@ -225,7 +229,7 @@ fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: O
         Err(e) => {
             tracing::debug!("NVML not used: {e}");
             if procfs_has_mig_instances(host) {
-                warnings.add(host, CAPABILITIES, format!("MIG instances exist but {e}; MIG devices are not listed"));
+                warnings.add(host, CAPABILITIES, format!("MIG instances exist but {e}; {MIG_UNLISTED}"));
             }
             return;
         }

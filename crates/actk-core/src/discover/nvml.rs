@@ -66,11 +66,9 @@ pub enum NvmlLoadError {
     /// This executable cannot load a shared library (a static musl build: the release
     /// actk-runtime) and the `actk` that reads NVML for it ([`read`]) could not.
     #[error(
-        "this {exe} is statically linked and cannot load NVML itself; reading NVML through {helper} failed: {message} (install actk next to it, or use a CDI spec from `actk cdi generate`, which lists MIG devices without NVML at container start)"
+        "this program is statically linked and cannot load NVML itself; reading NVML through {helper} failed: {message} (install actk next to it, or use a CDI spec from `actk cdi generate`, which lists MIG devices without NVML at container start)"
     )]
     Helper {
-        /// This executable's path.
-        exe: String,
         /// The `actk` asked to read NVML.
         helper: String,
         /// What went wrong.
@@ -338,14 +336,8 @@ pub fn read(host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
     if CAN_LOAD_LIBRARIES {
         return read_here(host);
     }
-    let exe = std::env::current_exe().unwrap_or_default();
-    let helper = exe.parent().map(|d| d.join("actk")).unwrap_or_default();
-    read_through(&helper, host).map_err(|e| match e {
-        NvmlLoadError::Helper { helper, message, .. } => {
-            NvmlLoadError::Helper { exe: exe.display().to_string(), helper, message }
-        }
-        other => other,
-    })
+    let helper = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("actk"))).unwrap_or_default();
+    read_through(&helper, host)
 }
 
 /// Read a root's NVML in this process: [`open`] then [`snapshot`].
@@ -359,10 +351,9 @@ pub fn read_here(host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
 /// run with an empty environment but for a fixed `PATH` (nothing of this process's environment
 /// reaches it), no stdin, its stdout the JSON of [`read_here`]'s `Result` there. Errors: that
 /// answer's own error, or [`NvmlLoadError::Helper`] when the helper is missing, fails or
-/// answers something else (`exe` left empty for [`read`] to fill in).
+/// answers something else.
 pub fn read_through(helper: &std::path::Path, host: &HostRoot) -> Result<Snapshot, NvmlLoadError> {
-    let fail =
-        |message: String| NvmlLoadError::Helper { exe: String::new(), helper: helper.display().to_string(), message };
+    let fail = |message: String| NvmlLoadError::Helper { helper: helper.display().to_string(), message };
     let out = std::process::Command::new(helper)
         .args(["--log-level", "error", "system", "nvml-snapshot", "--root"])
         .arg(host.root())

@@ -1,4 +1,6 @@
-//! The actk configuration file, `/etc/actk/config.toml` (path overridable with `ACTK_CONFIG`).
+//! The actk configuration file, `/etc/actk/config.toml`; `actk.toml` next to the executable
+//! takes its place in an installation that keeps binaries and config together (`actk node
+//! setup`), and `ACTK_CONFIG` overrides both ([`Config::path`]).
 //!
 //! Shape (TOML, every key optional; a missing file means all defaults):
 //!
@@ -29,8 +31,11 @@ use std::path::{Path, PathBuf};
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/actk/config.toml";
-/// Environment variable that overrides [`DEFAULT_CONFIG_PATH`].
+/// Environment variable that overrides [`DEFAULT_CONFIG_PATH`] and [`INSTALLED_CONFIG_NAME`].
 pub const CONFIG_ENV: &str = "ACTK_CONFIG";
+/// File name of the config of an installation that keeps it beside its binaries:
+/// `INSTALL_DIR/actk.toml` for `INSTALL_DIR/actk-runtime` (what `actk node setup` writes).
+pub const INSTALLED_CONFIG_NAME: &str = "actk.toml";
 
 /// The effective configuration. [`Config::default`] is what a missing file means.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -128,26 +133,40 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// The config path: `$ACTK_CONFIG` when set and non-empty, else [`DEFAULT_CONFIG_PATH`].
-    pub fn path_from_env() -> PathBuf {
-        match std::env::var_os(CONFIG_ENV) {
+    /// The config path, the first of:
+    /// 1. `$ACTK_CONFIG` when set and non-empty;
+    /// 2. [`INSTALLED_CONFIG_NAME`] in the directory of the running executable, when that file
+    ///    exists: an installation that keeps its binaries and config together, as `actk node
+    ///    setup` writes one on a Kubernetes node. An engine runs actk-runtime with the engine's
+    ///    environment (containerd's runc shim cannot add a variable), so this is how the
+    ///    installed runtime finds its config without a `/bin/sh` wrapper, which would cost one
+    ///    more exec per call, four per container (issue 14). The directory comes from
+    ///    `/proc/self/exe`, which the caller does not control; a binary replaced while it runs
+    ///    (`path (deleted)`) still has the same directory;
+    /// 3. [`DEFAULT_CONFIG_PATH`].
+    ///
+    /// Looked up once per process (the loaders and the planner's policy origin all ask).
+    pub fn path() -> PathBuf {
+        static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        PATH.get_or_init(|| match std::env::var_os(CONFIG_ENV) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => PathBuf::from(DEFAULT_CONFIG_PATH),
-        }
+            _ => installed_path().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH)),
+        })
+        .clone()
     }
 
-    /// Loads the file named by [`Config::path_from_env`]. Errors as [`Config::load`], plus
+    /// Loads the file named by [`Config::path`]. Errors as [`Config::load`], plus
     /// [`ConfigError::Missing`] when `$ACTK_CONFIG` is set and names no file (an absent default
     /// file gives the defaults).
     pub fn load_default() -> Result<Config, ConfigError> {
-        let path = Config::path_from_env();
+        let path = Config::path();
         if std::env::var_os(CONFIG_ENV).is_some_and(|p| !p.is_empty()) && !path.exists() {
             return Err(ConfigError::Missing { path });
         }
         Config::load(&path)
     }
 
-    /// Only `runtimes` of the file named by [`Config::path_from_env`], for actk-runtime's calls
+    /// Only `runtimes` of the file named by [`Config::path`], for actk-runtime's calls
     /// other than `create` and `run`, which exec the low-level runtime at once and need nothing
     /// else (issue 14: no config parse before that exec). The TOML parser is skipped when the
     /// file does not mention `runtimes` (the defaults then) or sets it on one top-level line in
@@ -156,7 +175,7 @@ impl Config {
     /// a mistake in them fails the next `create`, not the `delete` of a running container.
     /// Errors: [`ConfigError::Missing`], [`ConfigError::Read`], and parse errors of the full path.
     pub fn load_runtimes() -> Result<Vec<String>, ConfigError> {
-        let path = Config::path_from_env();
+        let path = Config::path();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -210,6 +229,19 @@ impl Config {
         // than panic if a future field ever makes it fail.
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render config as TOML: {e}\n# {self:?}\n"))
     }
+}
+
+/// [`INSTALLED_CONFIG_NAME`] beside the running executable, if that file exists (one readlink
+/// of `/proc/self/exe` and one stat).
+fn installed_path() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    installed_beside(&exe)
+}
+
+/// [`INSTALLED_CONFIG_NAME`] in the directory of `exe`, if that file exists.
+fn installed_beside(exe: &Path) -> Option<PathBuf> {
+    let p = exe.parent()?.join(INSTALLED_CONFIG_NAME);
+    p.is_file().then_some(p)
 }
 
 /// `runtimes` read without the TOML parser when that is certain to give the parser's answer:
@@ -351,6 +383,24 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(Config::parse(&c.to_toml(), Path::new("x")).unwrap(), c);
+    }
+
+    /// An installation's `actk.toml` is the one beside the executable, also after the
+    /// executable was replaced while running (`/proc/self/exe` then ends in ` (deleted)`); a
+    /// directory without one, or a directory of that name, gives nothing.
+    #[test]
+    fn installed_config_is_the_one_beside_the_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        assert_eq!(installed_beside(&d.join("actk-runtime")), None);
+        std::fs::create_dir(d.join(INSTALLED_CONFIG_NAME)).unwrap();
+        assert_eq!(installed_beside(&d.join("actk-runtime")), None, "a directory is not a config");
+        let sub = d.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join(INSTALLED_CONFIG_NAME), "root = \"/x\"\n").unwrap();
+        let want = Some(sub.join(INSTALLED_CONFIG_NAME));
+        assert_eq!(installed_beside(&sub.join("actk-runtime")), want);
+        assert_eq!(installed_beside(&sub.join("actk-runtime (deleted)")), want);
     }
 
     #[test]

@@ -89,7 +89,7 @@ impl PlanContext {
             inventory: None,
             registry: None,
             policy: config.policy.clone(),
-            policy_origin: crate::config::Config::path_from_env().display().to_string(),
+            policy_origin: crate::config::Config::path().display().to_string(),
         })
     }
 }

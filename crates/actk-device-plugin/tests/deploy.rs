@@ -263,7 +263,7 @@ fn helm_chart_generator_node_setup_and_schema() {
         "--host-mount=/host",
         "--output=/host/var/run/cdi",
         "--device-name-strategy=uuid",
-        "--ldcache-hook=/usr/local/actk/bin/actk-hook",
+        "--ldcache-hook=/usr/local/actk/actk-hook",
         "--watch=5",
     ] {
         assert!(args.contains(&a), "{a} in {args:?}");

@@ -187,7 +187,7 @@ fn bad_values_are_refused_naming_the_value() {
     let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false", "nodeSetup.enabled=true"]).unwrap();
     let dra = daemonsets(&all).into_iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
     let env = env_of(&dra["spec"]["template"]["spec"]["containers"][0]);
-    assert!(env.contains(&("ACTK_DRA_LDCACHE_HOOK".into(), "/usr/local/actk/bin/actk-hook".into())), "{env:?}");
+    assert!(env.contains(&("ACTK_DRA_LDCACHE_HOOK".into(), "/usr/local/actk/actk-hook".into())), "{env:?}");
     // Claim specs go to the last of cdi.specDirs (where the runtime reads them), which is the
     // driver's one writable spec directory; dra.extraEnv comes after the fixed variables.
     let all = template(

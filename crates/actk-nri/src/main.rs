@@ -43,7 +43,7 @@ fn main() -> Result<()> {
     if a.name.is_empty() || a.name.contains(['/', ' ']) {
         bail!("--name {:?}: a plugin name is a non-empty word", a.name);
     }
-    let path = Config::path_from_env();
+    let path = Config::path();
     let config = Config::load_default().with_context(|| format!("loading the actk config {}", path.display()))?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

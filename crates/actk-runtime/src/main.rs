@@ -257,14 +257,14 @@ fn find_runtime(runtimes: &[String]) -> Result<PathBuf> {
     if runtimes.is_empty() {
         return Err(anyhow!(
             "no low-level runtime configured: set runtimes = [\"runc\"] in {}",
-            Config::path_from_env().display()
+            Config::path().display()
         ));
     }
     Err(anyhow!(
         "low-level runtime not found: looked for {} in PATH={path}{}; install runc or crun, or set runtimes in {} to an absolute path",
         runtimes.join(", "),
         if path_var.is_none() { " (PATH unset, default used)" } else { "" },
-        Config::path_from_env().display()
+        Config::path().display()
     ))
 }
 

@@ -62,13 +62,13 @@ fn generate_with_host_mount_writes_node_paths() {
         "--host-mount",
         &m,
         "--ldcache-hook",
-        "/opt/actk/bin/actk-hook",
+        "/opt/actk/actk-hook",
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let spec: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(spec["containerEdits"]["hooks"].is_null(), "{}", spec["containerEdits"]);
-    std::fs::create_dir_all(node.path().join("opt/actk/bin")).unwrap();
-    std::fs::copy("/bin/true", node.path().join("opt/actk/bin/actk-hook")).unwrap();
+    std::fs::create_dir_all(node.path().join("opt/actk")).unwrap();
+    std::fs::copy("/bin/true", node.path().join("opt/actk/actk-hook")).unwrap();
     let o = actk(&[
         "cdi",
         "generate",
@@ -77,10 +77,10 @@ fn generate_with_host_mount_writes_node_paths() {
         "--host-mount",
         &m,
         "--ldcache-hook",
-        "/opt/actk/bin/actk-hook",
+        "/opt/actk/actk-hook",
     ]);
     let spec: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(spec["containerEdits"]["hooks"][0]["path"], "/opt/actk/bin/actk-hook");
+    assert_eq!(spec["containerEdits"]["hooks"][0]["path"], "/opt/actk/actk-hook");
 
     let o = actk(&["cdi", "generate", "--root", "/nonexistent/actk-root"]);
     assert!(!o.status.success());
@@ -188,8 +188,8 @@ fn watch_rolling_update_keeps_the_new_generators_spec() {
 const CONTAINERD: &str =
     "# the node's containerd 2 config\nversion = 3\n\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = true\n";
 
-/// `actk node setup` installs actk-runtime, actk-hook, their config and the wrapper, and
-/// registers the runtime; teardown gives containerd's config back byte for byte and removes
+/// `actk node setup` installs actk-runtime, actk-hook and actk with their config beside them,
+/// and registers the runtime; teardown gives containerd's config back byte for byte and removes
 /// what it installed.
 #[test]
 fn node_setup_installs_registers_and_teardown_restores() {
@@ -221,16 +221,19 @@ fn node_setup_installs_registers_and_teardown_restores() {
     let o = actk(&args);
     assert!(o.status.success(), "{}", text(&o));
     let dir = n.join("opt/actk");
-    for f in ["bin/actk-runtime", "bin/actk-hook", "actk-runtime"] {
+    for f in ["actk-runtime", "actk-hook", "actk"] {
         let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join(f)).unwrap().permissions());
         assert_eq!(mode & 0o777, 0o755, "{f}");
+        assert!(
+            std::fs::read(dir.join(f)).unwrap() == std::fs::read(here.join(f)).unwrap(),
+            "{f} is a copy, not a wrapper"
+        );
     }
-    let wrapper = std::fs::read_to_string(dir.join("actk-runtime")).unwrap();
-    assert!(wrapper.contains("ACTK_CONFIG=/opt/actk/config.toml exec /opt/actk/bin/actk-runtime \"$@\""), "{wrapper}");
-    let cfg: toml::Table = std::fs::read_to_string(dir.join("config.toml")).unwrap().parse().unwrap();
+    let cfg_text = std::fs::read_to_string(dir.join("actk.toml")).unwrap();
+    let cfg: toml::Table = cfg_text.parse().unwrap();
     assert_eq!(cfg["root"].as_str(), Some("/run/nvidia/driver"));
     assert_eq!(cfg["spec_dirs"].as_array().unwrap()[0].as_str(), Some("/var/run/cdi"));
-    assert_eq!(cfg["hook_path"].as_str(), Some("/opt/actk/bin/actk-hook"));
+    assert_eq!(cfg["hook_path"].as_str(), Some("/opt/actk/actk-hook"));
     // The Kubernetes node's trust policy (SECURITY.md), unless the flags say otherwise.
     let policy = cfg["policy"].as_table().expect("a [policy] table");
     for (k, v) in [
@@ -241,18 +244,31 @@ fn node_setup_installs_registers_and_teardown_restores() {
     ] {
         assert_eq!(policy[k].as_str(), Some(v), "policy.{k}: {policy:?}");
     }
-    // actk-runtime's config is one actk accepts.
-    let shown = Command::new(env!("CARGO_BIN_EXE_actk"))
-        .args(["config", "show"])
-        .env("ACTK_CONFIG", dir.join("config.toml"))
-        .output()
-        .unwrap();
+    // The installed binaries find that config beside themselves, with no ACTK_CONFIG (an
+    // engine runs the runtime with its own environment): the installed actk shows it, and
+    // the installed actk-runtime execs the low-level runtime it names.
+    let shown = Command::new(dir.join("actk")).args(["config", "show"]).env_remove("ACTK_CONFIG").output().unwrap();
     assert!(shown.status.success() && text(&shown).contains("/run/nvidia/driver"), "{}", text(&shown));
+    let echo = which_echo();
+    let with_echo: String = cfg_text
+        .lines()
+        .map(|l| if l.starts_with("runtimes = ") { format!("runtimes = [{echo:?}]\n") } else { format!("{l}\n") })
+        .collect();
+    assert_ne!(with_echo, cfg_text, "the installed config names the runtimes: {cfg_text}");
+    std::fs::write(dir.join("actk.toml"), with_echo).unwrap();
+    let o = Command::new(dir.join("actk-runtime")).args(["state", "ctr-1"]).env_remove("ACTK_CONFIG").output().unwrap();
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout) == "state ctr-1\n", "{}", text(&o));
+    std::fs::write(dir.join("actk.toml"), &cfg_text).unwrap();
     let containerd: toml::Table =
         std::fs::read_to_string(n.join("etc/containerd/config.toml")).unwrap().parse().unwrap();
     let rt = &containerd["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]["actk"];
     assert_eq!(rt["options"]["BinaryName"].as_str(), Some("/opt/actk/actk-runtime"), "the node path, not the mount's");
 
+    // What an older node setup installed (binaries in bin/, config.toml) goes too.
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    for f in ["bin/actk-runtime", "bin/actk-hook", "config.toml"] {
+        std::fs::write(dir.join(f), "old").unwrap();
+    }
     let mut args = vec!["node", "teardown"];
     args.extend(common);
     let o = actk(&args);
@@ -266,7 +282,7 @@ fn node_setup_installs_registers_and_teardown_restores() {
     args.extend(common);
     let o = actk(&args);
     assert!(o.status.success(), "{}", text(&o));
-    let cfg: toml::Table = std::fs::read_to_string(dir.join("config.toml")).unwrap().parse().unwrap();
+    let cfg: toml::Table = std::fs::read_to_string(dir.join("actk.toml")).unwrap().parse().unwrap();
     assert_eq!(cfg["policy"]["env_requests"].as_str(), Some("never"));
     assert_eq!(cfg["policy"]["on_refused"].as_str(), Some("fail"));
     assert_eq!(cfg["policy"]["annotation_requests"].as_str(), Some("privileged"));
@@ -290,4 +306,9 @@ fn node_setup_installs_registers_and_teardown_restores() {
     let o = actk(&args);
     assert!(!o.status.success() && text(&o).contains("nodeSetup.containerd.config"), "{}", text(&o));
     assert!(!dir.exists());
+}
+
+/// `echo`'s absolute path (the low-level runtime of the installed runtime's test).
+fn which_echo() -> String {
+    ["/usr/bin/echo", "/bin/echo"].into_iter().find(|p| Path::new(p).is_file()).unwrap_or("/bin/echo").to_string()
 }

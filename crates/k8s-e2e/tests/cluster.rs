@@ -470,7 +470,7 @@ fn helm_upgrade_and_uninstall_leave_nothing_stale() -> Result<()> {
         // The spec generator writes asynchronously from the node setup.
         Ok((s.runtime_class
             && s.containerd_config.contains("actk-runtime")
-            && s.installed.contains(&"bin/actk-hook".to_string())
+            && s.installed.contains(&"actk-hook".to_string())
             && !s.specs.is_empty())
         .then_some(s))
     })?;
@@ -684,7 +684,7 @@ fn two_gpus_with_envvar_served_by_the_nri_plugin() -> Result<()> {
 const MULTI_TENANT: &str = "config:\n  strategies: [volume-mounts]\nnodeSetup:\n  enabled: true\n";
 
 fn multi_tenant_policy(c: &Cluster) -> Result<toml::Table> {
-    let cfg = Path::new(c.env("STATE_DIR")).join("node-setup/config.toml");
+    let cfg = Path::new(c.env("STATE_DIR")).join("node-setup/actk.toml");
     let policy = c.wait_until("node setup with its policy", Duration::from_secs(120), || {
         let registered = std::fs::read_to_string(c.env("CONTAINERD_CONFIG"))?.contains("actk-runtime");
         let rc = c.kubectl(&["get", "runtimeclass", "actk"]).status.success();

@@ -177,7 +177,7 @@ fn ldcache_hook(arg: Option<&str>, host_mount: Option<&Path>) -> anyhow::Result<
 }
 
 fn config() -> anyhow::Result<Config> {
-    let path = Config::path_from_env();
+    let path = Config::path();
     Config::load_default().with_context(|| format!("loading the actk config file {}", path.display()))
 }
 

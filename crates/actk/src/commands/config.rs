@@ -17,7 +17,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
         Command::Default => out!("{}", default_toml())?,
         Command::Show => {
-            let path = Config::path_from_env();
+            let path = Config::path();
             let config = Config::load_default()?;
             let source = if path.exists() {
                 format!("{}", path.display())

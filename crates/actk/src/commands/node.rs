@@ -3,13 +3,16 @@
 //! node-setup DaemonSet), or on the node itself (`--host-mount /`).
 //!
 //! setup, in this order (each step undone by teardown, in reverse):
-//! 1. install `actk-runtime` and `actk-hook` (copied from next to this `actk`) into
-//!    `INSTALL_DIR/bin`, a config `INSTALL_DIR/config.toml` (host root, CDI spec directories,
+//! 1. install `actk-runtime`, `actk-hook` and `actk` (copied from next to this `actk`) into
+//!    `INSTALL_DIR`, with their config `INSTALL_DIR/actk.toml` (host root, CDI spec directories,
 //!    hook path, and the node's trust policy `[policy]`: by default env and annotation requests
 //!    only for privileged containers, the device list always, refusals as warnings, as
-//!    SECURITY.md describes a Kubernetes node) and the runtime the engine runs, `INSTALL_DIR/actk-runtime`: a two-line
-//!    `/bin/sh` wrapper setting `ACTK_CONFIG` to that file, so nothing of the node's own
-//!    /etc/actk is touched (as the NVIDIA toolkit container installs `nvidia-container-runtime`);
+//!    SECURITY.md describes a Kubernetes node). The binaries find that config beside
+//!    themselves (`actk_core::config::Config::path`), so nothing of the node's own /etc/actk
+//!    is touched and the engine runs `INSTALL_DIR/actk-runtime` itself, not a `/bin/sh`
+//!    wrapper that sets `ACTK_CONFIG` (one exec less per call, four per container). `actk`
+//!    is there for the static actk-runtime's one use of it: reading NVML for a MIG device that
+//!    no CDI spec names (`actk system nvml-snapshot`);
 //! 2. register it with containerd: `actk runtime configure --runtime containerd` on the node's
 //!    config file (a `.bak` keeps the original; teardown restores it byte for byte);
 //! 3. restart containerd so it reads the file: SIGTERM to the process serving the containerd
@@ -27,6 +30,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::time::{Duration, Instant};
+
+/// What setup copies into the install directory from next to this `actk`.
+const INSTALLED_BINARIES: [&str; 3] = ["actk-runtime", "actk-hook", "actk"];
+
+/// What an earlier layout installed (binaries in `bin/`, `config.toml`, and a `/bin/sh`
+/// wrapper as `actk-runtime`): teardown removes these too, so a node set up by an older chart
+/// is left clean.
+const LEGACY_FILES: &[&str] = &["config.toml", "bin/actk-runtime", "bin/actk-hook"];
 
 /// `actk node` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -53,7 +64,7 @@ pub struct Args {
     /// Where the node's `/` is visible to this process (`/host` in the chart's pod).
     #[arg(long, default_value = "/")]
     pub host_mount: PathBuf,
-    /// Directory on the node for actk-runtime, actk-hook and their config.
+    /// Directory on the node for actk-runtime, actk-hook, actk and their config (actk.toml).
     #[arg(long, default_value = "/usr/local/actk")]
     pub install_dir: PathBuf,
     /// containerd's config file on the node.
@@ -159,7 +170,7 @@ fn write_file(to: &Path, text: &str, mode: u32) -> Result<()> {
 
 /// The runtime config actk-runtime gets on the node (a TOML document of actk-core's Config).
 fn runtime_config(a: &Args) -> Result<String> {
-    let hook = a.install_dir.join("bin/actk-hook");
+    let hook = a.install_dir.join("actk-hook");
     let cfg = actk_core::config::Config {
         root: a.root.clone(),
         spec_dirs: a.spec_dirs.clone(),
@@ -206,18 +217,19 @@ fn setup(a: &Args) -> Result<()> {
     let here = std::env::current_exe().context("finding this actk")?;
     let here = here.parent().unwrap_or(Path::new("/"));
     let dir = on_node(a, &a.install_dir);
-    std::fs::create_dir_all(dir.join("bin")).with_context(|| format!("creating {}", dir.display()))?;
-    for b in ["actk-runtime", "actk-hook"] {
-        copy_exe(&here.join(b), &dir.join("bin").join(b))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    // The config first: a runtime already registered (a setup run again) must never start
+    // without it and read the node's /etc/actk instead.
+    write_file(&dir.join(actk_core::config::INSTALLED_CONFIG_NAME), &runtime_config(a)?, 0o644)?;
+    for b in INSTALLED_BINARIES {
+        copy_exe(&here.join(b), &dir.join(b))?;
     }
-    write_file(&dir.join("config.toml"), &runtime_config(a)?, 0o644)?;
-    let wrapper = format!(
-        "#!/bin/sh\n# actk-runtime with its config, written by `actk node setup`.\nACTK_CONFIG={} exec {} \"$@\"\n",
-        a.install_dir.join("config.toml").display(),
-        a.install_dir.join("bin/actk-runtime").display()
+    println!(
+        "installed {} and {} in {}",
+        INSTALLED_BINARIES.join(", "),
+        actk_core::config::INSTALLED_CONFIG_NAME,
+        a.install_dir.display()
     );
-    write_file(&dir.join("actk-runtime"), &wrapper, 0o755)?;
-    println!("installed actk-runtime and actk-hook in {}", a.install_dir.display());
     configure(a, false)?;
     restart(a)
 }
@@ -228,7 +240,8 @@ fn teardown(a: &Args) -> Result<()> {
         configure(a, true)?;
     }
     let dir = on_node(a, &a.install_dir);
-    for f in ["actk-runtime", "config.toml", "bin/actk-runtime", "bin/actk-hook"] {
+    let config = [actk_core::config::INSTALLED_CONFIG_NAME];
+    for f in INSTALLED_BINARIES.iter().chain(&config).chain(LEGACY_FILES) {
         match std::fs::remove_file(dir.join(f)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -238,7 +251,7 @@ fn teardown(a: &Args) -> Result<()> {
     for d in [dir.join("bin"), dir.clone()] {
         let _ = std::fs::remove_dir(d); // only when empty: the admin may keep other files there
     }
-    println!("removed actk-runtime and actk-hook from {}", a.install_dir.display());
+    println!("removed actk-runtime, actk-hook and actk from {}", a.install_dir.display());
     restart(a)
 }
 

@@ -283,7 +283,7 @@ fn cdi_dirs(given: &[String]) -> Result<Vec<String>> {
         }
         return Ok(given.to_vec());
     }
-    let path = actk_core::config::Config::path_from_env();
+    let path = actk_core::config::Config::path();
     let config = actk_core::config::Config::load_default()
         .with_context(|| format!("loading the actk config file {} (for its spec_dirs)", path.display()))?;
     config

@@ -93,7 +93,7 @@ seccompProfile:
 {{/* The ld.so.cache hook path for generated specs, or none. */}}
 {{- define "actk.ldcacheHook" -}}
 {{- if eq .Values.cdi.ldcacheHook "auto" -}}
-{{- if .Values.nodeSetup.enabled }}{{ printf "%s/bin/actk-hook" (trimSuffix "/" .Values.nodeSetup.installDir) }}{{ else }}none{{ end -}}
+{{- if .Values.nodeSetup.enabled }}{{ printf "%s/actk-hook" (trimSuffix "/" .Values.nodeSetup.installDir) }}{{ else }}none{{ end -}}
 {{- else -}}
 {{- .Values.cdi.ldcacheHook -}}
 {{- end -}}

@@ -44,7 +44,7 @@ K8S_TEST = ACTK_E2E_STRICT=1 $(CARGO) test -p actk-k8s-e2e --no-fail-fast
 test-k8s: build
 	scripts/k8s/build-kube.sh >/dev/null
 	scripts/k8s/fetch-forky.sh >/dev/null
-	$(CARGO) build --release -p actk -p actk-device-plugin -p actk-dra -p actk-runtime -p actk-hook
+	scripts/build-release.sh >/dev/null
 	$(K8S_TEST) -- --ignored --test-threads=1 --skip k8s_node_down; s=$$?; \
 	  $(K8S_TEST) --test down -- --ignored; d=$$?; \
 	  [ $$s = 0 ] && [ $$d = 0 ]

@@ -4,14 +4,18 @@
 # repository root: same binaries, same paths).
 #
 # Usage: scripts/k8s/actk-image.sh [--profile release|debug] [--out FILE] [--no-build]
-#   --profile   cargo profile of the binaries (default $ACTK_IMAGE_PROFILE, else release)
+#   --profile   release (default $ACTK_IMAGE_PROFILE, else release): the release build as it is
+#               installed, scripts/build-release.sh's target/dist (actk-runtime and actk-hook
+#               static, built on their own); debug: target/debug as `cargo build` leaves it
 #   --out       the OCI tar (default target/k8s/actk-image.tar)
-#   --no-build  use the binaries already in target/PROFILE
+#   --no-build  use the binaries already in target/dist (release) or target/debug
 # Prints "REF TAR" as its last line; REF is actk.local/actk:VERSION-HASH, HASH naming the
 # binaries, so a new build gets a new tag and a `helm upgrade` with it rolls the pods.
 #
-# Contents: /usr/bin/{actk,actk-device-plugin,actk-dra-driver,actk-runtime,actk-hook} and the shared libraries
-# they load (glibc, libgcc_s: what `ldd` lists), nothing else: no shell, no package manager.
+# Contents: /usr/bin/{actk,actk-device-plugin,actk-dra-driver,actk-nri,actk-runtime,actk-hook} and the
+# shared libraries the dynamically linked ones load (glibc, libgcc_s: what `ldd` lists), nothing
+# else: no shell, no package manager. actk-runtime and actk-hook are static in a release image:
+# `actk node setup` copies them onto the node, where they then depend on nothing of its libc.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 profile=${ACTK_IMAGE_PROFILE:-release}
@@ -25,19 +29,22 @@ while [ $# -gt 0 ]; do
     *) echo "actk-image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-bins=(actk actk-device-plugin actk-dra-driver actk-runtime actk-hook)
+bins=(actk actk-device-plugin actk-dra-driver actk-nri actk-runtime actk-hook)
 # The packages that build them (actk-dra-driver is the binary of crate actk-dra).
-pkgs_of=(actk actk-device-plugin actk-dra actk-runtime actk-hook)
+pkgs_of=(actk actk-device-plugin actk-dra actk-nri actk-runtime actk-hook)
 case $profile in release | debug) ;; *) echo "actk-image: --profile $profile: use release or debug" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
-dir=$target/$profile
-if [ $build = 1 ]; then
-  flag=()
-  [ "$profile" = release ] && flag=(--release)
-  pkgs=()
-  for p in "${pkgs_of[@]}"; do pkgs+=(-p "$p"); done
-  (cd "$repo" && cargo build "${flag[@]}" "${pkgs[@]}" >&2)
+if [ "$profile" = release ]; then
+  dir=$repo/target/dist
+  if [ $build = 1 ]; then dir=$(cd "$repo" && scripts/build-release.sh | tail -n 1); fi
+else
+  dir=$target/debug
+  if [ $build = 1 ]; then
+    pkgs=()
+    for p in "${pkgs_of[@]}"; do pkgs+=(-p "$p"); done
+    (cd "$repo" && cargo build "${pkgs[@]}" >&2)
+  fi
 fi
 for b in "${bins[@]}"; do
   [ -x "$dir/$b" ] || { echo "actk-image: $dir/$b is missing (build it, or drop --no-build)" >&2; exit 1; }
@@ -65,7 +72,8 @@ done
 ln -s usr/lib "$r/lib"
 ln -s usr/lib64 "$r/lib64"
 mkdir -p "$r/usr/lib" "$r/usr/lib64"
-for lib in $(for b in "${bins[@]}"; do ldd "$dir/$b"; done | grep -o '/[^ ]*' | sort -u); do
+# `ldd` of a static binary says "not a dynamic executable" and fails: it needs nothing.
+for lib in $(for b in "${bins[@]}"; do ldd "$dir/$b" 2>/dev/null || true; done | grep -o '/[^ ]*' | sort -u); do
   dest=$r/usr${lib#/usr}
   mkdir -p "$(dirname "$dest")"
   cp -L "$lib" "$dest"

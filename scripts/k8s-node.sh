@@ -440,6 +440,9 @@ nodeSetup:
   containerd:
     config: $S/containerd/config.toml
     socket: $SOCK
+# The NRI plugin (nri.enabled): this containerd's NRI socket.
+nri:
+  socket: $R/nri/nri.sock
 # The DRA driver (dra.enabled): this kubelet's plugin dirs (--root-dir), and the API server on the
 # host's loopback, as no kube-proxy makes the service IP reachable.
 dra:

@@ -1,5 +1,5 @@
 //! deploy/: the manifest and the Helm chart parse (serde-saphyr), ask for no more privilege than
-//! each part needs (the plugin, the CDI spec generator, the node setup), configure the plugin
+//! each part needs (the plugin, the CDI spec generator, the node setup, the NRI plugin), configure the plugin
 //! with keys and variables it accepts, and agree with each other; the chart's schema refuses bad
 //! values.
 //!
@@ -9,6 +9,7 @@
 //! `.Values.x.y` a template uses exists in values.yaml. The chart on a real cluster:
 //! crates/k8s-e2e.
 
+use actk_core::policy::{OnRefused, Trust};
 use actk_device_plugin::config::{FileConfig, Settings};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -389,4 +390,111 @@ fn helm_chart_sharing_mig_volume_mounts_and_policy_values() {
     let plain = render(&helm, &[]);
     let text = kind(&plain, "ConfigMap")["data"]["device-plugin.toml"].as_str().unwrap().to_string();
     assert!(!text.contains("sharing") && !text.contains("mig_strategy"), "{text}");
+}
+
+/// The NRI plugin's DaemonSet (nri.enabled, issue 14): least privilege (nothing privileged, no
+/// capability, no host pids, every host path read-only: it writes nothing on the node), the
+/// node's NRI socket directory under the host mount, and a config actk accepts that names the
+/// node's root, spec directories and hook under /host and carries nri.policy. Values that would
+/// start pods without their devices are refused at install time.
+#[test]
+fn helm_chart_nri_plugin() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(
+        &helm,
+        &[
+            "config.strategies={volume-mounts}",
+            "nri.enabled=true",
+            "nri.socket=/run/nri/nri.sock",
+            "nri.policy.onRefused=fail",
+            "nodeSetup.enabled=true",
+        ],
+    );
+    check_daemonset(&all, "helm template (nri)");
+    let labelled = |k: &str| {
+        all.iter()
+            .find(|d| d["kind"] == k && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+            .unwrap_or_else(|| panic!("no NRI plugin {k}"))
+    };
+    let ds = labelled("DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert!(pod["hostPID"].is_null() && pod["automountServiceAccountToken"] == false, "{pod}");
+    assert_ne!(
+        ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "actk-device-plugin",
+        "the device plugin's selector must not match the NRI plugin's pods"
+    );
+    let c = container(pod, "actk-nri");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["privileged"], false);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert_eq!(args, ["--socket=/host/run/nri/nri.sock", "--name=actk", "--idx=10", "--host-mount=/host"]);
+    let vols = pod["volumes"].as_array().unwrap();
+    let mut host_paths = Vec::new();
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let Some(hp) = vols.iter().find(|v| v["name"] == m["name"]).and_then(|v| v["hostPath"]["path"].as_str()) else {
+            continue;
+        };
+        assert_eq!(m["readOnly"], true, "host path {hp} must be mounted read-only");
+        assert_eq!(m["mountPath"].as_str().unwrap(), format!("/host{hp}"), "node path {hp} at /host{hp}");
+        host_paths.push(hp);
+    }
+    for want in ["/run/nri", "/dev", "/sys", "/usr", "/etc/cdi", "/var/run/cdi", "/usr/local/actk"] {
+        assert!(host_paths.contains(&want), "{want} mounted: {host_paths:?}");
+    }
+    // The config the plugin reads (ACTK_CONFIG) is the ConfigMap's, and actk accepts it.
+    let env = &c["env"][0];
+    assert_eq!((env["name"].as_str(), env["value"].as_str()), (Some("ACTK_CONFIG"), Some("/etc/actk/actk.toml")));
+    let text = labelled("ConfigMap")["data"]["actk.toml"].as_str().expect("actk.toml in the NRI ConfigMap");
+    let cfg = actk_core::config::Config::parse(text, Path::new("actk.toml")).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(cfg.root, Path::new("/host"));
+    assert_eq!(cfg.spec_dirs, [Path::new("/host/etc/cdi"), Path::new("/host/var/run/cdi")]);
+    assert_eq!(cfg.hook_path.as_deref(), Some(Path::new("/usr/local/actk/actk-hook")), "a node path");
+    let p = &cfg.policy;
+    assert_eq!(
+        (p.env_requests, p.annotation_requests, p.mount_requests, p.on_refused),
+        (Trust::Privileged, Trust::Privileged, Trust::Always, OnRefused::Fail)
+    );
+
+    // A simulated node or driver root: all of it, read-only; no hook without the node setup.
+    let all = render(&helm, &["config.strategies={volume-mounts}", "nri.enabled=true", "hostRoot=/run/nvidia/driver"]);
+    let text = all
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+        .and_then(|d| d["data"]["actk.toml"].as_str())
+        .unwrap();
+    let cfg = actk_core::config::Config::parse(text, Path::new("actk.toml")).unwrap();
+    assert_eq!((cfg.root.as_path(), cfg.hook_path), (Path::new("/host/run/nvidia/driver"), None));
+
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    for (set, words) in [
+        // envvar needs env requests trusted: NRI never sees a container as privileged.
+        ("nri.enabled=true,config.strategies={envvar}", &["envvar", "nri.policy.envRequests", "always"][..]),
+        ("nri.enabled=true,nri.index=100", &["nri.index"][..]),
+        ("nri.enabled=true,nri.index=x1", &["nri.index"][..]),
+        ("nri.enabled=true,nri.socket=nri.sock", &["nri.socket", "pattern"][..]),
+        ("nri.policy.mountRequests=maybe", &["nri.policy.mountRequests"][..]),
+    ] {
+        let o = Command::new(&helm).args(["template", "x"]).arg(&chart).args(["--set", set]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{set} must be refused");
+        for w in words {
+            assert!(err.contains(w), "{set}: the error names {w}: {err}");
+        }
+    }
+    // envvar with env requests trusted renders; an index given as a number is two digits.
+    let all = render(
+        &helm,
+        &["config.strategies={envvar}", "nri.enabled=true", "nri.policy.envRequests=always", "nri.index=7"],
+    );
+    let ds = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+        .unwrap();
+    let args = &container(&ds["spec"]["template"]["spec"], "actk-nri")["args"];
+    assert_eq!(args[2], "--idx=07", "{args}");
 }

@@ -86,11 +86,13 @@ impl Planner {
         let host_stamp = host_stamp(&ctx.root);
         ctx.registry = Some(Arc::new(Registry::load(&ctx.spec_dirs)));
         ctx.inventory = Some(discover_all(&ctx, host_mount.as_deref()));
-        // The hook runs on the host: a containerised plugin needs `hook_path` as the host sees
-        // it; a plugin installed on the host uses the actk-hook next to it, as actk-runtime does.
-        let hook = match &config.hook_path {
-            Some(p) => p.to_str().map(str::to_string),
-            None => std::env::current_exe()
+        // The hook runs on the node. A plugin installed there uses the configured hook, else the
+        // actk-hook next to it, as actk-runtime does; a containerised one (`host_mount`) only
+        // the configured one, a node path: the one next to it is the image's.
+        let hook = match (&config.hook_path, &host_mount) {
+            (Some(p), _) => p.to_str().map(str::to_string),
+            (None, Some(_)) => None,
+            (None, None) => std::env::current_exe()
                 .ok()
                 .and_then(|e| e.parent().map(|d| d.join("actk-hook")))
                 .filter(|p| p.is_file())
@@ -105,9 +107,18 @@ impl Planner {
 
     /// Plans the edits for `spec` (the container as [`crate::adjust::container_spec`] shapes
     /// it), refreshing the registry or inventory first when they changed.
+    /// A containerised plugin leaves the ld.so.cache hook out while the node has no file at
+    /// its path (seen under the host mount): the chart's node setup installs it beside the
+    /// plugin's start, and a hook that does not exist would fail every container it is given to.
     pub fn plan(&self, spec: &Value) -> Result<Plan, PlanError> {
         self.refresh(false);
         let loaded = self.loaded.read().unwrap_or_else(|e| e.into_inner());
+        if let (Some(m), Some(h)) = (&loaded.host_mount, &self.opts.ldcache_hook)
+            && !m.join(h.trim_start_matches('/')).is_file()
+        {
+            tracing::warn!("ld.so.cache hook {h} is not on the node (yet): left out of this container's edits");
+            return plan_with(spec, &loaded.ctx, &PlanOptions { ldcache_hook: None });
+        }
         plan_with(spec, &loaded.ctx, &self.opts)
     }
 

@@ -1,6 +1,7 @@
 //! The shim-less paths through the CRI of a real containerd 2.1 (issue 14), driven with crictl:
 //! - the actk NRI plugin (actk-nri) answers containerd's CreateContainer: a CRI container that
-//!   asks for GPUs 1 and 3 sees exactly those, the control nodes and the driver libraries;
+//!   asks for GPUs 1 and 3 sees exactly those, the control nodes and the driver libraries; under
+//!   a multi-tenant node's trust policy only the kubelet's device list counts;
 //! - containerd's own CDI (CDI-by-CRI) with the specs `actk cdi generate` wrote;
 //! - RuntimeClass actk (actk-runtime as the runc shim's BinaryName), for comparison.
 //!
@@ -107,6 +108,67 @@ fn nri_plugin_gives_a_cri_container_exactly_the_gpus_it_asks_for() -> Result<()>
     assert!(nvidia_nodes(&seen(&out).0).is_empty(), "{out}");
     let err = c.run_pod("gpu9", probe(&[("NVIDIA_VISIBLE_DEVICES", "9")]), None).unwrap_err().to_string();
     assert!(err.contains("NVIDIA_VISIBLE_DEVICES=9") && err.contains("no such device 9"), "{err}");
+    drop(plugin);
+    Ok(())
+}
+
+/// The kubelet's device list (the volume-mounts strategy) for a CRI container: `/dev/null`
+/// mounted at /var/run/actk/devices/nvidia.com/gpu/NAME for each allocated GPU.
+fn allocated(mut ctr: serde_json::Value, gpus: &[&str]) -> serde_json::Value {
+    let mounts: Vec<serde_json::Value> = gpus
+        .iter()
+        .map(|g| {
+            json!({"container_path": format!("/var/run/actk/devices/nvidia.com/gpu/{g}"), "host_path": "/dev/null", "readonly": true})
+        })
+        .collect();
+    ctr["mounts"] = json!(mounts);
+    ctr
+}
+
+/// The trust policy of a multi-tenant node (SECURITY.md) under the NRI plugin: the device list
+/// the kubelet mounted is the only authority. A container allocated GPU 2 whose image says
+/// NVIDIA_VISIBLE_DEVICES=all sees GPU 2 and no other; one that asks by env alone gets nothing
+/// (NRI tells a plugin nothing of capabilities, so no container counts as privileged), and the
+/// plugin's log names the policy key; with `on_refused = "fail"` that create fails, naming it.
+#[test]
+fn nri_plugin_under_the_multi_tenant_policy_gives_only_the_allocated_gpus() -> Result<()> {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Containerd2::start(&Containerd2Options::default())? else { return Ok(()) };
+    let policy = |on_refused: &str| -> Result<ActkConfig> {
+        let mut cfg = ActkConfig::new(&fx.root)?;
+        cfg.extra = format!(
+            "hook_path = {:?}\n[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"privileged\"\nmount_requests = \"always\"\non_refused = {on_refused:?}\n",
+            bin("actk-hook").display().to_string()
+        );
+        Ok(cfg)
+    };
+    let warn = policy("warn")?;
+    let plugin = NriPlugin::start(&c, &warn.write()?)?;
+
+    let ctr = allocated(probe(&[("NVIDIA_VISIBLE_DEVICES", "all")]), &["2"]);
+    let (code, out) = c.run_pod("listed2", ctr, None)?;
+    assert_eq!(code, 0, "{out}\nplugin:\n{}", plugin.log());
+    let (devs, libs, _) = seen(&out);
+    assert_eq!(
+        nvidia_nodes(&devs),
+        ["nvidia2", "nvidiactl"],
+        "only the allocated GPU: {out}\nplugin:\n{}",
+        plugin.log()
+    );
+    assert!(!libs.is_empty(), "the driver libraries come with it: {out}");
+
+    let (code, out) = c.run_pod("envonly", probe(&[("NVIDIA_VISIBLE_DEVICES", "0,1")]), None)?;
+    assert_eq!(code, 0, "on_refused = warn starts the container: {out}");
+    assert!(nvidia_nodes(&seen(&out).0).is_empty(), "env alone widens nothing: {out}");
+    assert!(plugin.log().contains("env_requests"), "the refusal names the policy key: {}", plugin.log());
+    drop(plugin);
+
+    let fail = policy("fail")?;
+    let plugin = NriPlugin::start(&c, &fail.write()?)?;
+    let err = c.run_pod("envfail", probe(&[("NVIDIA_VISIBLE_DEVICES", "0,1")]), None).unwrap_err().to_string();
+    assert!(err.contains("env_requests"), "{err}\nplugin:\n{}", plugin.log());
+    let (code, out) = c.run_pod("listed0", allocated(probe(&[]), &["0"]), None)?;
+    assert_eq!((code, nvidia_nodes(&seen(&out).0)), (0, vec!["nvidia0", "nvidiactl"]), "{out}");
     drop(plugin);
     Ok(())
 }

@@ -612,71 +612,90 @@ spec:
     Ok(())
 }
 
-/// actk-nri attached to the cluster containerd's NRI socket as a process on the node; stopped
-/// (and so detached) on drop.
-struct NriPlugin {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-    _config: actk_testsupport::engines::ActkConfig,
+/// The NRI plugin's log (the chart's `nri.enabled` DaemonSet) once it has registered with the
+/// node's containerd: no pod may be created before, or it would start without its devices.
+fn nri_plugin_registered(c: &Cluster) -> Result<String> {
+    c.wait_until("the chart's actk-nri to register with containerd's NRI", Duration::from_secs(120), || {
+        for p in c.release_pods()? {
+            if p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin" {
+                let log = c.release_log(p["metadata"]["name"].as_str().unwrap_or_default(), "actk-nri");
+                if log.contains("registered with NRI") {
+                    return Ok(Some(log));
+                }
+            }
+        }
+        Ok(None)
+    })
 }
 
-impl NriPlugin {
-    /// Starts actk-nri for the node's devices under `root` and waits for its registration.
-    fn start(c: &Cluster, root: &Path) -> Result<NriPlugin> {
-        use actk_testsupport::engines::{ActkConfig, bin};
-        let mut cfg = ActkConfig::new(root)?;
-        cfg.extra = format!("hook_path = {:?}\n", bin("actk-hook").display().to_string());
-        let config = cfg.write()?;
-        let log = cfg.spec_dir().with_file_name("actk-nri.log");
-        let f = std::fs::File::create(&log)?;
-        let child = std::process::Command::new(bin("actk-nri"))
-            .args(["--socket", c.env("NRI_SOCKET"), "--idx", "10"])
-            .env("ACTK_CONFIG", &config)
-            .stdout(f.try_clone()?)
-            .stderr(f)
-            .spawn()
-            .context("starting actk-nri")?;
-        let p = NriPlugin { child, log, _config: cfg };
-        c.wait_until("actk-nri to register with containerd's NRI", Duration::from_secs(30), || {
-            Ok(p.log().contains("registered with NRI").then_some(()))
-        })
-        .with_context(|| format!("actk-nri log:\n{}", p.log()))?;
-        Ok(p)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
+/// The log of the chart's NRI plugin pod, for assertion messages.
+fn nri_log(c: &Cluster) -> String {
+    let pods = c.release_pods().unwrap_or_default();
+    let nri = pods.iter().find(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin");
+    nri.map(|p| c.release_log(p["metadata"]["name"].as_str().unwrap_or_default(), "actk-nri")).unwrap_or_default()
 }
 
-impl Drop for NriPlugin {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Issue 14: no shim in the path. The device plugin's envvar allocation (NVIDIA_VISIBLE_DEVICES
-/// = two UUIDs, from the kubelet) is served by actk-nri on the cluster's containerd 2.1 for a pod
-/// of the default runtime (no RuntimeClass, no node setup): the pod sees its two GPUs, the
-/// control nodes and the driver libraries; a pod that asks for nothing gets nothing.
+/// Issue 14: no shim in the path, deployed from the chart (`nri.enabled`, no node setup, no
+/// RuntimeClass). The device plugin's envvar allocation (NVIDIA_VISIBLE_DEVICES = two UUIDs,
+/// from the kubelet) is served by actk-nri, running in its pod with the node's `/` at /host,
+/// on the cluster's containerd 2.1 for a pod of the default runtime: the pod sees its two GPUs,
+/// the control nodes and the driver libraries; a pod that asks for nothing gets nothing.
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
-fn two_gpus_with_envvar_served_by_the_nri_plugin() -> Result<()> {
+fn two_gpus_with_envvar_served_by_the_charts_nri_plugin() -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
-    let values = "config:\n  strategies: [envvar]\nnodeSetup:\n  enabled: false\n";
+    let values = "config:\n  strategies: [envvar]\nnri:\n  enabled: true\n  policy:\n    envRequests: always\n";
     let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
-    let plugin = NriPlugin::start(&c, &dgx.root)?;
+    nri_plugin_registered(&c)?;
     let v = look(&c, PodSpec::new("two-gpus-nri", "").limit(GPU, 2))
-        .with_context(|| format!("actk-nri log:\n{}", plugin.log()))?;
-    assert_two_gpus(&v, &format!("envvar through NRI; actk-nri log:\n{}", plugin.log()));
+        .with_context(|| format!("actk-nri log:\n{}", nri_log(&c)))?;
+    assert_two_gpus(&v, &format!("envvar through NRI; actk-nri log:\n{}", nri_log(&c)));
     let sel = v.env.get("NVIDIA_VISIBLE_DEVICES").cloned().unwrap_or_default();
     assert_eq!(sel.split(',').filter(|u| u.starts_with("GPU-")).count(), 2, "two GPU UUIDs selected: {sel:?}");
     let none = look(&c, PodSpec::new("no-gpu-nri", ""))?;
     assert!(none.numbered("nvidia").is_empty() && !none.dev.iter().any(|d| d == "nvidiactl"), "{:?}", none.dev);
-    drop(plugin);
     Ok(())
 }
+
+/// Issue 14 with issue 10's trust policy: the chart's NRI plugin with its default policy and
+/// the device list (`volume-mounts`), a multi-tenant node without a runtime shim. A pod
+/// allocated 1 GPU whose env says NVIDIA_VISIBLE_DEVICES=all sees exactly its GPU; pods with no
+/// request that set that env or a `cdi.k8s.io` annotation for every GPU start and see none.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = "config:\n  strategies: [volume-mounts]\nnri:\n  enabled: true\n";
+    let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
+    nri_plugin_registered(&c)?;
+    let one = look(&c, PodSpec::new("nri-one-gpu-env-all", "").limit(GPU, 1).env("NVIDIA_VISIBLE_DEVICES", "all"))
+        .with_context(|| format!("actk-nri log:\n{}", nri_log(&c)))?;
+    assert_eq!(
+        one.numbered("nvidia").len(),
+        1,
+        "allocated 1, env all: exactly one GPU in {:?}\n{}",
+        one.dev,
+        nri_log(&c)
+    );
+    assert!(one.dev.iter().any(|d| d == "nvidiactl"), "{:?}", one.dev);
+    assert!(one.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "the allocated GPU gets its driver: {:?}", one.libs);
+    let env_all = look(&c, PodSpec::new("nri-no-request-env-all", "").env("NVIDIA_VISIBLE_DEVICES", "all"))?;
+    let annotated = look(
+        &c,
+        PodSpec::new("nri-no-request-annotation", "").annotation("cdi.k8s.io/actk-test", "nvidia.com/gpu=all"),
+    )?;
+    for (what, v) in [("env NVIDIA_VISIBLE_DEVICES=all", &env_all), ("annotation cdi.k8s.io/actk-test", &annotated)] {
+        assert!(
+            v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
+            "no request, {what}: no GPU, saw {:?}",
+            v.dev
+        );
+        assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request, {what}: no driver, saw {:?}", v.libs);
+    }
+    assert!(nri_log(&c).contains("env_requests"), "the refusal is logged naming the policy key:\n{}", nri_log(&c));
+    Ok(())
+}
+
 /// The chart as a multi-tenant node is deployed (docs/kubernetes.md, SECURITY.md): the device
 /// list (`volume-mounts`), actk-runtime with RuntimeClass `actk`, and the node setup's default
 /// trust policy. Waits until the node setup has written actk-runtime's config and registered

@@ -55,6 +55,12 @@ app.kubernetes.io/name: actk-dra-driver
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of the NRI plugin's pods: their own name, as the DRA driver's. */}}
+{{- define "actk-device-plugin.nriSelector" -}}
+app.kubernetes.io/name: actk-nri
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* The host root without a trailing slash ("" for "/"): node path P is at /host<P> in a pod. */}}
 {{- define "actk.root" -}}
 {{- trimSuffix "/" .Values.hostRoot -}}

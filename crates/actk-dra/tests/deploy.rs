@@ -188,6 +188,17 @@ fn bad_values_are_refused_naming_the_value() {
     let dra = daemonsets(&all).into_iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
     let env = env_of(&dra["spec"]["template"]["spec"]["containers"][0]);
     assert!(env.contains(&("ACTK_DRA_LDCACHE_HOOK".into(), "/usr/local/actk/actk-hook".into())), "{env:?}");
+    // hostRoot / : all of it at /host, read-only. A Debian or Ubuntu ld.so.cache names driver
+    // libraries under /lib, a symlink to usr/lib on a merged /usr: with /usr alone mounted, the
+    // driver found no library and claim specs carried none.
+    let pod = &dra["spec"]["template"]["spec"];
+    let root = pod["containers"][0]["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root");
+    let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "host-root");
+    assert_eq!(
+        (root.map(|m| (&m["mountPath"], &m["readOnly"])), vol.map(|v| &v["hostPath"]["path"])),
+        (Some((&"/host".into(), &true.into())), Some(&"/".into())),
+        "{pod}"
+    );
     // Claim specs go to the last of cdi.specDirs (where the runtime reads them), which is the
     // driver's one writable spec directory; dra.extraEnv comes after the fixed variables.
     let all = template(

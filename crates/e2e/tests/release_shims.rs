@@ -63,16 +63,22 @@ fn is_static(exe: &Path) -> bool {
     })
 }
 
-/// `actk-runtime run` of a busybox bundle that lists its accelerator nodes.
-fn run(dir: &Path, cfg: &Path, env: &[&str]) -> Output {
+/// `actk-runtime run` of a busybox bundle that lists its accelerator nodes, with
+/// `ACTK_CONFIG=cfg`, or (`None`) as this process's environment has it.
+fn run_with(dir: &Path, cfg: Option<&Path>, env: &[&str]) -> Output {
     let list = "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && echo \"$f\"; done; true";
     let bundle = Bundle::busybox(&["sh", "-c", list], env).expect("bundle");
     let id = unique_name("e2e-release");
+    let config: Vec<(&str, &std::ffi::OsStr)> = cfg.map(|c| ("ACTK_CONFIG", c.as_os_str())).into_iter().collect();
     engines::command_output(
         dir.join("actk-runtime"),
         &["run", "--bundle", bundle.path().to_str().unwrap(), id.as_str()],
-        &[("ACTK_CONFIG", cfg.as_os_str())],
+        &config,
     )
+}
+
+fn run(dir: &Path, cfg: &Path, env: &[&str]) -> Output {
+    run_with(dir, Some(cfg), env)
 }
 
 fn nodes(out: &str) -> BTreeSet<String> {
@@ -105,6 +111,27 @@ fn the_static_runtime_passes_its_arguments_and_injects_the_requested_gpus() {
     for other in [0, 2, 3, 4, 5, 7] {
         assert!(!got.contains(&format!("/dev/nvidia{other}")), "GPU {other} was not asked for:\n{out}");
     }
+}
+
+/// As `actk node setup` installs it: the static runtime with its config `actk.toml` beside
+/// it and no ACTK_CONFIG (an engine runs the runtime with its own environment) finds that
+/// config (the fixture's root), and injects what it serves.
+#[test]
+fn the_static_runtime_reads_the_actk_toml_beside_it() {
+    if std::env::var_os("ACTK_CONFIG").is_some() {
+        skip_or_fail("Unset ACTK_CONFIG.", "ACTK_CONFIG is set in the test's environment");
+        return;
+    }
+    let Some(dir) = install(false) else { return };
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let config = ActkConfig::new(&fx.root).unwrap();
+    std::fs::write(dir.path().join("actk.toml"), config.toml()).unwrap();
+    let o = run_with(dir.path(), None, &["NVIDIA_VISIBLE_DEVICES=3"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let got = nodes(&out);
+    assert!(got.contains("/dev/nvidia3") && got.contains("/dev/nvidiactl"), "{out}");
+    assert!(!got.contains("/dev/nvidia0"), "only GPU 3 was asked for:\n{out}");
 }
 
 #[test]

@@ -56,8 +56,11 @@ hooks_dirs = ["$work/hooks.d"]
 profiles_dir = "$work/profiles.d"
 hook_path = "$bin/actk-hook"
 EOF
-printf '#!/bin/sh\nACTK_CONFIG=%s exec %s "$@"\n' "$work/actk.toml" "$bin/actk-runtime" >"$work/actk-runtime-wrapper"
-chmod +x "$work/actk-runtime-wrapper"
+# RuntimeClass actk as `actk node setup` installs it: the runtime with its actk.toml beside it
+# (containerd's runc shim runs it with containerd's environment; no wrapper).
+mkdir -p "$work/install"
+cp "$bin/actk-runtime" "$bin/actk-hook" "$work/install/"
+cp "$work/actk.toml" "$work/install/actk.toml"
 images=$("$repo/scripts/k8s/base-images.sh" "$repo/target/actk-e2e/images")
 pause_ref=$(awk '/pause/ {print $1}' <<<"$images") pause_tar=$(awk '/pause/ {print $2}' <<<"$images")
 busybox_ref=$(awk '/busybox/ {print $1}' <<<"$images") busybox_tar=$(awk '/busybox/ {print $2}' <<<"$images")
@@ -100,7 +103,7 @@ state = "$d/state"
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.actk]
     runtime_type = 'io.containerd.runc.v2'
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.actk.options]
-      BinaryName = "$work/actk-runtime-wrapper"
+      BinaryName = "$work/install/actk-runtime"
       SystemdCgroup = false
 [plugins.'io.containerd.nri.v1.nri']
   disable = false

@@ -447,6 +447,25 @@ fn helm_chart_nri_plugin() {
     for want in ["/run/nri", "/", "/etc/cdi", "/var/run/cdi", "/usr/local/actk"] {
         assert!(host_paths.contains(&want), "{want} mounted: {host_paths:?}");
     }
+    let root = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root").unwrap();
+    assert_eq!(root["recursiveReadOnly"], "IfPossible", "its submounts read-only too where possible: {root}");
+    // A hook in a directory another mount shows already gets no mount of its own (the API
+    // refuses a pod with two mounts at one path).
+    let all = render(
+        &helm,
+        &["config.strategies={volume-mounts}", "nri.enabled=true", "cdi.ldcacheHook=/var/run/cdi/actk-hook"],
+    );
+    let ds = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+        .unwrap();
+    let c = container(&ds["spec"]["template"]["spec"], "actk-nri");
+    let mut paths: Vec<&str> =
+        c["volumeMounts"].as_array().unwrap().iter().filter_map(|m| m["mountPath"].as_str()).collect();
+    let n = paths.len();
+    paths.sort();
+    paths.dedup();
+    assert_eq!(paths.len(), n, "one mount per path: {paths:?}");
     // The config the plugin reads (ACTK_CONFIG) is the ConfigMap's, and actk accepts it.
     let env = &c["env"][0];
     assert_eq!((env["name"].as_str(), env["value"].as_str()), (Some("ACTK_CONFIG"), Some("/etc/actk/actk.toml")));

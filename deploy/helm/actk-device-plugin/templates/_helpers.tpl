@@ -61,6 +61,16 @@ app.kubernetes.io/name: actk-nri
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+recursiveReadOnly of a read-only hostPath mount of a whole root: its submounts (/proc, /sys,
+/run, a separate /var) read-only too where the kubelet and runtime can (Kubernetes 1.30+, a
+runtime and kernel with recursive read-only mounts); elsewhere as plain readOnly. A read-only
+mount does not stop a process from connecting to a socket under it.
+*/}}
+{{- define "actk.recursiveReadOnly" -}}
+{{- if semverCompare ">=1.30-0" .Capabilities.KubeVersion.Version }}recursiveReadOnly: IfPossible{{ end -}}
+{{- end -}}
+
 {{/* The host root without a trailing slash ("" for "/"): node path P is at /host<P> in a pod. */}}
 {{- define "actk.root" -}}
 {{- trimSuffix "/" .Values.hostRoot -}}

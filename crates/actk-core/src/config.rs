@@ -130,6 +130,16 @@ pub enum ConfigError {
         /// The file named by the variable.
         path: PathBuf,
     },
+    /// The installation's config beside the executable ([`INSTALLED_CONFIG_NAME`]) was there
+    /// when it was looked for and is gone when read: the installation is being removed (`actk
+    /// node teardown`). Its policy must not silently become /etc/actk's or the defaults.
+    #[error(
+        "{path}: the config of this installation is gone (removed while this process started: `actk node teardown`?); install it again with `actk node setup`"
+    )]
+    InstalledMissing {
+        /// The installed config file.
+        path: PathBuf,
+    },
 }
 
 impl Config {
@@ -147,23 +157,20 @@ impl Config {
     ///
     /// Looked up once per process (the loaders and the planner's policy origin all ask).
     pub fn path() -> PathBuf {
-        static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        PATH.get_or_init(|| match std::env::var_os(CONFIG_ENV) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => installed_path().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH)),
-        })
-        .clone()
+        located().path.clone()
     }
 
     /// Loads the file named by [`Config::path`]. Errors as [`Config::load`], plus
-    /// [`ConfigError::Missing`] when `$ACTK_CONFIG` is set and names no file (an absent default
-    /// file gives the defaults).
+    /// [`ConfigError::Missing`] when `$ACTK_CONFIG` names no file and
+    /// [`ConfigError::InstalledMissing`] when the installation's config went away after it was
+    /// found (only an absent default file gives the defaults).
     pub fn load_default() -> Result<Config, ConfigError> {
-        let path = Config::path();
-        if std::env::var_os(CONFIG_ENV).is_some_and(|p| !p.is_empty()) && !path.exists() {
-            return Err(ConfigError::Missing { path });
+        let l = located();
+        match std::fs::read_to_string(&l.path) {
+            Ok(text) => Config::parse(&text, &l.path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => l.absent(),
+            Err(source) => Err(ConfigError::Read { path: l.path.clone(), source }),
         }
-        Config::load(&path)
     }
 
     /// Only `runtimes` of the file named by [`Config::path`], for actk-runtime's calls
@@ -175,20 +182,15 @@ impl Config {
     /// a mistake in them fails the next `create`, not the `delete` of a running container.
     /// Errors: [`ConfigError::Missing`], [`ConfigError::Read`], and parse errors of the full path.
     pub fn load_runtimes() -> Result<Vec<String>, ConfigError> {
-        let path = Config::path();
-        let text = match std::fs::read_to_string(&path) {
+        let l = located();
+        let text = match std::fs::read_to_string(&l.path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if std::env::var_os(CONFIG_ENV).is_some_and(|p| !p.is_empty()) {
-                    return Err(ConfigError::Missing { path });
-                }
-                return Ok(Config::default().runtimes);
-            }
-            Err(source) => return Err(ConfigError::Read { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return l.absent().map(|c| c.runtimes),
+            Err(source) => return Err(ConfigError::Read { path: l.path.clone(), source }),
         };
         match plain_runtimes(&text) {
             Some(r) => Ok(r),
-            None => Ok(Config::parse(&text, &path)?.runtimes),
+            None => Ok(Config::parse(&text, &l.path)?.runtimes),
         }
     }
 
@@ -231,17 +233,54 @@ impl Config {
     }
 }
 
-/// [`INSTALLED_CONFIG_NAME`] beside the running executable, if that file exists (one readlink
-/// of `/proc/self/exe` and one stat).
-fn installed_path() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    installed_beside(&exe)
+/// Where the config of this process is ([`Config::path`]) and what its absence means.
+#[derive(Debug, Clone, PartialEq)]
+struct Located {
+    path: PathBuf,
+    source: Source,
 }
 
-/// [`INSTALLED_CONFIG_NAME`] in the directory of `exe`, if that file exists.
-fn installed_beside(exe: &Path) -> Option<PathBuf> {
-    let p = exe.parent()?.join(INSTALLED_CONFIG_NAME);
-    p.is_file().then_some(p)
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Source {
+    /// `$ACTK_CONFIG`: must exist.
+    Env,
+    /// [`INSTALLED_CONFIG_NAME`] beside the executable: existed when looked for, so must exist.
+    Installed,
+    /// [`DEFAULT_CONFIG_PATH`]: absent means the defaults.
+    Default,
+}
+
+impl Located {
+    /// What reading a file that is not there gives.
+    fn absent(&self) -> Result<Config, ConfigError> {
+        match self.source {
+            Source::Env => Err(ConfigError::Missing { path: self.path.clone() }),
+            Source::Installed => Err(ConfigError::InstalledMissing { path: self.path.clone() }),
+            Source::Default => Ok(Config::default()),
+        }
+    }
+}
+
+/// This process's [`Located`], looked up once: `$ACTK_CONFIG`, then the running executable's
+/// directory (one readlink of `/proc/self/exe` and one stat).
+fn located() -> &'static Located {
+    static LOCATED: std::sync::OnceLock<Located> = std::sync::OnceLock::new();
+    LOCATED.get_or_init(|| locate(std::env::var_os(CONFIG_ENV), || std::env::current_exe().ok()))
+}
+
+/// [`Config::path`]'s rule for the variable's value `env` and the executable `exe` (asked
+/// only when the variable is unset or empty).
+fn locate(env: Option<std::ffi::OsString>, exe: impl FnOnce() -> Option<PathBuf>) -> Located {
+    if let Some(p) = env.filter(|p| !p.is_empty()) {
+        return Located { path: PathBuf::from(p), source: Source::Env };
+    }
+    if let Some(dir) = exe().as_deref().and_then(Path::parent) {
+        let p = dir.join(INSTALLED_CONFIG_NAME);
+        if p.is_file() {
+            return Located { path: p, source: Source::Installed };
+        }
+    }
+    Located { path: PathBuf::from(DEFAULT_CONFIG_PATH), source: Source::Default }
 }
 
 /// `runtimes` read without the TOML parser when that is certain to give the parser's answer:
@@ -385,22 +424,34 @@ mod tests {
         assert_eq!(Config::parse(&c.to_toml(), Path::new("x")).unwrap(), c);
     }
 
-    /// An installation's `actk.toml` is the one beside the executable, also after the
-    /// executable was replaced while running (`/proc/self/exe` then ends in ` (deleted)`); a
-    /// directory without one, or a directory of that name, gives nothing.
+    /// The config is `$ACTK_CONFIG`, else the installation's `actk.toml` beside the executable
+    /// (also after the executable was replaced while running: `/proc/self/exe` then ends in
+    /// ` (deleted)`), else the default path; a directory named actk.toml is not a config.
+    /// An installed config that is gone when read is an error, never the defaults.
     #[test]
     fn installed_config_is_the_one_beside_the_executable() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        assert_eq!(installed_beside(&d.join("actk-runtime")), None);
+        let default = Located { path: DEFAULT_CONFIG_PATH.into(), source: Source::Default };
+        assert_eq!(locate(None, || Some(d.join("actk-runtime"))), default);
+        assert_eq!(locate(Some("".into()), || None), default);
         std::fs::create_dir(d.join(INSTALLED_CONFIG_NAME)).unwrap();
-        assert_eq!(installed_beside(&d.join("actk-runtime")), None, "a directory is not a config");
+        assert_eq!(locate(None, || Some(d.join("actk-runtime"))), default, "a directory is not a config");
         let sub = d.join("sub");
         std::fs::create_dir(&sub).unwrap();
         std::fs::write(sub.join(INSTALLED_CONFIG_NAME), "root = \"/x\"\n").unwrap();
-        let want = Some(sub.join(INSTALLED_CONFIG_NAME));
-        assert_eq!(installed_beside(&sub.join("actk-runtime")), want);
-        assert_eq!(installed_beside(&sub.join("actk-runtime (deleted)")), want);
+        let installed = Located { path: sub.join(INSTALLED_CONFIG_NAME), source: Source::Installed };
+        assert_eq!(locate(None, || Some(sub.join("actk-runtime"))), installed);
+        assert_eq!(locate(None, || Some(sub.join("actk-runtime (deleted)"))), installed);
+        let env = locate(Some("/etc/other.toml".into()), || panic!("the executable is not asked for"));
+        assert_eq!(env, Located { path: "/etc/other.toml".into(), source: Source::Env });
+
+        assert_eq!(default.absent().unwrap(), Config::default());
+        assert!(matches!(env.absent(), Err(ConfigError::Missing { .. })));
+        std::fs::remove_file(sub.join(INSTALLED_CONFIG_NAME)).unwrap();
+        let err = installed.absent().unwrap_err();
+        assert!(matches!(err, ConfigError::InstalledMissing { .. }), "{err}");
+        assert!(err.to_string().contains("actk node setup"), "{err}");
     }
 
     #[test]

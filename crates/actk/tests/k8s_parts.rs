@@ -266,7 +266,8 @@ fn node_setup_installs_registers_and_teardown_restores() {
 
     // What an older node setup installed (binaries in bin/, config.toml) goes too.
     std::fs::create_dir(dir.join("bin")).unwrap();
-    for f in ["bin/actk-runtime", "bin/actk-hook", "config.toml"] {
+    // So does what a setup stopped half-way leaves (each file's own temporary name).
+    for f in ["bin/actk-runtime", "bin/actk-hook", "config.toml", "actk.actk-tmp", "actk.toml.actk-tmp"] {
         std::fs::write(dir.join(f), "old").unwrap();
     }
     let mut args = vec!["node", "teardown"];

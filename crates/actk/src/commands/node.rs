@@ -2,9 +2,11 @@
 //! actk-runtime, from a pod that sees the node's `/` under `--host-mount` (the Helm chart's
 //! node-setup DaemonSet), or on the node itself (`--host-mount /`).
 //!
-//! setup, in this order (each step undone by teardown, in reverse):
-//! 1. install `actk-runtime`, `actk-hook` and `actk` (copied from next to this `actk`) into
-//!    `INSTALL_DIR`, with their config `INSTALL_DIR/actk.toml` (host root, CDI spec directories,
+//! setup, in this order (teardown: unregister, restart containerd, and only then remove the
+//! files, so that containerd no longer runs the runtime when its config, the node's policy,
+//! goes):
+//! 1. install their config `INSTALL_DIR/actk.toml`, then `actk-hook`, `actk` and `actk-runtime`
+//!    (copied from next to this `actk`) into `INSTALL_DIR` (config: host root, CDI spec directories,
 //!    hook path, and the node's trust policy `[policy]`: by default env and annotation requests
 //!    only for privileged containers, the device list always, refusals as warnings, as
 //!    SECURITY.md describes a Kubernetes node). The binaries find that config beside
@@ -31,8 +33,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
-/// What setup copies into the install directory from next to this `actk`.
-const INSTALLED_BINARIES: [&str; 3] = ["actk-runtime", "actk-hook", "actk"];
+/// What setup copies into the install directory from next to this `actk`, in the order it
+/// copies them: actk-runtime last, so that a runtime already registered (setup run again, or
+/// over an older layout) never runs before the hook and helper its config names are in place.
+const INSTALLED_BINARIES: [&str; 3] = ["actk-hook", "actk", "actk-runtime"];
+
+/// Suffix of the temporary file each installed file is written to before its rename.
+const TMP_SUFFIX: &str = ".actk-tmp";
 
 /// What an earlier layout installed (binaries in `bin/`, `config.toml`, and a `/bin/sh`
 /// wrapper as `actk-runtime`): teardown removes these too, so a node set up by an older chart
@@ -64,7 +71,9 @@ pub struct Args {
     /// Where the node's `/` is visible to this process (`/host` in the chart's pod).
     #[arg(long, default_value = "/")]
     pub host_mount: PathBuf,
-    /// Directory on the node for actk-runtime, actk-hook, actk and their config (actk.toml).
+    /// Directory on the node for actk-runtime, actk-hook, actk and their config (actk.toml): a
+    /// directory of their own (teardown removes those names from it, and every actk binary
+    /// there reads that actk.toml).
     #[arg(long, default_value = "/usr/local/actk")]
     pub install_dir: PathBuf,
     /// containerd's config file on the node.
@@ -152,15 +161,22 @@ fn check(a: &Args) -> Result<()> {
     Ok(())
 }
 
+/// `to` with [`TMP_SUFFIX`] appended (actk and actk.toml must not share one).
+fn tmp_of(to: &Path) -> PathBuf {
+    let mut t = to.as_os_str().to_owned();
+    t.push(TMP_SUFFIX);
+    PathBuf::from(t)
+}
+
 fn copy_exe(from: &Path, to: &Path) -> Result<()> {
-    let tmp = to.with_extension("actk-tmp");
+    let tmp = tmp_of(to);
     std::fs::copy(from, &tmp).with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
     std::fs::rename(&tmp, to).with_context(|| format!("installing {}", to.display()))
 }
 
 fn write_file(to: &Path, text: &str, mode: u32) -> Result<()> {
-    let tmp = to.with_extension("actk-tmp");
+    let tmp = tmp_of(to);
     let mut f = std::fs::File::create(&tmp).with_context(|| format!("writing {}", tmp.display()))?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
@@ -239,9 +255,17 @@ fn teardown(a: &Args) -> Result<()> {
     if on_node(a, &a.config).is_file() {
         configure(a, true)?;
     }
+    // containerd first forgets the runtime, then its files go: a container created meanwhile
+    // must not meet a runtime whose config (and so the node's policy) is already gone. The
+    // runtime goes first, the config last.
+    restart(a)?;
     let dir = on_node(a, &a.install_dir);
-    let config = [actk_core::config::INSTALLED_CONFIG_NAME];
-    for f in INSTALLED_BINARIES.iter().chain(&config).chain(LEGACY_FILES) {
+    let mut files: Vec<String> = INSTALLED_BINARIES.iter().rev().map(|f| f.to_string()).collect();
+    files.push(actk_core::config::INSTALLED_CONFIG_NAME.to_string());
+    files.extend(LEGACY_FILES.iter().map(|f| f.to_string()));
+    // What a setup that was stopped half-way left.
+    files.extend(files.iter().map(|f| format!("{f}{TMP_SUFFIX}")).collect::<Vec<_>>());
+    for f in &files {
         match std::fs::remove_file(dir.join(f)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -252,7 +276,7 @@ fn teardown(a: &Args) -> Result<()> {
         let _ = std::fs::remove_dir(d); // only when empty: the admin may keep other files there
     }
     println!("removed actk-runtime, actk-hook and actk from {}", a.install_dir.display());
-    restart(a)
+    Ok(())
 }
 
 /// The pid of the process serving the unix socket `sock` (SO_PEERCRED on a connection to it;

@@ -124,7 +124,10 @@ fn the_static_runtime_reads_the_actk_toml_beside_it() {
     }
     let Some(dir) = install(false) else { return };
     let Some(fx) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
-    let config = ActkConfig::new(&fx.root).unwrap();
+    let mut config = ActkConfig::new(&fx.root).unwrap();
+    // A log file only this config names: no other config (/etc/actk's) can pass for it.
+    let log = dir.path().join("actk-runtime.log");
+    config.extra = format!("log_file = {:?}\n", log.display().to_string());
     std::fs::write(dir.path().join("actk.toml"), config.toml()).unwrap();
     let o = run_with(dir.path(), None, &["NVIDIA_VISIBLE_DEVICES=3"]);
     let (out, err) = text(&o);
@@ -132,6 +135,8 @@ fn the_static_runtime_reads_the_actk_toml_beside_it() {
     let got = nodes(&out);
     assert!(got.contains("/dev/nvidia3") && got.contains("/dev/nvidiactl"), "{out}");
     assert!(!got.contains("/dev/nvidia0"), "only GPU 3 was asked for:\n{out}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(logged.contains("nvidia.com/gpu"), "the runtime logs to the file its actk.toml names: {logged:?}");
 }
 
 #[test]

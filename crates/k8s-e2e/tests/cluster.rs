@@ -659,8 +659,11 @@ fn two_gpus_with_envvar_served_by_the_charts_nri_plugin() -> Result<()> {
 
 /// Issue 14 with issue 10's trust policy: the chart's NRI plugin with its default policy and
 /// the device list (`volume-mounts`), a multi-tenant node without a runtime shim. A pod
-/// allocated 1 GPU whose env says NVIDIA_VISIBLE_DEVICES=all sees exactly its GPU; pods with no
-/// request that set that env or a `cdi.k8s.io` annotation for every GPU start and see none.
+/// allocated 1 GPU whose env says NVIDIA_VISIBLE_DEVICES=all sees exactly its GPU; a pod with
+/// no request that sets that env starts and sees none, and the plugin logs the refusal. (A
+/// pod's `cdi.k8s.io` annotations never reach the plugin: containerd hands NRI the container's
+/// annotations, which the kubelet writes, and passes a pod's on only through its
+/// `pod_annotations` allow-list; actk-nri reads the container's only.)
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
 fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
@@ -679,19 +682,13 @@ fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
     );
     assert!(one.dev.iter().any(|d| d == "nvidiactl"), "{:?}", one.dev);
     assert!(one.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "the allocated GPU gets its driver: {:?}", one.libs);
-    let env_all = look(&c, PodSpec::new("nri-no-request-env-all", "").env("NVIDIA_VISIBLE_DEVICES", "all"))?;
-    let annotated = look(
-        &c,
-        PodSpec::new("nri-no-request-annotation", "").annotation("cdi.k8s.io/actk-test", "nvidia.com/gpu=all"),
-    )?;
-    for (what, v) in [("env NVIDIA_VISIBLE_DEVICES=all", &env_all), ("annotation cdi.k8s.io/actk-test", &annotated)] {
-        assert!(
-            v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
-            "no request, {what}: no GPU, saw {:?}",
-            v.dev
-        );
-        assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request, {what}: no driver, saw {:?}", v.libs);
-    }
+    let v = look(&c, PodSpec::new("nri-no-request-env-all", "").env("NVIDIA_VISIBLE_DEVICES", "all"))?;
+    assert!(
+        v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
+        "no request, env NVIDIA_VISIBLE_DEVICES=all: no GPU, saw {:?}",
+        v.dev
+    );
+    assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request: no driver, saw {:?}", v.libs);
     assert!(nri_log(&c).contains("env_requests"), "the refusal is logged naming the policy key:\n{}", nri_log(&c));
     Ok(())
 }

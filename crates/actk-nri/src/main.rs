@@ -1,6 +1,7 @@
 //! actk-nri: the NRI plugin's process (see the library docs). Connects to the runtime's NRI
 //! socket, registers as `IDX-NAME`, and serves until stopped; reconnects when the runtime
-//! restarts. Configuration: the actk config file (`ACTK_CONFIG`, default /etc/actk/config.toml:
+//! restarts. Configuration: the actk config file (`ACTK_CONFIG`, else `actk.toml` beside this
+//! executable, else /etc/actk/config.toml:
 //! host root, spec_dirs, profiles, hook_path, log level), as actk-runtime reads it.
 
 use actk_core::config::Config;

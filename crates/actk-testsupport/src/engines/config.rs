@@ -142,7 +142,8 @@ impl Drop for FileRestore {
 }
 
 /// Path of actk's global configuration file, read by every actk binary when `ACTK_CONFIG` is
-/// not set (dockerd's `--gpus` hook and `--runtime actk` registered without a wrapper read it).
+/// not set and no `actk.toml` is beside it (dockerd's `--gpus` hook and `--runtime actk`
+/// registered without a wrapper read it).
 pub const GLOBAL_CONFIG: &str = "/etc/actk/config.toml";
 
 /// Run `f` with `config`'s TOML installed as /etc/actk/config.toml, holding a lock that

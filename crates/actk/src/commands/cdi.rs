@@ -44,7 +44,7 @@ pub enum StrategyArg {
 #[derive(clap::Args, Debug)]
 pub struct GenerateArgs {
     /// Host root to discover devices under (a driver container's root, or a fixture);
-    /// default: `root` of the config file (ACTK_CONFIG, /etc/actk/config.toml), else `/`.
+    /// default: `root` of the config file (ACTK_CONFIG, actk.toml beside actk, /etc/actk/config.toml), else `/`.
     #[arg(long, env = "ACTK_ROOT")]
     pub root: Option<PathBuf>,
     /// Where the driver's libraries, tools and firmware are when apart from --root (GPU

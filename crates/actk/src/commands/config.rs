@@ -1,5 +1,6 @@
 //! `actk config default` and `actk config show`: the configuration file
-//! (/etc/actk/config.toml, or `$ACTK_CONFIG`), see `actk_core::config`.
+//! (/etc/actk/config.toml, `actk.toml` beside the binaries of an installation, or
+//! `$ACTK_CONFIG`), see `actk_core::config::Config::path`.
 
 use actk_core::config::{Config, default_toml};
 
@@ -8,7 +9,7 @@ use actk_core::config::{Config, default_toml};
 pub enum Command {
     /// Print a commented configuration with every default (a starting /etc/actk/config.toml).
     Default,
-    /// Print the effective configuration: the file (ACTK_CONFIG or /etc/actk/config.toml) over the defaults.
+    /// Print the effective configuration: the file (ACTK_CONFIG, else actk.toml beside this actk, else /etc/actk/config.toml) over the defaults.
     Show,
 }
 

@@ -729,11 +729,15 @@ fn multi_tenant_policy(c: &Cluster) -> Result<toml::Table> {
 
 /// Issue 10 on the real cluster: with the multi-tenant deployment, a pod allocated 1 GPU that
 /// sets `NVIDIA_VISIBLE_DEVICES=all` sees exactly its one GPU; a pod with no request that sets
-/// it, or a `cdi.k8s.io` annotation asking for every GPU, starts (`on_refused = "warn"`, as
-/// SECURITY.md says a Kubernetes node is set) and sees no GPU and no control node.
+/// it starts (`on_refused = "warn"`, as SECURITY.md says a Kubernetes node is set) and sees no
+/// GPU and no control node. (A pod's `cdi.k8s.io` annotations do not reach the runtime at all:
+/// containerd copies pod and container annotations into config.json only through a runtime's
+/// `pod_annotations` and `container_annotations` allow-lists, which node setup leaves empty; the
+/// annotation policy is tested on config.json itself, crates/actk-core/src/plan.rs and
+/// crates/e2e.)
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
-fn trust_policy_env_and_annotations_never_widen_the_gpu_allocation() -> Result<()> {
+fn trust_policy_env_never_widens_the_gpu_allocation() -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let Some(c) = ready(&Default::default(), &dgx.root, MULTI_TENANT, GPU, 8)? else { return Ok(()) };
     multi_tenant_policy(&c)?;
@@ -749,24 +753,16 @@ fn trust_policy_env_and_annotations_never_widen_the_gpu_allocation() -> Result<(
     assert!(one.dev.iter().any(|d| d == "nvidiactl"), "{:?}", one.dev);
     assert!(one.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "the allocated GPU gets its driver: {:?}", one.libs);
 
-    let env_all = look(
+    let v = look(
         &c,
         PodSpec::new("policy-no-request-env-all", "").runtime_class("actk").env("NVIDIA_VISIBLE_DEVICES", "all"),
     )?;
-    let annotated = look(
-        &c,
-        PodSpec::new("policy-no-request-annotation", "")
-            .runtime_class("actk")
-            .annotation("cdi.k8s.io/actk-test", "nvidia.com/gpu=all"),
-    )?;
-    for (what, v) in [("env NVIDIA_VISIBLE_DEVICES=all", &env_all), ("annotation cdi.k8s.io/actk-test", &annotated)] {
-        assert!(
-            v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
-            "no request, {what}: no GPU, saw {:?}",
-            v.dev
-        );
-        assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request, {what}: no driver, saw {:?}", v.libs);
-    }
+    assert!(
+        v.numbered("nvidia").is_empty() && !v.dev.iter().any(|d| d == "nvidiactl" || d == "nvidia-uvm"),
+        "no request, env NVIDIA_VISIBLE_DEVICES=all: no GPU, saw {:?}",
+        v.dev
+    );
+    assert!(!v.libs.iter().any(|l| l.starts_with("libcuda")), "no request: no driver, saw {:?}", v.libs);
     Ok(())
 }
 

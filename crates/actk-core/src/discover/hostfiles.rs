@@ -344,6 +344,74 @@ fn is_elf_of(host: &HostRoot, path: &Path, arch: LibArch) -> bool {
         && arch.matches_elf(&head)
 }
 
+/// Considers `path` (a cache entry or a scanned name) for library `lib`: a regular file of the
+/// driver's `version` goes into `found` as (path as the linker sees it, resolved real path);
+/// one of another version is warned about. Returns false when `path` does not resolve in the
+/// root at all.
+fn consider(
+    host: &HostRoot,
+    lib: &str,
+    version: Option<&str>,
+    path: &str,
+    found: &mut Vec<(String, PathBuf)>,
+    warnings: &mut Warnings,
+) -> bool {
+    let Ok((real, st)) = host.resolve_stat_link(path) else { return false };
+    if !is_file(&st) {
+        return true;
+    }
+    if version_matches(&real, version) {
+        found.push((path.to_string(), real));
+    } else if let Some(v) = version {
+        warnings.add(host, &real, format!("{lib} of another driver version (running driver is {v}); not mounted"));
+    }
+    true
+}
+
+/// Looks for `lib` by listing the library directories of `arch` (each real directory once).
+#[allow(clippy::too_many_arguments)]
+fn scan_dirs(
+    host: &HostRoot,
+    dirs_seen: &mut DirListings<'_>,
+    lib: &str,
+    arch: LibArch,
+    version: Option<&str>,
+    found: &mut Vec<(String, PathBuf)>,
+    warnings: &mut Warnings,
+) {
+    // A directory reached again by another name (/lib64 -> usr/lib64) holds the same files.
+    let mut scanned: Vec<PathBuf> = Vec::new();
+    for dir in lib_dirs(arch) {
+        let Ok(real_dir) = host.resolve_dir(&dir) else { continue };
+        if scanned.contains(&real_dir) {
+            continue;
+        }
+        scanned.push(real_dir.clone());
+        // With a cache, a library it lacks is most often not installed at all (a profile
+        // names every optional library of the driver): its versioned file is looked for
+        // first, and only a directory that has it is listed for its soname links. Listing a
+        // real /usr/lib/x86_64-linux-gnu (a thousand entries) took 0.4 ms, more than the
+        // rest of discovery. Without a cache (or a driver version) every directory is listed,
+        // so that a stale library of another version is still named in a warning.
+        if dirs_seen.probe_first
+            && let Some(v) = version
+            && !host.resolve_stat(real_dir.join(format!("{lib}.{v}"))).is_ok_and(|(_, st)| is_file(&st))
+        {
+            continue;
+        }
+        let Some((_, listing)) = dirs_seen.get(host, &dir) else { continue };
+        // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
+        // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
+        let names: Vec<String> = listing.iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
+        for name in names {
+            let path = format!("{dir}/{name}");
+            if host.resolve(&path).is_ok_and(|real| is_elf_of(host, &real, arch)) {
+                consider(host, lib, version, &path, found, warnings);
+            }
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn find_library(
     host: &HostRoot,
@@ -357,54 +425,30 @@ fn find_library(
 ) -> Vec<HostFile> {
     // (path as the linker sees it, resolved real path)
     let mut found: Vec<(String, PathBuf)> = Vec::new();
-    let consider = |path: &str, found: &mut Vec<(String, PathBuf)>, warnings: &mut Warnings| {
-        let Ok((real, st)) = host.resolve_stat_link(path) else { return };
-        if !is_file(&st) {
-            return;
-        }
-        if version_matches(&real, version) {
-            found.push((path.to_string(), real));
-        } else if let Some(v) = version {
-            warnings.add(host, &real, format!("{lib} of another driver version (running driver is {v}); not mounted"));
-        }
-    };
     let entries = cache.named(lib, arch);
+    let mut resolved = 0;
     for e in &entries {
-        consider(&e.path, &mut found, warnings);
+        resolved += usize::from(consider(host, lib, version, &e.path, &mut found, warnings));
     }
     if found.is_empty() && entries.is_empty() {
-        // A directory reached again by another name (/lib64 -> usr/lib64) holds the same files.
-        let mut scanned: Vec<PathBuf> = Vec::new();
-        for dir in lib_dirs(arch) {
-            let Ok(real_dir) = host.resolve_dir(&dir) else { continue };
-            if scanned.contains(&real_dir) {
-                continue;
-            }
-            scanned.push(real_dir.clone());
-            // With a cache, a library it lacks is most often not installed at all (a profile
-            // names every optional library of the driver): its versioned file is looked for
-            // first, and only a directory that has it is listed for its soname links. Listing a
-            // real /usr/lib/x86_64-linux-gnu (a thousand entries) took 0.4 ms, more than the
-            // rest of discovery. Without a cache (or a driver version) every directory is listed,
-            // so that a stale library of another version is still named in a warning.
-            if dirs_seen.probe_first
-                && let Some(v) = version
-                && !host.resolve_stat(real_dir.join(format!("{lib}.{v}"))).is_ok_and(|(_, st)| is_file(&st))
-            {
-                continue;
-            }
-            let Some((_, listing)) = dirs_seen.get(host, &dir) else { continue };
-            // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
-            // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
-            let names: Vec<String> =
-                listing.iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
-            for name in names {
-                let path = format!("{dir}/{name}");
-                if host.resolve(&path).is_ok_and(|real| is_elf_of(host, &real, arch)) {
-                    consider(&path, &mut found, warnings);
-                }
-            }
-        }
+        scan_dirs(host, dirs_seen, lib, arch, version, &mut found, warnings);
+    } else if resolved == 0 && !entries.is_empty() {
+        // Every path the cache names for the library is missing from this root: a stale cache
+        // (a driver reinstalled without ldconfig), or a root that is not all there (a pod that
+        // mounts /usr but not a merged /usr's /lib link, which is where a Debian or Ubuntu cache
+        // names libraries). Say so, and search the directories as if the cache had no entry,
+        // listing them for this library alone.
+        warnings.add(
+            host,
+            &entries[0].path,
+            format!(
+                "ld.so.cache names {lib} here, which is not in this root (a stale cache: run ldconfig; or not all of the root is mounted); searching the library directories"
+            ),
+        );
+        let mut wanted = Wanted::default();
+        wanted.add(lib);
+        let mut own = DirListings { wanted, by_dir: Default::default(), probe_first: false };
+        scan_dirs(host, &mut own, lib, arch, version, &mut found, warnings);
     }
     let mut out: Vec<HostFile> = Vec::new();
     let mut seen: Vec<PathBuf> = Vec::new();
@@ -568,6 +612,60 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             w.0.iter()
                 .any(|x| x.path == r.join("usr/lib64/libcuda.so.535.104.05")
                     && x.message.contains("another driver version")),
+            "{:?}",
+            w.0
+        );
+    }
+
+    /// A root whose ld.so.cache names the driver's libraries under /lib/x86_64-linux-gnu (as
+    /// Debian's and Ubuntu's do) but lacks the merged /usr's `lib -> usr/lib` link (a pod that
+    /// mounts /usr and not all of the root): the libraries are still found in the directories,
+    /// and a warning names the cache's path. (Before, discovery found none and said nothing.)
+    #[test]
+    fn cache_entries_missing_from_the_root_are_warned_and_searched_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        let src = r.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        let dir = r.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&dir).unwrap();
+        let built = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
+            .arg(dir.join("libcuda.so.580.95.05"))
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !built {
+            eprintln!("SKIPPED: gcc unavailable");
+            return;
+        }
+        link(r, "/lib", "usr/lib");
+        file(r, "/etc/ld.so.conf", "/lib/x86_64-linux-gnu\n");
+        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+            eprintln!("SKIPPED: ldconfig unavailable");
+            return;
+        }
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let with_link = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut Warnings::default());
+        assert_eq!(
+            with_link.iter().map(|f| f.container_path.as_str()).collect::<Vec<_>>(),
+            ["/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+        );
+        std::fs::remove_file(r.join("lib")).unwrap();
+        let mut w = Warnings::default();
+        let files = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut w);
+        assert_eq!(
+            files.iter().map(|f| f.container_path.as_str()).collect::<Vec<_>>(),
+            ["/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]
+        );
+        assert!(
+            w.0.iter().any(
+                |x| x.path.ends_with("lib/x86_64-linux-gnu/libcuda.so.1") && x.message.contains("not in this root")
+            ),
             "{:?}",
             w.0
         );

@@ -369,7 +369,6 @@ fn consider(
 }
 
 /// Looks for `lib` by listing the library directories of `arch` (each real directory once).
-#[allow(clippy::too_many_arguments)]
 fn scan_dirs(
     host: &HostRoot,
     dirs_seen: &mut DirListings<'_>,
@@ -509,6 +508,21 @@ mod tests {
     use super::super::testutil::*;
     use super::*;
 
+    /// A real shared library `rel` (under root `r`) with `soname`, built by gcc (`-m32` with
+    /// `m32`); false (the caller skips) when gcc cannot build it.
+    fn shared_lib(r: &Path, rel: &str, soname: &str, m32: bool) -> bool {
+        let src = r.join("f.c");
+        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
+        let out = r.join(rel);
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        let mut gcc = std::process::Command::new("gcc");
+        gcc.args(["-shared", "-fPIC", "-nostdlib", &format!("-Wl,-soname,{soname}"), "-o"]).arg(&out).arg(&src);
+        if m32 {
+            gcc.arg("-m32");
+        }
+        gcc.status().is_ok_and(|s| s.success())
+    }
+
     #[test]
     fn cache_index_finds_what_a_scan_finds() {
         assert_eq!(so_base("libcuda.so.1"), Some("libcuda.so"));
@@ -625,17 +639,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
     fn cache_entries_missing_from_the_root_are_warned_and_searched_for() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        let src = r.join("f.c");
-        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
-        let dir = r.join("usr/lib/x86_64-linux-gnu");
-        std::fs::create_dir_all(&dir).unwrap();
-        let built = std::process::Command::new("gcc")
-            .args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
-            .arg(dir.join("libcuda.so.580.95.05"))
-            .arg(&src)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !built {
+        if !shared_lib(r, "usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "libcuda.so.1", false) {
             eprintln!("SKIPPED: gcc unavailable");
             return;
         }
@@ -723,18 +727,8 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
     fn compat32_picks_i386_entries() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        let src = r.join("f.c");
-        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
         for (dir, m32) in [("usr/lib/x86_64-linux-gnu", false), ("usr/lib/i386-linux-gnu", true)] {
-            std::fs::create_dir_all(r.join(dir)).unwrap();
-            let mut gcc = std::process::Command::new("gcc");
-            gcc.args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
-                .arg(r.join(dir).join("libcuda.so.580.95.05"))
-                .arg(&src);
-            if m32 {
-                gcc.arg("-m32");
-            }
-            if !gcc.status().is_ok_and(|s| s.success()) {
+            if !shared_lib(r, &format!("{dir}/libcuda.so.580.95.05"), "libcuda.so.1", m32) {
                 eprintln!("SKIPPED: gcc (with -m32) unavailable");
                 return;
             }
@@ -771,17 +765,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
     fn library_the_cache_lacks_is_found_by_its_versioned_name() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        let src = r.join("f.c");
-        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
-        let dir = r.join("usr/lib/x86_64-linux-gnu");
-        std::fs::create_dir_all(&dir).unwrap();
-        let built = std::process::Command::new("gcc")
-            .args(["-shared", "-fPIC", "-nostdlib", "-Wl,-soname,libcuda.so.1", "-o"])
-            .arg(dir.join("libcuda.so.580.95.05"))
-            .arg(&src)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !built {
+        if !shared_lib(r, "usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "libcuda.so.1", false) {
             eprintln!("SKIPPED: gcc unavailable");
             return;
         }
@@ -821,20 +805,10 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
     fn cache_lookup_with_ldconfig() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
-        let src = r.join("f.c");
-        std::fs::write(&src, "int f(void){return 1;}\n").unwrap();
-        let dir = r.join("opt/drv/lib");
-        std::fs::create_dir_all(&dir).unwrap();
         for (file, soname) in
             [("libcuda.so.580.95.05", "libcuda.so.1"), ("libnvidia-ml.so.470.1.2", "libnvidia-ml.so.1")]
         {
-            let ok = std::process::Command::new("gcc")
-                .args(["-shared", "-fPIC", "-nostdlib", &format!("-Wl,-soname,{soname}"), "-o"])
-                .arg(dir.join(file))
-                .arg(&src)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
+            if !shared_lib(r, &format!("opt/drv/lib/{file}"), soname, false) {
                 eprintln!("SKIPPED: gcc unavailable");
                 return;
             }

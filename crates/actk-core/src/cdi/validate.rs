@@ -183,15 +183,23 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         }
     }
     for (i, n) in e.device_nodes.iter().enumerate() {
-        let p = format!("{at}/deviceNodes/{i}");
+        let p = || format!("{at}/deviceNodes/{i}");
         if !n.path.starts_with('/') {
-            out.push(invalid(file, format!("{p}/path"), format!("device node path {:?} must be absolute", n.path)));
+            out.push(invalid(file, format!("{}/path", p()), format!("device node path {:?} must be absolute", n.path)));
         }
         if let Some(h) = n.host_path.as_deref().filter(|h| !h.starts_with('/')) {
-            out.push(invalid(file, format!("{p}/hostPath"), format!("device node hostPath {h:?} must be absolute")));
+            out.push(invalid(
+                file,
+                format!("{}/hostPath", p()),
+                format!("device node hostPath {h:?} must be absolute"),
+            ));
         }
         if let Some(t) = n.node_type.as_deref().filter(|t| !["", "b", "c", "u", "p"].contains(t)) {
-            out.push(invalid(file, format!("{p}/type"), format!("device node type {t:?} is not one of b, c, u, p")));
+            out.push(invalid(
+                file,
+                format!("{}/type", p()),
+                format!("device node type {t:?} is not one of b, c, u, p"),
+            ));
         }
         // runc turns the permissions into the device cgroup rule's access and refuses an empty
         // one or any letter outside r, w, m (the container then fails to start).
@@ -200,7 +208,7 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         {
             out.push(invalid(
                 file,
-                format!("{p}/permissions"),
+                format!("{}/permissions", p()),
                 format!(
                     "permissions {perm:?} must be one or more of r, w, m (runc refuses an empty or other access); leave the field out for the default rwm"
                 ),
@@ -212,18 +220,18 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
             if let Some(v) = v.filter(|v| *v < 0 || *v > max) {
                 out.push(invalid(
                     file,
-                    format!("{p}/{field}"),
+                    format!("{}/{field}", p()),
                     format!("device node {field} number {v} is outside 0..={max}, the range Linux device numbers have"),
                 ));
             }
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
-        let p = format!("{at}/mounts/{i}");
+        let p = || format!("{at}/mounts/{i}");
         if !m.container_path.starts_with('/') {
             out.push(invalid(
                 file,
-                format!("{p}/containerPath"),
+                format!("{}/containerPath", p()),
                 format!("mount containerPath {:?} must be absolute", m.container_path),
             ));
         }
@@ -232,30 +240,38 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         if m.host_path.is_empty() || (is_bind && !m.host_path.starts_with('/')) {
             out.push(invalid(
                 file,
-                format!("{p}/hostPath"),
+                format!("{}/hostPath", p()),
                 format!("bind mount hostPath {:?} must be an absolute host path", m.host_path),
             ));
         }
     }
     for (i, h) in e.hooks.iter().enumerate() {
-        let p = format!("{at}/hooks/{i}");
+        let p = || format!("{at}/hooks/{i}");
         if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
             out.push(invalid(
                 file,
-                format!("{p}/hookName"),
+                format!("{}/hookName", p()),
                 format!("hook name {:?} is not one of {}", h.hook_name, HOOK_NAMES.join(", ")),
             ));
         }
         if !h.path.starts_with('/') {
-            out.push(invalid(file, format!("{p}/path"), format!("hook path {:?} must be absolute (SPEC.md)", h.path)));
+            out.push(invalid(
+                file,
+                format!("{}/path", p()),
+                format!("hook path {:?} must be absolute (SPEC.md)", h.path),
+            ));
         }
         for (j, env) in h.env.iter().enumerate() {
             if env.find('=').is_none_or(|x| x == 0) {
-                out.push(invalid(file, format!("{p}/env/{j}"), format!("hook env entry {env:?} is not NAME=value")));
+                out.push(invalid(
+                    file,
+                    format!("{}/env/{j}", p()),
+                    format!("hook env entry {env:?} is not NAME=value"),
+                ));
             }
         }
         if let Some(t) = h.timeout.filter(|t| *t <= 0) {
-            out.push(invalid(file, format!("{p}/timeout"), format!("hook timeout {t} must be greater than zero")));
+            out.push(invalid(file, format!("{}/timeout", p()), format!("hook timeout {t} must be greater than zero")));
         }
     }
     if let Some(clos) = e.intel_rdt.as_ref().and_then(|r| r.get("closID"))
@@ -279,24 +295,28 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
     let mut host_names = HashSet::new();
     let mut names = HashSet::new();
     for (i, nd) in e.net_devices.iter().enumerate() {
-        let p = format!("{at}/netDevices/{i}");
+        let p = || format!("{at}/netDevices/{i}");
         let host = nd.get("hostInterfaceName").and_then(Value::as_str).unwrap_or("");
         let name = nd.get("name").and_then(Value::as_str).unwrap_or("");
         if host.is_empty() || name.is_empty() {
-            out.push(invalid(file, p.clone(), "net device needs a non-empty hostInterfaceName and name"));
+            out.push(invalid(file, p(), "net device needs a non-empty hostInterfaceName and name"));
         }
         for (field, v) in [("hostInterfaceName", host), ("name", name)] {
             if !v.is_empty()
                 && let Some(why) = check_interface_name(v)
             {
-                out.push(invalid(file, format!("{p}/{field}"), format!("network interface name {v:?} {why}")));
+                out.push(invalid(file, format!("{}/{field}", p()), format!("network interface name {v:?} {why}")));
             }
         }
         if !host.is_empty() && !host_names.insert(host.to_string()) {
-            out.push(invalid(file, format!("{p}/hostInterfaceName"), format!("duplicate hostInterfaceName {host:?}")));
+            out.push(invalid(
+                file,
+                format!("{}/hostInterfaceName", p()),
+                format!("duplicate hostInterfaceName {host:?}"),
+            ));
         }
         if !name.is_empty() && !names.insert(name.to_string()) {
-            out.push(invalid(file, format!("{p}/name"), format!("duplicate net device name {name:?}")));
+            out.push(invalid(file, format!("{}/name", p()), format!("duplicate net device name {name:?}")));
         }
     }
 }
@@ -319,35 +339,37 @@ fn check_interface_name(name: &str) -> Option<String> {
 
 /// Strings of `e` that hold a NUL byte, as (JSON pointer suffix, value).
 fn nul_fields(e: &ContainerEdits) -> Vec<(String, String)> {
+    // The field's pointer is only formatted for a value that has a NUL: a valid spec (every
+    // container start loads them all) allocates nothing here.
     let mut out = Vec::new();
-    let mut check = |field: String, v: &str| {
+    let mut check = |v: &str, field: &dyn Fn() -> String| {
         if v.contains('\0') {
-            out.push((field, v.to_string()));
+            out.push((field(), v.to_string()));
         }
     };
     for (i, v) in e.env.iter().enumerate() {
-        check(format!("env/{i}"), v);
+        check(v, &|| format!("env/{i}"));
     }
     for (i, n) in e.device_nodes.iter().enumerate() {
-        check(format!("deviceNodes/{i}/path"), &n.path);
+        check(&n.path, &|| format!("deviceNodes/{i}/path"));
         if let Some(h) = &n.host_path {
-            check(format!("deviceNodes/{i}/hostPath"), h);
+            check(h, &|| format!("deviceNodes/{i}/hostPath"));
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
-        check(format!("mounts/{i}/hostPath"), &m.host_path);
-        check(format!("mounts/{i}/containerPath"), &m.container_path);
+        check(&m.host_path, &|| format!("mounts/{i}/hostPath"));
+        check(&m.container_path, &|| format!("mounts/{i}/containerPath"));
         for (j, o) in m.options.iter().enumerate() {
-            check(format!("mounts/{i}/options/{j}"), o);
+            check(o, &|| format!("mounts/{i}/options/{j}"));
         }
     }
     for (i, h) in e.hooks.iter().enumerate() {
-        check(format!("hooks/{i}/path"), &h.path);
+        check(&h.path, &|| format!("hooks/{i}/path"));
         for (j, a) in h.args.iter().enumerate() {
-            check(format!("hooks/{i}/args/{j}"), a);
+            check(a, &|| format!("hooks/{i}/args/{j}"));
         }
         for (j, v) in h.env.iter().enumerate() {
-            check(format!("hooks/{i}/env/{j}"), v);
+            check(v, &|| format!("hooks/{i}/env/{j}"));
         }
     }
     out
@@ -615,6 +637,14 @@ mod tests {
             ),
             (|v| v["containerEdits"]["env"][0] = json!("A=b\0c"), "/containerEdits/env/0: \"A=b\\0c\" contains a NUL"),
             (|v| v["containerEdits"]["hooks"][0]["args"] = json!(["hook", "a\0"]), "/containerEdits/hooks/0/args/1"),
+            (
+                |v| v["containerEdits"]["mounts"][0]["options"] = json!(["ro", "bind\0"]),
+                "/containerEdits/mounts/0/options/1",
+            ),
+            (
+                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"] = json!("/dev/x\0"),
+                "/devices/0/containerEdits/deviceNodes/0/hostPath: \"/dev/x\\0\" contains a NUL",
+            ),
             (
                 |v| {
                     v["cdiVersion"] = json!("1.1.0");

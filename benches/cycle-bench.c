@@ -8,7 +8,10 @@
  * and waits for it to exit, then calls `delete ID`. The container's own CPU (runc init, its
  * createContainer hooks, the process) is part of the cycle's CPU.
  *
- * Usage: cycle-bench -n ROUNDS [-w WARMUP] [-t TSV] VARIANT...
+ * Usage: cycle-bench -n ROUNDS [-w WARMUP] [-t TSV] [-C 1] VARIANT...
+ *   -C 1: create only: each round runs just `create` of every variant, whose runtime must not
+ *         start a container (a shim configured to exec true(1) as its low-level runtime): the
+ *         shim's own cost, without runc's milliseconds of noise around it. cycle = create.
  *   VARIANT: -v NAME -r RUNTIME -b BUNDLE [-o ORIGINAL] [-e NAME=VALUE]...
  *   -o: copied over BUNDLE/config.json before every create (untimed), for shims that edit it.
  *   -e: environment of that variant's runtime calls (ACTK_CONFIG).
@@ -49,6 +52,7 @@ static int nv;
 #define MAX_PAIRS 32
 static const char *pairs[MAX_PAIRS], *ratios[MAX_PAIRS];
 static int npairs, nratios;
+static int create_only;
 
 static void fail(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "cycle-bench: ");
@@ -161,6 +165,11 @@ static void cycle(struct variant *v, int r) {
     char *start[] = {rt, "start", id, NULL};
     char *del[] = {rt, "delete", id, NULL};
     call(v, create, &w[CREATE], &c[CREATE]);
+    if (create_only) {
+        w[CYCLE] = w[CREATE];
+        c[CYCLE] = c[CREATE];
+        goto record;
+    }
     pid_t init = read_pid(pidfile);
     call(v, state, &w[STATE], &c[STATE]);
     double t0 = now_us();
@@ -176,6 +185,7 @@ static void cycle(struct variant *v, int r) {
         w[CYCLE] += w[k];
         c[CYCLE] += c[k];
     }
+record:
     if (r < 0) return;
     for (int k = 0; k < NCALLS; k++) {
         v->wall[k][r] = w[k];
@@ -220,6 +230,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "-n")) rounds = atoi(val);
         else if (!strcmp(a, "-w")) warmup = atoi(val);
         else if (!strcmp(a, "-t")) tsv = val;
+        else if (!strcmp(a, "-C")) create_only = atoi(val);
         else if (!strcmp(a, "-P") && npairs < MAX_PAIRS) pairs[npairs++] = val;
         else if (!strcmp(a, "-R") && nratios < MAX_PAIRS) ratios[nratios++] = val;
         else if (!strcmp(a, "-v")) {

@@ -24,7 +24,9 @@
 # the issue-14 figures: actk minus the floor per cycle (target <= 1.0 ms), every non-create call
 # minus exec-only (target <= 0.3 ms), create with discovery minus the floor's create (<= 1.5 ms),
 # and actk's create cost over the floor on the 64-GPU host against the 8-GPU host (<= 2x); the
-# first and third also against floor-musl when it is built.
+# first and third also against floor-musl when it is built. Then, per fixture, the create
+# figures again from a create-only pass with true(1) as every shim's runc (create_only below):
+# the shim's own cost with runc's noise taken out, the steadier reading of the two.
 # No pass/fail: a measurement, not a test.
 #
 # Usage: benches/runtime-bench.sh [ROUNDS]
@@ -65,13 +67,27 @@ cleanup() {
 trap cleanup EXIT
 
 gcc -O2 -o "$work/cycle-bench" "$repo/benches/cycle-bench.c"
-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -o "$work/floor" "$repo/benches/floor-shim.c"
-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -DEXEC_ONLY -o "$work/exec-only" "$repo/benches/floor-shim.c"
+# Each floor is linked in build/ and then copied into place, as target/dist's binaries were: a
+# file the linker wrote and one written by a plain copy sit differently in the page cache, and a
+# process that faults in the copy's pages costs less (0.03 ms for the small floor, 0.2 ms for
+# actk-runtime on this project's VM).
+mkdir -p "$work/build"
+floor_build() { # CC NAME RUNC [-DEXEC_ONLY]
+  "$1" -O2 -static -DRUNC_PATH="\"$3\"" ${4:-} -o "$work/build/$2" "$repo/benches/floor-shim.c"
+  cp "$work/build/$2" "$work/$2"
+}
+floor_build gcc floor "$runc"
+floor_build gcc exec-only "$runc" -DEXEC_ONLY
+# The create-only pass: the same floor with true(1) as its runc.
+floor_build gcc floor-true /bin/true
 floors=(floor exec-only)
+true_floors=(floor-true)
 if command -v musl-gcc >/dev/null; then
-  musl-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -o "$work/floor-musl" "$repo/benches/floor-shim.c"
-  musl-gcc -O2 -static -DRUNC_PATH="\"$runc\"" -DEXEC_ONLY -o "$work/exec-only-musl" "$repo/benches/floor-shim.c"
+  floor_build musl-gcc floor-musl "$runc"
+  floor_build musl-gcc exec-only-musl "$runc" -DEXEC_ONLY
+  floor_build musl-gcc floor-musl-true /bin/true
   floors+=(floor-musl exec-only-musl)
+  true_floors+=(floor-musl-true)
 else
   echo "runtime-bench: no musl-gcc (apt-get install musl-tools): no floor-musl" >&2
 fi
@@ -135,6 +151,51 @@ summary() { # what a config.json asks runc to do
 # (SCHED_FIFO would take more, but runc cannot put an RT task into a cgroup v1 cpu group.)
 rt="nice -n ${ACTK_BENCH_NICE:--15}"
 
+# The figures of a run, from its paired differences "A - B  call wall/cpu ...": pick A B CALL
+# prints "wall/cpu" ms from $out (the fixture's out.txt unless set); cpu_of only the CPU.
+pick() { awk -v row="$1 - $2 " -v call="$3" 'index($0, row) == 1 { for (i = 1; i <= NF; i++) if ($i == call) print $(i+1) }' "${out:-$d/out.txt}"; }
+cpu_of() { pick "$@" | cut -d/ -f2 | tr -d +; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+# The shim's own cost, without runc: every shim configured with true(1) as its low-level runtime
+# (the floors built so), 2 x ROUNDS interleaved rounds of `create` alone. runc's create is the
+# same work for every variant by construction (floor and runc get the pre-edited bundle), so
+# this is the full cycle's create difference with runc's milliseconds of noise taken out of
+# every sample: the steadier reading of the create figures.
+create_only() { # FIXTURE
+  local fx=$1 v cfg shim f out=$d/create.txt
+  local args=()
+  for v in "${variants[@]}"; do
+    cfg=${v#actk-} shim=$bin/actk-runtime
+    case $v in base-*) cfg=${v#base-} shim=$baseline/actk-runtime ;; esac
+    sed 's#^runtimes = .*#runtimes = ["/bin/true"]#' "$d/$cfg.toml" >"$d/$cfg-true.toml"
+    args+=(-v "$v" -r "$shim" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg-true.toml")
+  done
+  for f in "${true_floors[@]}"; do args+=(-v "${f%-true}" -r "$work/$f" -b "$d/${f%-true}"); done
+  for v in "${variants[@]}"; do for f in "${true_floors[@]}"; do args+=(-P "$v:${f%-true}"); done; done
+  if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc); fi
+  echo "-- create only, true(1) as runc ($fx, $((rounds * 2)) interleaved rounds; paired medians, wall/cpu ms)"
+  $rt "$work/cycle-bench" -C 1 -n $((rounds * 2)) "${args[@]}" | grep ' - ' | sed 's/ state.*//' >"$out"
+  cat "$out"
+  echo "actk-disc create - floor create: $(pick actk-disc floor create) (target <= 1.5)"
+  echo "actk-cdi create - floor create: $(pick actk-cdi floor create)"
+  f=floor
+  if [ ${#true_floors[@]} = 2 ]; then
+    f=floor-musl
+    echo "against floor-musl: actk-disc create $(pick actk-disc floor-musl create), actk-cdi create $(pick actk-cdi floor-musl create)"
+  fi
+  if [ -n "$baseline" ]; then
+    echo "against the baseline ($baseline): actk-cdi create $(pick actk-cdi base-cdi create), actk-disc create $(pick actk-disc base-disc create)"
+  fi
+  if [ "$fx" = nvidia-dgx-h100 ]; then
+    local m c8 c64
+    for m in cdi disc; do
+      c8=$(cpu_of "actk-$m" $f create) c64=$(cpu_of "actk-${m}64" $f create)
+      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(ratio "$c64" "$c8")x (target <= 2)"
+    done
+  fi
+}
+
 mkdir -p "$work/hooks.d" "$work/profiles.d"
 for fx in $fixtures; do
   case $fx in
@@ -196,8 +257,6 @@ for fx in $fixtures; do
   echo "then A - B: paired median differences per call, wall/cpu ms"
   $rt "$work/cycle-bench" -n "$rounds" -t "$d/samples.tsv" "${args[@]}" | tee "$d/out.txt"
   # Figures of issue 14 from the paired differences: "wall/cpu" ms.
-  pick() { awk -v row="$1 - $2 " -v call="$3" 'index($0, row) == 1 { for (i = 1; i <= NF; i++) if ($i == call) print $(i+1) }' "$d/out.txt"; }
-  cpu_of() { pick "$@" | cut -d/ -f2 | tr -d +; }
   echo "-- issue 14 figures ($fx; paired medians, wall/cpu ms; on a loaded machine the CPU figure is the steadier)"
   for a in actk-cdi actk-disc; do
     echo "$a - floor per cycle: $(pick "$a" floor cycle) (target <= 1.0)"
@@ -217,7 +276,8 @@ for fx in $fixtures; do
     [ ${#floors[@]} = 4 ] && f=floor-musl
     for m in cdi disc; do
       c8=$(cpu_of "actk-$m" $f create) c64=$(cpu_of "actk-${m}64" $f create)
-      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(awk -v a="$c64" -v b="$c8" 'BEGIN { printf "%.2f", a / b }')x (target <= 2)"
+      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(ratio "$c64" "$c8")x (target <= 2)"
     done
   fi
+  create_only "$fx"
 done

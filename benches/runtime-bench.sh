@@ -67,14 +67,24 @@ cleanup() {
 trap cleanup EXIT
 
 gcc -O2 -o "$work/cycle-bench" "$repo/benches/cycle-bench.c"
-# Each floor is linked in build/ and then copied into place, as target/dist's binaries were: a
-# file the linker wrote and one written by a plain copy sit differently in the page cache, and a
-# process that faults in the copy's pages costs less (0.03 ms for the small floor, 0.2 ms for
-# actk-runtime on this project's VM).
+# Each floor is linked in build/ and copied into place, like target/dist's binaries; then every
+# binary a variant runs is dropped from the page cache (evict, before the rounds), so that all
+# are read back from disk as a node reads an installed binary after boot. How a file's pages sit
+# in the page cache changes what a process started from it pays to fault them in: on this
+# project's VM actk-runtime's create cost 0.2-0.3 ms more CPU right after the linker or cp wrote
+# the file than after its pages were read back from disk, which is more than most changes the
+# bench is run to compare.
 mkdir -p "$work/build"
 floor_build() { # CC NAME RUNC [-DEXEC_ONLY]
   "$1" -O2 -static -DRUNC_PATH="\"$3\"" ${4:-} -o "$work/build/$2" "$repo/benches/floor-shim.c"
   cp "$work/build/$2" "$work/$2"
+}
+evict() { # FILE... : written back, then dropped from the page cache
+  local f
+  for f in "$@"; do
+    sync "$f"
+    dd if="$f" iflag=nocache count=0 status=none
+  done
 }
 floor_build gcc floor "$runc"
 floor_build gcc exec-only "$runc" -DEXEC_ONLY
@@ -196,6 +206,8 @@ create_only() { # FIXTURE
   fi
 }
 
+evict "$bin/actk-runtime" "$bin/actk-hook" "$runc" "$work"/floor* "$work"/exec-only*
+[ -z "$baseline" ] || evict "$baseline/actk-runtime" "$baseline/actk-hook"
 mkdir -p "$work/hooks.d" "$work/profiles.d"
 for fx in $fixtures; do
   case $fx in

@@ -44,10 +44,10 @@ fi
 var=CARGO_TARGET_$(echo "$shim_target" | tr 'a-z-' 'A-Z_')_RUSTFLAGS
 # Fat LTO in one codegen unit for these two only (the workspace's release profile is thin LTO
 # in 4 units, which builds the rest faster): the optimiser inlines across crates into
-# serde_json and toml, and actk-runtime is 16% smaller (5.2 to 4.3 MB), so a create runs and
-# faults in less code. Measured against the thin build in one run (benches/runtime-bench.sh
-# 150 with ACTK_BENCH_BASELINE, its create-only pass): -0.26 ms CPU per create with discovery,
-# -0.39 ms from a CDI spec on the DGX fixture (with the lazy pointers of cdi/validate.rs).
+# serde_json and toml, and actk-runtime is 16% smaller (5.2 to 4.3 MB). Measured against the
+# thin build with both read back from disk (benches/runtime-bench.sh's create-only pass, with
+# the lazy pointers of cdi/validate.rs): about 0.1-0.2 ms less CPU per create, the larger part
+# on a create from a CDI spec.
 env "$var=-C target-feature=+crt-static -C relocation-model=static" \
   CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
   "$cargo" build --release --target "$shim_target" -p actk-runtime -p actk-hook "$@" >&2

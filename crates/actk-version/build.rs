@@ -2,6 +2,12 @@
 //! rebuild this small crate, and only it, when HEAD moves. Outside a git checkout (a source
 //! tarball) or without git, the commit is `unknown`; `ACTK_GIT_COMMIT` in the build environment
 //! (image builds from an exported tree) wins.
+//!
+//! Only what names the commit is watched (HEAD, the ref it points to, packed-refs), never
+//! `.git/index`: `git status` refreshes the index's stat data and rewrites the file, so watching
+//! it relinked every release binary after any `git status`, this script's own included (issue 25,
+//! item 8). "Dirty" is found with `--no-optional-locks`, which reads the index without writing
+//! it; it is as fresh as the last commit or checkout (an edit alone does not rerun this script).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,7 +24,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=ACTK_GIT_COMMIT");
     let commit = std::env::var("ACTK_GIT_COMMIT").ok().filter(|s| !s.is_empty()).or_else(|| {
         let head = git(&["rev-parse", "--short=12", "HEAD"])?;
-        let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
+        let dirty = git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"]).is_some();
         Some(if dirty { format!("{head}-dirty") } else { head })
     });
     // HEAD, the ref it names and packed-refs: a commit or checkout changes one of them. In a
@@ -26,7 +32,6 @@ fn main() {
     if let (Some(dir), Some(common)) = (git(&["rev-parse", "--git-dir"]), git(&["rev-parse", "--git-common-dir"])) {
         let (dir, common) = (PathBuf::from(dir), PathBuf::from(common));
         println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!("cargo:rerun-if-changed={}", dir.join("index").display());
         println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
         if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={}", common.join(r).display());

@@ -27,14 +27,20 @@ fn main() {
         let dirty = git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"]).is_some();
         Some(if dirty { format!("{head}-dirty") } else { head })
     });
-    // HEAD, the ref it names and packed-refs: a commit or checkout changes one of them. In a
-    // worktree, HEAD lives in the worktree's git dir and refs in the common dir.
+    // HEAD, the directory of the ref it names and packed-refs: a commit or checkout changes one
+    // of them. In a worktree, HEAD lives in the worktree's git dir and refs in the common dir.
+    // A path that does not exist is never named: Cargo counts a missing file as changed, so the
+    // script (and every binary after it) would run on every build. The ref's directory, not the
+    // ref, is watched (Cargo scans a directory's entries): a ref that lives only in packed-refs
+    // gets a loose file on the next commit, and a directory's listing notices that.
     if let (Some(dir), Some(common)) = (git(&["rev-parse", "--git-dir"]), git(&["rev-parse", "--git-common-dir"])) {
         let (dir, common) = (PathBuf::from(dir), PathBuf::from(common));
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        let mut watched = vec![dir.join("HEAD"), common.join("packed-refs")];
         if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", common.join(r).display());
+            watched.extend(common.join(r).parent().map(PathBuf::from));
+        }
+        for p in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", p.display());
         }
     }
     println!("cargo:rustc-env=ACTK_GIT_COMMIT={}", commit.unwrap_or_else(|| "unknown".into()));

@@ -152,6 +152,17 @@ fn input_variables(profiles: &[Profile]) -> Vec<String> {
 /// Values a hostile container tries: selections, capabilities (those that add nodes too), CDI
 /// names of every kind (MIG management, IMEX channels), MIG ids, odd syntax.
 fn value(profiles: &[Profile]) -> impl Strategy<Value = String> {
+    let words = words(profiles);
+    let word = prop::sample::select(words);
+    prop_oneof![
+        4 => word.clone(),
+        1 => prop::collection::vec(word, 2..4).prop_map(|t| t.join(",")),
+        1 => ".{0,4}",
+    ]
+}
+
+/// The vocabulary of [`value`].
+fn words(profiles: &[Profile]) -> Vec<String> {
     let mut words: Vec<String> = [
         "all",
         "ALL",
@@ -185,8 +196,7 @@ fn value(profiles: &[Profile]) -> impl Strategy<Value = String> {
             words.push(format!("{}={name}", p.kind));
         }
     }
-    let token = prop_oneof![4 => prop::sample::select(words), 1 => ".{0,3}"];
-    prop::collection::vec(token, 1..3).prop_map(|t| t.join(","))
+    words
 }
 
 /// The kinds of container: their capabilities and device cgroup as containerd's CRI writes them.
@@ -288,12 +298,17 @@ fn no_untrusted_input_adds_a_device_node() {
         reg.add(spec, format!("/etc/cdi/{}.json", v.profile).into(), 0);
     }
     let spec_served = PlanContext { registry: Some(Arc::new(reg)), ..discovery.clone() };
-    let base: Value =
+    let mut base: Value =
         serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json")).expect("realspec");
+    // The container's inputs are all drawn below (its image's ENV among them), so that the
+    // container without its untrusted inputs is this spec with none of them.
+    if let Some(env) = base["process"]["env"].as_array_mut() {
+        env.retain(|e| e.as_str().and_then(|e| e.split_once('=')).is_some_and(|(k, _)| !vars.iter().any(|v| v == k)));
+    }
     let listable: Vec<String> =
         profiles.iter().flat_map(|p| ["0", "1", "all"].map(|n| format!("{}/{n}", p.kind))).collect();
     let env = prop::collection::vec(
-        (prop::sample::select(vars), value(&profiles)).prop_map(|(k, v)| format!("{k}={v}")),
+        (prop::sample::select(vars.clone()), value(&profiles)).prop_map(|(k, v)| format!("{k}={v}")),
         0..5,
     );
     let container = prop::sample::select(vec![Container::Plain, Container::SysAdmin, Container::Privileged]);
@@ -346,4 +361,62 @@ fn no_untrusted_input_adds_a_device_node() {
         }
         Ok::<(), TestCaseError>(())
     });
+}
+
+/// The same property without sampling, on a Kubernetes node (env and annotations trusted for
+/// `privileged` containers, the device list always, refusals as warnings) where device 1 of
+/// every kind is allocated: every input variable of every built-in profile set to every value
+/// of the vocabulary, and every `cdi.k8s.io/` annotation value, in each container that is not
+/// privileged under each `privileged_means` rule, served from discovery and from spec files,
+/// adds no device node to what the allocation alone gives.
+#[test]
+fn every_input_of_every_profile_on_a_kubernetes_node() {
+    let profiles = profile::builtin();
+    let inv = inventory(&profiles);
+    let vars = input_variables(&profiles);
+    let words = words(&profiles);
+    let mut reg = Registry::load::<std::path::PathBuf>(&[]);
+    for v in &inv.vendors {
+        let p = profiles.iter().find(|p| p.name == v.profile).unwrap();
+        reg.add(generate(p, v, &GenerateOptions::default()).unwrap(), format!("/etc/cdi/{}.json", v.profile).into(), 0);
+    }
+    let discovery = PlanContext {
+        profiles: profiles.clone(),
+        root: "/nonexistent".into(),
+        inventory: Some(inv),
+        ..Default::default()
+    };
+    let spec_served = PlanContext { registry: Some(Arc::new(reg)), ..discovery.clone() };
+    let mut base: Value =
+        serde_json::from_str(include_str!("../../e2e/tests/data/realspecs/docker-20.10-gpus.json")).expect("realspec");
+    if let Some(env) = base["process"]["env"].as_array_mut() {
+        env.retain(|e| e.as_str().and_then(|e| e.split_once('=')).is_some_and(|(k, _)| !vars.iter().any(|v| v == k)));
+    }
+    let listed: Vec<String> = profiles.iter().map(|p| format!("{}/1", p.kind)).collect();
+    let mut tried = 0u64;
+    for means in [PrivilegedMeans::CapSysAdmin, PrivilegedMeans::PrivilegedFlag] {
+        let policy = Policy { privileged_means: means, ..Policy::kubernetes() };
+        for kind in [Container::Plain, Container::SysAdmin].into_iter().filter(|k| !k.privileged_under(means)) {
+            for (served, ctx) in [("discovery", &discovery), ("specs", &spec_served)] {
+                let ctx = PlanContext { policy: policy.clone(), ..ctx.clone() };
+                let (allowed, _) = nodes(&config_json(&base, kind, &[], None, &listed), &ctx);
+                assert!(allowed.len() > listed.len(), "{served}: the allocation alone plans its nodes: {allowed:?}");
+                let inputs = vars
+                    .iter()
+                    .flat_map(|v| words.iter().map(move |w| (Some(format!("{v}={w}")), None)))
+                    .chain(words.iter().map(|w| (None, Some(w.clone()))));
+                for (env, annotation) in inputs {
+                    let env: Vec<String> = env.into_iter().collect();
+                    let (got, said) = nodes(&config_json(&base, kind, &env, annotation.as_ref(), &listed), &ctx);
+                    let added: Vec<&String> = got.difference(&allowed).collect();
+                    assert!(
+                        added.is_empty(),
+                        "{served}, {kind:?}, {means:?}, {env:?} {annotation:?}: added {added:?} ({said})"
+                    );
+                    tried += 1;
+                }
+            }
+        }
+    }
+    common::report("trust-policy-sweep", tried);
 }

@@ -17,10 +17,11 @@
 //! [nvidia]
 //! default_capabilities = ["utility", "compute"]
 //! [policy]                             # who may ask for devices (crate::policy); defaults: docker/podman hosts
-//! env_requests = "always"              # selection variables: "always", "privileged" (CAP_SYS_ADMIN) or "never"
+//! env_requests = "always"              # selection variables and capabilities that add nodes: "always", "privileged" or "never"
 //! annotation_requests = "always"       # cdi.k8s.io/* annotations: the same values
 //! mount_requests = "always"            # the device list (/dev/null mounts under /var/run/actk/devices)
 //! on_refused = "fail"                  # a refused request fails the container ("fail") or is dropped with a warning ("warn")
+//! privileged_means = "cap-sys-admin"   # "privileged": CAP_SYS_ADMIN, or "privileged-flag" (privileged: true only)
 //! ```
 //!
 //! Unknown keys are errors (`deny_unknown_fields`): a typo must not silently fall back to a
@@ -378,11 +379,13 @@ log_level = {log_level:?}
 
 [policy]
 # Who may ask for devices (see SECURITY.md). Each input is trusted "always", only for
-# "privileged" containers (CAP_SYS_ADMIN in the bounding set), or "never". The defaults suit
-# docker and podman hosts, where whoever runs the container is the authority. A Kubernetes node
-# sets env_requests and annotation_requests to "privileged" and on_refused to "warn", and lets
-# the device plugin's volume-mounts strategy (the device list) say what a container gets.
-# Selection variables in the container's env (NVIDIA_VISIBLE_DEVICES, ..., docker run --gpus):
+# "privileged" containers (privileged_means below), or "never". The defaults suit docker and
+# podman hosts, where whoever runs the container is the authority. A Kubernetes node sets
+# env_requests and annotation_requests to "privileged", on_refused to "warn" and
+# privileged_means to "privileged-flag", and lets the device plugin's volume-mounts strategy
+# (the device list) say what a container gets.
+# Selection variables in the container's env (NVIDIA_VISIBLE_DEVICES, ..., docker run --gpus),
+# NVIDIA_MIG_*_DEVICES, and capabilities that add device nodes (NVIDIA_DRIVER_CAPABILITIES=fabric):
 env_requests = {env:?}
 # cdi.k8s.io/* annotations:
 annotation_requests = {annotations:?}
@@ -390,6 +393,10 @@ annotation_requests = {annotations:?}
 mount_requests = {mounts:?}
 # A refused request fails the container ("fail") or is dropped with a warning ("warn"):
 on_refused = {on_refused:?}
+# Which containers "privileged" trusts: "cap-sys-admin" (CAP_SYS_ADMIN in the bounding set, as
+# the NVIDIA Container Toolkit decides it) or "privileged-flag" (CAP_SYS_ADMIN and a device
+# cgroup that allows every device: only privileged: true / --privileged, not capabilities.add):
+privileged_means = {privileged_means:?}
 "#,
         runtimes = list(&d.runtimes),
         spec_dirs = paths(&d.spec_dirs),
@@ -401,6 +408,7 @@ on_refused = {on_refused:?}
         annotations = d.policy.annotation_requests.as_str(),
         mounts = d.policy.mount_requests.as_str(),
         on_refused = d.policy.on_refused.as_str(),
+        privileged_means = d.policy.privileged_means.as_str(),
     )
 }
 
@@ -511,6 +519,11 @@ mod tests {
         assert_eq!(c.policy.annotation_requests, Trust::Never);
         assert_eq!(c.policy.mount_requests, Trust::Always);
         assert_eq!(c.policy.on_refused, OnRefused::Warn);
+        assert_eq!(c.policy.privileged_means, crate::policy::PrivilegedMeans::CapSysAdmin);
+        let c = Config::parse("[policy]\nprivileged_means = \"privileged-flag\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.policy.privileged_means, crate::policy::PrivilegedMeans::PrivilegedFlag);
+        let err = Config::parse("[policy]\nprivileged_means = \"sys-admin\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(err.to_string().contains("privileged_means") || err.to_string().contains("cap-sys-admin"), "{err}");
         let err = Config::parse("[policy]\nenv_requests = \"sometimes\"\n", Path::new("c.toml")).unwrap_err();
         let err = err.to_string();
         assert!(err.contains("c.toml") && err.contains("line 2") && err.contains("sometimes"), "{err}");

@@ -213,7 +213,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         .unwrap_or_default();
     let mounts = config_json.get("mounts").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
 
-    let privileged = policy::is_privileged(config_json);
+    let privileged = ctx.policy.is_privileged(config_json);
     let trusted = |c: Channel| ctx.policy.trust(c).allows(privileged);
     let (mut list, mut warnings) = request::device_list(mounts);
     let mut refused_list = None;
@@ -1133,11 +1133,15 @@ mod tests {
     }
 
     /// A CRI-shaped config.json as containerd writes it for a pod: the kubelet's mounts (here the
-    /// device list of the volume-mounts strategy), the image's env, CAP_SYS_ADMIN absent.
+    /// device list of the volume-mounts strategy), the image's env, CAP_SYS_ADMIN absent; for
+    /// `privileged: true` CAP_SYS_ADMIN and every device allowed (containerd's
+    /// `WithAllDevicesAllowed`).
     fn cri_spec(env: &[&str], listed: &[&str], privileged: bool) -> Value {
         let mut caps = vec!["CAP_CHOWN", "CAP_NET_BIND_SERVICE"];
+        let mut devices = vec![json!({"allow": false, "access": "rwm"})];
         if privileged {
             caps.push("CAP_SYS_ADMIN");
+            devices = vec![json!({"allow": true, "access": "rwm"})];
         }
         let mut mounts = vec![json!({"destination": "/etc/hosts", "type": "bind",
             "source": "/var/lib/kubelet/pods/0a/etc-hosts", "options": ["rbind", "rprivate", "rw"]})];
@@ -1146,6 +1150,7 @@ mod tests {
                 "type": "bind", "source": "/dev/null", "options": ["rbind", "rprivate", "ro"]}));
         }
         json!({"process": {"env": env, "capabilities": {"bounding": caps, "effective": caps}},
+               "linux": {"resources": {"devices": devices}},
                "mounts": mounts,
                "annotations": {"io.kubernetes.cri.container-type": "container"}})
     }
@@ -1220,6 +1225,111 @@ mod tests {
             e.contains("policy.env_requests = \"never\" in /etc/actk/config.toml: no container may ask this way"),
             "{e}"
         );
+    }
+
+    /// A DGX node as discovery sees it for the built-in nvidia profile: 4 GPUs, the control
+    /// nodes, the NVSwitch nodes the `fabric` capability adds, and a compute library.
+    fn fabric_ctx(spec_dir: Option<&Path>) -> PlanContext {
+        use crate::inventory::{HostFile, HostFileKind};
+        let mut c = k8s_ctx();
+        c.profiles = vec![crate::profile::builtin().into_iter().find(|p| p.name == "nvidia").unwrap()];
+        c.spec_dirs = spec_dir.into_iter().map(Path::to_path_buf).collect();
+        let v = &mut c.inventory.as_mut().unwrap().vendors[0];
+        for (path, minor) in
+            [("/dev/nvidia-nvswitchctl", 255), ("/dev/nvidia-nvswitch0", 0), ("/dev/nvidia-nvswitch1", 1)]
+        {
+            v.shared_nodes.push(DeviceNode {
+                path: path.into(),
+                host_path: path.into(),
+                node_type: 'c',
+                major: 507,
+                minor,
+                file_mode: Some(0o666),
+            });
+        }
+        v.host_files = vec![HostFile {
+            capability: "compute".into(),
+            kind: HostFileKind::Library,
+            host_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05".into(),
+            container_path: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05".into(),
+        }];
+        c
+    }
+
+    fn nvswitch(p: &Plan) -> Vec<&str> {
+        paths(p).into_iter().filter(|n| n.starts_with("/dev/nvidia-nvswitch")).collect()
+    }
+
+    /// Issue 29 finding 1: a pod allocated GPU 1 that sets NVIDIA_DRIVER_CAPABILITIES=fabric (or
+    /// `all`) gets no NVSwitch node on a Kubernetes node, from discovery or from a spec file;
+    /// its files stay; the refusal names the policy key and follows on_refused. Where the env is
+    /// trusted (docker hosts, a privileged pod) `fabric` adds them as before.
+    #[test]
+    fn capability_that_adds_nodes_is_an_env_request() {
+        let d = tempfile::tempdir().unwrap();
+        // The spec `actk cdi generate` writes (no --capabilities: no capability-only node in it).
+        let c = fabric_ctx(None);
+        let profile = &c.profiles[0];
+        let spec_file = crate::cdi::generate::generate(
+            profile,
+            &c.inventory.as_ref().unwrap().vendors[0],
+            &crate::cdi::generate::GenerateOptions::default(),
+        )
+        .unwrap();
+        std::fs::write(d.path().join("nvidia.json"), serde_json::to_string(&spec_file).unwrap()).unwrap();
+        for (served, c) in [("discovery", fabric_ctx(None)), ("spec", fabric_ctx(Some(d.path())))] {
+            for caps in ["fabric", "compute,fabric", "all", "ALL,utility"] {
+                let s = cri_spec(&[&format!("NVIDIA_DRIVER_CAPABILITIES={caps}")], &["1"], false);
+                let p = plan(&s, &c).unwrap();
+                assert_eq!(nvswitch(&p), Vec::<&str>::new(), "{served}, {caps}: {:?}", paths(&p));
+                assert!(
+                    paths(&p).contains(&"/dev/nvidia1") && paths(&p).contains(&"/dev/nvidiactl"),
+                    "{served}, {caps}"
+                );
+                let w = p.warnings.join("\n");
+                if caps.to_ascii_lowercase().contains("all") {
+                    assert!(
+                        w.contains("`all` leaves out fabric") && w.contains("policy.env_requests"),
+                        "{served}, {caps}: {w}"
+                    );
+                } else {
+                    assert!(
+                        w.contains("NVIDIA_DRIVER_CAPABILITIES=fabric: refused by the node's trust policy (policy.env_requests = \"privileged\""),
+                        "{served}, {caps}: {w}"
+                    );
+                }
+                if served == "discovery" && caps != "fabric" {
+                    assert!(
+                        p.edits.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05")),
+                        "{caps}: the files of the other capabilities stay"
+                    );
+                }
+            }
+        }
+        // on_refused = "fail": the container fails naming the key; `all` still starts.
+        let mut fail = fabric_ctx(None);
+        fail.policy.on_refused = OnRefused::Fail;
+        let e = plan(&cri_spec(&["NVIDIA_DRIVER_CAPABILITIES=utility,fabric"], &["1"], false), &fail).unwrap_err();
+        assert!(
+            e.to_string().starts_with("NVIDIA_DRIVER_CAPABILITIES=fabric: refused by the node's trust policy"),
+            "{e}"
+        );
+        assert!(plan(&cri_spec(&["NVIDIA_DRIVER_CAPABILITIES=all"], &["1"], false), &fail).is_ok());
+        // Trusted env: a privileged pod, and a node with the default policy (docker hosts).
+        let p = plan(&cri_spec(&["NVIDIA_DRIVER_CAPABILITIES=fabric"], &["1"], true), &fabric_ctx(None)).unwrap();
+        assert_eq!(nvswitch(&p).len(), 3, "{:?}", paths(&p));
+        let open = PlanContext { policy: Policy::default(), ..fabric_ctx(None) };
+        for caps in ["fabric", "all"] {
+            let p = plan(&cri_spec(&[&format!("NVIDIA_DRIVER_CAPABILITIES={caps}")], &["1"], false), &open).unwrap();
+            assert_eq!(nvswitch(&p).len(), 3, "{caps}: {:?}", paths(&p));
+        }
+        // capabilities.add: [SYS_ADMIN] without privileged: true: not privileged on this node.
+        let mut sys_admin =
+            cri_spec(&["NVIDIA_DRIVER_CAPABILITIES=fabric", "NVIDIA_VISIBLE_DEVICES=all"], &["1"], false);
+        sys_admin["process"]["capabilities"]["bounding"].as_array_mut().unwrap().push(json!("CAP_SYS_ADMIN"));
+        let p = plan(&sys_admin, &fabric_ctx(None)).unwrap();
+        assert_eq!(paths(&p), ["/dev/nvidiactl", "/dev/nvidia1"], "{:?}", p.warnings);
+        assert!(p.warnings.iter().any(|w| w.contains("privileged_means = \"privileged-flag\"")), "{:?}", p.warnings);
     }
 
     #[test]

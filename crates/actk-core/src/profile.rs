@@ -73,6 +73,19 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The capabilities that add device nodes, sorted: every capability a control node is
+    /// reserved to (`fabric`, whose NVSwitch nodes configure the node's NVLink fabric). Naming
+    /// one (or `all`, which includes it) in the capabilities variable is a request, governed by
+    /// the node's trust policy like a selection variable ([`crate::policy`]); every other
+    /// capability only adds files.
+    pub fn node_capabilities(&self) -> Vec<&str> {
+        let mut caps: Vec<&str> =
+            self.control_nodes.iter().flat_map(|c| c.capabilities.iter().map(String::as_str)).collect();
+        caps.sort_unstable();
+        caps.dedup();
+        caps
+    }
+
     /// A copy of this profile with only the capabilities for which `keep` holds (by name); the
     /// others are never copied. A container start discovers with the few capabilities it asks
     /// for, and cloning every profile whole (every library list of every capability) was a few

@@ -298,7 +298,8 @@ pub fn collect(
 /// selection (its selection variable is then ignored with a note, its cores variable left to
 /// the vendor runtime); otherwise its selection variable (or cores variable) when the env is
 /// trusted, or a [`Refused`] entry when it is not. Capabilities always come from the env: they
-/// choose driver files for devices a trusted input granted, they grant nothing by themselves.
+/// choose driver files for devices a trusted input granted; a capability that adds device nodes
+/// (`fabric`) is an env request, refused (its files kept) when the env is not trusted.
 /// Device list entries of kinds without a profile become CDI names.
 ///
 /// Errors: as [`collect`], plus a value over [`MAX_VALUE_BYTES`]; values from untrusted inputs
@@ -335,7 +336,7 @@ pub fn collect_from(
             } else {
                 Selection::Devices(listed.iter().map(|d| listed_ref(&d.name)).collect())
             };
-            let capabilities = capabilities(profile, env, default_capabilities)?;
+            let capabilities = capabilities_with(profile, env, default_capabilities, sources.env_trusted, &mut req)?;
             req.vendors.push(VendorRequest {
                 profile: profile.name.clone(),
                 kind: profile.kind.clone(),
@@ -589,13 +590,31 @@ fn parse_cores(var: &str, value: &str) -> Result<Option<Selection>, RequestError
     Ok(Some(Selection::Cores(cores)))
 }
 
-/// Capabilities of a profile's request: the capabilities variable (last duplicate wins), else the
-/// config override, else the profile default; a profile without a capabilities variable gets its
-/// defaults, or every capability it lists when it has no defaults.
+/// Capabilities of a profile's request ([`capabilities_with`] for a container whose env
+/// requests are trusted).
 fn capabilities(
     profile: &Profile,
     env: &[String],
     overrides: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<String>, RequestError> {
+    capabilities_with(profile, env, overrides, true, &mut Request::default())
+}
+
+/// Capabilities of a profile's request: the capabilities variable (last duplicate wins), else the
+/// config override, else the profile default; a profile without a capabilities variable gets its
+/// defaults, or every capability it lists when it has no defaults.
+///
+/// Capabilities that add device nodes ([`Profile::node_capabilities`]) are a request of the
+/// env: when `env_trusted` is false, one the variable names is left out and listed in
+/// `req.refused` (its nodes are refused as a selection variable would be), and `all` means every
+/// other capability, with a note naming what it left out. Capabilities that only add files stay.
+/// The config override and the profile's defaults are the admin's, never refused.
+fn capabilities_with(
+    profile: &Profile,
+    env: &[String],
+    overrides: &BTreeMap<String, Vec<String>>,
+    env_trusted: bool,
+    req: &mut Request,
 ) -> Result<Vec<String>, RequestError> {
     let sel = &profile.selection;
     let known: Vec<String> = {
@@ -627,9 +646,11 @@ fn capabilities(
     };
     check_size(var, value)?;
     let mut caps: Vec<String> = Vec::new();
+    let mut all = false;
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if item.eq_ignore_ascii_case("all") {
-            return Ok(known);
+            all = true;
+            continue;
         }
         if !known.iter().any(|k| k == item) {
             return Err(err(var, value, format!("unknown capability {item:?}; known: {}, all", known.join(", "))));
@@ -638,7 +659,26 @@ fn capabilities(
             caps.push(item.to_string());
         }
     }
-    Ok(caps)
+    if all {
+        caps = known;
+    }
+    if env_trusted {
+        return Ok(caps);
+    }
+    let nodes = profile.node_capabilities();
+    let (untrusted, kept): (Vec<String>, Vec<String>) = caps.into_iter().partition(|c| nodes.contains(&c.as_str()));
+    if !untrusted.is_empty() {
+        let left_out = untrusted.join(",");
+        if all {
+            req.notes.push(format!(
+                "{var}={}: `all` leaves out {left_out}, which adds device nodes: policy.env_requests does not trust this container's env to ask for them",
+                shorten(value)
+            ));
+        } else {
+            req.refused.push(Refused { source: var.to_string(), value: left_out, channel: Channel::Env });
+        }
+    }
+    Ok(kept)
 }
 
 /// What a vendor request selects on a node ([`VendorRequest::resolve_all`]).

@@ -307,6 +307,7 @@ fn helm_chart_generator_node_setup_and_schema() {
         "--annotation-requests=privileged",
         "--mount-requests=always",
         "--on-refused=warn",
+        "--privileged-means=privileged-flag",
     ] {
         assert!(args.contains(&a), "{a} in {args:?}");
     }
@@ -517,4 +518,137 @@ fn helm_chart_nri_plugin() {
         .unwrap();
     let args = &container(&ds["spec"]["template"]["spec"], "actk-nri")["args"];
     assert_eq!(args[2], "--idx=07", "{args}");
+}
+
+/// `helm template` with its own arguments (`--api-versions`, `--set`).
+fn render_args(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let o = Command::new(helm)
+        .args(["template", "actk-device-plugin", "--namespace", "gpu-operator"])
+        .arg(&chart)
+        .args(args)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+    }
+    Ok(docs(&String::from_utf8_lossy(&o.stdout), "helm template output"))
+}
+
+const VAP_API: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+
+/// Issue 29 finding 5: the admission guard is rendered when a reader of the device list is
+/// (node setup, the NRI plugin) on a cluster with ValidatingAdmissionPolicy, refuses pods
+/// outside the release's namespace, and its path test refuses every mountPath that actk would
+/// read as a device list entry: each path below is judged by actk's own `device_list` (a
+/// `/dev/null` bind mount there) and by the policy's regular expressions (CEL `matches` is RE2,
+/// which these patterns share with the regex crate).
+#[test]
+fn helm_chart_admission_guard_refuses_every_device_list_path() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let guard = |args: &[&str]| -> Vec<Value> {
+        render_args(&helm, args)
+            .unwrap()
+            .into_iter()
+            .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "admission-guard")
+            .collect()
+    };
+    let api = ["--api-versions", VAP_API];
+    assert!(guard(&api).is_empty(), "no reader of the device list: no guard");
+    assert!(guard(&["--set", "nodeSetup.enabled=true"]).is_empty(), "a cluster without the API: no guard under auto");
+    assert!(
+        guard(&["--api-versions", VAP_API, "--set", "nodeSetup.enabled=true,admissionGuard.enabled=false"]).is_empty()
+    );
+    assert_eq!(guard(&["--set", "admissionGuard.enabled=true"]).len(), 2, "true renders it whatever the cluster says");
+    assert_eq!(
+        guard(&["--api-versions", VAP_API, "--set", "nri.enabled=true,config.strategies={volume-mounts}"]).len(),
+        2
+    );
+    let objs = guard(&["--api-versions", VAP_API, "--set", "nodeSetup.enabled=true"]);
+    let policy = kind(&objs, "ValidatingAdmissionPolicy");
+    let binding = kind(&objs, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let rules = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rules["resources"], serde_json::json!(["pods", "pods/ephemeralcontainers"]));
+    assert_eq!(rules["operations"], serde_json::json!(["CREATE", "UPDATE"]));
+    let ns = &spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(
+        (ns["key"].as_str(), ns["operator"].as_str(), &ns["values"]),
+        (Some("kubernetes.io/metadata.name"), Some("NotIn"), &serde_json::json!(["gpu-operator"]))
+    );
+    let validations = spec["validations"].as_array().unwrap();
+    let fields: Vec<&str> = validations
+        .iter()
+        .map(|v| {
+            let e = v["expression"].as_str().unwrap();
+            ["containers", "initContainers", "ephemeralContainers"]
+                .into_iter()
+                .find(|f| e.contains(&format!("object.spec.{f}.")))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(fields, ["containers", "initContainers", "ephemeralContainers"]);
+    // The expression refuses a path when `p.matches(A) || (p.contains('actk') && p.matches(B))`.
+    let expr = validations[0]["expression"].as_str().unwrap();
+    let re = regex::Regex::new(r"p\.matches\('([^']*)'\)").unwrap();
+    let pats: Vec<regex::Regex> = re.captures_iter(expr).map(|c| regex::Regex::new(&c[1]).unwrap()).collect();
+    assert_eq!(pats.len(), 2, "{expr}");
+    let refused = |p: &str| pats[0].is_match(p) || (p.contains("actk") && pats[1].is_match(p));
+    let paths = [
+        "/var/run/actk/devices/nvidia.com/gpu/all",
+        "/var/run/actk/devices",
+        "/var/run/actk/devices/",
+        "//var/run/actk/devices/nvidia.com/gpu/0",
+        "/var//run///actk/devices//nvidia.com//gpu/0",
+        "var/run/actk/devices/nvidia.com/gpu/0",
+        "/var/run/actk/devices/x/../nvidia.com/gpu/0",
+        "/var/./run/actk/devices/nvidia.com/gpu/0",
+        "/tmp/../var/run/actk/devices/nvidia.com/gpu/0",
+        "/var/run/actk/devices/aws.amazon.com/neuron/3",
+        "/var/run/actk/devicesX/nvidia.com/gpu/0",
+        "/run/actk/devices/nvidia.com/gpu/0",
+        "/var/run/actk",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "/data",
+    ];
+    let mut entries = 0;
+    for p in paths {
+        let m =
+            serde_json::json!({"destination": p, "type": "bind", "source": "/dev/null", "options": ["rbind", "ro"]});
+        let (list, _) = actk_core::request::device_list(std::slice::from_ref(&m));
+        if !list.is_empty() {
+            entries += 1;
+            assert!(refused(p), "{p}: actk reads it as a device list entry, the admission guard lets it through");
+        }
+        // Anything that could be cleaned into the directory is refused too.
+        let cleaned = Path::new(p).components().fold(Vec::<String>::new(), |mut v, c| {
+            match c {
+                std::path::Component::ParentDir => {
+                    v.pop();
+                }
+                std::path::Component::Normal(n) => v.push(n.to_string_lossy().into_owned()),
+                _ => {}
+            }
+            v
+        });
+        if cleaned.len() >= 4 && cleaned[..4] == ["var", "run", "actk", "devices"] {
+            assert!(refused(p), "{p} cleans into the device list and is let through");
+        }
+    }
+    assert!(entries >= 5, "the table has device list entries ({entries})");
+    for p in [
+        "/run/actk/devices/nvidia.com/gpu/0",
+        "/var/run/actk",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "/data",
+        "/var/run/actk/devicesX/a/b/c",
+    ] {
+        assert!(!refused(p), "{p} is not the device list");
+    }
 }

@@ -7,8 +7,10 @@
 //! name or need any other CDI spec on the node, so what the claim prepared is exactly what a
 //! container of the claim gets. Its devices:
 //! - `U-<device>` for each allocated device (`U-nvidia-0`): the device's own nodes;
-//! - `U-<profile>-common` for each profile in the claim: the profile's control nodes, driver
-//!   files (every capability whose files exist, as `actk cdi generate` writes them), the
+//! - `U-<profile>-common` for each profile in the claim: the control nodes its devices need
+//!   (never a node reserved to a capability, such as the NVSwitch nodes of `fabric`: the claim
+//!   did not allocate them, whatever the driver's `--capabilities` says), driver files (every
+//!   capability whose files exist, as `actk cdi generate` writes them), the
 //!   ld.so.cache hook, the profile's env, and each of the profile's selection variables set to
 //!   `void` (`NVIDIA_VISIBLE_DEVICES=void`). CDI env edits come after the image's and the pod's
 //!   env and the last duplicate wins, so an image's `NVIDIA_VISIBLE_DEVICES=all` cannot make
@@ -18,7 +20,7 @@
 //! (request, profile), the profile's common device, so a container that uses one request of
 //! the claim gets the control nodes and driver files once.
 
-use actk_core::cdi::generate::{DeviceNameStrategy, GenerateOptions, generate};
+use actk_core::cdi::generate::{DeviceNameStrategy, GenerateOptions, generate, reserved_to_capabilities};
 use actk_core::cdi::spec::{ContainerEdits, Device as CdiDevice, Spec};
 use actk_core::cdi::version::minimum_version;
 use actk_core::inventory::{DeviceNode, HostFile, Inventory, VendorInventory};
@@ -33,7 +35,9 @@ use crate::slice::{DRIVER, device_name};
 /// CDI kind of the transient claim specs.
 pub const CLAIM_KIND: &str = "actk.dev/claim";
 
-/// The claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources.
+/// The claim as the kubelet names it in NodePrepareResources / NodeUnprepareResources. The three
+/// fields together are its identity: the driver checks all of them against its checkpoint and
+/// the API server, and [`check_uid`] before the UID becomes part of a file name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ClaimRef {
     /// metadata.namespace.
@@ -85,6 +89,29 @@ pub enum ClaimError {
         claim: ClaimRef,
         /// What the API server said.
         message: String,
+    },
+    /// The UID is not a UID in the RFC 4122 textual form (the API server's `metadata.uid`):
+    /// refused before it names any file.
+    #[error(
+        "claim {}/{}: uid {} is not a UID (RFC 4122 form: 8-4-4-4-12 hexadecimal digits, as the API server assigns them); nothing was prepared or removed",
+        .namespace, .name, .uid
+    )]
+    NotAUid {
+        /// metadata.namespace as asked.
+        namespace: String,
+        /// metadata.name as asked.
+        name: String,
+        /// The UID as asked, quoted and shortened.
+        uid: String,
+    },
+    /// The UID belongs to another claim: the checkpoint prepared it under another namespace or
+    /// name, or the API server's object has another namespace or name.
+    #[error("claim {claim}: uid {} belongs to another claim ({where_}); a claim's namespace, name and uid are checked together, nothing was prepared or removed", .claim.uid)]
+    OtherClaim {
+        /// The claim as asked.
+        claim: ClaimRef,
+        /// Where the other claim was seen (`the checkpoint`, `the API server`).
+        where_: String,
     },
     /// The API server has another object under that name (deleted and created again).
     #[error("claim {claim}: the API server's claim of that name has uid {found}; it was deleted and created again")]
@@ -154,7 +181,33 @@ pub struct SpecOptions {
     pub ldcache_hook: Option<String>,
 }
 
-/// File name of claim `uid`'s spec: `actk.dev-claim_<uid>.json`.
+/// Checks that `want.uid` is a UID in the RFC 4122 textual form (`8-4-4-4-12` hexadecimal
+/// digits, either case), the form of every `metadata.uid` the API server assigns. A UID names the
+/// claim's spec file ([`spec_file_name`]), so anything else (`x/../victim`, an empty string) is
+/// refused before it can name a path.
+///
+/// Errors: [`ClaimError::NotAUid`] with the UID quoted and shortened.
+#[allow(clippy::result_large_err)]
+pub fn check_uid(want: &ClaimRef) -> Result<(), ClaimError> {
+    let b = want.uid.as_bytes();
+    let ok = b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        });
+    if ok {
+        return Ok(());
+    }
+    let short = |s: &str| actk_core::request::shorten(s);
+    Err(ClaimError::NotAUid {
+        namespace: short(&want.namespace),
+        name: short(&want.name),
+        uid: format!("{:?}", short(&want.uid)),
+    })
+}
+
+/// File name of claim `uid`'s spec: `actk.dev-claim_<uid>.json`. Callers pass only UIDs that
+/// passed [`check_uid`].
 pub fn spec_file_name(uid: &str) -> String {
     format!("actk.dev-claim_{uid}.json")
 }
@@ -210,7 +263,12 @@ pub fn prepare(
     profiles: &[Profile],
     opts: &SpecOptions,
 ) -> Result<Prepared, ClaimError> {
-    let found = claim.metadata.uid.clone().unwrap_or_default();
+    check_uid(want)?;
+    let meta = &claim.metadata;
+    if meta.namespace.as_deref() != Some(want.namespace.as_str()) || meta.name.as_deref() != Some(want.name.as_str()) {
+        return Err(ClaimError::OtherClaim { claim: want.clone(), where_: "the API server".into() });
+    }
+    let found = meta.uid.clone().unwrap_or_default();
     if found != want.uid {
         return Err(ClaimError::UidMismatch { claim: want.clone(), found });
     }
@@ -290,6 +348,9 @@ pub fn prepare(
             .ok_or_else(|| spec_err(format!("no profile named {:?} is loaded", v.profile)))?;
         let view = node_view(v, idxs, &opts.host_mount);
         let mut spec = generate(profile, &view, &gen_opts).map_err(|e| spec_err(e.to_string()))?;
+        // Only the nodes the allocated devices need: a capability (`fabric`, or `all` in
+        // --capabilities) chooses files here, never nodes the claim did not allocate.
+        spec.container_edits.device_nodes.retain(|n| !reserved_to_capabilities(profile, &n.path));
         for var in &profile.selection.env {
             spec.container_edits.env.push(format!("{var}=void"));
         }
@@ -345,4 +406,49 @@ pub fn common_name(uid: &str, profile: &str) -> String {
     // device_name(profile, 0) minus "-0": the same DNS-label form as the devices'.
     let p = device_name(profile, 0);
     format!("{uid}-{}-common", p.trim_end_matches("-0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn want(uid: &str) -> ClaimRef {
+        ClaimRef { namespace: "tenant-a".into(), uid: uid.into(), name: "gpus".into() }
+    }
+
+    const UID: &str = "0b6f3c1e-1111-4c2a-9d7e-2f5a6b7c8d9e";
+
+    #[test]
+    fn uids_are_rfc_4122_text_and_nothing_else() {
+        assert!(check_uid(&want(UID)).is_ok());
+        assert!(check_uid(&want(&UID.to_ascii_uppercase())).is_ok());
+        for bad in [
+            "",
+            "x/../victim",
+            "0b6f3c1e-1111-4c2a-9d7e-2f5a6b7c8d9",
+            "0b6f3c1e11114c2a9d7e2f5a6b7c8d9e0000",
+            "0b6f3c1e-1111-4c2a-9d7e-2f5a6b7c8d9g",
+            "0b6f3c1e-1111-4c2a-9d7e/2f5a6b7c8d9e",
+        ] {
+            let e = check_uid(&want(bad)).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("claim tenant-a/gpus: uid {bad:?} is not a UID")), "{e}");
+        }
+    }
+
+    /// The API server's object must be the claim asked for in all three fields.
+    #[test]
+    fn the_api_object_must_have_the_namespace_and_name_asked_for() {
+        let obj = |ns: &str, name: &str| -> ResourceClaim {
+            serde_json::from_value(serde_json::json!({"metadata": {"namespace": ns, "name": name, "uid": UID},
+                "spec": {"devices": {"requests": []}}, "status": {"allocation": {"devices": {"results": []}}}}))
+            .unwrap()
+        };
+        let inv = Inventory::default();
+        let opts = SpecOptions::default();
+        assert!(prepare(&want(UID), &obj("tenant-a", "gpus"), "n", &inv, &[], &opts).is_ok());
+        for (ns, name) in [("tenant-b", "gpus"), ("tenant-a", "other")] {
+            let e = prepare(&want(UID), &obj(ns, name), "n", &inv, &[], &opts).unwrap_err();
+            assert!(matches!(&e, ClaimError::OtherClaim { where_, .. } if where_ == "the API server"), "{e}");
+        }
+    }
 }

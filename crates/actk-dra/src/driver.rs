@@ -11,6 +11,12 @@
 //! Unprepare of one claim removes its spec (a missing one is fine) and its checkpoint entry.
 //! Claims are handled one at a time under one lock (the work is a few small file writes); the
 //! API read happens outside the lock.
+//!
+//! A claim is its namespace, name and UID together: both calls refuse a UID that is not a UID
+//! ([`claim::check_uid`], before it names a file) and a UID the checkpoint holds for another
+//! namespace or name; prepare also refuses an API object whose namespace, name or UID differs.
+//! So one tenant's UID under another's claim name (or a namespace that does not exist) neither
+//! answers with the first tenant's devices nor removes its spec.
 
 use crate::checkpoint::{Checkpoint, Entry};
 use crate::claim::{self, ClaimError, ClaimRef, PreparedDevice, SpecOptions};
@@ -105,10 +111,14 @@ impl Driver {
 
     /// Prepares `want` (see the module docs) and returns its devices.
     ///
-    /// Errors: a message naming the claim: [`ClaimError`]s, a spec or checkpoint write failure.
+    /// Errors: a message naming the claim: [`ClaimError`]s ([`ClaimError::NotAUid`] and
+    /// [`ClaimError::OtherClaim`] before anything is read or written), a spec or checkpoint
+    /// write failure.
     pub async fn prepare(&self, want: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        claim::check_uid(want).map_err(|e| e.to_string())?;
         {
             let st = self.state.lock().await;
+            Self::same_claim(&st, want)?;
             if let Some(e) = st.claims.get(&want.uid)
                 && e.spec.as_ref().is_none_or(|s| self.cdi_dir.join(s).exists())
             {
@@ -124,6 +134,8 @@ impl Driver {
         let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &self.spec_options)
             .map_err(|e| e.to_string())?;
         let mut st = self.state.lock().await;
+        // Another call may have prepared this UID for another claim while the API was read.
+        Self::same_claim(&st, want)?;
         let file = claim::spec_file_name(&want.uid);
         let path = self.cdi_dir.join(&file);
         if let Some(spec) = &prepared.spec {
@@ -156,9 +168,12 @@ impl Driver {
     /// Unprepares `claim`: removes its spec and checkpoint entry; a claim never prepared (or
     /// unprepared before) is fine.
     ///
-    /// Errors: the spec cannot be removed, or the checkpoint cannot be written (both name the file).
+    /// Errors: [`ClaimError::NotAUid`] and [`ClaimError::OtherClaim`] (nothing removed), the
+    /// spec cannot be removed, or the checkpoint cannot be written (both name the file).
     pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        claim::check_uid(claim).map_err(|e| e.to_string())?;
         let mut st = self.state.lock().await;
+        Self::same_claim(&st, claim)?;
         let path = self.cdi_dir.join(claim::spec_file_name(&claim.uid));
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -173,6 +188,18 @@ impl Driver {
             tracing::info!("unprepared claim {claim}");
         }
         Ok(())
+    }
+}
+
+impl Driver {
+    /// Errors when the checkpoint holds `want.uid` for a claim of another namespace or name.
+    fn same_claim(st: &Checkpoint, want: &ClaimRef) -> Result<(), String> {
+        match st.claims.get(&want.uid) {
+            Some(e) if e.claim != *want => {
+                Err(ClaimError::OtherClaim { claim: want.clone(), where_: "the checkpoint".into() }.to_string())
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -28,6 +28,20 @@ use tokio::sync::{oneshot, watch};
 
 const NODE: &str = "node-a";
 
+// Claim UIDs as the API server assigns them (RFC 4122, version 4).
+const U_GOOD: &str = "6f1c2a3b-0001-4d5e-8f90-a1b2c3d4e5f6";
+const U_GONE: &str = "6f1c2a3b-0002-4d5e-8f90-a1b2c3d4e5f6";
+const U_OTHER: &str = "6f1c2a3b-0003-4d5e-8f90-a1b2c3d4e5f6";
+const U_MISSING: &str = "6f1c2a3b-0004-4d5e-8f90-a1b2c3d4e5f6";
+const U_OLD: &str = "6f1c2a3b-0005-4d5e-8f90-a1b2c3d4e5f6";
+const U_NEW: &str = "6f1c2a3b-0006-4d5e-8f90-a1b2c3d4e5f6";
+const U_THIRD: &str = "6f1c2a3b-0007-4d5e-8f90-a1b2c3d4e5f6";
+const U_NEURON: &str = "6f1c2a3b-0008-4d5e-8f90-a1b2c3d4e5f6";
+
+fn spec_file(uid: &str) -> String {
+    format!("actk.dev-claim_{uid}.json")
+}
+
 fn claim(ns: &str, name: &str, uid: &str, devices: &[(&str, &str)], pool: &str) -> ResourceClaim {
     let results: Vec<serde_json::Value> = devices
         .iter()
@@ -351,15 +365,15 @@ async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
     let Some(s) = setup("nvidia-dgx-h100").await else { return };
     let ch = actk_device_plugin::uds::connect(&s.sock).await.unwrap();
     let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
-    let good = ClaimRef { namespace: "ns".into(), uid: "u-good".into(), name: "good".into() };
-    let gone = ClaimRef { namespace: "ns".into(), uid: "u-gone".into(), name: "gone".into() };
-    let other = ClaimRef { namespace: "ns".into(), uid: "u-other".into(), name: "other".into() };
-    let missing = ClaimRef { namespace: "ns".into(), uid: "u-missing".into(), name: "missing".into() };
-    let recreated = ClaimRef { namespace: "ns".into(), uid: "u-old".into(), name: "recreated".into() };
-    s.claims.put(claim("ns", "good", "u-good", &[("g", "nvidia-0")], NODE));
-    s.claims.put(claim("ns", "gone", "u-gone", &[("g", "nvidia-1"), ("g", "nvidia-9")], NODE));
-    s.claims.put(claim("ns", "other", "u-other", &[("g", "nvidia-1")], "node-b"));
-    s.claims.put(claim("ns", "recreated", "u-new", &[("g", "nvidia-1")], NODE));
+    let good = ClaimRef { namespace: "ns".into(), uid: U_GOOD.into(), name: "good".into() };
+    let gone = ClaimRef { namespace: "ns".into(), uid: U_GONE.into(), name: "gone".into() };
+    let other = ClaimRef { namespace: "ns".into(), uid: U_OTHER.into(), name: "other".into() };
+    let missing = ClaimRef { namespace: "ns".into(), uid: U_MISSING.into(), name: "missing".into() };
+    let recreated = ClaimRef { namespace: "ns".into(), uid: U_OLD.into(), name: "recreated".into() };
+    s.claims.put(claim("ns", "good", U_GOOD, &[("g", "nvidia-0")], NODE));
+    s.claims.put(claim("ns", "gone", U_GONE, &[("g", "nvidia-1"), ("g", "nvidia-9")], NODE));
+    s.claims.put(claim("ns", "other", U_OTHER, &[("g", "nvidia-1")], "node-b"));
+    s.claims.put(claim("ns", "recreated", U_NEW, &[("g", "nvidia-1")], NODE));
     let resp = client
         .node_prepare_resources(v1::NodePrepareResourcesRequest {
             claims: [&good, &gone, &other, &missing, &recreated].into_iter().map(v1_claim).collect(),
@@ -368,19 +382,22 @@ async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
         .unwrap()
         .into_inner();
     assert_eq!(resp.claims.len(), 5, "every claim answered");
-    assert_eq!(resp.claims["u-good"].error, "", "a bad claim does not fail the others");
-    let e = &resp.claims["u-gone"].error;
-    assert!(e.starts_with("claim ns/gone (uid u-gone): device nvidia-9 is not on this node"), "{e}");
+    assert_eq!(resp.claims[U_GOOD].error, "", "a bad claim does not fail the others");
+    let e = &resp.claims[U_GONE].error;
+    assert!(e.starts_with(&format!("claim ns/gone (uid {U_GONE}): device nvidia-9 is not on this node")), "{e}");
     assert!(e.contains("nvidia-0, nvidia-1"), "{e}");
-    assert!(resp.claims["u-gone"].devices.is_empty());
-    let e = &resp.claims["u-other"].error;
-    assert_eq!(e, "claim ns/other (uid u-other): device nvidia-1 is in pool node-b, not in this node's pool node-a");
-    let e = &resp.claims["u-missing"].error;
-    assert!(e.starts_with("claim ns/missing (uid u-missing): not found in the API server"), "{e}");
-    let e = &resp.claims["u-old"].error;
-    assert!(e.contains("has uid u-new"), "{e}");
-    assert_eq!(s.spec_files(), ["actk.dev-claim_u-good.json"], "nothing written for the bad claims");
-    assert_eq!(s.driver.prepared_claims().await, ["u-good"]);
+    assert!(resp.claims[U_GONE].devices.is_empty());
+    let e = &resp.claims[U_OTHER].error;
+    assert_eq!(
+        *e,
+        format!("claim ns/other (uid {U_OTHER}): device nvidia-1 is in pool node-b, not in this node's pool node-a")
+    );
+    let e = &resp.claims[U_MISSING].error;
+    assert!(e.starts_with(&format!("claim ns/missing (uid {U_MISSING}): not found in the API server")), "{e}");
+    let e = &resp.claims[U_OLD].error;
+    assert!(e.contains(&format!("has uid {U_NEW}")), "{e}");
+    assert_eq!(s.spec_files(), [spec_file(U_GOOD)], "nothing written for the bad claims");
+    assert_eq!(s.driver.prepared_claims().await, [U_GOOD]);
 
     // An unwritable checkpoint: the error names it and the spec just written is removed again.
     let bad_cp = s.dir.path().join("not-a-dir");
@@ -397,35 +414,160 @@ async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
     )
     .unwrap();
     std::fs::write(&bad_cp, "").unwrap(); // the checkpoint's directory is now a file
-    s.claims.put(claim("ns", "third", "u-third", &[("g", "nvidia-3")], NODE));
-    let third = ClaimRef { namespace: "ns".into(), uid: "u-third".into(), name: "third".into() };
+    s.claims.put(claim("ns", "third", U_THIRD, &[("g", "nvidia-3")], NODE));
+    let third = ClaimRef { namespace: "ns".into(), uid: U_THIRD.into(), name: "third".into() };
     let e = d.prepare(&third).await.unwrap_err();
     assert!(e.contains(&bad_cp.display().to_string()) && e.contains("removed again"), "{e}");
-    assert_eq!(s.spec_files(), ["actk.dev-claim_u-good.json"]);
+    assert_eq!(s.spec_files(), [spec_file(U_GOOD)]);
 }
 
 #[tokio::test]
 async fn a_restarted_driver_answers_from_its_checkpoint() {
     let Some(s) = setup("aws-inf2-48xlarge").await else { return };
-    let want = ClaimRef { namespace: "ml".into(), uid: "u-neuron".into(), name: "pair".into() };
-    s.claims.put(claim("ml", "pair", "u-neuron", &[("pair", "neuron-4"), ("pair", "neuron-5")], NODE));
+    let want = ClaimRef { namespace: "ml".into(), uid: U_NEURON.into(), name: "pair".into() };
+    s.claims.put(claim("ml", "pair", U_NEURON, &[("pair", "neuron-4"), ("pair", "neuron-5")], NODE));
     let first = s.driver.prepare(&want).await.unwrap();
-    let spec = std::fs::read_to_string(s.cdi_dir().join("actk.dev-claim_u-neuron.json")).unwrap();
+    let spec = std::fs::read_to_string(s.cdi_dir().join(spec_file(U_NEURON))).unwrap();
     assert!(spec.contains("AWS_NEURON_VISIBLE_DEVICES=void"), "{spec}");
     assert!(spec.contains("/dev/neuron4") && spec.contains("/dev/neuron5") && !spec.contains("/dev/neuron6"));
     // A new driver on the same files, with an API server that has no claims at all.
     let restarted = new_driver(&s._fixture.root, s.dir.path(), Arc::new(MemoryClaims::default())).unwrap();
-    assert_eq!(restarted.prepared_claims().await, ["u-neuron"]);
+    assert_eq!(restarted.prepared_claims().await, [U_NEURON]);
     assert_eq!(restarted.prepare(&want).await.unwrap(), first);
     restarted.unprepare(&want).await.unwrap();
     assert!(s.spec_files().is_empty());
     // A spec lost while the checkpoint kept the claim (a reboot clears /var/run/cdi): prepared again.
     s.driver.prepare(&want).await.unwrap();
-    std::fs::remove_file(s.cdi_dir().join("actk.dev-claim_u-neuron.json")).unwrap();
+    std::fs::remove_file(s.cdi_dir().join(spec_file(U_NEURON))).unwrap();
     s.driver.prepare(&want).await.unwrap();
-    assert_eq!(s.spec_files(), ["actk.dev-claim_u-neuron.json"]);
+    assert_eq!(s.spec_files(), [spec_file(U_NEURON)]);
     // A corrupt checkpoint stops the driver with a message naming the file.
     std::fs::write(s.checkpoint(), "{").unwrap();
     let err = new_driver(&s._fixture.root, s.dir.path(), Arc::new(MemoryClaims::default())).err().unwrap().to_string();
     assert!(err.contains(&s.checkpoint().display().to_string()), "{err}");
+}
+
+/// Issue 29 finding 6: a claim is its namespace, name and UID together. Tenant A's prepared UID
+/// asked for under tenant B's namespace, another claim name or a namespace that does not exist
+/// answers with an error and no device, and unpreparing it so removes nothing; a UID that is not
+/// a UID (`x/../<victim's spec>`, with the directory it needs planted in the CDI directory) is
+/// refused by both calls before it names a file. Tenant A's own calls still work.
+#[tokio::test]
+async fn claim_identity_is_namespace_name_and_uid_together() {
+    let Some(s) = setup("nvidia-dgx-h100").await else { return };
+    let ch = actk_device_plugin::uds::connect(&s.sock).await.unwrap();
+    let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
+    let a = ClaimRef { namespace: "tenant-a".into(), uid: U_GOOD.into(), name: "gpus".into() };
+    s.claims.put(claim("tenant-a", "gpus", U_GOOD, &[("g", "nvidia-1")], NODE));
+    s.claims.put(claim("tenant-b", "gpus", U_OTHER, &[("g", "nvidia-2")], NODE));
+    let prepare = |c: &ClaimRef| v1::NodePrepareResourcesRequest { claims: vec![v1_claim(c)] };
+    let unprepare = |c: &ClaimRef| v1::NodeUnprepareResourcesRequest { claims: vec![v1_claim(c)] };
+    let resp = client.node_prepare_resources(prepare(&a)).await.unwrap().into_inner();
+    assert_eq!(resp.claims[U_GOOD].error, "");
+    let victim = s.cdi_dir().join(spec_file(U_GOOD));
+    let before = std::fs::read(&victim).unwrap();
+    let checkpoint = std::fs::read(s.checkpoint()).unwrap();
+
+    for (ns, name) in [("tenant-b", "gpus"), ("tenant-a", "other"), ("no-such-namespace", "gpus")] {
+        let forged = ClaimRef { namespace: ns.into(), uid: U_GOOD.into(), name: name.into() };
+        let r = client.node_prepare_resources(prepare(&forged)).await.unwrap().into_inner();
+        let answer = &r.claims[U_GOOD];
+        assert!(answer.devices.is_empty(), "{ns}/{name}: tenant A's devices answered: {answer:?}");
+        assert!(
+            answer.error.starts_with(&format!(
+                "claim {ns}/{name} (uid {U_GOOD}): uid {U_GOOD} belongs to another claim (the checkpoint)"
+            )),
+            "{ns}/{name}: {}",
+            answer.error
+        );
+        assert!(!answer.error.contains("tenant-a/gpus"), "the other claim is not named: {}", answer.error);
+        let r = client.node_unprepare_resources(unprepare(&forged)).await.unwrap().into_inner();
+        assert!(r.claims[U_GOOD].error.contains("belongs to another claim"), "{ns}/{name}: {:?}", r.claims[U_GOOD]);
+        assert_eq!(std::fs::read(&victim).unwrap(), before, "{ns}/{name}: tenant A's spec changed");
+        assert_eq!(std::fs::read(s.checkpoint()).unwrap(), checkpoint, "{ns}/{name}: the checkpoint changed");
+    }
+
+    // Path-like and malformed UIDs: the directory the traversal needs exists.
+    std::fs::create_dir(s.cdi_dir().join("actk.dev-claim_x")).unwrap();
+    let traversal = format!("x/../actk.dev-claim_{U_GOOD}");
+    let long = "a".repeat(100_000);
+    for uid in [
+        traversal.as_str(),
+        "../../../etc/passwd",
+        "",
+        "6f1c2a3b-0001-4d5e-8f90-a1b2c3d4e5f",
+        &long,
+        "6f1c2a3b_0001_4d5e_8f90_a1b2c3d4e5f6",
+    ] {
+        let bad = ClaimRef { namespace: "tenant-b".into(), uid: uid.into(), name: "gpus".into() };
+        let r = client.node_unprepare_resources(unprepare(&bad)).await.unwrap().into_inner();
+        let e = &r.claims[uid].error;
+        assert!(e.contains("is not a UID (RFC 4122 form") && e.contains("nothing was prepared or removed"), "{e}");
+        assert!(e.len() < 1000, "the message does not carry the whole value ({} bytes)", e.len());
+        let r = client.node_prepare_resources(prepare(&bad)).await.unwrap().into_inner();
+        assert!(r.claims[uid].error.contains("is not a UID"), "{:?}", r.claims[uid]);
+        assert!(r.claims[uid].devices.is_empty());
+        assert_eq!(std::fs::read(&victim).unwrap(), before, "{uid:?}: tenant A's spec changed");
+    }
+    assert_eq!(s.spec_files(), [spec_file(U_GOOD), "actk.dev-claim_x".to_string()], "nothing written");
+    assert_eq!(std::fs::read(s.checkpoint()).unwrap(), checkpoint);
+
+    // Tenant B's own claim, and tenant A's again, and an upper-case UID (RFC 4122 reads either case).
+    let b = ClaimRef { namespace: "tenant-b".into(), uid: U_OTHER.into(), name: "gpus".into() };
+    let r = client.node_prepare_resources(prepare(&b)).await.unwrap().into_inner();
+    assert_eq!((r.claims[U_OTHER].error.as_str(), r.claims[U_OTHER].devices[0].device_name.as_str()), ("", "nvidia-2"));
+    let again = client.node_prepare_resources(prepare(&a)).await.unwrap().into_inner();
+    assert_eq!(again, resp);
+    let upper = U_THIRD.to_ascii_uppercase();
+    s.claims.put(claim("tenant-c", "gpus", &upper, &[("g", "nvidia-3")], NODE));
+    let c = ClaimRef { namespace: "tenant-c".into(), uid: upper.clone(), name: "gpus".into() };
+    let r = client.node_prepare_resources(prepare(&c)).await.unwrap().into_inner();
+    assert_eq!(r.claims[&upper].error, "");
+    for c in [&a, &b, &c] {
+        let r = client.node_unprepare_resources(unprepare(c)).await.unwrap().into_inner();
+        assert_eq!(r.claims[&c.uid].error, "");
+    }
+    assert_eq!(s.spec_files(), ["actk.dev-claim_x"]);
+}
+
+/// Issue 29 finding 1 on the DRA path: whatever the driver's `--capabilities` (here `all`,
+/// which names `fabric`), a claim spec carries the nodes of the devices the claim allocated and
+/// the control nodes they need, never the NVSwitch nodes the DGX H100 fixture has; the files of
+/// every capability are still mounted.
+#[tokio::test]
+async fn claim_specs_never_carry_nodes_reserved_to_a_capability() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(&f.root, &profiles);
+    let nvidia = inv.vendor("nvidia").expect("the fixture's GPUs");
+    assert!(
+        nvidia.shared_nodes.iter().any(|n| n.path.starts_with("/dev/nvidia-nvswitch")),
+        "the fixture has NVSwitch nodes: {:?}",
+        nvidia.shared_nodes
+    );
+    let (_tx, rx) = watch::channel(Arc::new(inv));
+    let claims = Arc::new(MemoryClaims::default());
+    let opts = SpecOptions { host_mount: "/".into(), capabilities: Some(vec!["all".into()]), ..Default::default() };
+    let d = Driver::new(
+        NODE.into(),
+        profiles,
+        dir.path().join("cdi"),
+        dir.path().join("cp.json"),
+        opts,
+        rx,
+        claims.clone(),
+    )
+    .unwrap();
+    claims.put(claim("tenant-a", "one", U_GOOD, &[("g", "nvidia-4")], NODE));
+    let want = ClaimRef { namespace: "tenant-a".into(), uid: U_GOOD.into(), name: "one".into() };
+    d.prepare(&want).await.unwrap();
+    let spec = actk_core::cdi::validate::validate_file(&dir.path().join("cdi").join(spec_file(U_GOOD))).unwrap();
+    let mut nodes: Vec<&str> =
+        spec.devices.iter().flat_map(|d| d.container_edits.device_nodes.iter().map(|n| n.path.as_str())).collect();
+    nodes.sort();
+    assert!(!nodes.iter().any(|n| n.contains("nvswitch")), "{nodes:?}");
+    assert!(nodes.contains(&"/dev/nvidia4") && nodes.contains(&"/dev/nvidiactl"), "{nodes:?}");
+    let common = spec.devices.iter().find(|d| d.name.ends_with("-common")).unwrap();
+    assert!(common.container_edits.mounts.iter().any(|m| m.container_path.ends_with("libcuda.so.580.95.05")));
 }

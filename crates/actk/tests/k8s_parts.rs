@@ -241,6 +241,7 @@ fn node_setup_installs_registers_and_teardown_restores() {
         ("annotation_requests", "privileged"),
         ("mount_requests", "always"),
         ("on_refused", "warn"),
+        ("privileged_means", "privileged-flag"),
     ] {
         assert_eq!(policy[k].as_str(), Some(v), "policy.{k}: {policy:?}");
     }
@@ -279,13 +280,15 @@ fn node_setup_installs_registers_and_teardown_restores() {
 
     // The policy flags (chart: nodeSetup.policy) reach the installed config; a bad value is
     // named with the values there are, and nothing is installed.
-    let mut args = vec!["node", "setup", "--env-requests", "never", "--on-refused", "fail"];
+    let mut args =
+        vec!["node", "setup", "--env-requests", "never", "--on-refused", "fail", "--privileged-means", "cap-sys-admin"];
     args.extend(common);
     let o = actk(&args);
     assert!(o.status.success(), "{}", text(&o));
     let cfg: toml::Table = std::fs::read_to_string(dir.join("actk.toml")).unwrap().parse().unwrap();
     assert_eq!(cfg["policy"]["env_requests"].as_str(), Some("never"));
     assert_eq!(cfg["policy"]["on_refused"].as_str(), Some("fail"));
+    assert_eq!(cfg["policy"]["privileged_means"].as_str(), Some("cap-sys-admin"));
     assert_eq!(cfg["policy"]["annotation_requests"].as_str(), Some("privileged"));
     let mut args = vec!["node", "teardown"];
     args.extend(common);

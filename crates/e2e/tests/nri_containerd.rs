@@ -213,3 +213,69 @@ fn containerd_applies_actk_cdi_specs_itself_and_runs_actk_runtime_as_a_runtime_c
     assert_eq!(nvidia_nodes(&seen(&out).0), ["nvidia0", "nvidiactl"], "{out}");
     Ok(())
 }
+
+/// Issue 29 finding 1 under the NRI plugin, on the DGX H100 fixture (4 NVSwitch nodes and
+/// nvidia-nvswitchctl, MIG management nodes): a CRI container allocated GPU 2 (the device list)
+/// whose env asks for the `fabric` capability, `all` capabilities, MIG management and IMEX
+/// channels sees GPU 2 and its control nodes, never an NVSwitch or MIG management node, with
+/// the driver files of its other capabilities; the plugin logs the refusal with the policy key.
+/// With `on_refused = "fail"` the explicit `fabric` fails the create, naming the key.
+#[test]
+fn nri_plugin_never_widens_an_allocation_for_a_capability_that_adds_nodes() -> Result<()> {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Containerd2::start(&Containerd2Options::default())? else { return Ok(()) };
+    let policy = |on_refused: &str| -> Result<ActkConfig> {
+        let mut cfg = ActkConfig::new(&fx.root)?;
+        cfg.extra = format!(
+            "hook_path = {:?}\n[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"privileged\"\nmount_requests = \"always\"\non_refused = {on_refused:?}\nprivileged_means = \"privileged-flag\"\n",
+            bin("actk-hook").display().to_string()
+        );
+        Ok(cfg)
+    };
+    let warn = policy("warn")?;
+    let plugin = NriPlugin::start(&c, &warn.write()?)?;
+    for (name, env) in [
+        ("fabric", vec![("NVIDIA_DRIVER_CAPABILITIES", "compute,utility,fabric")]),
+        ("allcaps", vec![("NVIDIA_DRIVER_CAPABILITIES", "all")]),
+        (
+            "everything",
+            vec![
+                ("NVIDIA_DRIVER_CAPABILITIES", "all"),
+                ("NVIDIA_VISIBLE_DEVICES", "all"),
+                ("NVIDIA_MIG_CONFIG_DEVICES", "all"),
+                ("NVIDIA_MIG_MONITOR_DEVICES", "all"),
+                ("NVIDIA_IMEX_CHANNELS", "all"),
+            ],
+        ),
+    ] {
+        let (code, out) = c.run_pod(name, allocated(probe(&env), &["2"]), None)?;
+        assert_eq!(code, 0, "{name}: {out}\nplugin:\n{}", plugin.log());
+        let (devs, libs, _) = seen(&out);
+        assert_eq!(nvidia_nodes(&devs), ["nvidia2", "nvidiactl"], "{name}: {out}\nplugin:\n{}", plugin.log());
+        assert!(
+            !devs.iter().any(|d| d.starts_with("nvidia-nvswitch") || d == "nvidia-caps"),
+            "{name}: a node the allocation does not need: {devs:?}\nplugin:\n{}",
+            plugin.log()
+        );
+        assert!(!libs.is_empty(), "{name}: the files of the other capabilities stay: {out}");
+    }
+    let log = plugin.log();
+    assert!(
+        log.contains("NVIDIA_DRIVER_CAPABILITIES=fabric: refused by the node's trust policy")
+            && log.contains("env_requests"),
+        "the refusal names the variable and the policy key:\n{log}"
+    );
+    drop(plugin);
+
+    let fail = policy("fail")?;
+    let plugin = NriPlugin::start(&c, &fail.write()?)?;
+    let ctr = allocated(probe(&[("NVIDIA_DRIVER_CAPABILITIES", "utility,fabric")]), &["2"]);
+    let err = c.run_pod("fabricfail", ctr, None).unwrap_err().to_string();
+    assert!(
+        err.contains("NVIDIA_DRIVER_CAPABILITIES=fabric") && err.contains("env_requests"),
+        "{err}\nplugin:\n{}",
+        plugin.log()
+    );
+    drop(plugin);
+    Ok(())
+}

@@ -13,6 +13,10 @@
 //! - finding 5: an untrusted spec file and hooks.d file are skipped, their hooks never run.
 //! - finding 7: a forged OCI state naming a host process is refused by the hook.
 //!   (Finding 6, backups, is in crates/actk/tests/runtime_configure.rs.)
+//! - issue 29 finding 1: a capability that adds device nodes (`fabric`, `all`) and every other
+//!   such input never widen a pod's allocation, through actk-runtime and actk-hook; finding 5:
+//!   `capabilities.add: [SYS_ADMIN]` is not privileged under `privileged_means =
+//!   "privileged-flag"` (the NRI plugin's side is in nri_containerd.rs).
 
 use actk_testsupport::engines::{
     self, ActkConfig, Bundle, actk_runtime, bin, expect_success, import_image, podman, require_root, runc, text,
@@ -404,22 +408,41 @@ const CRI_CAPS: &[&str] = &[
 ];
 
 /// The node policy the Kubernetes node setup writes.
-const K8S_POLICY: &str = "[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"privileged\"\nmount_requests = \"always\"\non_refused = \"warn\"\n";
+const K8S_POLICY: &str = "[policy]\nenv_requests = \"privileged\"\nannotation_requests = \"privileged\"\nmount_requests = \"always\"\non_refused = \"warn\"\nprivileged_means = \"privileged-flag\"\n";
 
 /// Turns a bundle's config.json into what containerd's CRI plugin writes for a pod's container:
-/// the image's env, containerd's default capabilities (plus CAP_SYS_ADMIN when `privileged`),
-/// the kubelet's mounts (hosts file, termination log) and the CRI annotations; `listed` are the
-/// device list mounts the kubelet adds for the device plugin's volume-mounts answer
-/// (`<kind>/<index>`), exactly as containerd writes a kubelet mount.
+/// the image's env, containerd's default capabilities (for `privileged: true` also
+/// CAP_SYS_ADMIN and every device allowed, as containerd's `WithPrivileged` and
+/// `WithAllDevicesAllowed` write it), the kubelet's mounts (hosts file, termination log) and the
+/// CRI annotations; `listed` are the device list mounts the kubelet adds for the device
+/// plugin's volume-mounts answer (`<kind>/<index>`), exactly as containerd writes a kubelet mount.
 fn cri_shape(b: &Bundle, kubelet: &Path, listed: &[&str], privileged: bool) {
+    cri_shape_with(b, kubelet, listed, if privileged { Privilege::PrivilegedTrue } else { Privilege::None });
+}
+
+/// How privileged a CRI pod's container is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Privilege {
+    None,
+    /// `capabilities.add: [SYS_ADMIN]` without `privileged`: the capability, the ordinary
+    /// device cgroup.
+    AddSysAdmin,
+    /// `privileged: true`.
+    PrivilegedTrue,
+}
+
+fn cri_shape_with(b: &Bundle, kubelet: &Path, listed: &[&str], privilege: Privilege) {
     fs::write(kubelet.join("etc-hosts"), "127.0.0.1 localhost\n").unwrap();
     fs::write(kubelet.join("termination-log"), "").unwrap();
     let mut caps: Vec<&str> = CRI_CAPS.to_vec();
-    if privileged {
+    if privilege != Privilege::None {
         caps.push("CAP_SYS_ADMIN");
     }
     b.edit(|c| {
         c["process"]["capabilities"] = json!({"bounding": caps, "effective": caps, "permitted": caps});
+        if privilege == Privilege::PrivilegedTrue {
+            c["linux"]["resources"]["devices"] = json!([{"allow": true, "access": "rwm"}]);
+        }
         let mounts = c["mounts"].as_array_mut().unwrap();
         mounts.push(json!({"destination": "/etc/hosts", "type": "bind",
             "source": kubelet.join("etc-hosts"), "options": ["rbind", "rprivate", "rw"]}));
@@ -834,4 +857,106 @@ fn update_ldcache_hook_works_under_a_user_namespace() {
     let m = fs::metadata(b.rootfs().join("etc/ld.so.cache")).unwrap();
     assert_eq!(m.uid(), 100_000, "written as the container's root, inside its namespace");
     canary.assert_unchanged("user namespace");
+}
+
+/// A CRI-shaped pod allocated GPU 0 (the device list) through `via`, running `script`; returns
+/// the container's output and what actk said (actk-runtime's stderr and runc log; for the hook,
+/// runc's output).
+fn cri_pod(
+    n: &Node,
+    via: Via,
+    script: &str,
+    env: &[&str],
+    annotation: Option<&str>,
+    privilege: Privilege,
+) -> (String, String) {
+    let kubelet = tempfile::tempdir().unwrap();
+    let b = n.bundle(via, script, env);
+    let hooks = b.config().unwrap()["hooks"].clone();
+    cri_shape_with(&b, kubelet.path(), &["nvidia.com/gpu/0"], privilege);
+    b.edit(|c| {
+        c["hooks"] = hooks;
+        if let Some(a) = annotation {
+            c["annotations"]["cdi.k8s.io/tenant"] = Value::from(a);
+        }
+    })
+    .unwrap();
+    let (o, log) = match via {
+        Via::Runtime => cri_run(n, &b),
+        Via::Hook => (n.start(Via::Hook, &b), String::new()),
+    };
+    let what = format!("{via:?} {env:?} {annotation:?} {privilege:?}");
+    let out = expect_success(&what, &o);
+    (out, format!("{}\n{log}", text(&o).1))
+}
+
+fn nvswitch_nodes(out: &str) -> Vec<String> {
+    dev_nodes(out, "nvidia-nvswitch")
+}
+
+/// Issue 29 finding 1 with the real runc, through actk-runtime and through actk-hook, on the
+/// DGX H100 fixture (8 GPUs, 4 NVSwitch nodes and nvidia-nvswitchctl, the MIG management
+/// nodes) set up as a Kubernetes node: a pod allocated GPU 0 whose env asks for the `fabric`
+/// capability, `all` capabilities, and every other input that adds nodes (selection, MIG
+/// management, IMEX, a CDI annotation) sees GPU 0 and its control nodes only; the driver files
+/// its capabilities choose stay; the refusal is logged naming the policy key. A
+/// `capabilities.add: [SYS_ADMIN]` pod is not privileged there; a `privileged: true` pod may
+/// ask for `fabric`. The host canary never changes.
+#[test]
+fn capabilities_that_add_nodes_never_widen_a_pods_allocation() {
+    let Some(n) = node("nvidia-dgx-h100", K8S_POLICY) else { return };
+    let canary = Canary::new(None);
+    let script = "ls -1 /dev; ls -1 /dev/nvidia-caps 2>/dev/null; ls /usr/lib/x86_64-linux-gnu 2>/dev/null; true";
+    let everything: &[&str] = &[
+        "NVIDIA_DRIVER_CAPABILITIES=all",
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_MIG_CONFIG_DEVICES=all",
+        "NVIDIA_MIG_MONITOR_DEVICES=all",
+        "NVIDIA_IMEX_CHANNELS=all",
+    ];
+    for via in [Via::Runtime, Via::Hook] {
+        for (env, annotation) in [
+            (&["NVIDIA_DRIVER_CAPABILITIES=fabric"][..], None),
+            (&["NVIDIA_DRIVER_CAPABILITIES=compute,utility,fabric"][..], None),
+            (&["NVIDIA_DRIVER_CAPABILITIES=all"][..], None),
+            (everything, Some("nvidia.com/gpu=all")),
+        ] {
+            let what = format!("{via:?} {env:?}");
+            let (out, said) = cri_pod(&n, via, script, env, annotation, Privilege::None);
+            assert_eq!(gpus(&out), ["nvidia0"], "{what}:\n{out}");
+            assert!(nvswitch_nodes(&out).is_empty(), "{what}: NVSwitch nodes in the pod:\n{out}");
+            assert!(!out.contains("nvidia-cap"), "{what}: MIG management nodes in the pod:\n{out}");
+            assert!(out.lines().any(|l| l == "nvidiactl"), "{what}: the allocated GPU's control node:\n{out}");
+            if env[0] != "NVIDIA_DRIVER_CAPABILITIES=fabric" {
+                assert!(out.contains("libcuda.so.1"), "{what}: the files of the other capabilities stay:\n{out}");
+            }
+            if via == Via::Runtime {
+                assert!(said.contains("policy.env_requests"), "{what}: the refusal names the policy key:\n{said}");
+                if env == ["NVIDIA_DRIVER_CAPABILITIES=fabric"] {
+                    assert!(said.contains("NVIDIA_DRIVER_CAPABILITIES=fabric: refused"), "{what}:\n{said}");
+                }
+            }
+        }
+        // capabilities.add: [SYS_ADMIN] is not privileged: true on a node with privileged-flag.
+        let env = ["NVIDIA_DRIVER_CAPABILITIES=fabric", "NVIDIA_VISIBLE_DEVICES=all"];
+        let (out, said) = cri_pod(&n, via, script, &env, None, Privilege::AddSysAdmin);
+        assert_eq!(gpus(&out), ["nvidia0"], "{via:?} SYS_ADMIN:\n{out}");
+        assert!(nvswitch_nodes(&out).is_empty(), "{via:?} SYS_ADMIN:\n{out}");
+        if via == Via::Runtime {
+            assert!(
+                said.contains("privileged_means = \\\"privileged-flag\\\"")
+                    || said.contains("privileged_means = \"privileged-flag\""),
+                "{said}"
+            );
+        }
+        // privileged: true may ask (it reaches every node anyway): the nodes come.
+        let (out, _) =
+            cri_pod(&n, via, script, &["NVIDIA_DRIVER_CAPABILITIES=utility,fabric"], None, Privilege::PrivilegedTrue);
+        assert_eq!(
+            nvswitch_nodes(&out),
+            ["nvidia-nvswitch0", "nvidia-nvswitch1", "nvidia-nvswitch2", "nvidia-nvswitch3", "nvidia-nvswitchctl"],
+            "{via:?} privileged: true asks for fabric:\n{out}"
+        );
+    }
+    canary.assert_unchanged("capabilities that add nodes");
 }

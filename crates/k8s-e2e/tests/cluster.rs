@@ -721,6 +721,7 @@ fn multi_tenant_policy(c: &Cluster) -> Result<toml::Table> {
         ("annotation_requests", "privileged"),
         ("mount_requests", "always"),
         ("on_refused", "warn"),
+        ("privileged_means", "privileged-flag"),
     ] {
         assert_eq!(policy.get(k).and_then(|x| x.as_str()), Some(v), "policy.{k} of {}: {policy:?}", cfg.display());
     }
@@ -906,5 +907,143 @@ fn mig_mixed_strategy_resources_and_a_pod_with_one_mig_device() -> Result<()> {
         vec![cap(format!("gi{}/access", m.num("gi")))?, cap(format!("gi{}/ci{}/access", m.num("gi"), m.num("ci")))?];
     expect.sort();
     assert_eq!(caps, expect, "the MIG device's caps nodes: {:?}", v.dev);
+    Ok(())
+}
+
+/// `spec`'s manifest with `patch` applied to its pod spec, in namespace `ns`.
+fn patched(spec: &PodSpec, ns: &str, patch: impl FnOnce(&mut Value)) -> Value {
+    let mut m = spec.manifest();
+    m["metadata"]["namespace"] = Value::from(ns);
+    patch(&mut m["spec"]);
+    m
+}
+
+/// Runs a patched pod manifest in `ns` to its end and returns what it saw.
+fn look_manifest(c: &Cluster, ns: &str, manifest: &Value) -> Result<View> {
+    let name = manifest["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let del = ["delete", "pod", &name, "-n", ns, "--ignore-not-found", "--grace-period=0", "--force", "--wait=true"];
+    c.kubectl_ok(&del)?;
+    c.apply(&manifest.to_string())?;
+    let pod = c.wait_until(&format!("pod {ns}/{name} to end"), Duration::from_secs(120), || {
+        let p = c.get_json(&["pod", &name, "-n", ns])?;
+        Ok(matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(p))
+    })?;
+    let log = c.kubectl_ok(&["logs", &name, "-n", ns, "-c", "c"]).unwrap_or_default();
+    c.kubectl_ok(&del)?;
+    ensure!(pod["status"]["phase"] == "Succeeded", "pod {ns}/{name}: {}\n{log}", pod["status"]);
+    Ok(View::parse(&log))
+}
+
+/// `kubectl create --dry-run=server` of `manifest`: the API server's admission answer.
+fn admitted(c: &Cluster, manifest: &Value) -> Result<std::result::Result<(), String>> {
+    let f = std::env::temp_dir().join(format!("actk-admitted-{}.json", std::process::id()));
+    std::fs::write(&f, manifest.to_string())?;
+    let o = c.kubectl(&[std::ffi::OsStr::new("create"), "--dry-run=server".as_ref(), "-f".as_ref(), f.as_os_str()]);
+    let _ = std::fs::remove_file(&f);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    Ok(if o.status.success() { Ok(()) } else { Err(text) })
+}
+
+/// A hostPath volume of the node's /dev/null mounted at `path` in the pod's container (or its
+/// init container): the forged device list of issue 29 finding 5.
+fn forge_device_list(spec: &mut Value, path: &str, init: bool) {
+    spec["volumes"] = serde_json::json!([{"name": "null", "hostPath": {"path": "/dev/null", "type": "CharDevice"}}]);
+    let mount = serde_json::json!([{"name": "null", "mountPath": path, "readOnly": true}]);
+    if init {
+        let mut ic = spec["containers"][0].clone();
+        ic["name"] = Value::from("init");
+        ic["command"] = serde_json::json!(["true"]);
+        ic["volumeMounts"] = mount;
+        spec["initContainers"] = serde_json::json!([ic]);
+    } else {
+        spec["containers"][0]["volumeMounts"] = mount;
+    }
+}
+
+/// Issue 29 finding 5 on the real cluster, with the chart as a multi-tenant node is deployed
+/// (the admission guard and `privileged_means = "privileged-flag"` by default):
+/// - a pod that mounts the node's /dev/null at /var/run/actk/devices/nvidia.com/gpu/all
+///   (hostPath), in a container or an init container, or at a spelling of that path with doubled
+///   slashes, is refused at admission, naming the device list; in the release's own namespace,
+///   which the guard leaves alone, the same pod would get every GPU: what the guard prevents;
+/// - a pod with `capabilities.add: [SYS_ADMIN]` is not privileged: its
+///   `NVIDIA_VISIBLE_DEVICES=all` gives no GPU, while a `privileged: true` pod's gives all 8.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn admission_guard_and_privileged_flag_on_the_cluster() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&Default::default(), &dgx.root, MULTI_TENANT, GPU, 8)? else { return Ok(()) };
+    multi_tenant_policy(&c)?;
+    let policy = c.get_json(&["validatingadmissionpolicy", "-l", "app.kubernetes.io/component=admission-guard"])?;
+    let name = policy["items"][0]["metadata"]["name"].as_str().context("the chart's admission guard")?.to_string();
+
+    let forged = PodSpec::new("forged-device-list", LOOK).runtime_class("actk");
+    let all_gpus = "/var/run/actk/devices/nvidia.com/gpu/all";
+    let m = patched(&forged, "default", |s| forge_device_list(s, all_gpus, false));
+    // The policy is enforced once the API server has loaded it (seconds after the install).
+    let refusal =
+        c.wait_until("the admission guard to refuse the forged device list", Duration::from_secs(60), || {
+            Ok(admitted(&c, &m)?.err())
+        })?;
+    assert!(
+        refusal.contains(&name) && refusal.contains("/var/run/actk/devices") && refusal.contains("device list"),
+        "the refusal names the policy and the device list: {refusal}"
+    );
+    for (what, path, init) in
+        [("init container", all_gpus, true), ("doubled slashes", "//var/run//actk/devices/nvidia.com/gpu/all", false)]
+    {
+        let m = patched(&forged, "default", |s| forge_device_list(s, path, init));
+        let e = admitted(&c, &m)?.expect_err(&format!("{what}: the forged device list was admitted"));
+        assert!(e.contains(&name), "{what}: {e}");
+    }
+    // The same pod elsewhere, and a hostPath mounted elsewhere, are admitted.
+    let elsewhere = patched(&forged, "default", |s| forge_device_list(s, "/mnt/null", false));
+    assert_eq!(admitted(&c, &elsewhere)?, Ok(()), "a hostPath elsewhere is the cluster admin's business");
+    let in_release = patched(&forged, NAMESPACE, |s| forge_device_list(s, all_gpus, false));
+    let v = look_manifest(&c, NAMESPACE, &in_release)?;
+    assert_eq!(v.numbered("nvidia").len(), 8, "unguarded, the forged list is every GPU: {:?}", v.dev);
+
+    // capabilities.add: [SYS_ADMIN] is not privileged: true.
+    let ask = PodSpec::new("sys-admin-env-all", LOOK).runtime_class("actk").env("NVIDIA_VISIBLE_DEVICES", "all");
+    let sys_admin = patched(&ask, "default", |s| {
+        s["containers"][0]["securityContext"] = serde_json::json!({"capabilities": {"add": ["SYS_ADMIN"]}});
+    });
+    let v = look_manifest(&c, "default", &sys_admin)?;
+    assert!(v.numbered("nvidia").is_empty(), "capabilities.add: [SYS_ADMIN] asked by env and got {:?}", v.dev);
+    let privileged = patched(&PodSpec { name: "privileged-env-all".into(), ..ask }, "default", |s| {
+        s["containers"][0]["securityContext"] = serde_json::json!({"privileged": true});
+    });
+    let v = look_manifest(&c, "default", &privileged)?;
+    assert_eq!(v.numbered("nvidia").len(), 8, "privileged: true may ask: {:?}", v.dev);
+    Ok(())
+}
+
+/// Issue 29 finding 1 on the real cluster: a pod allocated one GPU that sets
+/// `NVIDIA_DRIVER_CAPABILITIES=fabric` (and `all`) on the DGX H100 fixture, whose kind is
+/// served from discovery (no spec for the runtime to read: the chart's generator writes its
+/// specs to the node's CDI dir only), gets its GPU, its control nodes and the files of its
+/// other capabilities, and none of the node's NVSwitch nodes.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn fabric_capability_never_widens_a_one_gpu_pod() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = format!("{MULTI_TENANT}cdi:\n  generate: false\n");
+    let Some(c) = ready(&Default::default(), &dgx.root, &values, GPU, 8)? else { return Ok(()) };
+    multi_tenant_policy(&c)?;
+    assert!(dgx.path("dev/nvidia-nvswitch0").exists(), "the fixture has NVSwitch nodes");
+    for (name, caps) in [("fabric-caps", "compute,utility,fabric"), ("all-caps", "all")] {
+        let v = look(
+            &c,
+            PodSpec::new(name, "")
+                .limit(GPU, 1)
+                .runtime_class("actk")
+                .env("NVIDIA_DRIVER_CAPABILITIES", caps)
+                .env("NVIDIA_VISIBLE_DEVICES", "all"),
+        )?;
+        assert_eq!(v.numbered("nvidia").len(), 1, "{caps}: one GPU, saw {:?}", v.dev);
+        assert!(!v.dev.iter().any(|d| d.starts_with("nvidia-nvswitch")), "{caps}: NVSwitch nodes in {:?}", v.dev);
+        assert!(v.dev.iter().any(|d| d == "nvidiactl"), "{caps}: {:?}", v.dev);
+        assert!(v.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "{caps}: the compute files stay: {:?}", v.libs);
+    }
     Ok(())
 }

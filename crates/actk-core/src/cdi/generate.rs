@@ -137,6 +137,14 @@ fn shared_node_selected(profile: &Profile, node: &DeviceNode, selection: Option<
     }
 }
 
+/// Whether the shared node at container path `path` is one of `profile`'s control nodes reserved
+/// to capabilities (`/dev/nvidia-nvswitch*` for `fabric`): a node that using the vendor's
+/// devices does not need, which only a capability that adds nodes brings
+/// ([`Profile::node_capabilities`]).
+pub fn reserved_to_capabilities(profile: &Profile, path: &str) -> bool {
+    profile.control_nodes.iter().find(|c| path_matches(&c.path, path)).is_some_and(|c| !c.capabilities.is_empty())
+}
+
 fn path_str<'a>(kind: &str, p: &'a Path) -> Result<&'a str, CdiError> {
     p.to_str().ok_or_else(|| CdiError::Generate {
         kind: kind.to_string(),

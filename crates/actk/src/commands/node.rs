@@ -25,7 +25,7 @@
 //! With `--wait`, setup stays until SIGTERM or SIGINT and then tears down: a DaemonSet pod that
 //! is deleted (`helm uninstall`) leaves the node as it found it.
 
-use actk_core::policy::{OnRefused, Policy, Trust};
+use actk_core::policy::{OnRefused, Policy, PrivilegedMeans, Trust};
 use anyhow::{Context, Result, bail};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -110,6 +110,11 @@ pub struct Args {
     /// `policy.on_refused`: `warn` (drop the refused request, start the container) or `fail`.
     #[arg(long, value_parser = parse_on_refused, default_value = "warn")]
     pub on_refused: OnRefused,
+    /// `policy.privileged_means`: which containers `privileged` trusts: `privileged-flag` (only
+    /// `privileged: true`: CAP_SYS_ADMIN and a device cgroup allowing every device) or
+    /// `cap-sys-admin` (also `capabilities.add: [SYS_ADMIN]`).
+    #[arg(long, value_parser = parse_privileged_means, default_value = "privileged-flag")]
+    pub privileged_means: PrivilegedMeans,
 }
 
 /// A `[policy]` value as config.toml spells it (serde's names, so the flag and the file agree).
@@ -124,6 +129,10 @@ fn parse_trust(s: &str) -> Result<Trust, String> {
 
 fn parse_on_refused(s: &str) -> Result<OnRefused, String> {
     parse_policy_value(s, "warn, fail")
+}
+
+fn parse_privileged_means(s: &str) -> Result<PrivilegedMeans, String> {
+    parse_policy_value(s, "privileged-flag, cap-sys-admin")
 }
 
 /// Runs an `actk node` subcommand.
@@ -196,6 +205,7 @@ fn runtime_config(a: &Args) -> Result<String> {
             annotation_requests: a.annotation_requests,
             mount_requests: a.mount_requests,
             on_refused: a.on_refused,
+            privileged_means: a.privileged_means,
         },
         ..Default::default()
     };

@@ -108,22 +108,30 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let rules = serde_json::to_string(&role["rules"]).unwrap();
     assert!(rules.contains("resourceslices") && rules.contains("resourceclaims") && rules.contains("nodes"));
-    // One DeviceClass per built-in profile, selecting the driver and the profile's kind.
+    // One DeviceClass per profile the driver serves (dra.profiles), selecting the driver and the
+    // profile's kind, never a GPU in MIG mode (issue 28, items 2 and 4): a class for a kind the
+    // driver does not serve would leave its claims Pending for ever.
     let classes: Vec<&Value> = all.iter().filter(|d| d["kind"] == "DeviceClass").collect();
+    let names: Vec<&str> = classes.iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["actk-nvidia", "actk-neuron"]);
     let profiles = actk_core::profile::builtin();
-    assert_eq!(classes.len(), profiles.len());
-    for p in &profiles {
-        let c = classes
-            .iter()
-            .find(|c| c["metadata"]["name"] == format!("actk-{}", p.name).as_str())
-            .unwrap_or_else(|| panic!("no DeviceClass actk-{}", p.name));
+    for c in &classes {
+        let p = c["metadata"]["labels"]["actk.dev/profile"].as_str().expect("the profile label the driver reads");
+        assert_eq!(c["metadata"]["name"], format!("actk-{p}").as_str());
+        let kind = &profiles.iter().find(|x| x.name == p).unwrap().kind;
         assert_eq!(c["apiVersion"], "resource.k8s.io/v1");
         let cel = c["spec"]["selectors"][0]["cel"]["expression"].as_str().unwrap();
         assert_eq!(
             cel,
-            format!("device.driver == \"actk.dev\" && device.attributes[\"actk.dev\"].kind == \"{}\"", p.kind)
+            format!(
+                "device.driver == \"actk.dev\" && device.attributes[\"actk.dev\"].kind == \"{kind}\" && {}",
+                actk_dra::slice::NOT_MIG_ENABLED
+            )
         );
     }
+    // Every built-in profile gets its class when the driver serves every profile.
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len());
 }
 
 #[test]

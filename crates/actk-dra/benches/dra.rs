@@ -81,7 +81,7 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         allow_device_plugin_overlap: false,
     };
     let t = Instant::now();
-    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
     let n = rx.await.unwrap();
     let d = t.elapsed();
     task.abort();
@@ -210,7 +210,7 @@ fn main() {
                     allow_device_plugin_overlap: false,
                 };
                 let t = Instant::now();
-                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
                 let k = rx.await.unwrap();
                 starts.push(t.elapsed());
                 task.abort();

@@ -94,6 +94,31 @@ pub async fn apply_slices(client: &kube::Client, node: &str, slices: &[ResourceS
     Ok(())
 }
 
+/// Withdraws `node`'s pool: deletes every ResourceSlice of it, so that the scheduler binds no
+/// more claims to a driver that is going away. Lists again afterwards and repeats once if a
+/// publish that was in flight re-created a slice.
+///
+/// Errors: the API server's message.
+pub async fn withdraw(client: &kube::Client, node: &str) -> Result<usize, String> {
+    let mut deleted = 0;
+    for _ in 0..2 {
+        let api = Api::<ResourceSlice>::all(client.clone());
+        let now = current_slices(client, node).await?;
+        if now.is_empty() {
+            break;
+        }
+        for s in now {
+            let name = s.metadata.name.unwrap_or_default();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(format!("deleting ResourceSlice {name}: {e}")),
+            }
+        }
+    }
+    Ok(deleted)
+}
+
 #[cfg(test)]
 mod tests {
     /// Building a TLS client needs exactly one rustls crypto provider (found on a real API server:

@@ -4,6 +4,13 @@
 //! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
 //! back when healthy again; the driver prepares only what the published inventory holds.
 //!
+//! Registration before publication: nothing is published until the kubelet has registered the
+//! driver (its NotifyRegistrationStatus said `plugin_registered: true`, see
+//! [`crate::service::Registrar`]): a pool published earlier lets the scheduler bind a pod that
+//! the kubelet then cannot prepare ("driver not registered"). The inventory is handed to the
+//! driver before that, so claims prepared by an earlier driver process are answered as soon as
+//! the kubelet asks. The driver withdraws the pool before it stops ([`crate::kube::withdraw`]).
+//!
 //! The published pool is checked at each discovery and published again (at a new generation)
 //! when it is gone or changed: the kubelet deletes the node's slices when it starts, and a
 //! driver's slices when the driver was unregistered for 30 s.
@@ -127,10 +134,22 @@ impl Sink for ApiSink {
     }
 }
 
+/// Whether a registration status says the kubelet registered the driver.
+pub fn is_registered(status: &Option<Result<(), String>>) -> bool {
+    matches!(status, Some(Ok(())))
+}
+
 /// Runs the publisher forever: discovers, publishes at `first_generation` and every change at
-/// the next generation, and sends each published inventory (served profiles, healthy devices)
-/// on `tx` before publishing it. A failed publish is retried every health period.
-pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64, tx: watch::Sender<Arc<Inventory>>) {
+/// the next generation, and sends each inventory to publish (served profiles, healthy devices)
+/// on `tx` before publishing it. Nothing is published before `registration` says the kubelet
+/// registered the driver ([`is_registered`]); a failed publish is retried every health period.
+pub async fn run<S: Sink>(
+    cfg: PublishConfig,
+    mut sink: S,
+    first_generation: i64,
+    tx: watch::Sender<Arc<Inventory>>,
+    mut registration: watch::Receiver<Option<Result<(), String>>>,
+) {
     let mut generation = first_generation;
     let mut published: Option<Vec<SliceDevice>> = None;
     let mut warned_overlap: BTreeMap<String, String> = BTreeMap::new();
@@ -138,6 +157,8 @@ pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64
     let mut inv = Inventory::default();
     let mut probe_list: Vec<(String, Probe)> = Vec::new();
     let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
+    let mut sent: Option<Vec<SliceDevice>> = None;
+    let mut said_waiting = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
             let found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
@@ -199,10 +220,27 @@ pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64
         unhealthy_before = unhealthy.clone();
         let devices = slice::devices(&inv, None, &unhealthy);
         if published.as_ref() != Some(&devices) {
+            if sent.as_ref() != Some(&devices) {
+                tx.send_replace(Arc::new(without(&inv, &unhealthy)));
+                sent = Some(devices.clone());
+            }
+            if !is_registered(&registration.borrow_and_update()) {
+                if !said_waiting {
+                    tracing::info!(
+                        "{} device(s) found; the ResourceSlices wait until the kubelet has registered the driver",
+                        devices.len()
+                    );
+                    said_waiting = true;
+                }
+                tokio::select! {
+                    changed = registration.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep(cfg.health) => {}
+                }
+                continue;
+            }
             if published.is_some() {
                 generation += 1;
             }
-            tx.send_replace(Arc::new(without(&inv, &unhealthy)));
             match sink.publish(generation, devices.clone()).await {
                 Ok(()) => {
                     tracing::info!(

@@ -79,6 +79,7 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         health: Duration::from_millis(500),
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
+        state: None,
     };
     let t = Instant::now();
     let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
@@ -208,6 +209,7 @@ fn main() {
                     health: Duration::from_millis(500),
                     rediscover: Duration::from_secs(60),
                     allow_device_plugin_overlap: false,
+                    state: None,
                 };
                 let t = Instant::now();
                 let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));

@@ -138,6 +138,14 @@ async fn run(cli: Cli) -> Result<()> {
         Arc::new(actk_dra::kube::ApiClaims(client.clone())),
     )?);
     driver.remove_orphan_specs().await;
+    let (state_tx, state_rx) = watch::channel(Arc::new(actk_dra::events::PoolState::default()));
+    // Why a claim cannot be served here, as Events and claim conditions (actk_dra::events).
+    tokio::spawn(actk_dra::kube::report(
+        client.clone(),
+        node.name.clone(),
+        state_rx,
+        Duration::from_millis(cli.rediscover_interval_ms),
+    ));
     let cfg = PublishConfig {
         root: cli.root.clone(),
         profiles,
@@ -145,6 +153,7 @@ async fn run(cli: Cli) -> Result<()> {
         health: Duration::from_millis(cli.health_interval_ms),
         rediscover: Duration::from_millis(cli.rediscover_interval_ms),
         allow_device_plugin_overlap: cli.allow_device_plugin_overlap,
+        state: Some(Arc::new(state_tx)),
     };
     // Registration before publication: the publisher discovers and hands the driver its
     // inventory at once, but publishes only once the kubelet has registered the driver.

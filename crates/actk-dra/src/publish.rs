@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+use crate::events::{PoolState, ProfileState};
 use crate::slice::{self, NodeRef, device_name};
 
 /// What the publisher needs.
@@ -48,6 +49,41 @@ pub struct PublishConfig {
     pub rediscover: Duration,
     /// Publish kinds a device plugin also serves on this node.
     pub allow_device_plugin_overlap: bool,
+    /// Where the pool's state goes after each round, for the events ([`crate::events`]).
+    pub state: Option<Arc<watch::Sender<Arc<PoolState>>>>,
+}
+
+/// The pool's state for the events: every discovered profile (`found`) as published, left to
+/// a device plugin (`overlap`) or not served; `inv` is the served inventory.
+pub fn pool_state(
+    found: &Inventory,
+    inv: &Inventory,
+    served: Option<&BTreeSet<String>>,
+    overlap: &BTreeMap<String, String>,
+    unhealthy: &BTreeMap<String, String>,
+    published: bool,
+) -> PoolState {
+    let mut profiles = BTreeMap::new();
+    for v in found.vendors.iter().filter(|v| !v.devices.is_empty()) {
+        let state = if let Some(r) = overlap.get(&v.profile) {
+            ProfileState::DevicePlugin(r.clone())
+        } else if served.is_some_and(|s| !s.contains(&v.profile)) {
+            ProfileState::NotServed
+        } else {
+            let devs = inv.vendor(&v.profile).map(|v| v.devices.as_slice()).unwrap_or_default();
+            let usable = devs.iter().filter(|d| !d.nodes.is_empty());
+            let (sick, well): (Vec<_>, Vec<_>) =
+                usable.partition(|d| unhealthy.contains_key(&device_name(&v.profile, d.index)));
+            ProfileState::Published {
+                healthy: well.len(),
+                mig_enabled: well.iter().filter(|d| d.mig.as_ref().is_some_and(|m| m.enabled)).count(),
+                unhealthy: sick.len(),
+            }
+        };
+        profiles.insert(v.profile.clone(), state);
+    }
+    let devices = slice::devices(inv, None, &unhealthy.keys().cloned().collect()).into_iter().map(|d| d.name).collect();
+    PoolState { published, profiles, devices, unhealthy: unhealthy.clone(), served: served.cloned() }
 }
 
 /// The inventory of `inv`'s vendors that are served: in `served` (all when `None`) and not in
@@ -155,13 +191,14 @@ pub async fn run<S: Sink>(
     let mut warned_overlap: BTreeMap<String, String> = BTreeMap::new();
     let mut last_discovery: Option<Instant> = None;
     let mut inv = Inventory::default();
+    let mut found = Inventory::default();
     let mut probe_list: Vec<(String, Probe)> = Vec::new();
     let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
     let mut sent: Option<Vec<SliceDevice>> = None;
     let mut said_waiting = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
-            let found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
+            found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
             if last_discovery.is_none() {
                 for w in &found.warnings {
                     tracing::warn!("discovery: {w}");
@@ -204,16 +241,17 @@ pub async fn run<S: Sink>(
             }
             last_discovery = Some(Instant::now());
         }
-        let unhealthy: BTreeSet<String> = probe_list
+        let why: BTreeMap<String, String> = probe_list
             .iter()
             .filter_map(|(name, p)| {
                 let why = health::check(p)?;
                 if !unhealthy_before.contains(name) {
                     tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
                 }
-                Some(name.clone())
+                Some((name.clone(), why))
             })
             .collect();
+        let unhealthy: BTreeSet<String> = why.keys().cloned().collect();
         for name in unhealthy_before.difference(&unhealthy) {
             tracing::info!("device {name} is healthy again");
         }
@@ -261,6 +299,16 @@ pub async fn run<S: Sink>(
                     generation += 1;
                 }
             }
+        }
+        if let Some(st) = &cfg.state {
+            let now = pool_state(&found, &inv, cfg.served.as_ref(), &warned_overlap, &why, published.is_some());
+            st.send_if_modified(|old| {
+                let changed = **old != now;
+                if changed {
+                    *old = Arc::new(now);
+                }
+                changed
+            });
         }
         tokio::time::sleep(cfg.health).await;
     }

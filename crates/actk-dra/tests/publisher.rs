@@ -39,6 +39,7 @@ fn config(root: &std::path::Path) -> PublishConfig {
         health: Duration::from_millis(50),
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
+        state: None,
     }
 }
 

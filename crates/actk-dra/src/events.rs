@@ -9,8 +9,9 @@
 //!   event, on the claim and on the pod that owns it (a claim made from a template), with the
 //!   reason: [`SERVED_BY_DEVICE_PLUGIN`] (one kind, one server: the device plugin advertises
 //!   the kind here), [`NOT_SERVED`] (the driver's profiles leave it out), [`NO_DEVICES`],
-//!   [`DEVICES_UNHEALTHY`], [`MIG_ENABLED`] (every GPU is in MIG mode, which the classes do not
-//!   match). Contention (every device allocated) is left to the scheduler's message;
+//!   [`DEVICES_UNHEALTHY`], [`MIG_ENABLED`] (fewer free GPUs outside MIG mode than the request
+//!   asks for, while GPUs in MIG mode, which the classes do not match, are there). Plain
+//!   contention (every device allocated) is left to the scheduler's message;
 //! - an allocated device of this pool that turns unhealthy or disappears gets a Warning event on
 //!   the claim and on every pod the claim is reserved for ([`DEVICE_UNHEALTHY`],
 //!   [`DEVICE_GONE`]), and the condition `Ready=False` with that reason on the device in the
@@ -47,12 +48,13 @@ pub const DEVICE_HEALTHY: &str = "DeviceHealthy";
 /// What one profile is on this node, as the publisher last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProfileState {
-    /// Published: healthy devices (of which in MIG mode), unhealthy devices.
+    /// Published: healthy devices (slice device names), whole ones and GPUs in MIG mode (which
+    /// the classes do not match), and how many were left out as unhealthy.
     Published {
-        /// Healthy devices in the pool.
-        healthy: usize,
-        /// Of these, GPUs in MIG mode (the classes do not match them).
-        mig_enabled: usize,
+        /// Healthy devices not in MIG mode.
+        whole: BTreeSet<String>,
+        /// Healthy GPUs in MIG mode.
+        mig: BTreeSet<String>,
         /// Devices left out as unhealthy.
         unhealthy: usize,
     },
@@ -126,13 +128,15 @@ fn pod_object(namespace: &str, name: &str, uid: &str) -> Object {
 }
 
 /// Why a request for `count` devices (`None`: all) of a profile cannot be served on this node
-/// whatever else is allocated: (reason, message), `None` when it can.
+/// now: (reason, message), `None` when it can, or when it waits for devices other claims hold.
+/// `allocated`: the pool's devices allocated to claims.
 fn unservable(
     node: &str,
     profile: &str,
     class: &str,
     count: Option<i64>,
     state: &PoolState,
+    allocated: &BTreeSet<&str>,
 ) -> Option<(&'static str, String)> {
     if state.served.as_ref().is_some_and(|s| !s.contains(profile)) {
         let list = state.served.iter().flatten().cloned().collect::<Vec<_>>().join(", ");
@@ -155,28 +159,32 @@ fn unservable(
                 "node {node}: the device plugin serves {r} there (Node allocatable), so actk.dev publishes no {profile} devices for class {class} (one kind, one server); ask for {r} in resources.limits on that node, or let DRA serve it (leave {r} out of the device plugin's config.resources)"
             ),
         )),
-        Some(ProfileState::Published { healthy, mig_enabled, unhealthy }) => {
-            if *healthy == 0 && *unhealthy > 0 {
-                Some((
-                    DEVICES_UNHEALTHY,
-                    format!(
-                        "node {node}: all {unhealthy} {profile} device(s) are unhealthy (the driver's log says why)"
-                    ),
-                ))
-            } else if *mig_enabled > 0 && count.is_some_and(|n| n > (healthy - mig_enabled) as i64) {
-                let whole = healthy - mig_enabled;
-                Some((
-                    MIG_ENABLED,
-                    format!(
-                        "node {node}: {mig_enabled} of its {healthy} {profile} GPU(s) are in MIG mode, which class {class} does not match (a CUDA process cannot use a MIG-mode GPU whole; MIG devices are not published yet), so it has {whole} for a request of {}; turn MIG off on a GPU to serve it whole",
-                        count.unwrap_or_default()
-                    ),
-                ))
-            } else if *healthy == 0 {
-                Some((NO_DEVICES, format!("node {node} has no {profile} device for class {class}")))
-            } else {
-                None
+        Some(ProfileState::Published { whole, mig, unhealthy }) => {
+            if whole.is_empty() && mig.is_empty() {
+                return Some(if *unhealthy > 0 {
+                    (
+                        DEVICES_UNHEALTHY,
+                        format!(
+                            "node {node}: all {unhealthy} {profile} device(s) are unhealthy (the driver's log says why)"
+                        ),
+                    )
+                } else {
+                    (NO_DEVICES, format!("node {node} has no {profile} device for class {class}"))
+                });
             }
+            let free = whole.iter().filter(|d| !allocated.contains(d.as_str())).count();
+            let want = count.unwrap_or((whole.len() + mig.len()) as i64);
+            if mig.is_empty() || want <= free as i64 {
+                return None;
+            }
+            Some((
+                MIG_ENABLED,
+                format!(
+                    "node {node}: {free} of its {} whole {profile} GPU(s) are free for a request of {want}; {} more are in MIG mode, which class {class} does not match (a CUDA process cannot use a MIG-mode GPU whole; MIG devices are not published yet); turn MIG off on a GPU to serve it whole",
+                    whole.len(),
+                    mig.len()
+                ),
+            ))
         }
     }
 }
@@ -193,6 +201,13 @@ pub fn notices(
     if !state.published {
         return out;
     }
+    let allocated: BTreeSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.allocation.as_ref()?.devices.as_ref()?.results.as_ref())
+        .flatten()
+        .filter(|r| r.driver == DRIVER && r.pool == node)
+        .map(|r| r.device.as_str())
+        .collect();
     for c in claims {
         let claim = claim_object(c);
         let alloc = c.status.as_ref().and_then(|s| s.allocation.as_ref());
@@ -224,7 +239,9 @@ pub fn notices(
                     };
                     let judged: Vec<Option<(&'static str, String)>> = alternatives
                         .iter()
-                        .map(|(class, n)| classes.get(*class).and_then(|p| unservable(node, p, class, *n, state)))
+                        .map(|(class, n)| {
+                            classes.get(*class).and_then(|p| unservable(node, p, class, *n, state, &allocated))
+                        })
                         .collect();
                     // Every alternative is a class of ours that this node cannot serve.
                     if judged.is_empty() || judged.iter().any(Option::is_none) {
@@ -374,19 +391,38 @@ mod tests {
         assert_eq!(n[0].reason, SERVED_BY_DEVICE_PLUGIN);
         assert_eq!(n[0].objects.iter().map(|o| o.kind.as_str()).collect::<Vec<_>>(), ["ResourceClaim", "Pod"]);
         assert!(n[0].message.contains("node n1") && n[0].message.contains("nvidia.com/gpu"), "{}", n[0].message);
-        let mig = ProfileState::Published { healthy: 4, mig_enabled: 4, unhealthy: 0 };
+        let gpus = |r: std::ops::Range<u32>| -> BTreeSet<String> { r.map(|i| format!("nvidia-{i}")).collect() };
+        let mig = ProfileState::Published { whole: gpus(0..0), mig: gpus(0..4), unhealthy: 0 };
         assert_eq!(notices("n1", &state(mig), &classes(), std::slice::from_ref(&c))[0].reason, MIG_ENABLED);
-        // 8 GPUs, 4 in MIG mode: a request for 5 cannot be served, one for 4 can.
-        let half = ProfileState::Published { healthy: 8, mig_enabled: 4, unhealthy: 0 };
-        let mut five = c.clone();
-        five.spec.devices.as_mut().unwrap().requests.as_mut().unwrap()[0].exactly.as_mut().unwrap().count = Some(5);
-        let n = notices("n1", &state(half.clone()), &classes(), &[five]);
+        // 8 GPUs, 0-3 in MIG mode: a request for 5 cannot be served, one for 4 can ...
+        let half = ProfileState::Published { whole: gpus(4..8), mig: gpus(0..4), unhealthy: 0 };
+        let with_count = |n: i64| {
+            let mut x = c.clone();
+            x.spec.devices.as_mut().unwrap().requests.as_mut().unwrap()[0].exactly.as_mut().unwrap().count = Some(n);
+            x
+        };
+        let n = notices("n1", &state(half.clone()), &classes(), &[with_count(5)]);
         assert_eq!(n[0].reason, MIG_ENABLED);
-        assert!(n[0].message.contains("4 of its 8") && n[0].message.contains("request of 5"), "{}", n[0].message);
-        let mut four = c.clone();
-        four.spec.devices.as_mut().unwrap().requests.as_mut().unwrap()[0].exactly.as_mut().unwrap().count = Some(4);
-        assert!(notices("n1", &state(half), &classes(), &[four]).is_empty());
-        let sick = ProfileState::Published { healthy: 0, mig_enabled: 0, unhealthy: 2 };
+        assert!(n[0].message.contains("4 of its 4 whole") && n[0].message.contains("request of 5"), "{}", n[0].message);
+        assert!(n[0].message.contains("4 more are in MIG mode"), "{}", n[0].message);
+        assert!(notices("n1", &state(half.clone()), &classes(), &[with_count(4)]).is_empty());
+        // ... until the whole ones are allocated: then the MIG-mode GPUs are the reason.
+        let mut held = allocated("nvidia-4");
+        let results = (4..8)
+            .map(|i| DeviceRequestAllocationResult {
+                driver: DRIVER.into(),
+                pool: "n1".into(),
+                device: format!("nvidia-{i}"),
+                request: "gpu".into(),
+                ..Default::default()
+            })
+            .collect();
+        held.status.as_mut().unwrap().allocation.as_mut().unwrap().devices.as_mut().unwrap().results = Some(results);
+        let n = notices("n1", &state(half), &classes(), &[held, with_count(1)]);
+        let waiting: Vec<&Notice> = n.iter().filter(|x| x.device.is_none()).collect();
+        assert_eq!(waiting.len(), 1, "{n:?}");
+        assert!(waiting[0].message.contains("0 of its 4 whole"), "{}", waiting[0].message);
+        let sick = ProfileState::Published { whole: gpus(0..0), mig: gpus(0..0), unhealthy: 2 };
         assert_eq!(notices("n1", &state(sick), &classes(), std::slice::from_ref(&c))[0].reason, DEVICES_UNHEALTHY);
         assert_eq!(
             notices("n1", &state(ProfileState::NotServed), &classes(), std::slice::from_ref(&c))[0].reason,
@@ -398,7 +434,7 @@ mod tests {
             NO_DEVICES
         );
         assert!(notices("n1", &state(ProfileState::NotServed), &classes(), &[pending("gpu.example.com")]).is_empty());
-        let fine = ProfileState::Published { healthy: 8, mig_enabled: 4, unhealthy: 0 };
+        let fine = ProfileState::Published { whole: gpus(0..8), mig: gpus(0..0), unhealthy: 0 };
         assert!(
             notices("n1", &state(fine), &classes(), std::slice::from_ref(&c)).is_empty(),
             "contention is the scheduler's"
@@ -411,7 +447,8 @@ mod tests {
 
     #[test]
     fn an_allocated_device_that_turns_unhealthy_or_goes_is_told_to_claim_and_pods() {
-        let fine = ProfileState::Published { healthy: 1, mig_enabled: 0, unhealthy: 0 };
+        let fine =
+            ProfileState::Published { whole: ["nvidia-0".to_string()].into(), mig: BTreeSet::new(), unhealthy: 0 };
         let mut s = state(fine);
         let n = notices("n1", &s, &classes(), &[allocated("nvidia-0")]);
         assert_eq!((n[0].reason, n[0].device.clone()), (DEVICE_HEALTHY, Some(("nvidia-0".into(), true))));

@@ -71,14 +71,18 @@ pub fn pool_state(
             ProfileState::NotServed
         } else {
             let devs = inv.vendor(&v.profile).map(|v| v.devices.as_slice()).unwrap_or_default();
-            let usable = devs.iter().filter(|d| !d.nodes.is_empty());
-            let (sick, well): (Vec<_>, Vec<_>) =
-                usable.partition(|d| unhealthy.contains_key(&device_name(&v.profile, d.index)));
-            ProfileState::Published {
-                healthy: well.len(),
-                mig_enabled: well.iter().filter(|d| d.mig.as_ref().is_some_and(|m| m.enabled)).count(),
-                unhealthy: sick.len(),
+            let (mut whole, mut mig, mut sick) = (BTreeSet::new(), BTreeSet::new(), 0);
+            for d in devs.iter().filter(|d| !d.nodes.is_empty()) {
+                let name = device_name(&v.profile, d.index);
+                if unhealthy.contains_key(&name) {
+                    sick += 1;
+                } else if d.mig.as_ref().is_some_and(|m| m.enabled) {
+                    mig.insert(name);
+                } else {
+                    whole.insert(name);
+                }
             }
+            ProfileState::Published { whole, mig, unhealthy: sick }
         };
         profiles.insert(v.profile.clone(), state);
     }

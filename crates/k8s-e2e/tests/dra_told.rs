@@ -148,14 +148,16 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
     let claim4 = claim_of(&c, "told-four")?;
     assert_eq!(allocated_indexes(&c, &claim4, &devices)?, [4, 5, 6, 7], "never a MIG-mode GPU");
 
-    // One more GPU: none left outside MIG mode. The scheduler says "cannot allocate all
-    // claims"; the driver says why, on the claim and on the pod.
+    // One more GPU: none left outside MIG mode, four idle in it. The scheduler says "cannot
+    // allocate all claims"; the driver says why, on the claim and on the pod.
     let five = claim_pod("told-five", "told-five");
     c.delete_pod("told-five")?;
     c.apply(&five.to_string())?;
     let claim5 = claim_of(&c, "told-five")?;
-    let on_claim = event(&c, &claim5, "MigEnabled", &["4 of its 8", "actk-nvidia", c.node_name()])?;
-    let on_pod = event(&c, "told-five", "MigEnabled", &["4 of its 8"])?;
+    let words = ["0 of its 4 whole nvidia GPU(s) are free for a request of 1", "4 more are in MIG mode", "actk-nvidia"];
+    let on_claim = event(&c, &claim5, "MigEnabled", &words)?;
+    let on_pod = event(&c, "told-five", "MigEnabled", &words)?;
+    assert!(on_claim.contains(c.node_name()), "{on_claim}");
     assert_eq!(on_claim, on_pod);
     assert_eq!(c.pod("told-five")?["status"]["phase"], "Pending");
     let described = c.kubectl_ok(&["describe", "pod", "told-five", "-n", TEST_NAMESPACE])?;

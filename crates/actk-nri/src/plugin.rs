@@ -286,8 +286,9 @@ fn who(pod: Option<&nri::PodSandbox>, c: &nri::Container) -> String {
 }
 
 /// Warnings for the containers of `all` that ask for devices this plugin would give but that
-/// no actk path served (no [`adjust::APPLIED_ANNOTATION`]): created while the plugin was not
-/// connected, they run without their devices. Stopped containers are left out.
+/// no actk path served (no [`adjust::APPLIED_ANNOTATION`]) and that lack device nodes the plan
+/// gives: created while the plugin was not connected, they run without their devices. Stopped
+/// containers, and containers whose nodes came another way (containerd's own CDI), are left out.
 pub fn unserved(planner: &Planner, all: &Synced) -> Vec<String> {
     let mut out = Vec::new();
     for c in &all.containers {
@@ -300,11 +301,20 @@ pub fn unserved(planner: &Planner, all: &Synced) -> Vec<String> {
         if plan.is_empty() {
             continue;
         }
+        // Served another way (containerd applied the CDI names itself): its nodes are there.
+        let have: std::collections::BTreeSet<&str> =
+            c.linux.iter().flat_map(|l| l.devices.iter().map(|d| d.path.as_str())).collect();
+        let missing: Vec<&str> =
+            plan.edits.device_nodes.iter().map(|n| n.path.as_str()).filter(|p| !have.contains(p)).collect();
+        if missing.is_empty() {
+            continue;
+        }
         let pod = all.pods.iter().find(|p| p.id == c.pod_sandbox_id);
         out.push(format!(
-            "{} was created while this NRI plugin was not serving: it asks for {} but runs without it; delete its pod to recreate it (the device plugin's NRI gate makes such containers fail instead)",
+            "{} was created while this NRI plugin was not serving: it asks for {} but runs without {}; delete its pod to recreate it (the device plugin's NRI gate makes such containers fail instead)",
             who(pod, c),
-            plan.summary()
+            plan.summary(),
+            missing.join(", ")
         ));
     }
     out
@@ -512,13 +522,24 @@ mod tests {
         stopped.state = nri::ContainerState::ContainerStopped as i32;
         let missed = container("3", "b", &["NVIDIA_VISIBLE_DEVICES=2"]);
         let plain = container("4", "b", &["PATH=/bin"]);
-        let all = Synced { parts: 1, pods: vec![pod("a"), pod("b")], containers: vec![served, stopped, missed, plain] };
+        let mut via_cdi = container("5", "b", &["NVIDIA_VISIBLE_DEVICES=0"]);
+        let nodes =
+            ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+        via_cdi.linux = Some(nri::LinuxContainer {
+            devices: nodes.iter().map(|p| nri::LinuxDevice { path: p.to_string(), ..Default::default() }).collect(),
+            ..Default::default()
+        });
+        let all = Synced {
+            parts: 1,
+            pods: vec![pod("a"), pod("b")],
+            containers: vec![served, stopped, missed, plain, via_cdi],
+        };
         let w = unserved(&p, &all);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
             w[0].starts_with("ns/pod-b container ctr-3 was created while this NRI plugin was not serving"),
             "{w:?}"
         );
-        assert!(w[0].contains("nvidia.com/gpu=2"), "{w:?}");
+        assert!(w[0].contains("nvidia.com/gpu=2") && w[0].contains("/dev/nvidia2"), "{w:?}");
     }
 }

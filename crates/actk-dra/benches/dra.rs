@@ -79,9 +79,10 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         health: Duration::from_millis(500),
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
+        state: None,
     };
     let t = Instant::now();
-    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
     let n = rx.await.unwrap();
     let d = t.elapsed();
     task.abort();
@@ -208,9 +209,10 @@ fn main() {
                     health: Duration::from_millis(500),
                     rediscover: Duration::from_secs(60),
                     allow_device_plugin_overlap: false,
+                    state: None,
                 };
                 let t = Instant::now();
-                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
                 let k = rx.await.unwrap();
                 starts.push(t.elapsed());
                 task.abort();

@@ -10,13 +10,15 @@
 //! - the imperative shell: [`driver`] (prepare/unprepare with the CDI directory and the
 //!   checkpoint), [`service`] (the gRPC services), [`plugin`] (the sockets), [`authority`]
 //!   (the registration socket's `:authority` fix), [`publish`] (discovery, health and the
-//!   ResourceSlice publisher), [`kube`] (the API server client).
+//!   ResourceSlice publisher), [`events`] (what a user sees when a claim cannot be served),
+//!   [`kube`] (the API server client).
 
 pub mod api;
 pub mod authority;
 pub mod checkpoint;
 pub mod claim;
 pub mod driver;
+pub mod events;
 pub mod kube;
 pub mod plugin;
 pub mod publish;

@@ -138,6 +138,14 @@ async fn run(cli: Cli) -> Result<()> {
         Arc::new(actk_dra::kube::ApiClaims(client.clone())),
     )?);
     driver.remove_orphan_specs().await;
+    let (state_tx, state_rx) = watch::channel(Arc::new(actk_dra::events::PoolState::default()));
+    // Why a claim cannot be served here, as Events and claim conditions (actk_dra::events).
+    tokio::spawn(actk_dra::kube::report(
+        client.clone(),
+        node.name.clone(),
+        state_rx,
+        Duration::from_millis(cli.rediscover_interval_ms),
+    ));
     let cfg = PublishConfig {
         root: cli.root.clone(),
         profiles,
@@ -145,8 +153,18 @@ async fn run(cli: Cli) -> Result<()> {
         health: Duration::from_millis(cli.health_interval_ms),
         rediscover: Duration::from_millis(cli.rediscover_interval_ms),
         allow_device_plugin_overlap: cli.allow_device_plugin_overlap,
+        state: Some(Arc::new(state_tx)),
     };
-    tokio::spawn(publish::run(cfg, ApiSink { client: client.clone(), node: node.clone() }, first_generation, inv_tx));
+    // Registration before publication: the publisher discovers and hands the driver its
+    // inventory at once, but publishes only once the kubelet has registered the driver.
+    let (status_tx, status_rx) = watch::channel(None);
+    let publisher = tokio::spawn(publish::run(
+        cfg,
+        ApiSink { client: client.clone(), node: node.clone() },
+        first_generation,
+        inv_tx,
+        status_rx,
+    ));
     // Serve the DRA socket once the first inventory is there, then announce it to the kubelet.
     let mut first = inv_rx.clone();
     let _ = first.wait_for(|i| !i.root.as_os_str().is_empty()).await;
@@ -154,7 +172,6 @@ async fn run(cli: Cli) -> Result<()> {
     let (ready_tx, ready_rx) = oneshot::channel();
     tokio::spawn(plugin::serve(dra_sock.clone(), Socket::Dra(DraService(driver.clone())), Some(ready_tx)));
     let _ = ready_rx.await;
-    let (status_tx, _status_rx) = watch::channel(None);
     let registrar = Arc::new(Registrar { name: DRIVER.into(), endpoint: dra_sock.clone(), status: status_tx });
     let reg_sock = cli.registry_dir.join(plugin::registration_socket_name(DRIVER));
     tokio::spawn(plugin::serve(reg_sock.clone(), Socket::Registration(registrar), None));
@@ -168,8 +185,21 @@ async fn run(cli: Cli) -> Result<()> {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-    // The kubelet deregisters the driver when its registration socket goes; specs and the
-    // checkpoint stay for the next driver process (running containers keep their devices).
+    // Slices first, while the kubelet can still prepare what was allocated: once they are gone
+    // the scheduler binds no more claims here; the next driver process publishes again after
+    // its own registration. Then the kubelet deregisters the driver when its registration
+    // socket goes. Specs and the checkpoint stay for the next driver process (running
+    // containers keep their devices).
+    publisher.abort();
+    match tokio::time::timeout(Duration::from_secs(10), actk_dra::kube::withdraw(&client, &node.name)).await {
+        Ok(Ok(n)) => tracing::info!("withdrew the pool's {n} ResourceSlice(s)"),
+        Ok(Err(e)) => tracing::warn!(
+            "cannot withdraw the ResourceSlices: {e}; the kubelet removes them 30 s after the driver is gone"
+        ),
+        Err(_) => tracing::warn!(
+            "withdrawing the ResourceSlices timed out; the kubelet removes them 30 s after the driver is gone"
+        ),
+    }
     let _ = std::fs::remove_file(&reg_sock);
     let _ = std::fs::remove_file(&dra_sock);
     tracing::info!("stopped");

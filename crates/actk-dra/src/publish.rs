@@ -4,6 +4,13 @@
 //! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
 //! back when healthy again; the driver prepares only what the published inventory holds.
 //!
+//! Registration before publication: nothing is published until the kubelet has registered the
+//! driver (its NotifyRegistrationStatus said `plugin_registered: true`, see
+//! [`crate::service::Registrar`]): a pool published earlier lets the scheduler bind a pod that
+//! the kubelet then cannot prepare ("driver not registered"). The inventory is handed to the
+//! driver before that, so claims prepared by an earlier driver process are answered as soon as
+//! the kubelet asks. The driver withdraws the pool before it stops ([`crate::kube::withdraw`]).
+//!
 //! The published pool is checked at each discovery and published again (at a new generation)
 //! when it is gone or changed: the kubelet deletes the node's slices when it starts, and a
 //! driver's slices when the driver was unregistered for 30 s.
@@ -24,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+use crate::events::{PoolState, ProfileState};
 use crate::slice::{self, NodeRef, device_name};
 
 /// What the publisher needs.
@@ -41,6 +49,45 @@ pub struct PublishConfig {
     pub rediscover: Duration,
     /// Publish kinds a device plugin also serves on this node.
     pub allow_device_plugin_overlap: bool,
+    /// Where the pool's state goes after each round, for the events ([`crate::events`]).
+    pub state: Option<Arc<watch::Sender<Arc<PoolState>>>>,
+}
+
+/// The pool's state for the events: every discovered profile (`found`) as published, left to
+/// a device plugin (`overlap`) or not served; `inv` is the served inventory.
+pub fn pool_state(
+    found: &Inventory,
+    inv: &Inventory,
+    served: Option<&BTreeSet<String>>,
+    overlap: &BTreeMap<String, String>,
+    unhealthy: &BTreeMap<String, String>,
+    published: bool,
+) -> PoolState {
+    let mut profiles = BTreeMap::new();
+    for v in found.vendors.iter().filter(|v| !v.devices.is_empty()) {
+        let state = if let Some(r) = overlap.get(&v.profile) {
+            ProfileState::DevicePlugin(r.clone())
+        } else if served.is_some_and(|s| !s.contains(&v.profile)) {
+            ProfileState::NotServed
+        } else {
+            let devs = inv.vendor(&v.profile).map(|v| v.devices.as_slice()).unwrap_or_default();
+            let (mut whole, mut mig, mut sick) = (BTreeSet::new(), BTreeSet::new(), 0);
+            for d in devs.iter().filter(|d| !d.nodes.is_empty()) {
+                let name = device_name(&v.profile, d.index);
+                if unhealthy.contains_key(&name) {
+                    sick += 1;
+                } else if d.mig.as_ref().is_some_and(|m| m.enabled) {
+                    mig.insert(name);
+                } else {
+                    whole.insert(name);
+                }
+            }
+            ProfileState::Published { whole, mig, unhealthy: sick }
+        };
+        profiles.insert(v.profile.clone(), state);
+    }
+    let devices = slice::devices(inv, None, &unhealthy.keys().cloned().collect()).into_iter().map(|d| d.name).collect();
+    PoolState { published, profiles, devices, unhealthy: unhealthy.clone(), served: served.cloned() }
 }
 
 /// The inventory of `inv`'s vendors that are served: in `served` (all when `None`) and not in
@@ -127,20 +174,35 @@ impl Sink for ApiSink {
     }
 }
 
+/// Whether a registration status says the kubelet registered the driver.
+pub fn is_registered(status: &Option<Result<(), String>>) -> bool {
+    matches!(status, Some(Ok(())))
+}
+
 /// Runs the publisher forever: discovers, publishes at `first_generation` and every change at
-/// the next generation, and sends each published inventory (served profiles, healthy devices)
-/// on `tx` before publishing it. A failed publish is retried every health period.
-pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64, tx: watch::Sender<Arc<Inventory>>) {
+/// the next generation, and sends each inventory to publish (served profiles, healthy devices)
+/// on `tx` before publishing it. Nothing is published before `registration` says the kubelet
+/// registered the driver ([`is_registered`]); a failed publish is retried every health period.
+pub async fn run<S: Sink>(
+    cfg: PublishConfig,
+    mut sink: S,
+    first_generation: i64,
+    tx: watch::Sender<Arc<Inventory>>,
+    mut registration: watch::Receiver<Option<Result<(), String>>>,
+) {
     let mut generation = first_generation;
     let mut published: Option<Vec<SliceDevice>> = None;
     let mut warned_overlap: BTreeMap<String, String> = BTreeMap::new();
     let mut last_discovery: Option<Instant> = None;
     let mut inv = Inventory::default();
+    let mut found = Inventory::default();
     let mut probe_list: Vec<(String, Probe)> = Vec::new();
     let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
+    let mut sent: Option<Vec<SliceDevice>> = None;
+    let mut said_waiting = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
-            let found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
+            found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
             if last_discovery.is_none() {
                 for w in &found.warnings {
                     tracing::warn!("discovery: {w}");
@@ -183,26 +245,44 @@ pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64
             }
             last_discovery = Some(Instant::now());
         }
-        let unhealthy: BTreeSet<String> = probe_list
+        let why: BTreeMap<String, String> = probe_list
             .iter()
             .filter_map(|(name, p)| {
                 let why = health::check(p)?;
                 if !unhealthy_before.contains(name) {
                     tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
                 }
-                Some(name.clone())
+                Some((name.clone(), why))
             })
             .collect();
+        let unhealthy: BTreeSet<String> = why.keys().cloned().collect();
         for name in unhealthy_before.difference(&unhealthy) {
             tracing::info!("device {name} is healthy again");
         }
         unhealthy_before = unhealthy.clone();
         let devices = slice::devices(&inv, None, &unhealthy);
         if published.as_ref() != Some(&devices) {
+            if sent.as_ref() != Some(&devices) {
+                tx.send_replace(Arc::new(without(&inv, &unhealthy)));
+                sent = Some(devices.clone());
+            }
+            if !is_registered(&registration.borrow_and_update()) {
+                if !said_waiting {
+                    tracing::info!(
+                        "{} device(s) found; the ResourceSlices wait until the kubelet has registered the driver",
+                        devices.len()
+                    );
+                    said_waiting = true;
+                }
+                tokio::select! {
+                    changed = registration.changed() => if changed.is_err() { return },
+                    _ = tokio::time::sleep(cfg.health) => {}
+                }
+                continue;
+            }
             if published.is_some() {
                 generation += 1;
             }
-            tx.send_replace(Arc::new(without(&inv, &unhealthy)));
             match sink.publish(generation, devices.clone()).await {
                 Ok(()) => {
                     tracing::info!(
@@ -223,6 +303,16 @@ pub async fn run<S: Sink>(cfg: PublishConfig, mut sink: S, first_generation: i64
                     generation += 1;
                 }
             }
+        }
+        if let Some(st) = &cfg.state {
+            let now = pool_state(&found, &inv, cfg.served.as_ref(), &warned_overlap, &why, published.is_some());
+            st.send_if_modified(|old| {
+                let changed = **old != now;
+                if changed {
+                    *old = Arc::new(now);
+                }
+                changed
+            });
         }
         tokio::time::sleep(cfg.health).await;
     }

@@ -18,10 +18,16 @@
 //! | `ringPosition` | int | position in a link ring (Inferentia2 NeuronLink) |
 //! | `torusRow`, `torusColumn` | int | position in a `side x side` link torus (Trainium NeuronLink) |
 //! | `linkGroup2`, `linkGroup4`, `linkGroup8` | int | id of the aligned, connected group of that size holding the device |
+//! | `migMode` | string | NVIDIA MIG mode, `enabled` or `disabled` (NVML `nvmlDeviceGetMigMode`, current; `nvidia-smi --query-gpu=mig.mode.current`), on GPUs that support MIG |
 //!
 //! plus the standard `resource.kubernetes.io/pcieRoot` (`pci0000:17`) where the PCI function's
 //! sysfs path names its root complex. Capacities: `memory` (NVIDIA, when NVML reported it:
 //! attribute `memory_bytes`) and `cores` (Neuron core count).
+//!
+//! A GPU in MIG mode is published as itself with `migMode: enabled` so that CEL can tell it
+//! apart: a CUDA process cannot use such a GPU whole, only its MIG devices, which are not
+//! published yet. The chart's DeviceClasses match only devices whose `migMode` is absent or
+//! not `enabled` ([`NOT_MIG_ENABLED`]).
 //!
 //! `linkGroupK` makes "K linked devices" a `matchAttribute` constraint: on a ring of N devices
 //! (K dividing N) group `g` is the arc at ring positions `g*K .. g*K+K-1`; on a torus, K below
@@ -44,6 +50,11 @@ pub const DRIVER: &str = "actk.dev";
 
 /// The standard attribute naming a device's PCIe root complex (KEP-5316; `pci<domain>:<bus>`).
 pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+
+/// The CEL condition of the chart's DeviceClasses that leaves out GPUs in MIG mode (a device
+/// without the attribute is not one).
+pub const NOT_MIG_ENABLED: &str =
+    r#"(!("migMode" in device.attributes["actk.dev"]) || device.attributes["actk.dev"].migMode != "enabled")"#;
 
 /// Most devices one ResourceSlice may hold (resource.k8s.io/v1 `ResourceSliceMaxDevices`).
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
@@ -180,6 +191,9 @@ pub fn slice_device(
     }
     if let Some(h) = d.attributes.get("hive_id") {
         attrs.insert("hiveID".into(), string(h));
+    }
+    if let Some(m) = &d.mig {
+        attrs.insert("migMode".into(), string(if m.enabled { "enabled" } else { "disabled" }));
     }
     if let Some(l) = links {
         attrs.extend(l.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -354,6 +368,26 @@ mod tests {
         let a = s.attributes.unwrap();
         assert_eq!(a["vendor"].string.as_deref(), Some("nvidia.com"));
         assert!(!a.contains_key(PCIE_ROOT) && !a.contains_key("uuid"), "unknown facts are left out");
+    }
+
+    #[test]
+    fn mig_mode_is_an_attribute_when_the_gpu_supports_mig() {
+        let v = VendorInventory { profile: "nvidia".into(), kind: "nvidia.com/gpu".into(), ..Default::default() };
+        let mode = |mig: Option<bool>| {
+            let d = Device {
+                index: 0,
+                mig: mig.map(|enabled| actk_core::inventory::Mig { enabled, devices: vec![] }),
+                ..Default::default()
+            };
+            slice_device(Path::new("/nonexistent"), &v, &d, None)
+                .attributes
+                .unwrap()
+                .get("migMode")
+                .and_then(|a| a.string.clone())
+        };
+        assert_eq!(mode(Some(true)).as_deref(), Some("enabled"));
+        assert_eq!(mode(Some(false)).as_deref(), Some("disabled"));
+        assert_eq!(mode(None), None, "no MIG support (or NVML not read): no attribute");
     }
 
     #[test]

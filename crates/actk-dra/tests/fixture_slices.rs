@@ -65,6 +65,7 @@ fn dgx_h100_gpus_with_identity_numa_and_pcie_root() {
         assert_eq!(s(d, "profile"), Some("nvidia"));
         assert_eq!(s(d, "model"), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(s(d, "driverVersion"), Some("580.95.05"));
+        assert_eq!(s(d, "migMode"), Some("disabled"), "MIG-capable, MIG off (the fixture's NVML)");
         assert!(s(d, "uuid").unwrap().starts_with("GPU-"), "{:?}", s(d, "uuid"));
         assert!(i(d, "numaNode").is_some());
         let root = s(d, PCIE_ROOT).expect("pcieRoot");
@@ -82,6 +83,18 @@ fn dgx_h100_gpus_with_identity_numa_and_pcie_root() {
             assert!(id.chars().all(|c| c.is_ascii_alphanumeric()), "{k}");
         }
     }
+}
+
+/// Issue 28, item 2: the DGX A100 fixture runs GPUs 0-3 in MIG mode and 4-7 without (its
+/// SOURCES.md); the slice says which, so the default class can leave the MIG-mode ones out.
+#[test]
+fn dgx_a100_gpus_in_mig_mode_say_so() {
+    let Some((_, devs)) = devices_of("nvidia-dgx-a100") else { return };
+    assert_eq!(devs.len(), 8);
+    let modes: Vec<(&str, Option<&str>)> = devs.iter().map(|d| (d.name.as_str(), s(d, "migMode"))).collect();
+    let want: Vec<(String, Option<&str>)> =
+        (0..8).map(|i| (format!("nvidia-{i}"), Some(if i < 4 { "enabled" } else { "disabled" }))).collect();
+    assert_eq!(modes, want.iter().map(|(n, m)| (n.as_str(), *m)).collect::<Vec<_>>());
 }
 
 #[test]

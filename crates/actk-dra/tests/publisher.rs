@@ -39,7 +39,13 @@ fn config(root: &std::path::Path) -> PublishConfig {
         health: Duration::from_millis(50),
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
+        state: None,
     }
+}
+
+/// A registration status that says registered.
+fn registered() -> watch::Receiver<Option<Result<(), String>>> {
+    watch::channel(Some(Ok(()))).1
 }
 
 async fn next(rx: &mut mpsc::UnboundedReceiver<(i64, Vec<String>)>) -> (i64, Vec<String>) {
@@ -54,8 +60,13 @@ async fn a_removed_device_leaves_the_pool_and_comes_back() {
     let wiped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut cfg = config(&f.root);
     cfg.rediscover = Duration::from_millis(300);
-    let task =
-        tokio::spawn(publish::run(cfg, Recorder { allocatable: BTreeMap::new(), wiped: wiped.clone(), tx }, 5, inv_tx));
+    let task = tokio::spawn(publish::run(
+        cfg,
+        Recorder { allocatable: BTreeMap::new(), wiped: wiped.clone(), tx },
+        5,
+        inv_tx,
+        registered(),
+    ));
     assert_eq!(
         next(&mut rx).await,
         (5, vec!["nvidia-0".into(), "nvidia-1".into(), "neuron-0".into(), "neuron-1".into()])
@@ -86,6 +97,7 @@ async fn kinds_a_device_plugin_serves_are_not_published() {
         Recorder { allocatable: alloc, wiped: Default::default(), tx },
         1,
         inv_tx,
+        registered(),
     ));
     assert_eq!(next(&mut rx).await, (1, vec!["neuron-0".into(), "neuron-1".into()]));
     task.abort();
@@ -95,8 +107,44 @@ async fn kinds_a_device_plugin_serves_are_not_published() {
     let mut cfg = config(&f.root);
     cfg.served = Some(["nvidia".to_string()].into());
     let alloc = BTreeMap::from([("nvidia.com/gpu".to_string(), "0".to_string())]);
-    let task =
-        tokio::spawn(publish::run(cfg, Recorder { allocatable: alloc, wiped: Default::default(), tx }, 1, inv_tx));
+    let task = tokio::spawn(publish::run(
+        cfg,
+        Recorder { allocatable: alloc, wiped: Default::default(), tx },
+        1,
+        inv_tx,
+        registered(),
+    ));
     assert_eq!(next(&mut rx).await, (1, vec!["nvidia-0".into(), "nvidia-1".into()]));
+    task.abort();
+}
+
+/// Issue 28, item 5: nothing is published before the kubelet registered the driver, though the
+/// driver gets its inventory at once (to answer NodePrepareResources for claims an earlier
+/// process prepared); a refused registration publishes nothing either; the registration
+/// publishes at once.
+#[tokio::test]
+async fn nothing_is_published_before_the_kubelet_registered_the_driver() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (inv_tx, mut inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
+    let (status_tx, status_rx) = watch::channel(None);
+    let task = tokio::spawn(publish::run(
+        config(&f.root),
+        Recorder { allocatable: BTreeMap::new(), wiped: Default::default(), tx },
+        1,
+        inv_tx,
+        status_rx,
+    ));
+    tokio::time::timeout(Duration::from_secs(2), inv_rx.wait_for(|i| !i.vendors.is_empty()))
+        .await
+        .expect("the inventory comes before registration")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(rx.try_recv().is_err(), "published before registration");
+    status_tx.send_replace(Some(Err("plugin validation failed".into())));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(rx.try_recv().is_err(), "published though the kubelet refused the driver");
+    status_tx.send_replace(Some(Ok(())));
+    assert_eq!(next(&mut rx).await.1.len(), 4);
     task.abort();
 }

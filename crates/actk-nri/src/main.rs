@@ -34,6 +34,11 @@ struct Args {
     /// the node's own paths.
     #[arg(long)]
     host_mount: Option<PathBuf>,
+    /// Write the NRI gate's CDI spec (actk.dev/nri-plugin=required) into this directory at
+    /// start, so that containers the device plugin gated fail, naming this plugin, when it did
+    /// not serve them (see actk_nri::gate).
+    #[arg(long, env = "ACTK_NRI_GATE_SPEC_DIR")]
+    gate_spec_dir: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -59,6 +64,11 @@ fn main() -> Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     let reg = Registration { name: a.name, idx: a.idx };
+    if let Some(dir) = &a.gate_spec_dir {
+        let path = actk_nri::gate::write(dir, &reg.id())
+            .with_context(|| format!("--gate-spec-dir {}: writing the NRI gate's CDI spec", dir.display()))?;
+        tracing::info!("NRI gate {} written to {}", actk_nri::gate::CDI_NAME, path.display());
+    }
     rt.block_on(async move {
         let p = planner.clone();
         // Periodic rediscovery, off the request path.

@@ -11,6 +11,7 @@
 //! Entry point: [`inject`].
 
 pub mod bpf;
+pub mod budget;
 pub mod cgroup;
 pub mod compat;
 pub mod env;
@@ -19,6 +20,8 @@ pub mod ldcache;
 pub mod mounts;
 pub mod nodes;
 pub mod root;
+#[cfg(test)]
+mod testutil;
 
 pub use error::{InjectError, Result};
 

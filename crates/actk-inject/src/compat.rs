@@ -104,12 +104,19 @@ pub fn compat_dirs(root: &ContainerRoot) -> Vec<String> {
 /// (never opened), directories past the limit, a spent budget.
 pub fn compat_dirs_within(root: &ContainerRoot, budget: &mut Budget, notes: &mut Notes) -> Vec<String> {
     const DIR: &str = "/etc/ld.so.conf.d";
-    let Ok(mut names) = list_regular_files(root, DIR, budget) else { return Vec::new() };
+    let Ok(mut entries) = list_entries(root, DIR, budget) else { return Vec::new() };
     if let Some(spent) = budget.spent() {
-        notes.push(format!("{DIR}: {spent}; compat drop-ins after the first {} entries are not read", names.len()));
+        notes.push(format!("{DIR}: {spent}; compat drop-ins after the first {} entries are not read", entries.len()));
     }
-    names.retain(|n| n.starts_with("00-compat-") && n.ends_with(".conf"));
-    names.sort();
+    entries.retain(|(n, _)| n.starts_with("00-compat-") && n.ends_with(".conf"));
+    let mut names = Vec::new();
+    for (n, ft) in entries {
+        if ft == FileType::RegularFile {
+            names.push(n);
+        } else if crate::ldcache::is_special(ft) {
+            notes.push(format!("{DIR}/{n}: {}, not a regular file: not opened; skipped", crate::root::type_name(ft)));
+        }
+    }
     let mut out: Vec<String> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     for n in names {
@@ -152,6 +159,13 @@ fn major(version: &str) -> Option<u64> {
 /// Names of the regular files (not symlinks) in directory `dir` of the root, each entry counted
 /// against `budget`: once it is spent, the names found so far.
 fn list_regular_files(root: &ContainerRoot, dir: &str, budget: &mut Budget) -> Result<Vec<String>> {
+    let all = list_entries(root, dir, budget)?;
+    Ok(all.into_iter().filter(|(_, ft)| *ft == FileType::RegularFile).map(|(n, _)| n).collect())
+}
+
+/// Names and types (not following symlinks) of the entries of directory `dir` of the root,
+/// sorted by name, each entry counted against `budget`: once it is spent, the entries so far.
+fn list_entries(root: &ContainerRoot, dir: &str, budget: &mut Budget) -> Result<Vec<(String, FileType)>> {
     let dfd = root.resolve(dir, OFlags::DIRECTORY)?;
     let readable = rustix::fs::openat(&dfd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| crate::error::InjectError::host("open directory", dir, e))?;
@@ -165,13 +179,11 @@ fn list_regular_files(root: &ContainerRoot, dir: &str, budget: &mut Budget) -> R
         if name == "." || name == ".." {
             continue;
         }
-        let is_file = rustix::fs::statat(&dfd, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
-        if is_file {
-            names.push(name);
+        if let Ok(st) = rustix::fs::statat(&dfd, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            names.push((name, FileType::from_raw_mode(st.st_mode)));
         }
     }
-    names.sort();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(names)
 }
 
@@ -296,15 +308,21 @@ mod tests {
     /// opened, so it cannot block the hook; the drop-ins around it are read.
     #[test]
     fn a_fifo_drop_in_never_blocks() {
-        use crate::testutil::{OpenWatch, node};
+        use actk_testsupport::hostile::{OpenWatch, node};
         let img = image(&[]);
         let d = img.path().join("etc/ld.so.conf.d");
-        node(&d.join("00-compat-fifo.conf"), FileType::Fifo);
+        node(&d.join("00-compat-fifo.conf"), FileType::Fifo).unwrap();
         symlink("00-compat-fifo.conf", d.join("00-compat-link.conf")).unwrap();
         std::fs::write(d.join("00-compat-z.conf"), "/opt/compat\n").unwrap();
-        let watch = OpenWatch::new(&[&d.join("00-compat-fifo.conf")]);
+        let watch = OpenWatch::new(&[&d.join("00-compat-fifo.conf")]).unwrap();
         let root = ContainerRoot::open(img.path()).unwrap();
-        assert_eq!(compat_dirs(&root), ["/opt/compat"]);
+        let mut notes = Notes::default();
+        assert_eq!(compat_dirs_within(&root, &mut Budget::default(), &mut notes), ["/opt/compat"]);
+        let notes = notes.finish();
+        assert!(
+            notes.contains("/etc/ld.so.conf.d/00-compat-fifo.conf: a FIFO, not a regular file: not opened; skipped"),
+            "{notes}"
+        );
         // Read as a listed regular file would be (the race: a FIFO swapped in after the listing).
         let e = read_small(&root, "/etc/ld.so.conf.d/00-compat-fifo.conf", &mut Budget::default()).unwrap_err();
         assert!(e.to_string().contains("is a FIFO, not a regular file: not opened"), "{e}");

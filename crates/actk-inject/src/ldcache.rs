@@ -580,7 +580,7 @@ mod tests {
     /// real library next to them is indexed and the cache written.
     #[test]
     fn device_nodes_and_fifos_among_libraries_and_as_the_cache_are_never_opened() {
-        use crate::testutil::{OpenWatch, node};
+        use actk_testsupport::hostile::{OpenWatch, node};
         let base = glibc_image();
         let r = base.path();
         if !lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false) {
@@ -588,11 +588,12 @@ mod tests {
             return;
         }
         let d = r.join("opt/drv");
-        node(&d.join("libkmsg.so.1"), FileType::CharacterDevice);
-        node(&d.join("libfifo.so.1"), FileType::Fifo);
+        node(&d.join("libkmsg.so.1"), FileType::CharacterDevice).unwrap();
+        node(&d.join("libfifo.so.1"), FileType::Fifo).unwrap();
         symlink("libkmsg.so.1", d.join("liblink.so.1")).unwrap();
-        node(&r.join("etc/ld.so.cache"), FileType::CharacterDevice);
-        let watch = OpenWatch::new(&[&d.join("libkmsg.so.1"), &d.join("libfifo.so.1"), &r.join("etc/ld.so.cache")]);
+        node(&r.join("etc/ld.so.cache"), FileType::CharacterDevice).unwrap();
+        let watch =
+            OpenWatch::new(&[&d.join("libkmsg.so.1"), &d.join("libfifo.so.1"), &r.join("etc/ld.so.cache")]).unwrap();
         let root = ContainerRoot::open(r).unwrap();
         let notes = notes_of(update(&root, &["/opt/drv".into()]).unwrap());
         assert_eq!(watch.opened(), Vec::<std::path::PathBuf>::new(), "a node was opened: {notes}");

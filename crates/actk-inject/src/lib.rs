@@ -20,8 +20,6 @@ pub mod ldcache;
 pub mod mounts;
 pub mod nodes;
 pub mod root;
-#[cfg(test)]
-mod testutil;
 
 pub use error::{InjectError, Result};
 

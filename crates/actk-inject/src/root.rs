@@ -539,18 +539,19 @@ mod tests {
     /// blocking on the FIFO); a regular file, directly or through a symlink inside the root, is.
     #[test]
     fn open_regular_opens_regular_files_only() {
-        use crate::testutil::{OpenWatch, node};
+        use actk_testsupport::hostile::{OpenWatch, node};
         let (_o, base, r) = root();
         let etc = base.path().join("etc");
         std::fs::create_dir_all(&etc).unwrap();
-        node(&etc.join("dev"), FileType::CharacterDevice);
-        node(&etc.join("fifo"), FileType::Fifo);
+        node(&etc.join("dev"), FileType::CharacterDevice).unwrap();
+        node(&etc.join("fifo"), FileType::Fifo).unwrap();
         let _sock = std::os::unix::net::UnixListener::bind(etc.join("sock")).unwrap();
         std::fs::write(etc.join("file"), b"contents").unwrap();
         symlink("/etc/dev", etc.join("link-dev")).unwrap();
         symlink("fifo", etc.join("link-fifo")).unwrap();
         symlink("/etc/file", etc.join("link-file")).unwrap();
-        let watch = OpenWatch::new(&[&etc.join("dev"), &etc.join("fifo"), &etc.join("sock"), &etc.join("file")]);
+        let watch =
+            OpenWatch::new(&[&etc.join("dev"), &etc.join("fifo"), &etc.join("sock"), &etc.join("file")]).unwrap();
         for (path, follow, what) in [
             ("/etc/dev", true, "a character device"),
             ("/etc/fifo", true, "a FIFO"),
@@ -581,12 +582,12 @@ mod tests {
     /// A drop-in path that is a device node is refused without being opened for writing.
     #[test]
     fn write_file_never_opens_a_device_node() {
-        use crate::testutil::{OpenWatch, node};
+        use actk_testsupport::hostile::{OpenWatch, node};
         let (_o, base, r) = root();
         let d = base.path().join("etc/ld.so.conf.d");
         std::fs::create_dir_all(&d).unwrap();
-        node(&d.join("00-actk.conf"), FileType::CharacterDevice);
-        let watch = OpenWatch::new(&[&d.join("00-actk.conf")]);
+        node(&d.join("00-actk.conf"), FileType::CharacterDevice).unwrap();
+        let watch = OpenWatch::new(&[&d.join("00-actk.conf")]).unwrap();
         let e = r.write_file("/etc/ld.so.conf.d/00-actk.conf", b"/x\n", 0o644).unwrap_err();
         assert!(e.to_string().contains("exists and is a character device, not a regular file"), "{e}");
         assert_eq!(watch.opened(), Vec::<PathBuf>::new());

@@ -7,10 +7,16 @@
 //!   `DT_NEEDED` entries, which a reader that reads each one costs megabytes;
 //! - [`compat_drop_in_flood`]: `00-compat-*.conf` drop-ins with hundreds of thousands of
 //!   distinct directory lines;
-//! - [`plant`]: one of those (or a device node, a FIFO) into a rootfs.
+//! - [`plant`]: one of those into a rootfs; [`node`]: a device node (`c 1 11`, as finding 4's
+//!   image ships) or a FIFO;
+//! - [`OpenWatch`]: proof that actk never opened such a node (inotify `IN_OPEN`).
 
 use anyhow::{Context, Result};
-use std::path::Path;
+use rustix::fd::OwnedFd;
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
 
 /// A new-format ld.so.cache (`glibc-ld.so.cache1.1`, glibc `dl-cache.h`) of `entries` entries
 /// whose soname and path all name one string of `string_len` bytes (`a`s). Finding 2 as filed:
@@ -192,6 +198,60 @@ pub fn plant(rootfs: &Path, class: Class, lib_dir: &str, links: usize) -> Result
         }
     }
     Ok(())
+}
+
+/// Makes a node at `p`: a character device 1:11 (`/dev/kmsg`'s numbers, finding 4's image) for
+/// [`rustix::fs::FileType::CharacterDevice`], else a FIFO. Needs root for the device.
+///
+/// Errors: mknod fails.
+pub fn node(p: &Path, kind: rustix::fs::FileType) -> Result<()> {
+    let (kind, dev) = match kind {
+        rustix::fs::FileType::CharacterDevice => (kind, rustix::fs::makedev(1, 11)),
+        _ => (rustix::fs::FileType::Fifo, 0),
+    };
+    rustix::fs::mknodat(rustix::fs::CWD, p, kind, rustix::fs::Mode::from_raw_mode(0o644), dev)
+        .with_context(|| format!("mknod {}", p.display()))
+}
+
+/// Watches files for being opened (inotify `IN_OPEN`): an `O_PATH` descriptor raises no such
+/// event, a real open (which, for a device node, runs its driver's `open`) does, from any
+/// process and mount namespace (the watch is on the inode).
+pub struct OpenWatch {
+    fd: OwnedFd,
+    paths: HashMap<i32, PathBuf>,
+}
+
+impl OpenWatch {
+    /// Watches each of `paths` (not following a symlink there).
+    ///
+    /// Errors: inotify cannot be set up or a path watched.
+    pub fn new(paths: &[&Path]) -> Result<OpenWatch> {
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC).context("inotify_init1")?;
+        let mut map = HashMap::new();
+        for p in paths {
+            let wd = inotify::add_watch(&fd, *p, WatchFlags::OPEN | WatchFlags::DONT_FOLLOW)
+                .with_context(|| format!("inotify watch on {}", p.display()))?;
+            map.insert(wd, p.to_path_buf());
+        }
+        Ok(OpenWatch { fd, paths: map })
+    }
+
+    /// The watched paths opened since the last call, sorted.
+    pub fn opened(&self) -> Vec<PathBuf> {
+        let mut buf = [MaybeUninit::uninit(); 4096];
+        let mut r = inotify::Reader::new(&self.fd, &mut buf);
+        let mut out = Vec::new();
+        while let Ok(ev) = r.next() {
+            if ev.events().contains(ReadFlags::OPEN)
+                && let Some(p) = self.paths.get(&ev.wd())
+            {
+                out.push(p.clone());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 #[cfg(test)]

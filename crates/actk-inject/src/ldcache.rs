@@ -28,6 +28,13 @@
 //!    after it was resolved changes which directory inside the root gets the file, never which
 //!    root.
 //!
+//! Only regular files of the image are read, and only after their type was checked on an
+//! `O_PATH` descriptor ([`ContainerRoot::open_regular`]): a `lib*.so*` or cache file that is a
+//! device node, FIFO or socket is skipped with a note, never opened. The work is bounded per run
+//! ([`Budget`]: entries looked at, bytes read, CPU and time; the ELF reader's own per-file
+//! limit; the cache reader's [`ldcache::Limits`]): a spent bound stops the scan with a note
+//! naming the directory, and the cache is written with what was found (issue 29).
+//!
 //! Nothing else is read or written: no `aux-cache`, no soname links (ldconfig's `-X`), no
 //! `ld.so.conf` parsing. The library directories are also listed in a drop-in
 //! `/etc/ld.so.conf.d/00-actk.conf`, so an `ldconfig` the container runs later keeps them; when

@@ -123,7 +123,7 @@ impl ContainerRoot {
     /// root to an `O_PATH` descriptor (as [`ContainerRoot::resolve`]; a symlink at the final
     /// component is followed inside the root when `follow`, else it counts as not a regular
     /// file), checked with `fstat` on that descriptor, then reopened read-only and non-blocking
-    /// through it ([`reopen_regular`]). Returns the file and its length in bytes.
+    /// through it (`/proc/thread-self/fd/N`). Returns the file and its length in bytes.
     ///
     /// Errors: [`InjectError::Container`] when it cannot be resolved (ENOENT for a missing file),
     /// [`InjectError::NotRegular`] naming the type found when it is not a regular file (a device

@@ -149,12 +149,18 @@ impl ContainerRoot {
         if ft != FileType::RegularFile {
             return Err(InjectError::NotRegular { path: shown.to_string(), root: self.shown.clone(), file_type: ft });
         }
-        let file = reopen(fd.as_fd(), OFlags::RDONLY).map_err(|e| self.cerr("open", shown, e))?;
+        let file = self.reopen_same(fd.as_fd(), &st, OFlags::RDONLY, shown)?;
+        Ok((file.into(), st.st_size as u64))
+    }
+
+    /// [`reopen`] of `fd` (whose `fstat` is `st`), checking that the file opened is that inode.
+    fn reopen_same(&self, fd: BorrowedFd<'_>, st: &rustix::fs::Stat, flags: OFlags, shown: &str) -> Result<OwnedFd> {
+        let file = reopen(fd, flags).map_err(|e| self.cerr("open", shown, e))?;
         let again = rustix::fs::fstat(&file).map_err(|e| self.cerr("stat", shown, e))?;
         if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
-            return Err(self.refused(shown, "reopened as another file (is /proc a procfs?): not read"));
+            return Err(self.refused(shown, "reopened as another file (is /proc a procfs?): not used"));
         }
-        Ok((file.into(), st.st_size as u64))
+        Ok(file)
     }
 
     fn resolve_rel(&self, rel: &str, extra: OFlags) -> rustix::io::Result<OwnedFd> {
@@ -327,8 +333,7 @@ impl ContainerRoot {
                             Ok(()) | Err(Errno::NOENT) => continue,
                             Err(e) => return Err(self.cerr("remove symlink", path, e)),
                         },
-                        FileType::RegularFile => reopen(existing.as_fd(), OFlags::WRONLY)
-                            .map_err(|e| self.cerr("open for writing", path, e))?,
+                        FileType::RegularFile => self.reopen_same(existing.as_fd(), &st, OFlags::WRONLY, path)?,
                         ft => {
                             return Err(
                                 self.refused(path, format!("exists and is {}, not a regular file", type_name(ft)))

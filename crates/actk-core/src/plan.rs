@@ -615,7 +615,7 @@ fn ldcache_hook(hook: &str, vendor: &crate::inventory::VendorInventory, edits: &
         path: hook.to_string(),
         args,
         env: crate::cdi::generate::HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: None,
+        timeout: Some(crate::cdi::generate::HOOK_TIMEOUT_S),
     })
 }
 
@@ -984,6 +984,7 @@ mod tests {
             "video was not asked for"
         );
         assert!(!h.env.is_empty());
+        assert_eq!(h.timeout, Some(crate::cdi::generate::HOOK_TIMEOUT_S), "issue 29: the hook carries a timeout");
     }
 
     fn gaudi_ctx(spec_dir: Option<&Path>) -> PlanContext {

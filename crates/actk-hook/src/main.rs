@@ -17,12 +17,17 @@
 //!   update-ldcache) that puts an image's newer CUDA forward-compat libraries first.
 //!
 //! Errors go to stderr with exit status 1; runc shows them to the user.
+//!
+//! Every stage that acts on a container ends within [`HOOK_TIMEOUT_S`] seconds, whether or not
+//! its caller gives a `timeout` (actk's own specs and edits do; Docker's `--gpus` does not): a
+//! watchdog thread ends the process with an error naming the limit (issue 29, finding 3).
 
 mod cuda_compat;
 mod prestart;
 mod state;
 mod update_ldcache;
 
+use actk_core::cdi::generate::HOOK_TIMEOUT_S;
 use anyhow::{Result, bail};
 
 /// The allocator of the static musl release build (scripts/build-release.sh), as in actk-runtime.
@@ -40,12 +45,30 @@ fn main() {
     }
 }
 
+/// Ends the process with an error after [`HOOK_TIMEOUT_S`] (a thread sleeping beside the work,
+/// since a hook blocked in a system call cannot check a clock itself). The runtime sees a failed
+/// hook and fails the start, as it does when it enforces a `timeout` itself.
+fn arm_timeout(stage: &str) {
+    let stage = stage.to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(HOOK_TIMEOUT_S.unsigned_abs()));
+        eprintln!("actk-hook: {stage}: did not finish within {HOOK_TIMEOUT_S} s (the hook's time limit); giving up");
+        std::process::exit(1);
+    });
+}
+
 fn run(args: &[String]) -> Result<()> {
     // Leading `-x` flags of NVIDIA's hook (`-debug`, `-config=FILE`) are accepted and ignored:
     // configs written for it keep working.
     let mut rest = args.iter().skip_while(|a| a.starts_with('-') && !a.starts_with("--"));
     let Some(cmd) = rest.next() else { bail!("no hook stage given\n{USAGE}") };
     let rest: Vec<String> = rest.cloned().collect();
+    if matches!(
+        cmd.as_str(),
+        "prestart" | "createRuntime" | "createContainer" | "update-ldcache" | "enable-cuda-compat"
+    ) {
+        arm_timeout(cmd);
+    }
     match cmd.as_str() {
         "prestart" | "createRuntime" | "createContainer" => prestart::run(cmd, &rest),
         "poststart" | "poststop" | "startContainer" => Ok(()),

@@ -67,8 +67,14 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         existing_device_rules: existing,
         ..Options::default()
     };
-    inject(&target, &container_edits, &opts)
+    let report = inject(&target, &container_edits, &opts)
         .with_context(|| format!("cannot inject devices into container {}", st.id))?;
+    // What the ld.so.cache step skipped of the image (files that are not regular, a spent budget).
+    if let Some(actk_inject::ldcache::LdcacheOutcome::Updated(notes)) = &report.ldcache
+        && !notes.is_empty()
+    {
+        eprintln!("actk-hook: warning: ld.so.cache: {}", notes.replace('\n', "; "));
+    }
     Ok(())
 }
 

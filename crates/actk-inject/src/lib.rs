@@ -11,6 +11,7 @@
 //! Entry point: [`inject`].
 
 pub mod bpf;
+pub mod budget;
 pub mod cgroup;
 pub mod compat;
 pub mod env;

@@ -40,6 +40,14 @@ pub const HOST_FILE_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "bind"];
 /// The env given to hooks actk writes into specs: a minimal, explicit PATH only.
 pub const HOOK_ENV: &[&str] = &["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"];
 
+/// The `timeout` (seconds, OCI runtime-spec "POSIX-platform Hooks") of every hook actk writes
+/// into specs and edits (issue 29, finding 3): the runtime kills a hook still running then and
+/// fails the start. Such a hook takes milliseconds; its scan of image files stops itself well
+/// before (actk-inject's per-run budget: 2 s of CPU, 10 s in all), so only a hook stuck outside
+/// that scan (blocked I/O) ever meets it. actk-hook arms the same limit on itself when its
+/// caller gives none (`docker run --gpus`).
+pub const HOOK_TIMEOUT_S: i64 = 30;
+
 /// How per-device entries are named (`--device-name-strategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceNameStrategy {
@@ -224,7 +232,7 @@ fn shared_edits(
                 path: hook.to_string(),
                 args,
                 env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-                timeout: None,
+                timeout: Some(HOOK_TIMEOUT_S),
             });
         }
     }
@@ -253,7 +261,7 @@ pub fn compat_hook(hook: &str, profile: &Profile, vendor: &VendorInventory) -> O
             fc.library.clone(),
         ],
         env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: None,
+        timeout: Some(HOOK_TIMEOUT_S),
     })
 }
 
@@ -601,6 +609,7 @@ mod tests {
         assert_eq!(h.hook_name, "createContainer");
         assert_eq!(h.args, ["actk-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"]);
         assert_eq!(h.env, HOOK_ENV);
+        assert_eq!(h.timeout, Some(HOOK_TIMEOUT_S), "issue 29: a hook actk writes carries a timeout");
         let opts = GenerateOptions { ldcache_hook: Some("actk-hook".into()), ..Default::default() };
         assert!(generate(&p, &v, &opts).unwrap_err().to_string().contains("not absolute"));
     }

@@ -125,11 +125,14 @@ pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
     out
 }
 
-/// Health probes of every device of `inv`, by slice device name.
-pub fn probes(inv: &Inventory) -> Vec<(String, Probe)> {
+/// Health probes of every device of `inv` (discovered with `profiles`), by slice device name.
+pub fn probes(inv: &Inventory, profiles: &[Profile]) -> Vec<(String, Probe)> {
     inv.vendors
         .iter()
-        .flat_map(|v| health::probes(&inv.root, v).into_iter().map(move |p| (device_name(&v.profile, p.index), p)))
+        .filter_map(|v| Some((v, profiles.iter().find(|p| p.name == v.profile)?)))
+        .flat_map(|(v, p)| {
+            health::probes(&inv.root, p, v).into_iter().map(move |pr| (device_name(&v.profile, pr.index), pr))
+        })
         .collect()
 }
 
@@ -229,7 +232,7 @@ pub async fn run<S: Sink>(
             warned_overlap = overlap;
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
             inv = served(&found, cfg.served.as_ref(), &excluded);
-            probe_list = probes(&inv);
+            probe_list = probes(&inv, &cfg.profiles);
             if published.is_some() {
                 match sink.intact(generation).await {
                     Ok(true) => {}
@@ -252,7 +255,7 @@ pub async fn run<S: Sink>(
                 if !unhealthy_before.contains(name) {
                     tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
                 }
-                Some((name.clone(), why))
+                Some((name.clone(), why.reason))
             })
             .collect();
         let unhealthy: BTreeSet<String> = why.keys().cloned().collect();

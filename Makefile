@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: demo test test-k8s deps build dockerd lint
+.PHONY: demo test test-k8s deps build dockerd lint deb rpm
 
 deps:
 	scripts/install-deps.sh
@@ -31,9 +31,24 @@ demo: build
 # real single-node Kubernetes cluster, which must not run beside the other end-to-end tests.
 test: build
 	scripts/build-release.sh --shims-only >/dev/null
+	$(MAKE) deb
 	scripts/start-dockerd.sh
 	ACTK_E2E_STRICT=1 $(CARGO) test --workspace --exclude actk-k8s-e2e --no-fail-fast
 	$(MAKE) test-k8s
+
+# The OS packages (scripts/package.sh; docs/architecture.md "OS packages"): the CLI and the static
+# release actk-runtime and actk-hook (target/dist from build-release.sh --cli-only), the CDI
+# refresh units of deploy/systemd and the udev rule, by cargo-deb into target/debian/ and by
+# cargo-generate-rpm into target/generate-rpm/ (each installed with `cargo install --locked` on
+# first use). `make test` builds the .deb: crates/e2e/tests/package.rs installs it on a fresh
+# Debian 12 root.
+deb:
+	scripts/build-release.sh --cli-only >/dev/null
+	scripts/package.sh deb
+
+rpm:
+	scripts/build-release.sh --cli-only >/dev/null
+	scripts/package.sh rpm
 
 # The real single-node cluster (scripts/k8s-node.sh; docs/kubernetes.md): Kubernetes 1.34 built
 # from the Go module proxy into /var/cache/actk/kube (once per machine, ~10-25 min cold),

@@ -10,6 +10,7 @@
 //!   that fails a test which left something behind.
 
 pub mod cluster;
+pub mod debroot;
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;

@@ -6,7 +6,9 @@
 //!    enabled actk-cdi-refresh.service and .path, the service wrote the CDI spec of the
 //!    simulated DGX H100 at boot; a GPU whose device node goes away leaves the spec when the
 //!    udev rule's command runs the service again; a driver (re)install, seen by the path unit
-//!    as a rewritten modules.dep, brings it back; `systemd-analyze verify` accepts the units;
+//!    as a rewritten modules.dep, brings it back; an edit of config.toml (a root without devices)
+//!    makes the path unit refresh and the spec go (`--prune`), and come back with the old config;
+//!    `systemd-analyze verify` accepts the units;
 //! 2. in the same root without systemd (chroot in its own mount, network and PID namespaces,
 //!    /run a fresh tmpfs): the unit's ExecStart writes the specs, `docker run --gpus 1`
 //!    (Docker 20.10 through the packaged nvidia-container-runtime-hook) and `podman run --device
@@ -323,6 +325,7 @@ fn deb_on_a_fresh_debian_root_refreshes_specs_serves_docker_and_podman_and_purge
         &format!("tar -C {} -cf {}/var/tmp/busybox.tar .", busybox_rootfs().unwrap().display(), root.display()),
     );
     std::fs::copy(&deb, root.join("var/tmp/actk.deb")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/actk/no-devices")).unwrap();
     let before = snapshot(&root);
 
     // 1. dpkg -i, nothing else asked.
@@ -413,8 +416,22 @@ fn deb_on_a_fresh_debian_root_refreshes_specs_serves_docker_and_podman_and_purge
     sh("mknod", &format!("mknod {}/dev/nvidia3 c 195 3 && chmod 666 {}/dev/nvidia3", node.display(), node.display()));
     let depmod = "mkdir -p /lib/modules/$(uname -r) && echo '# depmod' >/lib/modules/$(uname -r)/modules.dep";
     expect_success("writing modules.dep", &boot.exec(&["sh", "-c", depmod]));
-    boot.wait_refresh_after(&id);
+    let id = boot.wait_refresh_after(&id);
     assert!(spec(&boot).contains(&"3".to_string()), "GPU 3 did not come back after the driver's modules.dep changed");
+
+    // The admin edits config.toml (here: a root without devices): the path unit runs the
+    // refresh, and --prune removes the spec of a kind with no devices left. Then back.
+    let edit = |from: &str, to: &str| {
+        let t = std::fs::read_to_string(&config).unwrap().replace(from, to);
+        std::fs::write(&config, t).unwrap();
+    };
+    edit(&format!("root = \"/{NODE}\""), "root = \"/var/lib/actk/no-devices\"");
+    let id = boot.wait_refresh_after(&id);
+    let ls = text(&boot.exec(&["ls", "/run/cdi"])).0;
+    assert!(!ls.contains("nvidia.com-gpu.json"), "the spec of a kind with no devices left stays: {ls}");
+    edit("root = \"/var/lib/actk/no-devices\"", &format!("root = \"/{NODE}\""));
+    boot.wait_refresh_after(&id);
+    assert_eq!(spec(&boot).len(), at_boot.len(), "the spec did not come back after the config was restored");
 
     let verify = boot.exec(&[
         "systemd-analyze",

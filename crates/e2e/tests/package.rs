@@ -190,6 +190,20 @@ fn find_container_init(nspawn: i32) -> Option<i32> {
     })
 }
 
+/// Removes the cgroup parent the chroot's dockerd put its containers under
+/// (`/sys/fs/cgroup/*/actk-pkgtest`, emptied by docker as its containers go): the host's
+/// hierarchies are shared with the chroot.
+struct CgroupParent;
+
+impl Drop for CgroupParent {
+    fn drop(&mut self) {
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg("for d in /sys/fs/cgroup/*/actk-pkgtest; do [ -d \"$d\" ] && find \"$d\" -depth -type d -exec rmdir {} \\; ; done; true")
+            .status();
+    }
+}
+
 /// One entry of a root's snapshot: type, mode, owner, and what identifies the content (a
 /// file's bytes for small files, else size and mtime; a link's target; a node's numbers).
 type Snapshot = BTreeMap<String, String>;
@@ -463,6 +477,7 @@ fn deb_on_a_fresh_debian_root_refreshes_specs_serves_docker_and_podman_and_purge
          mount --bind {w}/containers {r}/var/lib/containers; \
          exec chroot {r} /usr/bin/env -i /bin/sh /var/tmp/engines.sh \"$1\""
     );
+    let _cgroups = CgroupParent;
     let t_engines = Instant::now();
     let o = Command::new("timeout")
         .args(["300", "unshare", "--mount", "--net", "--pid", "--fork", "sh", "-c", &script, "sh", &execstart])

@@ -237,6 +237,24 @@ fn who_names_runtime_containers_plain_runc_devices_and_kubelet_allocations_for_e
     assert!(table.contains("pod ns/p container main"), "{table}");
     assert!(table.contains(&format!("runc {}", &by_node[..12])), "{table}");
 
+    // A kubelet that is gone but left its socket: a warning, and the containers are still listed.
+    let stale = c.state.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let o = engines::actk(
+        Some(&config),
+        &[
+            "who",
+            "--json",
+            "--state-root",
+            &c.state.path().display().to_string(),
+            "--pod-resources",
+            &stale.display().to_string(),
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success() && err.contains("kubelet allocations are not shown"), "{err}");
+    assert_eq!(holders(&serde_json::from_str(&out).unwrap(), "aws.amazon.com/neuron", 1).len(), 1);
+
     // No kubelet on the node: the socket is absent, containers are still listed.
     let no_kubelet = engines::actk(
         Some(&config),

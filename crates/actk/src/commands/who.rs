@@ -15,8 +15,8 @@ pub struct Args {
     /// Host root whose devices are listed; default: `root` of the config file, else `/`.
     #[arg(long, env = "ACTK_ROOT")]
     pub root: Option<PathBuf>,
-    /// The kubelet's PodResources socket. When it does not exist the node has no kubelet and
-    /// only running containers are shown; `none`: do not ask the kubelet.
+    /// The kubelet's PodResources socket. When it does not exist (no kubelet) or does not answer
+    /// (a warning says so), only running containers are shown; `none`: do not ask the kubelet.
     #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
     pub pod_resources: String,
     /// OCI runtime state root to read containers from (runc's or crun's `--root`), repeatable;
@@ -31,8 +31,8 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Runs `actk who`. Errors: the config or profiles cannot be read; the kubelet's socket exists
-/// but `List` fails.
+/// Runs `actk who`. Errors: the config or profiles cannot be read, the host root is missing. A
+/// kubelet socket that does not answer `List` is a warning: running containers are still shown.
 pub fn run(a: Args) -> anyhow::Result<()> {
     let config_path = Config::path();
     let mut config =
@@ -56,12 +56,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Vec::new()
     } else {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
-        rt.block_on(async {
+        let listed = rt.block_on(async {
             tokio::time::timeout(std::time::Duration::from_secs(10), podresources::list(&socket)).await
-        })
-        .with_context(|| {
-            format!("the kubelet did not answer PodResources List on {} within 10 s", socket.display())
-        })??
+        });
+        // A stopped kubelet leaves its socket behind: what the runtimes show is still worth
+        // seeing, so the kubelet's part is reported missing rather than failing the command.
+        match listed {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                eprintln!("actk: warning: {e}; kubelet allocations are not shown");
+                Vec::new()
+            }
+            Err(_) => {
+                eprintln!(
+                    "actk: warning: the kubelet did not answer PodResources List on {} within 10 s; kubelet allocations are not shown",
+                    socket.display()
+                );
+                Vec::new()
+            }
+        }
     };
     let roots = if a.state_roots.is_empty() { runtime_state::default_roots() } else { a.state_roots };
     let opts = runtime_state::ScanOptions { docker_root: Some(a.docker_root), plan: Some(&ctx) };

@@ -37,6 +37,8 @@ declare -A probe=(
   [iproute2]=/usr/sbin/ip
   [containernetworking-plugins]=/usr/lib/cni/loopback
   [npm]=/usr/bin/npm
+  # The OS package test (crates/e2e/tests/package.rs) boots a Debian root with systemd-nspawn.
+  [systemd-container]=/usr/bin/systemd-nspawn
   # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
   [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
   [qemu-user]=/usr/bin/qemu-aarch64

@@ -55,6 +55,9 @@ enum Command {
     /// Host setup: /dev/char links for systemd hosts.
     #[command(subcommand)]
     System(commands::system::Command),
+    /// Which pod, container or plain container holds each device (kubelet PodResources and the
+    /// OCI runtimes' state), for every vendor.
+    Who(commands::who::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -70,6 +73,7 @@ fn main() -> std::process::ExitCode {
         Command::Config(c) => commands::config::run(c),
         Command::Node(c) => commands::node::run(c),
         Command::System(c) => commands::system::run(c),
+        Command::Who(a) => commands::who::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

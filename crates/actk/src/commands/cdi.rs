@@ -18,6 +18,10 @@ pub enum Command {
     List(ListArgs),
     /// Validate CDI spec files (JSON schema and SPEC.md rules); exit 1 when any is invalid.
     Validate(ValidateArgs),
+    /// Remove the spec files `actk cdi generate --output DIR` writes (`<vendor>-<class>.json`
+    /// or `.yaml` of every profile's kind), and nothing else: what the OS package runs before
+    /// actk is removed, so that no spec names an actk-hook that is gone.
+    Clean(CleanArgs),
 }
 
 /// Output encoding of `actk cdi generate`.
@@ -94,6 +98,25 @@ pub struct GenerateArgs {
     /// as `--output`.
     #[arg(long, value_name = "SECONDS")]
     pub watch: Option<u64>,
+    /// With `--output DIR`: also remove the spec file of every profile's kind that has no
+    /// devices now (its driver removed, its last device gone), as `generate` would have named
+    /// it (`<vendor>-<class>.json` or `.yaml`) and only when the file's `kind` is that kind.
+    /// What a one-shot refresh needs (the OS package's actk-cdi-refresh.service); `--watch`
+    /// always removes what it wrote.
+    #[arg(long)]
+    pub prune: bool,
+}
+
+/// Arguments of `actk cdi clean`.
+#[derive(clap::Args, Debug)]
+pub struct CleanArgs {
+    /// The directory `generate --output` wrote to.
+    #[arg(long, short, default_value = "/var/run/cdi")]
+    pub output: PathBuf,
+    /// Directory of user vendor profiles (`*.toml`) whose kinds count too; default:
+    /// `profiles_dir` of the config file, else /etc/actk/profiles.d.
+    #[arg(long, env = "ACTK_PROFILES_DIR")]
+    pub profiles_dir: Option<PathBuf>,
 }
 
 /// Arguments of `actk cdi list`.
@@ -119,6 +142,7 @@ pub fn run(c: Command) -> anyhow::Result<()> {
         Command::Generate(a) => generate(a),
         Command::List(a) => list(a),
         Command::Validate(a) => validate(a),
+        Command::Clean(a) => clean(a),
     }
 }
 
@@ -245,6 +269,20 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
         return watch(&a, &root, &profiles, secs);
     }
     let (specs, found) = discover_and_generate(&a, &root, &profiles)?;
+    if a.prune {
+        match output_kind(a.output.as_deref()) {
+            Output::Dir(dir) => {
+                let kept: Vec<&str> = specs.iter().map(|s| s.kind.as_str()).collect();
+                for (path, kind) in generated_files(&dir, &profiles) {
+                    if !kept.contains(&kind.as_str()) {
+                        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+                        outln!("removed {} ({kind}: no devices now)", path.display())?;
+                    }
+                }
+            }
+            _ => bail!("--prune needs --output DIR (the directory whose stale specs it removes)"),
+        }
+    }
     if specs.is_empty() {
         match &a.vendor {
             Some(v) => bail!(
@@ -386,6 +424,46 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
         } else {
             println!("left {}: another generator wrote it since", p.display());
         }
+    }
+    Ok(())
+}
+
+/// The spec files in `dir` that `generate --output DIR` writes for one of `profiles`' kinds:
+/// `(path, kind)` for each default file name (JSON and YAML) that exists and whose `kind` is the
+/// profile's. A file of that name that is not a readable spec of that kind is someone else's:
+/// left out, with a warning.
+fn generated_files(dir: &Path, profiles: &[actk_core::profile::Profile]) -> Vec<(PathBuf, String)> {
+    let mut kinds: Vec<&str> = profiles.iter().map(|p| p.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let mut found = Vec::new();
+    for kind in kinds {
+        for ext in ["json", "yaml"] {
+            let path = dir.join(format!("{}.{ext}", kind.replace('/', "-")));
+            if !path.exists() {
+                continue;
+            }
+            match validate_file(&path) {
+                Ok(spec) if spec.kind == kind => found.push((path, kind.to_string())),
+                Ok(spec) => {
+                    tracing::warn!("left {}: its kind is {}, not {kind}", path.display(), spec.kind)
+                }
+                Err(_) => tracing::warn!("left {}: not a valid CDI spec of {kind}", path.display()),
+            }
+        }
+    }
+    found
+}
+
+fn clean(a: CleanArgs) -> anyhow::Result<()> {
+    let dir = match a.profiles_dir {
+        Some(d) => d,
+        None => config()?.profiles_dir,
+    };
+    let profiles = actk_core::profile::load(Some(&dir)).context("loading vendor profiles")?;
+    for (path, kind) in generated_files(&a.output, &profiles) {
+        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+        outln!("removed {} ({kind})", path.display())?;
     }
     Ok(())
 }

@@ -6,21 +6,22 @@
 //!   extended resource name (`nvidia.com/gpu`, `aws.amazon.com/neuron`,
 //!   `aws.amazon.com/neuroncore`, ...), each a list of kubelet device IDs;
 //! - [`topology`]: pure preferred-allocation choices (NUMA, NVLink/XGMI sets, Inferentia rings,
-//!   Trainium torus blocks);
+//!   Trainium torus blocks), from the node layer (actk-node);
 //! - [`allocate`]: pure Allocate answers built from CDI container edits, per strategy
 //!   (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`);
-//! - [`health`]: device probes over the host root and the polling loop that publishes changes;
+//! - [`health`]: the node layer's health engine (actk-node): device probes over the host root,
+//!   the NVML Xid watch and the polling loop that publishes changes;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
-//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets).
+//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node).
 
 pub mod allocate;
 pub mod api;
 pub mod config;
-pub mod health;
 pub mod manager;
 pub mod metrics;
 pub mod resources;
 pub mod service;
-pub mod topology;
-pub mod uds;
+
+// The node layer's modules under the paths the plugin's code (and its tests) use.
+pub use actk_node::{health, topology, uds};

@@ -142,7 +142,7 @@ fn main() {
         let (tx, rx) = oneshot::channel();
         tokio::spawn(plugin::serve(sock.clone(), Socket::Dra(DraService(driver.clone())), Some(tx)));
         rx.await.unwrap();
-        let ch = actk_device_plugin::uds::connect(&sock).await.unwrap();
+        let ch = actk_node::uds::connect(&sock).await.unwrap();
         let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
         let to_v1 = |c: ClaimRef| v1::Claim { namespace: c.namespace, uid: c.uid, name: c.name };
         // Claims prepared one after the other stay prepared (as on a busy node), so the

@@ -1,6 +1,6 @@
 //! Keeping the node's pool current: discovery every `rediscover` interval (devices appearing,
 //! a driver loaded late), device health every `health` interval (a node gone or replaced, a PCI
-//! function gone: actk-device-plugin's probes), and a new pool generation published whenever the
+//! function gone: the node layer's probes, actk-node), and a new pool generation published whenever the
 //! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
 //! back when healthy again; the driver prepares only what the published inventory holds.
 //!
@@ -23,7 +23,7 @@
 
 use actk_core::inventory::Inventory;
 use actk_core::profile::Profile;
-use actk_device_plugin::health::{self, Probe};
+use actk_node::health::{self, Probe};
 use k8s_openapi::api::resource::v1::Device as SliceDevice;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

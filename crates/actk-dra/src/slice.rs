@@ -33,10 +33,10 @@
 //! (K dividing N) group `g` is the arc at ring positions `g*K .. g*K+K-1`; on a torus, K below
 //! the side is an aligned run of one row, K a multiple of the side is that many whole rows (each
 //! row is a NeuronLink ring, adjacent rows are linked column-wise). The groups come from the link
-//! graph's recognised shape (actk-device-plugin's topology), not the vendor's name.
+//! graph's recognised shape (actk-node's topology), not the vendor's name.
 
 use actk_core::inventory::{Device, Inventory, VendorInventory};
-use actk_device_plugin::topology::{self, Node, Shape};
+use actk_node::topology::{self, Node, Shape};
 use k8s_openapi::api::resource::v1::{
     Device as SliceDevice, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };

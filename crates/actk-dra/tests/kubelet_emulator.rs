@@ -265,7 +265,7 @@ async fn prepare_writes_one_self_contained_spec_and_unprepare_removes_it() {
         name: "two-gpus".into(),
     };
     s.claims.put(claim("default", "two-gpus", &want.uid, &[("gpus", "nvidia-2"), ("gpus", "nvidia-5")], NODE));
-    let ch = actk_device_plugin::uds::connect(&s.sock).await.unwrap();
+    let ch = actk_node::uds::connect(&s.sock).await.unwrap();
     let mut client = v1::dra_plugin_client::DraPluginClient::new(ch.clone());
     let req = v1::NodePrepareResourcesRequest { claims: vec![v1_claim(&want)] };
     let resp = client.node_prepare_resources(req.clone()).await.unwrap().into_inner();
@@ -363,7 +363,7 @@ async fn prepare_writes_one_self_contained_spec_and_unprepare_removes_it() {
 #[tokio::test]
 async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
     let Some(s) = setup("nvidia-dgx-h100").await else { return };
-    let ch = actk_device_plugin::uds::connect(&s.sock).await.unwrap();
+    let ch = actk_node::uds::connect(&s.sock).await.unwrap();
     let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
     let good = ClaimRef { namespace: "ns".into(), uid: U_GOOD.into(), name: "good".into() };
     let gone = ClaimRef { namespace: "ns".into(), uid: U_GONE.into(), name: "gone".into() };
@@ -455,7 +455,7 @@ async fn a_restarted_driver_answers_from_its_checkpoint() {
 #[tokio::test]
 async fn claim_identity_is_namespace_name_and_uid_together() {
     let Some(s) = setup("nvidia-dgx-h100").await else { return };
-    let ch = actk_device_plugin::uds::connect(&s.sock).await.unwrap();
+    let ch = actk_node::uds::connect(&s.sock).await.unwrap();
     let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
     let a = ClaimRef { namespace: "tenant-a".into(), uid: U_GOOD.into(), name: "gpus".into() };
     s.claims.put(claim("tenant-a", "gpus", U_GOOD, &[("g", "nvidia-1")], NODE));

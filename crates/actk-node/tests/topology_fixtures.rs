@@ -6,7 +6,7 @@
 use actk_core::discover::discover;
 use actk_core::inventory::VendorInventory;
 use actk_core::profile;
-use actk_device_plugin::topology::{Choice, Node, Shape, preferred, shape};
+use actk_node::topology::{Choice, Node, Shape, preferred, shape};
 use actk_testsupport::fixture::{self, Fixture};
 use std::collections::BTreeSet;
 
@@ -160,7 +160,7 @@ fn amd_mi300x_xgmi_set_is_numa_local() {
 /// (devices 4 and 5, neighbours in sysfs).
 #[test]
 fn neuroncores_stay_on_linked_devices_of_the_trn1_torus() {
-    use actk_device_plugin::topology::preferred_cores;
+    use actk_node::topology::preferred_cores;
     use std::collections::BTreeMap;
     let Some((f, v)) = vendor("aws-trn1-32xlarge", "aws.amazon.com/neuron") else { return };
     let cores: BTreeMap<u32, u32> = (0..32).map(|c| (c, c / 2)).collect();

@@ -18,7 +18,7 @@
 //!
 //! Polling, not inotify: /dev and /sys seen through hostPath mounts do not reliably deliver
 //! inotify events for sysfs attributes, and a stat of a few nodes every
-//! [`crate::config::DEFAULT_HEALTH_INTERVAL_MS`] ms is cheap.
+//! few hundred ms (the front ends' `health_interval`) is cheap.
 
 use actk_core::inventory::VendorInventory;
 use std::collections::{BTreeMap, BTreeSet};

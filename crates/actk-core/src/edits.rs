@@ -149,7 +149,8 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
-            let access = node.permissions.as_deref().unwrap_or("rwm");
+            // Absent or empty: rwm (CDI SPEC.md).
+            let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
             // The rule as it would be written, compared field by field (building each rule to
             // compare it with every other was most of this loop's allocations).

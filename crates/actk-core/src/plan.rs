@@ -444,7 +444,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     // The registry this start used: loaded here, or handed in by a long-running caller.
     let used = state.registry.as_ref().or(ctx.registry.as_deref().filter(|_| state.registry_used));
     if let Some(reg) = used {
-        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
+        plan.warnings.extend(reg.errors().iter().map(|e| e.warning()));
     }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;

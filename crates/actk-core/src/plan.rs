@@ -827,24 +827,35 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEd
 }
 
 /// Fills `type`, `major`, `minor` of device nodes that lack them from the host node
-/// (`hostPath`, else `path`), as CDI SPEC.md allows specs to omit them.
+/// (`hostPath`, else `path`), as CDI SPEC.md allows specs to omit them, and `fileMode` of every
+/// node that lacks it (nvidia-ctk writes `path`/`hostPath` only): the container's node then has
+/// the host node's mode, as with the reference library, where runc would make it 0666. A node
+/// whose numbers are given keeps going when its host node cannot be read (the reference's
+/// "minimally specified" node); without numbers that is an error.
 fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     for n in &mut edits.device_nodes {
-        if n.major.is_some() && n.minor.is_some() || n.node_type.as_deref() == Some("p") {
+        let has_numbers = n.major.is_some() && n.minor.is_some() || n.node_type.as_deref() == Some("p");
+        if has_numbers && n.file_mode.is_some() {
             continue;
         }
         let host = n.host_path.clone().unwrap_or_else(|| n.path.clone());
-        let md = std::fs::metadata(&host).map_err(|e| PlanError::DeviceNode {
-            path: n.path.clone(),
-            host_path: host.clone(),
-            message: e.to_string(),
-        })?;
+        let md = match std::fs::metadata(&host) {
+            Ok(md) => md,
+            Err(_) if has_numbers => continue,
+            Err(e) => {
+                return Err(PlanError::DeviceNode { path: n.path.clone(), host_path: host, message: e.to_string() });
+            }
+        };
         let ft = md.file_type();
         let t = if ft.is_char_device() {
             "c"
         } else if ft.is_block_device() {
             "b"
+        } else if ft.is_fifo() {
+            "p"
+        } else if has_numbers {
+            continue;
         } else {
             return Err(PlanError::DeviceNode {
                 path: n.path.clone(),
@@ -852,6 +863,13 @@ fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
                 message: "not a device node".into(),
             });
         };
+        if n.file_mode.is_none() {
+            n.file_mode = Some(md.mode() & 0o7777);
+        }
+        if has_numbers || t == "p" {
+            n.node_type.get_or_insert_with(|| t.to_string());
+            continue;
+        }
         let rdev = md.rdev();
         n.node_type.get_or_insert_with(|| t.to_string());
         n.major = Some(i64::from(libc::major(rdev)));
@@ -891,6 +909,7 @@ mod tests {
             major: 195,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         }
     }
 
@@ -1000,6 +1019,7 @@ mod tests {
                     major: 261,
                     minor: i,
                     file_mode: Some(0o666),
+                    gid: None,
                 }],
                 attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
                 ..Default::default()
@@ -1114,6 +1134,11 @@ mod tests {
             (Some("c"), Some(1), Some(3)),
             "numbers from the host node"
         );
+        // Issue 25 item 3: and the host node's mode (runc would make it 0666 whatever the host's).
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata("/dev/null").unwrap().permissions());
+        assert_eq!(n.file_mode, Some(mode & 0o7777));
+        let all = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=all"]), &ctx(Some(d.path()))).unwrap();
+        assert_eq!(all.edits.device_nodes[0].file_mode, Some(mode & 0o7777), "numbers given, mode filled");
         assert_eq!(p.edits.env, vec!["FROM_SPEC=1"]);
         assert!(p.served[0].from_spec);
 

@@ -490,6 +490,7 @@ mod tests {
             major: 195,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         };
         let vendor = VendorInventory {
             profile: "nvidia".into(),

@@ -280,6 +280,9 @@ pub fn prepare(
         device_name_strategy: DeviceNameStrategy::Index,
         capabilities: opts.capabilities.clone(),
         ldcache_hook: opts.ldcache_hook.clone(),
+        // Claim specs are read by DRA's runtimes (containerd 2, CRI-O), which read CDI 0.7.0: a
+        // non-root pod gets the group of a node only that group may open (an AMD render node).
+        additional_gids: true,
     };
     let mut generated: BTreeMap<usize, Spec> = BTreeMap::new();
     for (vi, idxs) in &per_vendor {

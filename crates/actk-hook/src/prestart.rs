@@ -65,6 +65,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         host_root: config.root.clone(),
         driver_root: config.driver_root.clone(),
         existing_device_rules: existing,
+        owner: edits::node_owner(&spec),
         ..Options::default()
     };
     inject(&target, &container_edits, &opts)

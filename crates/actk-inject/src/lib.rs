@@ -197,6 +197,10 @@ pub struct Options {
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
     /// cgroup v2 replacement program.
     pub existing_device_rules: Vec<DeviceRule>,
+    /// The container user's uid and gid (config.json `process.user`, each `None` when 0): a
+    /// node whose edit names no owner is made theirs, as the runtime path does
+    /// (actk_core::edits::node_owner), so a non-root container can open a 0660 node.
+    pub owner: (Option<u32>, Option<u32>),
 }
 
 impl Default for Options {
@@ -207,6 +211,7 @@ impl Default for Options {
             ldcache: true,
             cgroup: true,
             existing_device_rules: Vec::new(),
+            owner: (None, None),
         }
     }
 }
@@ -238,8 +243,16 @@ pub struct Report {
 pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
     let mut report = Report::default();
     refuse_runtime_only(edits)?;
-    let specs: Vec<nodes::NodeSpec> =
-        edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
+    let specs: Vec<nodes::NodeSpec> = edits
+        .device_nodes
+        .iter()
+        .map(|n| {
+            let mut s = nodes::NodeSpec::from_cdi(n, &opts.host_root)?;
+            s.uid = s.uid.or(opts.owner.0);
+            s.gid = s.gid.or(opts.owner.1);
+            Ok(s)
+        })
+        .collect::<Result<_>>()?;
     let mut prepared = Vec::new();
     let mount_root = opts.driver_root.as_deref().unwrap_or(&opts.host_root);
     let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(mount_root)?) };

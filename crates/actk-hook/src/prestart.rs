@@ -132,10 +132,9 @@ pub fn rootfs_of(spec: &Value, bundle: &Path) -> Result<PathBuf> {
 }
 
 /// The container to inject into: from the host side by its pid (prestart, createRuntime), or
-/// the caller's own namespaces when the hook runs inside the container (runc's createContainer,
-/// where the state's pid is the container-namespace pid 1 and /proc is still the host's).
+/// the caller's own namespaces when the hook runs inside the container's mount namespace
+/// (runc's createContainer, whether or not the container has its own PID namespace:
+/// [`Target::for_hook`] decides by mount namespace). Every stage and subcommand goes through here.
 pub fn target_for(st: &state::State, rootfs: &Path) -> Result<Target> {
-    let inside = actk_inject::in_child_pid_namespace()?;
-    let t = if inside { Target::current(rootfs) } else { Target::for_pid(st.pid, rootfs) };
-    t.with_context(|| format!("container {} (pid {})", st.id, st.pid))
+    Target::for_hook(st.pid, rootfs).with_context(|| format!("container {} (pid {})", st.id, st.pid))
 }

@@ -87,6 +87,45 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The container of OCI state `pid` and bundle rootfs `rootfs` for an OCI hook, whichever
+    /// stage runs it and however the container shares namespaces with the host (issue 25 item
+    /// 1). Where the hook runs decides, judged by mount namespace, not PID namespace alone:
+    /// - in a PID namespace below /proc's (runc's createContainer of a container with its own
+    ///   PID namespace: the state's pid is the container's pid 1, meaningless here) it runs
+    ///   inside the container: [`Target::current`];
+    /// - in /proc's PID namespace, the state's pid is valid here; when its mount namespace is
+    ///   this hook's own, the hook runs inside the container's mount namespace (createContainer
+    ///   of a container without its own PID namespace: `docker run --pid=host`, Kubernetes
+    ///   `hostPID: true`): [`Target::current`], which still refuses the host's mount namespace;
+    /// - otherwise the hook runs in the runtime's namespaces (prestart, createRuntime):
+    ///   [`Target::for_pid`].
+    ///
+    /// Errors: those of [`Target::current`] and [`Target::for_pid`]; and, when the pid shares
+    /// this hook's mount namespace but the host's (pid 1's) cannot be read to tell it apart, a
+    /// refusal: without that check a forged state naming a host process would have the hook
+    /// inject into the host.
+    pub fn for_hook(pid: i32, rootfs: &Path) -> Result<Target> {
+        if in_child_pid_namespace()? {
+            return Target::current(rootfs);
+        }
+        let theirs = mounts::open_mnt_ns(pid)?;
+        let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+        if ns_id(&theirs, &format!("/proc/{pid}/ns/mnt"))? != ns_id(&own, "/proc/thread-self/ns/mnt")? {
+            return Target::for_pid(pid, rootfs);
+        }
+        if host_mnt_ns().is_none() {
+            return Err(InjectError::HostRefused {
+                path: "/proc/1/ns/mnt".into(),
+                reason: format!(
+                    "pid {pid} of the OCI state shares this hook's mount namespace, and the host's (pid 1's) cannot be read to tell whether that is a container's; refusing to inject"
+                ),
+            });
+        }
+        Target::current(rootfs)
+    }
+}
+
 /// The ids that user namespace maps to 0 inside, from `uid_map`/`gid_map` (`inside outside
 /// count` lines; proc(5) user_namespaces). `None` for the initial namespace (`0 0 4294967295`).
 fn root_ids(uid_map: &str, gid_map: &str) -> Result<Option<(u32, u32)>> {

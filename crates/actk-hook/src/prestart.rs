@@ -27,6 +27,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         return Ok(());
     }
     let config = Config::load_default()?;
+    crate::log::init(&config);
     let container_edits: ContainerEdits = match &edits_file {
         Some(f) => {
             let text = std::fs::read(f).with_context(|| format!("cannot read the edits file {}", f.display()))?;
@@ -43,7 +44,10 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
             let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: me })
                 .with_context(|| format!("container {}", st.id))?;
             for w in &p.warnings {
-                eprintln!("actk-hook: warning: {w}");
+                crate::log::warn(&format!("container {}: {w}", st.id));
+            }
+            if !p.is_empty() {
+                crate::log::info(&format!("container {}: {}", st.id, p.summary()));
             }
             p.edits
         }
@@ -68,8 +72,18 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         owner: edits::node_owner(&spec),
         ..Options::default()
     };
-    inject(&target, &container_edits, &opts)
+    let report = inject(&target, &container_edits, &opts)
         .with_context(|| format!("cannot inject devices into container {}", st.id))?;
+    crate::log::info(&format!(
+        "container {}: injected {} device node(s) and {} mount(s)",
+        st.id,
+        report.nodes.len(),
+        report.mounts.len()
+    ));
+    let dirs = actk_inject::lib_dirs(&container_edits);
+    if let Some(w) = report.ldcache.as_ref().and_then(|o| o.warning(&dirs)) {
+        crate::log::warn(&format!("container {}: {w}", st.id));
+    }
     Ok(())
 }
 

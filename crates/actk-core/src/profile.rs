@@ -73,6 +73,31 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The profile's device variables (`selection.device_env`: `HABANA_VISIBLE_MODULES`) for
+    /// devices `indexes` of `vendor`, as `(name, value)` with the devices' attribute values in
+    /// the order of `indexes`, comma-separated (`("HABANA_VISIBLE_MODULES", "2,0")`). An entry
+    /// some device lacks the attribute of is left out. For answers that name the devices
+    /// otherwise (the device plugin's Allocate, the DRA driver's claim specs); planning checks a
+    /// value the container set itself.
+    pub fn device_env_for(&self, vendor: &crate::inventory::VendorInventory, indexes: &[u32]) -> Vec<(String, String)> {
+        if indexes.is_empty() {
+            return Vec::new();
+        }
+        self.selection
+            .device_env
+            .iter()
+            .filter_map(|e| {
+                let values: Option<Vec<&str>> = indexes
+                    .iter()
+                    .map(|i| {
+                        vendor.devices.iter().find(|d| d.index == *i)?.attributes.get(&e.attribute).map(|v| v.trim())
+                    })
+                    .collect();
+                Some((e.name.clone(), values?.join(",")))
+            })
+            .collect()
+    }
+
     /// A copy of this profile with only the capabilities for which `keep` holds (by name); the
     /// others are never copied. A container start discovers with the few capabilities it asks
     /// for, and cloning every profile whole (every library list of every capability) was a few

@@ -296,6 +296,11 @@ pub fn prepare(
         for var in &profile.selection.env {
             spec.container_edits.env.push(format!("{var}=void"));
         }
+        // The claim's devices as the vendor's software names them (HABANA_VISIBLE_MODULES).
+        let idxs: Vec<u32> = idxs.iter().copied().collect();
+        for (name, value) in profile.device_env_for(v, &idxs) {
+            spec.container_edits.env.push(format!("{name}={value}"));
+        }
         generated.insert(*vi, spec);
     }
     let mut cdi_devices: Vec<CdiDevice> = Vec::new();

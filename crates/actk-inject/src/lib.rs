@@ -102,7 +102,7 @@ impl Target {
     ///   [`Target::for_pid`].
     ///
     /// Errors: those of [`Target::current`] and [`Target::for_pid`]; and, when the pid shares
-    /// this hook's mount namespace but the host's (pid 1's) cannot be read to tell it apart, a
+    /// this hook's mount namespace but the host's cannot be read to tell it apart, a
     /// refusal: without that check a forged state naming a host process would have the hook
     /// inject into the host.
     pub fn for_hook(pid: i32, rootfs: &Path) -> Result<Target> {
@@ -118,7 +118,7 @@ impl Target {
             return Err(InjectError::HostRefused {
                 path: "/proc/1/ns/mnt".into(),
                 reason: format!(
-                    "pid {pid} of the OCI state shares this hook's mount namespace, and the host's (pid 1's) cannot be read to tell whether that is a container's; refusing to inject"
+                    "pid {pid} of the OCI state shares this hook's mount namespace, and the host's (pid 1's or kthreadd's) cannot be read to tell whether that is a container's; refusing to inject"
                 ),
             });
         }
@@ -179,12 +179,22 @@ fn ns_id(fd: &rustix::fd::OwnedFd, shown: &str) -> Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
-/// The host's mount namespace (pid 1's), when it can be read: an init that is not dumpable
-/// (some VM agents) hides its namespace files even from root, and then only the comparison with
-/// the caller's own namespace is made.
+/// The host's mount namespace, when it can be read: pid 1's; else, when pid 1 hides it (an init
+/// that is not dumpable, such as some VM agents, hides its namespace files even from root), that
+/// of kthreadd, pid 2 of the initial PID namespace (the one process with `Name: kthreadd` and
+/// `PPid: 0`), whose kernel threads live in the initial mount namespace. `None` when neither
+/// can be read: then only the comparison with the caller's own namespace is made.
 fn host_mnt_ns() -> Option<(u64, u64)> {
-    let init = mounts::open_mnt_ns(1).ok()?;
-    ns_id(&init, "/proc/1/ns/mnt").ok()
+    if let Ok(init) = mounts::open_mnt_ns(1) {
+        return ns_id(&init, "/proc/1/ns/mnt").ok();
+    }
+    let status = std::fs::read_to_string("/proc/2/status").ok()?;
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+    if field("Name:") != Some("kthreadd") || field("PPid:") != Some("0") {
+        return None;
+    }
+    let kthreadd = mounts::open_mnt_ns(2).ok()?;
+    ns_id(&kthreadd, "/proc/2/ns/mnt").ok()
 }
 
 /// Refuses a target whose mount namespace (`ns`, opened from `/proc/PID/ns/mnt` and kept for the
@@ -406,12 +416,20 @@ mod tests {
         // The test's own pid and pid 1 share the host's mount namespace (or this one's).
         let e = Target::for_pid(std::process::id() as i32, Path::new("/")).unwrap_err().to_string();
         assert!(e.contains("shares this hook's own mount namespace") && e.contains("refusing to inject"), "{e}");
-        if host_mnt_ns().is_some() {
-            // pid 1 is readable here: it is the host, and so is the caller.
+        if mounts::open_mnt_ns(1).is_ok() {
+            // pid 1 is readable here: it is the host.
             let e = Target::for_pid(1, Path::new("/")).unwrap_err().to_string();
             assert!(e.contains("mount namespace") && e.contains("refusing to inject"), "{e}");
+        }
+        if host_mnt_ns().is_some() {
+            // The host's namespace is known (pid 1's or kthreadd's), and the caller is in it.
             let e = Target::current(Path::new("/tmp")).unwrap_err().to_string();
             assert!(e.contains("host's mount namespace"), "{e}");
+            // Issue 25 item 1: a state naming a host process, seen from the host's mount
+            // namespace by a hook of any stage, is still refused (the pid shares the hook's
+            // mount namespace, which is the host's).
+            let e = Target::for_hook(std::process::id() as i32, Path::new("/tmp")).unwrap_err().to_string();
+            assert!(e.contains("host's mount namespace") && e.contains("refusing to inject"), "{e}");
         }
     }
     use actk_core::cdi::{CdiHook, CdiMount};

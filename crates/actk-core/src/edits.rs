@@ -20,8 +20,8 @@
 //!   whole `mounts[]` is sorted by the depth of the destination (stable: `/a` before `/a/b/c`
 //!   whatever order a spec lists them in, and the order of equal depths kept), as the reference
 //!   library, Docker and CRI-O order mounts.
-//! - env -> `process.env`: every entry with the same NAME is removed, then `NAME=value` appended
-//!   (the last duplicate wins anyway; removing the others keeps the list readable).
+//! - env -> `process.env`: the last entry with the same NAME (the one that counts) is replaced in
+//!   place, a new NAME appended; earlier duplicates stay where the engine put them.
 //! - hooks -> `hooks.<stage>[]`, each with an explicit `env` (a minimal PATH when the edit has
 //!   none: a hook must never inherit the engine's environment); a hook already in the stage
 //!   (same path and argv, [`same_hook`]) is not added again.
@@ -127,10 +127,19 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
 
     if !edits.env.is_empty() {
         let env = array_at(root, &["process", "env"])?;
+        // The last entry of each NAME (the one that counts) is replaced in place; a new NAME is
+        // appended (the reference library's order).
+        let name = |s: &str| s.split_once('=').map_or(s, |(n, _)| n).to_string();
+        let mut last: std::collections::HashMap<String, usize> =
+            env.iter().enumerate().filter_map(|(i, v)| v.as_str().map(|s| (name(s), i))).collect();
         for e in &edits.env {
-            let name = e.split_once('=').map(|(n, _)| n).unwrap_or(e);
-            env.retain(|v| v.as_str().and_then(|s| s.split_once('=')).is_none_or(|(n, _)| n != name));
-            env.push(Value::String(e.clone()));
+            match last.get(&name(e)) {
+                Some(&i) => env[i] = Value::String(e.clone()),
+                None => {
+                    env.push(Value::String(e.clone()));
+                    last.insert(name(e), env.len() - 1);
+                }
+            }
         }
     }
 
@@ -709,7 +718,11 @@ mod tests {
     fn applies_every_kind_of_edit() {
         let mut s = base();
         apply(&mut s, &edits()).unwrap();
-        assert_eq!(s["process"]["env"], json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void", "ACTK=1"]));
+        assert_eq!(
+            s["process"]["env"],
+            json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void", "ACTK=1"]),
+            "the last NVIDIA_VISIBLE_DEVICES (the one that counts) replaced in place"
+        );
         assert_eq!(
             s["linux"]["devices"],
             json!([

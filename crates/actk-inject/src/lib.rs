@@ -111,18 +111,23 @@ impl Target {
         }
         let theirs = mounts::open_mnt_ns(pid)?;
         let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
-        if ns_id(&theirs, &format!("/proc/{pid}/ns/mnt"))? != ns_id(&own, "/proc/thread-self/ns/mnt")? {
+        let own_id = ns_id(&own, "/proc/thread-self/ns/mnt")?;
+        if ns_id(&theirs, &format!("/proc/{pid}/ns/mnt"))? != own_id {
             return Target::for_pid(pid, rootfs);
         }
-        if host_mnt_ns().is_none() {
-            return Err(InjectError::HostRefused {
-                path: "/proc/1/ns/mnt".into(),
-                reason: format!(
-                    "pid {pid} of the OCI state shares this hook's mount namespace, and the host's (pid 1's or kthreadd's) cannot be read to tell whether that is a container's; refusing to inject"
-                ),
-            });
-        }
-        Target::current(rootfs)
+        let why = match host_mnt_ns() {
+            None => "and the host's (pid 1's or kthreadd's) cannot be read to tell whether that is a container's",
+            Some(host) if host == own_id => {
+                "which is the host's: it is not a container's process (a forged or stale state?)"
+            }
+            Some(_) => return Target::current(rootfs),
+        };
+        Err(InjectError::HostRefused {
+            path: format!("/proc/{pid}/ns/mnt").into(),
+            reason: format!(
+                "pid {pid} of the OCI state shares this hook's own mount namespace, {why}; refusing to inject"
+            ),
+        })
     }
 }
 
@@ -429,7 +434,11 @@ mod tests {
             // namespace by a hook of any stage, is still refused (the pid shares the hook's
             // mount namespace, which is the host's).
             let e = Target::for_hook(std::process::id() as i32, Path::new("/tmp")).unwrap_err().to_string();
-            assert!(e.contains("host's mount namespace") && e.contains("refusing to inject"), "{e}");
+            assert!(
+                e.contains("shares this hook's own mount namespace, which is the host's")
+                    && e.contains("refusing to inject"),
+                "{e}"
+            );
         }
     }
     use actk_core::cdi::{CdiHook, CdiMount};

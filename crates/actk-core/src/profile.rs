@@ -554,6 +554,26 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// Issue 25 item 9: the Gaudi profile's HABANA_VISIBLE_MODULES for given devices, in their
+    /// order; nothing when a device lacks the attribute or none is given.
+    #[test]
+    fn device_env_lists_the_devices_attribute_in_order() {
+        use crate::inventory::{Device, VendorInventory};
+        let gaudi = builtin().into_iter().find(|p| p.name == "gaudi").unwrap();
+        let dev = |i: u32, m: Option<&str>| Device {
+            index: i,
+            attributes: m.map(|m| [("module_id".to_string(), format!("{m}\n"))].into()).unwrap_or_default(),
+            ..Default::default()
+        };
+        let v =
+            VendorInventory { devices: vec![dev(0, Some("3")), dev(1, Some("2")), dev(2, None)], ..Default::default() };
+        assert_eq!(gaudi.device_env_for(&v, &[1, 0]), [("HABANA_VISIBLE_MODULES".to_string(), "2,3".to_string())]);
+        assert!(gaudi.device_env_for(&v, &[0, 2]).is_empty(), "device 2 has no module_id");
+        assert!(gaudi.device_env_for(&v, &[]).is_empty());
+        let nvidia = builtin().into_iter().find(|p| p.name == "nvidia").unwrap();
+        assert!(nvidia.device_env_for(&v, &[0]).is_empty());
+    }
+
     #[test]
     fn builtins_parse_validate_and_have_the_documented_kinds() {
         let all = builtin();

@@ -335,6 +335,11 @@ pub fn container_response(
     if let Some(mps) = &res.mps {
         mps_edits(res, mps, &devices, &mut resp);
     }
+    // The devices as the vendor's software names them (HABANA_VISIBLE_MODULES = their module
+    // ids), whatever strategy names the devices: as Habana's device plugin answers.
+    for (name, value) in res.profile.device_env_for(&res.vendor, &devices) {
+        resp.envs.insert(name, value);
+    }
     for s in &opts.strategies {
         match s {
             Strategy::CdiCri => resp.cdi_devices.extend(names.iter().map(|n| CdiDevice { name: n.clone() })),
@@ -490,6 +495,7 @@ mod tests {
             major: 195,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         };
         let vendor = VendorInventory {
             profile: "nvidia".into(),
@@ -592,6 +598,47 @@ mod tests {
         assert!(msg.contains("no spec there has kind nvidia.com/gpu"), "{msg}");
         // Strategies without CDI names need no spec.
         container_response(&res, &[res.units[0].id.clone()], &opts("envvar,device-specs"), &none).unwrap();
+    }
+
+    /// Issue 25 item 9: Gaudi devices handed out by CDI name get HABANA_VISIBLE_MODULES (their
+    /// module ids, in the order given), as Habana's device plugin sets it, with any strategy.
+    #[test]
+    fn item9_gaudi_answers_carry_habana_visible_modules() {
+        use actk_core::inventory::{Device, DeviceNode, Inventory, VendorInventory};
+        let modules = [3, 2, 1, 6, 7, 4, 5, 0];
+        let vendor = VendorInventory {
+            profile: "gaudi".into(),
+            kind: "habana.ai/gaudi".into(),
+            devices: (0..8u32)
+                .map(|i| Device {
+                    index: i,
+                    nodes: vec![DeviceNode {
+                        path: format!("/dev/accel/accel{i}"),
+                        host_path: format!("/dev/accel/accel{i}").into(),
+                        node_type: 'c',
+                        major: 261,
+                        minor: i,
+                        file_mode: Some(0o666),
+                        gid: None,
+                    }],
+                    attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let inv = Inventory { vendors: vec![vendor], ..Default::default() };
+        let res = crate::resources::build(&inv, &actk_core::profile::builtin(), &Default::default()).remove(0);
+        let profile = actk_core::profile::builtin().into_iter().find(|p| p.name == "gaudi").unwrap();
+        let spec = actk_core::cdi::generate(&profile, &res.vendor, &Default::default()).unwrap();
+        let mut reg = Registry::default();
+        reg.add(spec, "/var/run/cdi/habana.ai-gaudi.json".into(), 0);
+        let names = CdiNames::from_registry(&res, &reg);
+        let ids: Vec<String> = [1usize, 7].iter().map(|&i| res.units[i].id.clone()).collect();
+        for strategy in ["cdi-cri", "cdi-annotations", "volume-mounts"] {
+            let r = container_response(&res, &ids, &opts(strategy), &names).unwrap();
+            assert_eq!(r.envs.get("HABANA_VISIBLE_MODULES").map(String::as_str), Some("2,0"), "{strategy}");
+        }
     }
 
     #[test]

@@ -86,6 +86,12 @@ pub struct GenerateArgs {
     /// `none`: no hook.
     #[arg(long)]
     pub ldcache_hook: Option<String>,
+    /// Also give a container the group of each device node only that group may open (an AMD
+    /// render node, 0660 root:render) as an additional GID, for engines that make such a node
+    /// root's rather than the container user's. Raises the spec to cdiVersion 0.7.0, which
+    /// podman 4.3 and containerd 1.7 do not read.
+    #[arg(long)]
+    pub additional_gids: bool,
     /// Where the node's `/` is mounted for this process (the CDI generator in a pod: `/host`):
     /// removed from the front of every host path written into a spec, so the specs name paths
     /// as the node's runtime sees them. The `--ldcache-hook` path (a node path) is checked for
@@ -225,6 +231,7 @@ fn discover_and_generate(
         },
         capabilities: a.capabilities.clone(),
         ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref(), a.host_mount.as_deref())?,
+        additional_gids: a.additional_gids,
     };
     let specs = generate_all(profiles, &inventory, a.vendor.as_deref(), &opts)?;
     for spec in &specs {

@@ -19,25 +19,31 @@
 #   actk-req  RUNC=actk-runtime, with-request.sh adds NVIDIA_VISIBLE_DEVICES=0 to every bundle
 #             it creates; actk-runtime serves it from the CDI spec of a prepared
 #             nvidia-dgx-h100 fixture (devices, driver libraries, the ldcache hook)
-#   runc-req  RUNC=runc with the same request (runc ignores the variable; `make verify` runs it
-#             to show that the request by itself changes no result)
+#   runc-req  RUNC=runc with the same request (runc ignores the variable: shows that the request
+#             by itself changes no result)
+#   ref-req   RUNC=runc, the same request, and the GPU's CDI devices (nvidia.com/gpu=0 from the
+#             same generated spec) injected into every bundle by the CNCF reference library
+#             (tests/peers/cdi-oracle) as a CDI-aware engine does: what the same containers do
+#             with the reference's edits instead of actk's. `make verify` runs all five.
 # actk-runtime runs with its own config (ACTK_CONFIG): the real runc as its runtime, the
 # fixture as host root, the generated spec as its only spec directory, no hooks.d.
-# The request passes are compared with runc-req when it ran, else with runc.
+# actk passes fail on differences from their baseline: actk from runc, actk-req from ref-req
+# when it ran, else runc-req, else runc. runc-req and ref-req are compared with runc for
+# information only (a difference there is the reference's or the request's, not actk's).
 #
-# A test whose result (pass / fail / skip) differs from the baseline's is run again (RETRIES
-# times, both runtimes) before it counts: timing tests of the suite (events --interval, pause)
-# flake on a loaded machine. A difference that disappears is reported as flaky, not failed.
-# A difference listed in allow.tsv (with its reason) is reported and allowed; any other one
-# fails. An allow-list entry whose difference did not show is reported as stale.
+# A difference listed in allow.tsv (with its reason) is reported and allowed. Any other test
+# whose result (pass / fail / skip) differs from the baseline's is run again (RETRIES times,
+# both runtimes) before it counts: timing tests of the suite (events --interval, pause) flake
+# on a loaded machine; a difference that disappears is reported as flaky, one that stays fails.
+# An allow-list entry whose difference did not show is reported as stale.
 #
 # Output: one table of counts per pass, every difference with the failing test's output, and
 # the summary in $OUT/summary.txt (OUT default target/conformance/runc-bats). Exit 0 when no
 # unexplained difference.
 #
-# Env: ACTK_RUNTIME, ACTK_HOOK (default target/debug/actk-runtime, actk-hook), ACTK_CLI
-# (default target/debug/actk), RUNC (default: runc on PATH), BATS_FILES (default: every
-# *.bats, e.g. "run.bats exec.bats"), RETRIES (default 2), PASS_TIMEOUT per file (s, default 600).
+# Env: ACTK_BIN_DIR (default target/debug) or ACTK_RUNTIME and ACTK_HOOK, ACTK_CLI (default
+# target/debug/actk), RUNC (default: runc on PATH), BATS_FILES (default: every *.bats, e.g.
+# "run.bats exec.bats"), RETRIES (default 1), PASS_TIMEOUT per file (s, default 600).
 # Needs root, bats (>= 1.2.1; Debian's 1.8.2), jq, gawk, go, gcc, libseccomp-dev, debootstrap,
 # busybox-static, util-linux's script(1) (runc's CI runs the suite under `script` for a tty).
 set -euo pipefail
@@ -74,14 +80,17 @@ runc_bin=${RUNC:-$(command -v runc)} || die "runc not found"
 runc_ver=$("$runc_bin" --version | sed -n '1s/^runc version \([0-9][0-9.]*\).*/\1/p')
 [ -n "$runc_ver" ] || die "cannot read the version of $runc_bin"
 tag=v$runc_ver
-actk_runtime=${ACTK_RUNTIME:-$repo/target/debug/actk-runtime}
-actk_hook=${ACTK_HOOK:-$repo/target/debug/actk-hook}
+# ACTK_BIN_DIR: where actk-runtime and actk-hook are (the Makefile gives the release shims'
+# directory, what is installed); ACTK_RUNTIME / ACTK_HOOK name one binary each.
+bin_dir=${ACTK_BIN_DIR:-$repo/target/debug}
+actk_runtime=${ACTK_RUNTIME:-$bin_dir/actk-runtime}
+actk_hook=${ACTK_HOOK:-$bin_dir/actk-hook}
 actk_cli=${ACTK_CLI:-$repo/target/debug/actk}
 for b in "$actk_runtime" "$actk_hook" "$actk_cli"; do
   [ -x "$b" ] || die "$b not found (cargo build --workspace --bins)"
 done
 PASSES=${PASSES:-runc actk actk-req}
-RETRIES=${RETRIES:-2}
+RETRIES=${RETRIES:-1}
 OUT=${OUT:-$repo/target/conformance/runc-bats}
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -172,7 +181,17 @@ cleanup_procs() {
     case $exe in "$cache"/*) kill -9 "${p#/proc/}" 2>/dev/null || true ;; esac
   done
 }
-trap 'cleanup_procs; rm -rf "$work"' EXIT
+# Never rm -rf through a mount: a test that failed half-way can leave one under $work.
+safe_rm() {
+  local d=$1 m
+  awk -v d="$d" 'index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  if awk -v d="$d" 'index($2, d "/") == 1 {f = 1} END {exit !f}' /proc/mounts; then
+    echo "runc-bats: mounts remain under $d; left in place" >&2
+    return 0
+  fi
+  rm -rf --one-file-system "$d"
+}
+trap 'cleanup_procs; safe_rm "$work"' EXIT
 sh "$repo/fixtures/prepare.sh" nvidia-dgx-h100 "$work/fixture" >/dev/null
 mkdir -p "$work/cdi"
 "$actk_cli" cdi generate --root "$work/fixture" --vendor nvidia --ldcache-hook "$actk_hook" --output "$work/cdi" >/dev/null
@@ -186,12 +205,17 @@ hook_path = "$actk_hook"
 EOF
 
 # ----------------------------------------------------------------------------- the passes
-declare -A pass_runtime=([runc]=$runc_bin [runc-req]=$runc_bin [actk]=$actk_runtime [actk-req]=$actk_runtime)
+declare -A pass_runtime=([runc]=$runc_bin [runc-req]=$runc_bin [ref-req]=$runc_bin [actk]=$actk_runtime [actk-req]=$actk_runtime)
+peer=
+if [[ " $PASSES " == *" ref-req "* ]]; then
+  peer=$("$repo/tests/peers/cdi-oracle/build.sh" | tail -1)/cdi-oracle
+fi
 run_env() {
   # env(1) arguments for pass $1
   local p=$1
   echo "ACTK_CONFIG=$work/config.toml TMPDIR=$work/tmp-$p"
   case $p in
+    ref-req) echo "RUNC=$here/with-request.sh ACTK_REQUEST_RUNTIME=${pass_runtime[$p]} ACTK_REQUEST_CDI_INJECT=$peer ACTK_REQUEST_SPEC_DIR=$work/cdi" ;;
     *-req) echo "RUNC=$here/with-request.sh ACTK_REQUEST_RUNTIME=${pass_runtime[$p]}" ;;
     *) echo "RUNC=${pass_runtime[$p]}" ;;
   esac
@@ -217,7 +241,7 @@ results() {
 
 declare -A secs
 for p in $PASSES; do
-  [ -n "${pass_runtime[$p]:-}" ] || die "unknown pass $p (runc, runc-req, actk, actk-req)"
+  [ -n "${pass_runtime[$p]:-}" ] || die "unknown pass $p (runc, runc-req, ref-req, actk, actk-req)"
   mkdir -p "$OUT/$p" "$work/tmp-$p"
   chmod 755 "$work/tmp-$p"
   note=
@@ -260,7 +284,8 @@ rerun() {
 allow=$here/allow.tsv
 # allowed MODE KEY -> prints the reason when (mode, key) is allow-listed
 allowed() {
-  awk -F'\t' -v m="$1" -v k="$2" '!/^#/ && NF >= 3 && ($1 == m || $1 == "any") && $2 == k {print $3; exit}' "$allow"
+  # prints "ENTRY-MODE<TAB>REASON"
+  awk -F'\t' -v m="$1" -v k="$2" '!/^#/ && NF >= 3 && ($1 == m || $1 == "any") && $2 == k {print $1 "\t" $3; exit}' "$allow"
 }
 
 summary=$OUT/summary.txt
@@ -275,18 +300,42 @@ for p in $PASSES; do
 done
 
 unexplained=0
+req_base=runc
 declare -A seen_allowed
 for p in $PASSES; do
   case $p in runc) continue ;; esac
   base=runc
   mode=none
   case $p in
-    runc-req) mode=request ;;
-    actk-req) mode=request; [[ " $PASSES " == *" runc-req "* ]] && base=runc-req ;;
+    runc-req | ref-req)
+      # Information: what the request (and the reference's edits) change for plain runc.
+      n=0
+      while IFS=$'\t' read -r key want got; do
+        n=$((n + 1))
+        say "  info   [$p] $key: runc $want, $p $got"
+      done < <(LC_ALL=C join -t $'\t' <(cut -f1,2 "$OUT/runc.results" | LC_ALL=C sort) <(cut -f1,2 "$OUT/$p.results" | LC_ALL=C sort) | awk -F'\t' '$2 != $3')
+      say "$p vs runc: $n differing results (information; not actk's)"
+      continue
+      ;;
+    actk-req)
+      mode=request
+      for b in ref-req runc-req; do
+        if [[ " $PASSES " == *" $b "* ]]; then base=$b; break; fi
+      done
+      req_base=$base
+      ;;
   esac
   n_diff=0 n_allowed=0 n_flaky=0 n_bad=0
   while IFS=$'\t' read -r key want got; do
     n_diff=$((n_diff + 1))
+    hit=$(allowed "$mode" "$key")
+    if [ -n "$hit" ]; then
+      reason=${hit#*$'\t'}
+      n_allowed=$((n_allowed + 1))
+      seen_allowed["${hit%%$'\t'*}|$key"]=1
+      say "  allowed [$p] $key: $base $want, $p $got -- $reason"
+      continue
+    fi
     flaky=
     for ((i = 0; i < RETRIES; i++)); do
       w=$(rerun "$base" "$key")
@@ -298,16 +347,9 @@ for p in $PASSES; do
       say "  flaky  [$p] $key: $base $want, $p $got; both $flaky when run again"
       continue
     fi
-    reason=$(allowed "$mode" "$key")
-    if [ -n "$reason" ]; then
-      n_allowed=$((n_allowed + 1))
-      seen_allowed["$mode|$key"]=1
-      say "  allowed [$p] $key: $base $want, $p $got -- $reason"
-    else
-      n_bad=$((n_bad + 1))
-      say "  DIFFERS [$p] $key: $base $want, $p $got"
-      detail "$p" "$key" | tee -a "$summary"
-    fi
+    n_bad=$((n_bad + 1))
+    say "  DIFFERS [$p] $key: $base $want, $p $got"
+    detail "$p" "$key" | tee -a "$summary"
   done < <(LC_ALL=C join -t $'\t' <(cut -f1,2 "$OUT/$base.results" | LC_ALL=C sort) <(cut -f1,2 "$OUT/$p.results" | LC_ALL=C sort) | awk -F'\t' '$2 != $3')
   # A test in one pass and not the other (a pass cut short) is a difference too.
   missing=$(LC_ALL=C comm -3 <(cut -f1 "$OUT/$base.results" | LC_ALL=C sort) <(cut -f1 "$OUT/$p.results" | LC_ALL=C sort) | wc -l)
@@ -321,9 +363,13 @@ done
 # Allow-list entries that did not show (fixed since, or a pass that did not run).
 while IFS=$'\t' read -r m k _; do
   case $m in '#'* | '') continue ;; esac
-  want_pass=actk
-  [ "$m" = request ] && want_pass=actk-req
-  [[ " $PASSES " == *" $want_pass "* ]] || continue
+  case $m in
+    none) [[ " $PASSES " == *" actk "* ]] || continue ;;
+    # The entries describe differences from plain runc; against the reference's edits some
+    # are no difference (the reference fails the same way), so only a runc baseline says stale.
+    request) [[ " $PASSES " == *" actk-req "* && $req_base == runc ]] || continue ;;
+    *) [[ " $PASSES " == *" actk "* && " $PASSES " == *" actk-req "* && $req_base == runc ]] || continue ;;
+  esac
   [ -n "${seen_allowed["$m|$k"]:-}" ] || say "  stale allow-list entry ($m) $k: no difference any more; remove it from allow.tsv"
 done <"$allow"
 say "unexplained differences: $unexplained"

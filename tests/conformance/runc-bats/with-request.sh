@@ -6,6 +6,12 @@
 # Every other call goes straight through. A config.json that jq cannot edit (a test that breaks
 # it on purpose) is left as it is, so the runtime reports what it would have reported.
 #
+# With ACTK_REQUEST_CDI_INJECT (the CDI reference oracle, tests/peers/cdi-oracle) the bundle
+# then also gets the CDI devices ACTK_REQUEST_CDI_NAMES (default nvidia.com/gpu=0) from the
+# spec directory ACTK_REQUEST_SPEC_DIR, injected by the reference library as a CDI-aware engine
+# does before it calls runc: the `ref-req` baseline of the request passes. An injection that
+# fails fails the call (exit 1, the reason on stderr).
+#
 # Why a wrapper and not a change to the suite: the tests rewrite config.json many times
 # (update_config) after `runc spec`; the request must be there when the runtime reads it.
 set -u
@@ -47,6 +53,10 @@ case $sub in
       cat "$cfg.actk-req" >"$cfg"
     fi
     rm -f "$cfg.actk-req"
+    if [ -n "${ACTK_REQUEST_CDI_INJECT:-}" ] && [ -f "$cfg" ]; then
+      # shellcheck disable=SC2086
+      "$ACTK_REQUEST_CDI_INJECT" inject "${ACTK_REQUEST_SPEC_DIR:?}" "$cfg" ${ACTK_REQUEST_CDI_NAMES:-nvidia.com/gpu=0} || exit 1
+    fi
     ;;
 esac
 exec "$real" "$@"

@@ -12,6 +12,10 @@
 //	    runtime-spec's Spec, the devices named by its cdi.k8s.io/* annotations
 //	    (cdi.ParseAnnotations, as containerd and CRI-O take them), injected by a cache over DIR
 //	    (cdi.NewCache without auto-refresh; Cache.InjectDevices), and the resulting config.
+//	cdi-oracle inject SPEC_DIR CONFIG NAME...
+//	    Injects the named devices into the OCI config.json CONFIG in place, with a cache over
+//	    SPEC_DIR, as a CDI-aware engine does before it calls runc: the baseline of the
+//	    conformance suites' request passes (tests/conformance).
 //	cdi-oracle extract SRC_DIR OUT_DIR
 //	    Writes every string literal of SRC_DIR/*_test.go that looks like a CDI spec (names
 //	    cdiVersion, kind or devices) to OUT_DIR/<file>-<line>.yaml: the reference's own test
@@ -161,6 +165,29 @@ func inject(in injection, caches map[string]*cdi.Cache, r injectionResult) injec
 	return r
 }
 
+func injectFile(specDir, config string, devices []string) error {
+	data, err := os.ReadFile(config)
+	if err != nil {
+		return err
+	}
+	var spec oci.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("%s: %w", config, err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(specDir), cdi.WithAutoRefresh(false))
+	if err != nil && cache == nil {
+		return err
+	}
+	if _, err := cache.InjectDevices(&spec, devices...); err != nil {
+		return err
+	}
+	out, err := json.Marshal(&spec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(config, out, 0o644)
+}
+
 func extract(src, out string) error {
 	files, err := filepath.Glob(filepath.Join(src, "*_test.go"))
 	if err != nil {
@@ -214,10 +241,12 @@ func main() {
 	switch {
 	case len(os.Args) == 2 && os.Args[1] == "batch":
 		err = batch()
+	case len(os.Args) >= 5 && os.Args[1] == "inject":
+		err = injectFile(os.Args[2], os.Args[3], os.Args[4:])
 	case len(os.Args) == 4 && os.Args[1] == "extract":
 		err = extract(os.Args[2], os.Args[3])
 	default:
-		err = fmt.Errorf("usage: cdi-oracle batch < request.json | cdi-oracle extract SRC_DIR OUT_DIR")
+		err = fmt.Errorf("usage: cdi-oracle batch < request.json | cdi-oracle inject SPEC_DIR CONFIG NAME... | cdi-oracle extract SRC_DIR OUT_DIR")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cdi-oracle:", err)

@@ -221,7 +221,14 @@ pub fn notices(
                     .filter(|o| o.kind == "Pod" && o.api_version == "v1")
                     .map(|o| pod_object(&claim.namespace, &o.name, &o.uid))
                     .collect();
-                for r in c.spec.devices.as_ref().and_then(|d| d.requests.as_ref()).into_iter().flatten() {
+                for r in c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.devices.as_ref())
+                    .and_then(|d| d.requests.as_ref())
+                    .into_iter()
+                    .flatten()
+                {
                     // (class, count: None for allocationMode All)
                     let wanted = |mode: Option<&String>, count: Option<i64>| match mode.map(String::as_str) {
                         Some("All") => None,
@@ -323,7 +330,7 @@ mod tests {
                 }]),
                 ..Default::default()
             },
-            spec: ResourceClaimSpec {
+            spec: Some(ResourceClaimSpec {
                 devices: Some(DeviceClaim {
                     requests: Some(vec![DeviceRequest {
                         name: "gpu".into(),
@@ -332,7 +339,7 @@ mod tests {
                     }]),
                     ..Default::default()
                 }),
-            },
+            }),
             status: None,
         }
     }
@@ -398,7 +405,11 @@ mod tests {
         let half = ProfileState::Published { whole: gpus(4..8), mig: gpus(0..4), unhealthy: 0 };
         let with_count = |n: i64| {
             let mut x = c.clone();
-            x.spec.devices.as_mut().unwrap().requests.as_mut().unwrap()[0].exactly.as_mut().unwrap().count = Some(n);
+            x.spec.as_mut().unwrap().devices.as_mut().unwrap().requests.as_mut().unwrap()[0]
+                .exactly
+                .as_mut()
+                .unwrap()
+                .count = Some(n);
             x
         };
         let n = notices("n1", &state(half.clone()), &classes(), &[with_count(5)]);

@@ -60,6 +60,9 @@ pub enum ProfileState {
     },
     /// Left out: a device plugin advertises this resource on the node.
     DevicePlugin(String),
+    /// Left out: the per-node choice gives it to the device plugin here (the label, or the
+    /// default, as `crate::servers::Choice::by_label` says it).
+    NodeLabel(String),
     /// Left out: the driver's profiles (`--profiles`) do not include it.
     NotServed,
 }
@@ -152,6 +155,14 @@ fn unservable(
         Some(ProfileState::NotServed) => Some((
             NOT_SERVED,
             format!("node {node}: the actk DRA driver here does not serve profile {profile} (chart: dra.profiles)"),
+        )),
+        Some(ProfileState::NodeLabel(why)) => Some((
+            SERVED_BY_DEVICE_PLUGIN,
+            format!(
+                "node {node}: the device plugin serves {profile} there ({why}), so actk.dev publishes no {profile} devices for class {class} (one kind, one server); ask for the kind's extended resource in resources.limits on that node, or label it {}={}",
+                crate::servers::label(profile),
+                crate::servers::DRA
+            ),
         )),
         Some(ProfileState::DevicePlugin(r)) => Some((
             SERVED_BY_DEVICE_PLUGIN,

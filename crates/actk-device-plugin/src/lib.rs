@@ -12,11 +12,13 @@
 //! - [`health`]: device probes over the host root and the polling loop that publishes changes;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
-//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets).
+//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets), [`dra_servers`] (the
+//!   kinds the DRA driver serves on this node, left alone).
 
 pub mod allocate;
 pub mod api;
 pub mod config;
+pub mod dra_servers;
 pub mod health;
 pub mod manager;
 pub mod metrics;

@@ -4,8 +4,10 @@
 # all real, all on 127.0.0.1 (the kubelet and the API server advertise the machine's own address,
 # which they refuse to be loopback), pods on the host network.
 #
-#   scripts/k8s-node.sh up [--root DIR] [--values FILE] [--topology-policy POLICY]
-#        builds or reuses the Kubernetes binaries, starts the cluster, builds and imports the actk
+#   scripts/k8s-node.sh up [--version V] [--root DIR] [--values FILE] [--topology-policy POLICY]
+#        builds or reuses the Kubernetes binaries (version V: v1.34.4, v1.37.2, ...; default
+#        $ACTK_KUBE_VERSION, else scripts/k8s/build-kube.sh's), starts the cluster (a running one
+#        of another version or feature gates is taken down first), builds and imports the actk
 #        image, installs the chart for a node whose devices are under DIR (default: / when this
 #        host has accelerators, else the simulated DGX H100 node /var/lib/actk/simulated-node),
 #        waits until the node's allocatable shows them; the last line is `export KUBECONFIG=...`
@@ -14,7 +16,8 @@
 #   scripts/k8s-node.sh down [--purge]    stops everything; no process, mount, cgroup, socket or
 #        CDI spec is left (--purge also drops the cached certificates and image tars)
 # Parts of `up`, for test harnesses (crates/actk-testsupport/src/cluster.rs):
-#   start [--topology-policy POLICY]      the cluster without the chart (reused when running)
+#   start [--version V] [--topology-policy POLICY]   the cluster without the chart (reused when
+#                                         running with that version and feature gates)
 #   install [--root DIR] [--values FILE] [--no-wait]   the actk image and `helm upgrade --install`
 #   wait-allocatable                      until an extended resource is allocatable
 #   restart kubelet|containerd            stop and start one component (state kept)
@@ -22,7 +25,9 @@
 #   status                                which components run
 #
 # Env: ACTK_K8S_STATE (default /var/lib/actk-k8s), ACTK_K8S_RUN (default /run/actk-k8s),
-#      ACTK_KUBE_VERSION / ACTK_KUBE_CACHE (scripts/k8s/build-kube.sh), ACTK_FORKY_PREFIX
+#      ACTK_KUBE_VERSION / ACTK_KUBE_CACHE (scripts/k8s/build-kube.sh), ACTK_KUBE_FEATURE_GATES
+#      (`--feature-gates` of every component, e.g. DRAExtendedResource=true on 1.34; default
+#      none: what the version turns on by default), ACTK_FORKY_PREFIX
 #      (scripts/k8s/fetch-forky.sh), ACTK_IMAGE_PROFILE (release, default; or debug) for the image.
 # One cluster per machine: every command but env/kubectl/helm holds the flock
 # /run/lock/actk-k8s-cluster.lock (a caller that holds it already sets ACTK_K8S_LOCK_HELD=1).
@@ -91,6 +96,19 @@ helm_bin() {
   echo "$repo/target/tools/helm"
 }
 kubectl_() { "$(kube_bin kubectl)" --kubeconfig "$KC" "$@"; }
+# `--feature-gates=...` for every component when ACTK_KUBE_FEATURE_GATES (or the running
+# cluster's, remembered in $S/bins) names any.
+gates_flag() {
+  local g=${KGATES:-${ACTK_KUBE_FEATURE_GATES:-}}
+  [ -n "$g" ] && echo "--feature-gates=$g"
+  return 0
+}
+# The Kubernetes version of the binaries in DIR (`v1.37.2`), or `unknown`.
+version_of() {
+  local v
+  v=$("$1/kubelet" --version 2>/dev/null | sed -n 's/^Kubernetes //p')
+  echo "${v:-unknown}"
+}
 ctr_() { "$(forky ctr)" --address "$SOCK" --namespace k8s.io "$@"; }
 
 # --- processes ---------------------------------------------------------------------------------
@@ -205,7 +223,7 @@ start_control_plane() {
       --service-account-key-file "$S/pki/sa.pub" --service-account-signing-key-file "$S/pki/sa.key" \
       --authorization-mode AlwaysAllow --allow-privileged=true \
       --kubelet-client-certificate "$S/pki/admin.crt" --kubelet-client-key "$S/pki/admin.key" \
-      --kubelet-preferred-address-types InternalIP --profiling=false --v=1
+      --kubelet-preferred-address-types InternalIP --profiling=false --v=1 $(gates_flag)
   fi
   wait_for kube-apiserver 90 curl -sf --cacert "$S/pki/ca.crt" --cert "$S/pki/admin.crt" --key "$S/pki/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz"
@@ -214,11 +232,11 @@ start_control_plane() {
       --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
       --service-account-private-key-file "$S/pki/sa.key" --root-ca-file "$S/pki/ca.crt" \
       --cluster-signing-cert-file "$S/pki/ca.crt" --cluster-signing-key-file "$S/pki/ca.key" \
-      --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1
+      --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1 $(gates_flag)
   fi
   if ! running kube-scheduler; then
     launch kube-scheduler "$(kube_bin kube-scheduler)" --kubeconfig "$KC" --bind-address 127.0.0.1 \
-      --leader-elect=false --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1
+      --leader-elect=false --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1 $(gates_flag)
   fi
 }
 
@@ -315,6 +333,8 @@ healthzPort: 10248
 containerRuntimeEndpoint: unix://$SOCK
 cgroupDriver: cgroupfs
 cgroupRoot: /$CGROUP_ROOT
+# This host is cgroup v1 (hybrid); kubelets since 1.35 refuse it unless told (field since 1.31).
+failCgroupV1: false
 failSwapOn: false
 # root here lacks CAP_SYS_RESOURCE; NOFILE's hard limit is 20000.
 oomScoreAdj: 0
@@ -351,7 +371,7 @@ start_kubelet() { # IP POLICY
     # The kubelet wants its cgroup root in every hierarchy (name=systemd included).
     for c in /sys/fs/cgroup/*/; do mkdir -p "$c$CGROUP_ROOT"; done
     launch kubelet "$(kube_bin kubelet)" --config "$S/kubelet-config.yaml" --kubeconfig "$KC" \
-      --root-dir "$KUBELET_DIR" --cert-dir "$KUBELET_DIR/pki" --hostname-override "$NODE_NAME" --node-ip "$1" --v=1
+      --root-dir "$KUBELET_DIR" --cert-dir "$KUBELET_DIR/pki" --hostname-override "$NODE_NAME" --node-ip "$1" --v=1 $(gates_flag)
   fi
   wait_for "node $NODE_NAME Ready" 120 node_ready
 }
@@ -366,18 +386,33 @@ cmd_start() {
   while [ $# -gt 0 ]; do
     case $1 in
       --topology-policy) policy=$2; shift 2 ;;
+      --version)
+        case ${2:-} in v1.[0-9]*.[0-9]*) ;; *) die "--version ${2:-}: give a k8s.io/kubernetes version such as v1.37.2" ;; esac
+        export ACTK_KUBE_VERSION=$2
+        shift 2
+        ;;
       *) die "start: unknown argument $1" ;;
     esac
   done
   case $policy in none | best-effort | restricted | single-numa-node) ;; *) die "--topology-policy $policy: use none, best-effort, restricted or single-numa-node" ;; esac
   [ "$(id -u)" = 0 ] || die "run as root (kubelet, containerd, mounts)"
-  local ip
+  local ip old_kbin=${KBIN:-} old_gates=${KGATES:-}
   ip=$(node_ip)
   KBIN="" FORKY=""
   kube_bin kubelet >/dev/null
   forky containerd >/dev/null
+  # Components of another version (or other feature gates) are not mixed in: a 1.34 API server
+  # cannot read what a 1.37 one stored, so the whole cluster goes, etcd's data with it.
+  if { running kube-apiserver || running kubelet; } &&
+    { [ "$old_kbin" != "$KBIN" ] || [ "$old_gates" != "${ACTK_KUBE_FEATURE_GATES:-}" ]; }; then
+    say "the running cluster is $(version_of "$old_kbin")${old_gates:+ with gates $old_gates}; taking it down for $(version_of "$KBIN")${ACTK_KUBE_FEATURE_GATES:+ with gates $ACTK_KUBE_FEATURE_GATES}"
+    local new_kbin=$KBIN
+    cmd_down >/dev/null
+    KBIN=$new_kbin
+  fi
+  KGATES=${ACTK_KUBE_FEATURE_GATES:-}
   mkdir -p "$S" "$R" "$LOGS"
-  printf 'KBIN=%q\nFORKY=%q\n' "$KBIN" "$FORKY" >"$S/bins"
+  printf 'KBIN=%q\nFORKY=%q\nKGATES=%q\n' "$KBIN" "$FORKY" "$KGATES" >"$S/bins"
   pki "$ip"
   kubeconfig
   start_control_plane "$ip"
@@ -479,7 +514,7 @@ cmd_up() {
   while [ $# -gt 0 ]; do
     case $1 in
       --root | --values) install+=("$1" "$2"); shift 2 ;;
-      --topology-policy) start+=("$1" "$2"); shift 2 ;;
+      --topology-policy | --version) start+=("$1" "$2"); shift 2 ;;
       *) die "up: unknown argument $1 (see the usage at the top of $0)" ;;
     esac
   done
@@ -582,6 +617,8 @@ cmd_env() {
   cat <<EOF
 KUBECONFIG=$KC
 KUBECTL=$(kube_bin kubectl)
+KUBE_VERSION=$(version_of "$(dirname "$(kube_bin kubelet)")")
+KUBE_FEATURE_GATES=${KGATES:-}
 HELM=$(helm_bin)
 CTR=$(forky ctr)
 NODE_NAME=$NODE_NAME

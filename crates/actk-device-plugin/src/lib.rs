@@ -13,11 +13,13 @@
 //!   the NVML Xid watch and the polling loop that publishes changes;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
-//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node).
+//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node), [`dra_servers`]
+//!   (the kinds the DRA driver serves on this node, left alone).
 
 pub mod allocate;
 pub mod api;
 pub mod config;
+pub mod dra_servers;
 pub mod manager;
 pub mod metrics;
 pub mod resources;

@@ -7,6 +7,7 @@
 
 use actk_device_plugin::allocate::{AllocateOptions, Strategy};
 use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
+use actk_device_plugin::dra_servers::DraServers;
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
 use actk_device_plugin::{health, resources};
@@ -48,6 +49,13 @@ struct Cli {
     /// Only serve these resource names (comma-separated).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
     resources: Option<Vec<String>>,
+    /// The DRA driver's servers file: the profiles it serves on this node, whose resources this
+    /// plugin leaves alone (one kind, one server; the node label actk.dev/<profile>.server).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_DRA_SERVERS_FILE")]
+    dra_servers_file: Option<PathBuf>,
+    /// Profiles the DRA driver serves while its servers file is not there (comma-separated).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES", value_delimiter = ',')]
+    dra_default_profiles: Option<Vec<String>>,
     /// Kubelet device IDs: uuid (default; stable across reboots) or index.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_DEVICE_IDS")]
     device_ids: Option<String>,
@@ -107,11 +115,16 @@ fn main() -> Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ACTK_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let s = settings(Cli::parse())?;
+    let cli = Cli::parse();
+    let dra = DraServers {
+        file: cli.dra_servers_file.clone(),
+        default: cli.dra_default_profiles.iter().flatten().filter(|p| !p.is_empty()).cloned().collect(),
+    };
+    let s = settings(cli)?;
     // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
-    rt.block_on(run(s))
+    rt.block_on(run(s, dra))
 }
 
 /// How often discovery runs again: while no device has been found (a driver container often
@@ -120,7 +133,7 @@ fn main() -> Result<()> {
 /// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
-async fn run(s: Settings) -> Result<()> {
+async fn run(s: Settings, dra: DraServers) -> Result<()> {
     // A root that is not there is a configuration error, unlike a root without devices (a driver
     // may load later): say so and stop, so a pod shows it in its status.
     if !s.root.is_dir() {
@@ -143,6 +156,7 @@ async fn run(s: Settings) -> Result<()> {
         });
     }
     let mut first = true;
+    let mut left_before: Option<std::collections::BTreeSet<String>> = None;
     // One pass per set of devices: serve it until discovery sees another (a device that got its
     // node late, one that went, a driver upgrade with other files), then serve the new one.
     loop {
@@ -157,7 +171,18 @@ async fn run(s: Settings) -> Result<()> {
                 mps: s.mps.as_ref(),
                 logical_core_size: s.logical_core_size,
             };
-            let res = resources::build(&inventory, &profiles, &build);
+            let mut res = resources::build(&inventory, &profiles, &build);
+            // One kind, one server: what the DRA driver serves on this node is left to it.
+            let (left, from) = dra.profiles();
+            if dra.enabled() && left_before.as_ref() != Some(&left) {
+                let names: Vec<&str> = left.iter().map(String::as_str).collect();
+                tracing::info!(
+                    "profiles the DRA driver serves on this node (from {from}): {}",
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                );
+                left_before = Some(left.clone());
+            }
+            res.retain(|r| !left.contains(&r.profile.name));
             if first || !res.is_empty() {
                 for w in &inventory.warnings {
                     tracing::warn!("discovery: {w}");
@@ -181,11 +206,16 @@ async fn run(s: Settings) -> Result<()> {
             }
         };
         let seen = fingerprint(&inventory);
+        let left_seen = dra.profiles().0;
         let (sockets, tasks) = serve(&s, res, &metrics);
         let changed = loop {
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
                     if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
+                        break true;
+                    }
+                    if dra.profiles().0 != left_seen {
+                        tracing::info!("what the DRA driver serves on this node changed; serving the rest again");
                         break true;
                     }
                 }

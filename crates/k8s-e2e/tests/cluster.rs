@@ -399,7 +399,7 @@ fn single_numa_node_policy_aligns_gpus() -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let numa = |g: u32| if g < 4 { 0 } else { 1 };
     {
-        let opts = StartOptions { topology_policy: Some("single-numa-node".into()) };
+        let opts = StartOptions { topology_policy: Some("single-numa-node".into()), ..Default::default() };
         let Some(c) = ready(&opts, &dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 8)? else {
             return Ok(());
         };

@@ -39,6 +39,10 @@ pub struct FileConfig {
     pub socket_dir: Option<PathBuf>,
     /// The kubelet's Registration socket (default `<socket_dir>/kubelet.sock`).
     pub kubelet_socket: Option<PathBuf>,
+    /// The kubelet's PodResources socket (default
+    /// [`crate::api::podresources::DEFAULT_SOCKET`]): which devices the node's pods hold, so
+    /// that hardware held through one resource is withdrawn from the others (crate::held).
+    pub pod_resources_socket: Option<PathBuf>,
     /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`, `volume-mounts`).
     pub strategies: Option<Vec<String>>,
     /// Only these resource names are served (default: every resource of every vendor found).
@@ -301,6 +305,8 @@ pub struct Overrides {
     pub socket_dir: Option<PathBuf>,
     /// `--kubelet-socket` / `ACTK_DEVICE_PLUGIN_KUBELET_SOCKET`.
     pub kubelet_socket: Option<PathBuf>,
+    /// `--pod-resources-socket` / `ACTK_DEVICE_PLUGIN_POD_RESOURCES_SOCKET`.
+    pub pod_resources_socket: Option<PathBuf>,
     /// `--strategies` / `ACTK_DEVICE_PLUGIN_STRATEGIES` (comma-separated).
     pub strategies: Option<Vec<String>>,
     /// `--resources` / `ACTK_DEVICE_PLUGIN_RESOURCES` (comma-separated).
@@ -338,6 +344,8 @@ pub struct Settings {
     pub socket_dir: PathBuf,
     /// Kubelet Registration socket.
     pub kubelet_socket: PathBuf,
+    /// Kubelet PodResources socket.
+    pub pod_resources_socket: PathBuf,
     /// Allocate strategies, in the order given, without duplicates.
     pub strategies: Vec<Strategy>,
     /// Resource name filter (`None`: all).
@@ -591,6 +599,10 @@ impl Settings {
             profiles_dir: o.profiles_dir.or(f.profiles_dir),
             socket_dir,
             kubelet_socket,
+            pod_resources_socket: o
+                .pod_resources_socket
+                .or(f.pod_resources_socket)
+                .unwrap_or_else(|| PathBuf::from(crate::api::podresources::DEFAULT_SOCKET)),
             strategies: parsed,
             resources: o.resources.or(f.resources),
             device_ids,

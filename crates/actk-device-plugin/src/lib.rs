@@ -10,6 +10,8 @@
 //! - [`allocate`]: pure Allocate answers built from CDI container edits, per strategy
 //!   (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`);
 //! - [`health`]: device probes over the host root and the polling loop that publishes changes;
+//! - [`held`]: the ledger of units handed out (Allocate answers, reconciled with the kubelet's
+//!   PodResources), which withdraws hardware held through one resource from the others over it;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
 //!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets).
@@ -18,6 +20,7 @@ pub mod allocate;
 pub mod api;
 pub mod config;
 pub mod health;
+pub mod held;
 pub mod manager;
 pub mod metrics;
 pub mod resources;

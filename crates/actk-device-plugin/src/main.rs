@@ -7,6 +7,7 @@
 
 use actk_device_plugin::allocate::{AllocateOptions, Strategy};
 use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
+use actk_device_plugin::held::{self, Ledger};
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
 use actk_device_plugin::{health, resources};
@@ -42,6 +43,11 @@ struct Cli {
     /// The kubelet's Registration socket (default <socket-dir>/kubelet.sock).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_KUBELET_SOCKET")]
     kubelet_socket: Option<PathBuf>,
+    /// The kubelet's PodResources socket (default /var/lib/kubelet/pod-resources/kubelet.sock):
+    /// which devices the node's pods hold, so that hardware held through one resource
+    /// (aws.amazon.com/neuroncore) is withdrawn from the others over it (aws.amazon.com/neuron).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_POD_RESOURCES_SOCKET")]
+    pod_resources_socket: Option<PathBuf>,
     /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRATEGIES", value_delimiter = ',')]
     strategies: Option<Vec<String>>,
@@ -87,6 +93,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         profiles_dir: cli.profiles_dir,
         socket_dir: cli.socket_dir,
         kubelet_socket: cli.kubelet_socket,
+        pod_resources_socket: cli.pod_resources_socket,
         strategies: cli.strategies,
         resources: cli.resources,
         device_ids: cli.device_ids,
@@ -142,6 +149,15 @@ async fn run(s: Settings) -> Result<()> {
             }
         });
     }
+    // One ledger for the life of the process: what pods hold outlives a new set of devices (a
+    // GPU held whole while its MIG mode changed stays withdrawn from its MIG resources).
+    let ledger = Arc::new(Ledger::default());
+    // What the node's pods hold before anything is served, so a restarted plugin never lists a
+    // held unit as free (the loop below logs when the socket does not answer).
+    if let Ok(listed) = held::list_assignments(&s.pod_resources_socket).await {
+        ledger.reconcile(listed);
+    }
+    let _reconcile = Tasks(vec![tokio::spawn(held::reconcile_loop(ledger.clone(), s.pod_resources_socket.clone()))]);
     let mut first = true;
     // One pass per set of devices: serve it until discovery sees another (a device that got its
     // node late, one that went, a driver upgrade with other files), then serve the new one.
@@ -181,7 +197,8 @@ async fn run(s: Settings) -> Result<()> {
             }
         };
         let seen = fingerprint(&inventory);
-        let (sockets, tasks) = serve(&s, res, &metrics);
+        ledger.learn(&res);
+        let (sockets, tasks) = serve(&s, res, &metrics, &ledger);
         let changed = loop {
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
@@ -225,7 +242,12 @@ impl Drop for Tasks {
 
 /// Serves `res` (a manager per resource, a health loop per vendor); returns the socket paths and
 /// the tasks, which stop when dropped.
-fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) -> (Vec<PathBuf>, Tasks) {
+fn serve(
+    s: &Settings,
+    res: Vec<resources::Resource>,
+    metrics: &Arc<Metrics>,
+    ledger: &Arc<Ledger>,
+) -> (Vec<PathBuf>, Tasks) {
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     let spec_dirs: Vec<PathBuf> =
         s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
@@ -253,6 +275,7 @@ fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) ->
             logical_core_size: s.logical_core_size,
         }),
         strict_topology: s.strict_topology,
+        ledger: ledger.clone(),
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
     // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.

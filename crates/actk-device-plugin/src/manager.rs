@@ -17,6 +17,7 @@ use crate::api::device_plugin_server::DevicePluginServer;
 use crate::api::registration_client::RegistrationClient;
 use crate::api::{DevicePluginOptions, RegisterRequest, VERSION};
 use crate::health::HealthMap;
+use crate::held::Ledger;
 use crate::metrics::Metrics;
 use crate::resources::Resource;
 use crate::service::Plugin;
@@ -44,6 +45,8 @@ pub struct ManagerConfig {
     pub allocate: Arc<AllocateOptions>,
     /// Whether a poor placement is an error.
     pub strict_topology: bool,
+    /// What is held, shared by every resource (crate::held).
+    pub ledger: Arc<Ledger>,
 }
 
 /// Identity of a file: (device, inode); `None` when absent.
@@ -105,6 +108,7 @@ pub async fn run(
         let ended = Arc::new(Notify::new());
         let plugin = Plugin::new(
             res.clone(),
+            cfg.ledger.clone(),
             health.clone(),
             cfg.allocate.clone(),
             cfg.strict_topology,

@@ -9,7 +9,10 @@
 //!   SPEC.md annotation form `cdi.k8s.io/<plugin>_<id>`), for runtimes that read CDI
 //!   annotations but not the CRI field;
 //! - `envvar`: the vendor's selection variable (`NVIDIA_VISIBLE_DEVICES=<UUIDs>`,
-//!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook;
+//!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook, and the same
+//!   value in the resource's own variable (actk_core::request::per_resource_variable), since the
+//!   kubelet keeps one value of a variable that two resources of a container set: actk-runtime,
+//!   actk-hook and actk-nri take the union, so two MIG profiles in one container compose;
 //! - `device-specs`: kubelet DeviceSpecs, mounts and env taken from the CDI container edits
 //!   actk generates (actk_core::cdi::edits_for), which work with any runtime;
 //! - `volume-mounts`: the device list, a read-only mount of `/dev/null` at
@@ -365,7 +368,11 @@ pub fn container_response(
             }
             Strategy::EnvVar => {
                 if let Some(var) = sel.env.first() {
-                    resp.envs.insert(var.clone(), env_value(res, &targets));
+                    let value = env_value(res, &targets);
+                    // The kubelet keeps one value of `var` when several resources of the vendor
+                    // answer one container; the runtime takes the union of these (issue 28 item 10).
+                    resp.envs.insert(actk_core::request::per_resource_variable(var, &res.name), value.clone());
+                    resp.envs.insert(var.clone(), value);
                 }
             }
             Strategy::DeviceSpecs => device_specs(res, &devices, &migs, opts, &mut resp),

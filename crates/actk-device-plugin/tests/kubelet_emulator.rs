@@ -1452,3 +1452,70 @@ async fn neuron_devices_and_their_cores_are_never_handed_out_twice() {
     let mut s = kubelet.dial(&regs[CORE]).await.list_and_watch(Empty {}).await.unwrap().into_inner();
     assert_eq!(unhealthy(&next_list(&mut s, Duration::from_secs(5)).await), ["2", "3"]);
 }
+
+/// Issue 28 item 10: with the envvar strategy, a container asking for two MIG profiles
+/// (`nvidia.com/mig-1g.10gb` and `nvidia.com/mig-2g.20gb`, mixed strategy) gets both MIG
+/// devices. Both answers set NVIDIA_VISIBLE_DEVICES and the kubelet keeps one (in no fixed
+/// order: both orders are tried); each answer is also in its resource's own variable, and
+/// actk-runtime with the real runc gives the container the union.
+#[tokio::test]
+async fn two_mig_profiles_with_envvar_compose_through_actk_runtime() {
+    if !actk_testsupport::engines::require_root() {
+        return;
+    }
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    let state = State::of(&f.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--mig-strategy", "mixed", "--strategies", "envvar"]);
+    let regs = registrations(&mut kubelet, Duration::from_secs(10)).await;
+    let small = state.migs(1)[4];
+    let big = state.migs(0)[1];
+    assert_eq!((small.get("profile"), big.get("profile")), ("1g.10gb", "2g.20gb"));
+    let mut answers = Vec::new();
+    for (res, m) in [("nvidia.com/mig-1g.10gb", small), ("nvidia.com/mig-2g.20gb", big)] {
+        let mut c = kubelet.dial(&regs[res]).await;
+        let r = c.allocate(one(&[m.get("uuid")])).await.unwrap().into_inner().container_responses.remove(0);
+        assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], m.get("uuid"));
+        let own = actk_core::request::per_resource_variable("NVIDIA_VISIBLE_DEVICES", res);
+        assert_eq!(r.envs[&own], m.get("uuid"), "{own}");
+        answers.push(r.envs);
+    }
+    let cap = |gpu: u64, file: String| {
+        let t =
+            std::fs::read_to_string(f.path(&format!("proc/driver/nvidia/capabilities/gpu{gpu}/mig/{file}"))).unwrap();
+        format!("/dev/nvidia-caps/nvidia-cap{}", t.lines().next().unwrap().split_whitespace().nth(1).unwrap())
+    };
+    let mut want: std::collections::BTreeSet<String> = ["/dev/nvidia0".to_string(), "/dev/nvidia1".to_string()].into();
+    for (gpu, m) in [(1, small), (0, big)] {
+        want.insert(cap(gpu, format!("gi{}/access", m.num("gi"))));
+        want.insert(cap(gpu, format!("gi{}/ci{}/access", m.num("gi"), m.num("ci"))));
+    }
+    let config = actk_testsupport::engines::ActkConfig::new(&f.root).unwrap();
+    let cfg = config.write().unwrap();
+    for order in [[0, 1], [1, 0]] {
+        // The kubelet merges the answers' envs into one map: the later answer's value wins.
+        let mut env = std::collections::BTreeMap::new();
+        for i in order {
+            env.extend(answers[i].clone());
+        }
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let script = "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && echo $f; done; true";
+        let bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", script], &env).unwrap();
+        let id = actk_testsupport::engines::unique_name("dp-two-migs");
+        let o =
+            actk_testsupport::engines::actk_runtime(&cfg, &["run", "--bundle", bundle.path().to_str().unwrap(), &id]);
+        let out = actk_testsupport::engines::expect_success("actk-runtime run", &o);
+        let seen: std::collections::BTreeSet<String> = out
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.starts_with("/dev/nvidia-caps/") || l.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()
+            })
+            .map(String::from)
+            .collect();
+        assert_eq!(seen, want, "order {order:?}, env {env:?}:\n{out}");
+    }
+}

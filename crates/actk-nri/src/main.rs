@@ -48,7 +48,12 @@ fn main() -> Result<()> {
     let config = Config::load_default().with_context(|| format!("loading the actk config {}", path.display()))?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
     let rediscover = Duration::from_secs(a.rediscover_seconds.max(1));
     if let Some(m) = a.host_mount.as_ref().filter(|m| !m.is_absolute()) {
         bail!("--host-mount {}: must be absolute", m.display());

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Generate one CDI spec per kind from the devices found on the host.
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// List the qualified CDI device names defined in the spec directories, one per line.
     List(ListArgs),
     /// Validate CDI spec files (JSON schema and SPEC.md rules); exit 1 when any is invalid.
@@ -132,7 +132,7 @@ pub struct ValidateArgs {
 /// Runs an `actk cdi` subcommand.
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Generate(a) => generate(a),
+        Command::Generate(a) => generate(*a),
         Command::List(a) => list(a),
         Command::Validate(a) => validate(a),
     }

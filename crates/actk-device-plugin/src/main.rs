@@ -80,9 +80,17 @@ struct Cli {
     /// How partitioned AMD GPUs are named: single (amd.com/gpu) or mixed (amd.com/cpx_nps4, ...).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY")]
     resource_naming_strategy: Option<String>,
+    /// Keep this file while the plugin is ready: every resource it serves has registered with
+    /// the kubelet (a node without devices: once discovery ran). For a readiness probe.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_READY_FILE")]
+    ready_file: Option<PathBuf>,
+    /// Exit 0 when FILE (a --ready-file) exists, 1 when not, and do nothing else: the exec
+    /// readiness probe of an image without a shell.
+    #[arg(long, value_name = "FILE", exclusive = true)]
+    check_ready: Option<PathBuf>,
 }
 
-fn settings(cli: Cli) -> Result<Settings> {
+fn settings(cli: Cli) -> Result<(Settings, Option<PathBuf>)> {
     let (file, origin) = match &cli.config {
         Some(p) => (FileConfig::load(p, true)?, p.display().to_string()),
         None => (FileConfig::load(std::path::Path::new(DEFAULT_CONFIG), false)?, DEFAULT_CONFIG.to_string()),
@@ -106,7 +114,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         resource_naming_strategy: cli.resource_naming_strategy,
         logical_core_size: std::env::var("NEURON_LOGICAL_NC_CONFIG").ok(),
     };
-    Ok(Settings::merge(o, file, &origin)?)
+    Ok((Settings::merge(o, file, &origin)?, cli.ready_file))
 }
 
 fn main() -> Result<()> {
@@ -116,11 +124,15 @@ fn main() -> Result<()> {
         // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let s = settings(Cli::parse())?;
+    let cli = Cli::parse();
+    if let Some(f) = &cli.check_ready {
+        std::process::exit(if f.exists() { 0 } else { 1 });
+    }
+    let (s, ready_file) = settings(cli)?;
     // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
-    rt.block_on(run(s))
+    rt.block_on(run(s, ready_file))
 }
 
 /// How often discovery runs again: while no device has been found (a driver container often
@@ -129,7 +141,7 @@ fn main() -> Result<()> {
 /// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
-async fn run(s: Settings) -> Result<()> {
+async fn run(s: Settings, ready_file: Option<PathBuf>) -> Result<()> {
     // A root that is not there is a configuration error, unlike a root without devices (a driver
     // may load later): say so and stop, so a pod shows it in its status.
     if !s.root.is_dir() {
@@ -153,6 +165,7 @@ async fn run(s: Settings) -> Result<()> {
     }
     // One ledger for the life of the process: what pods hold outlives a new set of devices (a
     // GPU held whole while its MIG mode changed stays withdrawn from its MIG resources).
+    let readiness = Arc::new(manager::Readiness::new(ready_file));
     let ledger = Arc::new(Ledger::default());
     // What the node's pods hold before anything is served, so a restarted plugin never lists a
     // held unit as free (the loop below logs when the socket does not answer).
@@ -191,6 +204,8 @@ async fn run(s: Settings) -> Result<()> {
                     REDISCOVER.as_secs()
                 );
                 first = false;
+                // Nothing to serve is a working plugin on a node without accelerators.
+                readiness.serving([]);
             }
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {}
@@ -200,7 +215,8 @@ async fn run(s: Settings) -> Result<()> {
         };
         let seen = fingerprint(&inventory);
         ledger.learn(&res);
-        let (sockets, tasks) = serve(&s, res, &metrics, &ledger);
+        readiness.serving(res.iter().map(|r| r.name.clone()));
+        let tasks = serve(&s, res, &metrics, &ledger, &readiness);
         let changed = loop {
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
@@ -212,10 +228,9 @@ async fn run(s: Settings) -> Result<()> {
                 _ = tokio::signal::ctrl_c() => break false,
             }
         };
+        // Each manager removes the socket it bound (not one a newer pod bound since) when its
+        // task is dropped.
         drop(tasks);
-        for p in sockets {
-            let _ = std::fs::remove_file(p);
-        }
         if !changed {
             break;
         }
@@ -242,14 +257,15 @@ impl Drop for Tasks {
     }
 }
 
-/// Serves `res` (a manager per resource, a health loop per vendor); returns the socket paths and
-/// the tasks, which stop when dropped.
+/// Serves `res` (a manager per resource, a health loop per vendor); returns the tasks, which
+/// stop when dropped.
 fn serve(
     s: &Settings,
     res: Vec<resources::Resource>,
     metrics: &Arc<Metrics>,
     ledger: &Arc<Ledger>,
-) -> (Vec<PathBuf>, Tasks) {
+    readiness: &Arc<manager::Readiness>,
+) -> Tasks {
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     let spec_dirs: Vec<PathBuf> =
         s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
@@ -278,11 +294,11 @@ fn serve(
         }),
         strict_topology: s.strict_topology,
         ledger: ledger.clone(),
+        readiness: readiness.clone(),
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
     // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.
     let mut health_rx = BTreeMap::new();
-    let mut sockets = Vec::new();
     let mut tasks = Vec::new();
     for r in res {
         let rx = health_rx
@@ -311,8 +327,7 @@ fn serve(
             r.units.len(),
             s.socket_dir.join(r.socket_name()).display()
         );
-        sockets.push(s.socket_dir.join(r.socket_name()));
         tasks.push(tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone())));
     }
-    (sockets, Tasks(tasks))
+    Tasks(tasks)
 }

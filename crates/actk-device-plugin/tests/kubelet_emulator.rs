@@ -1519,3 +1519,55 @@ async fn two_mig_profiles_with_envvar_compose_through_actk_runtime() {
         assert_eq!(seen, want, "order {order:?}, env {env:?}:\n{out}");
     }
 }
+
+/// A rolling update with surge (issue 28 item 6): the new pod's plugin registers while the old
+/// one still runs. The old one stands down instead of taking the socket back (they would take
+/// turns every 100 ms), the old one's exit leaves the new one's socket, and when the new one dies
+/// first the old one serves again. The readiness file (the chart's exec probe,
+/// `--check-ready`) appears once every resource registered.
+#[tokio::test]
+async fn a_second_instance_takes_over_and_the_first_stands_down() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let ready = |p: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_actk-device-plugin")).arg("--check-ready").arg(p).status().unwrap().success()
+    };
+    let (ready_old, ready_new) =
+        (dir.path().join("pod-resources/ready-old"), dir.path().join("pod-resources/ready-new"));
+    let args = |file: &Path| vec!["--ready-file".to_string(), file.display().to_string()];
+    let a = args(&ready_old);
+    let mut old = PluginProcess::start(&f.root, dir.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "nvidia.com/gpu");
+    let t = Instant::now();
+    while !ready(&ready_old) && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready(&ready_old), "ready once nvidia.com/gpu registered");
+    let a = args(&ready_new);
+    let new = PluginProcess::start(&f.root, dir.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    kubelet.next_register(Duration::from_secs(10)).await;
+    // No tug of war: the old one does not register again while the new one serves.
+    kubelet.assert_no_register(Duration::from_secs(3)).await;
+    assert!(ready(&ready_new));
+    let sock = dir.path().join(&reg.endpoint);
+    // The new pod dies (SIGKILL: its socket file stays, answering nothing): the old one serves again.
+    drop(new);
+    let again = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(again.resource_name, "nvidia.com/gpu");
+    old.assert_running();
+    // A third one takes over, and the old one's orderly exit (SIGTERM) leaves its socket.
+    let third = PluginProcess::start(&f.root, dir.path(), &[]);
+    kubelet.next_register(Duration::from_secs(10)).await;
+    let third_socket = std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    rustix::process::kill_process(rustix::process::Pid::from_child(&old.child), rustix::process::Signal::TERM).unwrap();
+    let _ = old.child.wait();
+    assert_eq!(
+        std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok(),
+        Some(third_socket),
+        "the old plugin's exit must leave the new plugin's socket"
+    );
+    drop(third);
+}

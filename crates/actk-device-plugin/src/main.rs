@@ -84,9 +84,10 @@ struct Cli {
     /// the kubelet (a node without devices: once discovery ran). For a readiness probe.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_READY_FILE")]
     ready_file: Option<PathBuf>,
-    /// Exit 0 when FILE (a --ready-file) exists, 1 when not, and do nothing else: the exec
-    /// readiness probe of an image without a shell.
-    #[arg(long, value_name = "FILE", exclusive = true)]
+    /// Exit 0 when FILE (a --ready-file) exists, 1 when not, and do nothing else (every other
+    /// setting is ignored): the exec readiness probe of an image without a shell, which runs in
+    /// the plugin's container with its environment.
+    #[arg(long, value_name = "FILE")]
     check_ready: Option<PathBuf>,
 }
 

@@ -809,8 +809,21 @@ fn plugin_rolls_with_surge_behind_a_readiness_probe_and_reads_pod_resources() {
     let pr = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "pod-resources").unwrap();
     assert_eq!((pr["mountPath"].as_str(), pr["readOnly"].as_bool()), (Some("/k/pr"), Some(true)));
     // The probe command is one the binary has.
-    let o = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin")).args(["--check-ready", "/nonexistent"]).output();
-    assert_eq!(o.unwrap().status.code(), Some(1), "not ready without the file");
+    // In the container's environment (its ACTK_* variables are set too, clap reads them).
+    let probe = |file: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"));
+        cmd.arg("--check-ready").arg(file);
+        for e in c["env"].as_array().unwrap() {
+            if let (Some(k), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.output().unwrap()
+    };
+    let o = probe(Path::new("/nonexistent"));
+    assert_eq!(o.status.code(), Some(1), "not ready without the file: {}", String::from_utf8_lossy(&o.stderr));
+    let ready = tempfile::NamedTempFile::new().unwrap();
+    assert_eq!(probe(ready.path()).status.code(), Some(0), "ready with it");
     for component in ["node-setup", "nri-plugin"] {
         let d = all
             .iter()

@@ -878,3 +878,27 @@ fn dra_examples_create_only_claims_and_templates() {
     }
     assert!(all.iter().any(|d| d["kind"] == "ResourceClaim"));
 }
+
+/// Keys an earlier revision lacks are filled in, but a value given as false, 0 or "" stays
+/// what it was given (a fill that took those for missing turned devicePlugin.enabled=false into
+/// true, seen on the test cluster), and a map given as null is filled in whole.
+#[test]
+fn values_given_as_false_stay_false_and_null_maps_get_defaults() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let all = render_chart(&helm, &chart, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    let ds: Vec<&str> =
+        all.iter().filter(|d| d["kind"] == "DaemonSet").filter_map(|d| d["metadata"]["name"].as_str()).collect();
+    assert_eq!(ds, ["actk-device-plugin-dra"], "no device plugin DaemonSet");
+    let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false", "metrics.port=0"]);
+    let all = all.expect_err("metrics.port 0 is refused by the schema");
+    assert!(all.contains("metrics.port"), "{all}");
+    let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false"]).unwrap();
+    let pod = &plugin_daemonset(&all, "generate=false")["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"].as_array().unwrap().len(), 1, "no generator: {pod}");
+    let all = render_chart(&helm, &chart, &["nri=null", "sharing=null"]).unwrap();
+    check_daemonset(&all, "null maps");
+}

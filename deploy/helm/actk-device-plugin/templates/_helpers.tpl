@@ -123,7 +123,23 @@ files/defaults.yaml is a copy of values.yaml (a test keeps them equal; Helm does
 templates values.yaml itself); values given keep theirs. Every template includes this first.
 */}}
 {{- define "actk.defaults" -}}
-{{- $_ := merge .Values (.Files.Get "files/defaults.yaml" | fromYaml) -}}
+{{- include "actk.fill" (dict "dst" .Values "src" (.Files.Get "files/defaults.yaml" | fromYaml)) -}}
+{{- end -}}
+
+{{/*
+Sets every key of .src that .dst lacks (or has as null), recursing into maps both have. Not
+sprig's merge: it also replaces values that are false, 0 or "" (devicePlugin.enabled=false).
+*/}}
+{{- define "actk.fill" -}}
+{{- $dst := .dst -}}
+{{- range $k, $v := .src -}}
+{{- $have := get $dst $k -}}
+{{- if or (not (hasKey $dst $k)) (kindIs "invalid" $have) -}}
+{{- $_ := set $dst $k $v -}}
+{{- else if and (kindIs "map" $v) (kindIs "map" $have) -}}
+{{- include "actk.fill" (dict "dst" $have "src" $v) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

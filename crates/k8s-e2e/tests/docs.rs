@@ -83,7 +83,7 @@ fn readme_dra_commands_and_nvidia_attribute_values() -> Result<()> {
         ("model", "NVIDIA H100 80GB HBM3"),
         ("pciBusID", "0000:1b:00.0"),
         ("driverVersion", "580.95.05"),
-        ("resource.kubernetes.io/pcieRoot", "pci0000:17"),
+        ("resource.kubernetes.io/pcieRoot", "pci0000:00"),
     ] {
         ensure!(deploy.contains(want), "deploy/README.md shows {want} for {name}");
         let key = name.rsplit_once('/').map_or(name, |(_, n)| n);

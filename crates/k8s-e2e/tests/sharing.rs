@@ -177,3 +177,35 @@ fn two_mig_profiles_with_envvar_give_both_mig_devices() -> Result<()> {
     c.delete_pod("two-migs")?;
     Ok(())
 }
+
+/// ROCm's resources on the MI300X nodes: `amd.com/gpu: 2` gets two GPUs' render nodes and
+/// /dev/kfd; on the CPX node with ROCm's mixed naming, `amd.com/cpx_nps4: 1` gets one
+/// partition's render node, and partitions of two pods never coincide.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn rocm_pods_get_gpus_and_partitions() -> Result<()> {
+    let Some(mi300x) = fixture::prepare("amd-mi300x")? else { return Ok(()) };
+    let Some(c) = ready(&mi300x.root, "config:\n  strategies: [cdi-cri]\n", "amd.com/gpu", 8)? else { return Ok(()) };
+    run(&c, &sleeper("rocm-two").limit("amd.com/gpu", 2))?;
+    let dri = c.exec("rocm-two", &["ls", "/dev/dri"])?;
+    let render: Vec<&str> = dri.split_whitespace().filter(|d| d.starts_with("renderD")).collect();
+    ensure!(render.len() == 2, "two render nodes: {dri}");
+    ensure!(c.exec("rocm-two", &["ls", "/dev"])?.split_whitespace().any(|d| d == "kfd"), "/dev/kfd");
+    c.delete_pod("rocm-two")?;
+    let Some(cpx) = fixture::prepare("amd-mi300x-cpx")? else { return Ok(()) };
+    c.install(&cpx.root, "config:\n  strategies: [cdi-cri]\nextraArgs: [--resource-naming-strategy=mixed]\n")?;
+    c.wait_allocatable("amd.com/cpx_nps4", 64)?;
+    let mut seen = BTreeSet::new();
+    for p in ["rocm-part-a", "rocm-part-b"] {
+        run(&c, &sleeper(p).limit("amd.com/cpx_nps4", 1))?;
+        let dri = c.exec(p, &["ls", "/dev/dri"])?;
+        let render: Vec<String> =
+            dri.split_whitespace().filter(|d| d.starts_with("renderD")).map(String::from).collect();
+        ensure!(render.len() == 1, "{p}: one partition's render node: {dri}");
+        ensure!(seen.insert(render[0].clone()), "{p}: {render:?} is another pod's");
+    }
+    for p in ["rocm-part-a", "rocm-part-b"] {
+        c.delete_pod(p)?;
+    }
+    Ok(())
+}

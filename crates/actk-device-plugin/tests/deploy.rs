@@ -575,7 +575,12 @@ fn every_earlier_values_yaml_renders_as_reuse_values_would() {
             return;
         }
     };
-    assert!(commits.len() >= 8, "the chart's values.yaml has a history: {commits:?}");
+    let shallow = Command::new("git").current_dir(repo()).args(["rev-parse", "--is-shallow-repository"]).output();
+    if shallow.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true") {
+        eprintln!("note: a shallow clone: only the {} revisions it has are rendered", commits.len());
+    } else {
+        assert!(commits.len() >= 8, "the chart's values.yaml has a history: {commits:?}");
+    }
     let tmp = tempfile::tempdir().unwrap();
     let chart = tmp.path().join("chart");
     copy_chart(&chart);

@@ -445,6 +445,8 @@ hostRoot: $root
 hostNetwork: true
 cdi:
   specDirs: [$CDI_DIR]
+# This kubelet's PodResources socket (under its --root-dir).
+kubeletPodResourcesDir: $KUBELET_DIR/pod-resources
 nodeSetup:
   installDir: $S/node-setup
   containerd:

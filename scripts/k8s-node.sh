@@ -10,16 +10,21 @@
 #        of another version or feature gates is taken down first), builds and imports the actk
 #        image, installs the chart for a node whose devices are under DIR (default: / when this
 #        host has accelerators, else the simulated DGX H100 node /var/lib/actk/simulated-node),
-#        waits until the node's allocatable shows them; the last line is `export KUBECONFIG=...`
-#   scripts/k8s-node.sh kubectl ARGS...   the matching kubectl, on this cluster
+#        waits until every part the values enable runs and the node shows devices (allocatable
+#        extended resources for the device plugin, actk.dev ResourceSlices for the DRA driver);
+#        the last line is `export KUBECONFIG=...`
+#   scripts/k8s-node.sh kubectl ARGS...   the matching kubectl, on this cluster (none running: says so)
 #   scripts/k8s-node.sh helm ARGS...      helm, on this cluster
 #   scripts/k8s-node.sh down [--purge]    stops everything; no process, mount, cgroup, socket or
 #        CDI spec is left (--purge also drops the cached certificates and image tars)
 # Parts of `up`, for test harnesses (crates/actk-testsupport/src/cluster.rs):
 #   start [--version V] [--topology-policy POLICY]   the cluster without the chart (reused when
 #                                         running with that version and feature gates)
-#   install [--root DIR] [--values FILE] [--no-wait]   the actk image and `helm upgrade --install`
+#   install [--root DIR] [--values FILE] [--no-wait]   the actk image and `helm upgrade --install`,
+#                                         then every DaemonSet of the release rolled out (Helm's
+#                                         --wait cannot tell for one that rolls one pod at a time)
 #   wait-allocatable                      until an extended resource is allocatable
+#   wait-devices                          until the enabled parts show devices (see up)
 #   restart kubelet|containerd            stop and start one component (state kept)
 #   env                                   KEY=VALUE lines: paths and names of this cluster
 #   status                                which components run
@@ -108,6 +113,11 @@ version_of() {
   local v
   v=$("$1/kubelet" --version 2>/dev/null | sed -n 's/^Kubernetes //p')
   echo "${v:-unknown}"
+}
+# For the commands a user runs against the cluster: never start a Kubernetes build or a cluster.
+require_cluster() {
+  running kube-apiserver && [ -f "$KC" ] && [ -n "${KBIN:-}" ] && return 0
+  die "no cluster is running on this machine: scripts/k8s-node.sh up starts one"
 }
 ctr_() { "$(forky ctr)" --address "$SOCK" --namespace k8s.io "$@"; }
 
@@ -470,6 +480,8 @@ hostRoot: $root
 hostNetwork: true
 cdi:
   specDirs: [$CDI_DIR]
+# This kubelet's PodResources socket (under its --root-dir).
+kubeletPodResourcesDir: $KUBELET_DIR/pod-resources
 nodeSetup:
   installDir: $S/node-setup
   containerd:
@@ -490,6 +502,22 @@ EOF
   local args=(upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$S/harness-values.yaml" "${values[@]}")
   [ $wait = 1 ] && args+=(--wait --timeout 3m)
   "$(helm_bin)" --kubeconfig "$KC" "${args[@]}" >&2
+  [ $wait = 1 ] && wait_rollouts
+  return 0
+}
+
+# Every DaemonSet of the release rolled out: its pods updated and available on the node. Helm's
+# --wait counts a DaemonSet that rolls one pod at a time (maxUnavailable 1: the node setup, the
+# NRI plugin, the DRA driver) ready once the new pod is scheduled, on a one-node cluster even
+# when that pod fails; `kubectl rollout status` waits for it to be available.
+wait_rollouts() {
+  local ds
+  for ds in $(kubectl_ -n "$NAMESPACE" get ds -l "app.kubernetes.io/instance=$RELEASE" -o name); do
+    if ! kubectl_ -n "$NAMESPACE" rollout status "$ds" --timeout=3m >&2; then
+      kubectl_ -n "$NAMESPACE" get pods -l "app.kubernetes.io/instance=$RELEASE" -o wide >&2 || true
+      die "$ds did not roll out; its pods' logs: $0 kubectl -n $NAMESPACE logs $ds --all-containers"
+    fi
+  done
 }
 
 # Extended resources (vendor/name, not kubernetes.io or hugepages) allocatable on the node, as
@@ -498,6 +526,34 @@ allocatable() {
   kubectl_ get node "$NODE_NAME" -o json | jq -r '.status.allocatable | to_entries[]
     | select((.key | contains("/")) and (.key | startswith("kubernetes.io/") | not) and (.key | startswith("hugepages-") | not))
     | "\(.key)=\(.value)"'
+}
+
+# Devices of the release's DRA driver published for this node (ResourceSlices of actk.dev).
+dra_devices() {
+  kubectl_ get resourceslices -o json | jq -r --arg n "$NODE_NAME" '[.items[] | select(.spec.driver == "actk.dev" and .spec.nodeName == $n) | .spec.devices // [] | length] | add // 0'
+}
+
+# What the installed values enable, as words: device-plugin, dra.
+enabled_parts() {
+  "$(helm_bin)" --kubeconfig "$KC" get values "$RELEASE" -n "$NAMESPACE" --all -o json \
+    | jq -r '[(if .devicePlugin.enabled != false then "device-plugin" else empty end), (if .dra.enabled == true then "dra" else empty end)] | join(" ")'
+}
+
+# Until a part the values enable shows devices: the device plugin's extended resources in the
+# node's allocatable, or the DRA driver's devices in its ResourceSlices.
+cmd_wait_devices() {
+  local parts i n
+  parts=$(enabled_parts)
+  [ -n "$parts" ] || die "the release enables neither the device plugin nor the DRA driver"
+  for ((i = 0; i < 300; i++)); do
+    case " $parts " in *" device-plugin "*) if allocatable | grep -qv '=0$'; then allocatable >&2; return 0; fi ;; esac
+    case " $parts " in *" dra "*)
+      n=$(dra_devices 2>/dev/null || echo 0)
+      if [ "${n:-0}" -gt 0 ]; then say "the DRA driver publishes $n devices for $NODE_NAME"; return 0; fi ;;
+    esac
+    sleep 0.2
+  done
+  die "no devices within 60s from the parts enabled ($parts): no extended resource allocatable and no actk.dev ResourceSlice device on $NODE_NAME; logs: $0 kubectl -n $NAMESPACE logs -l app.kubernetes.io/instance=$RELEASE --all-containers"
 }
 
 cmd_wait_allocatable() {
@@ -521,7 +577,7 @@ cmd_up() {
   local t0=$SECONDS
   cmd_start "${start[@]}" >/dev/null
   cmd_install "${install[@]}"
-  cmd_wait_allocatable
+  cmd_wait_devices
   say "node $NODE_NAME ready with devices in $((SECONDS - t0)) s"
   echo "export KUBECONFIG=$KC"
 }
@@ -655,11 +711,12 @@ case $cmd in
   start) take_lock; cmd_start "$@" ;;
   install) take_lock; cmd_install "$@" ;;
   wait-allocatable) cmd_wait_allocatable ;;
+  wait-devices) cmd_wait_devices ;;
   down) take_lock; cmd_down "$@" ;;
   restart) take_lock; cmd_restart "$@" ;;
-  kubectl) kubectl_ "$@" ;;
-  helm) exec "$(helm_bin)" --kubeconfig "$KC" "$@" ;;
-  ctr) ctr_ "$@" ;;
+  kubectl) require_cluster; kubectl_ "$@" ;;
+  helm) require_cluster; exec "$(helm_bin)" --kubeconfig "$KC" "$@" ;;
+  ctr) require_cluster; ctr_ "$@" ;;
   env) cmd_env ;;
   status) cmd_status ;;
   *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -69,7 +69,8 @@ fn main() -> Result<()> {
             use tracing_subscriber::fmt::writer::MakeWriterExt;
             fmt.with_ansi(false).with_writer(std::io::stderr.and(std::sync::Mutex::new(f))).init();
         }
-        None => fmt.init(),
+        // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+        None => fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
     }
     let rediscover = Duration::from_secs(a.rediscover_seconds.max(1));
     if let Some(m) = a.host_mount.as_ref().filter(|m| !m.is_absolute()) {

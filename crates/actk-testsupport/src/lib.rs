@@ -12,6 +12,7 @@
 //!   a flood of compat drop-ins), for tests and benches/hostile-bench.sh.
 
 pub mod cluster;
+pub mod debroot;
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;

@@ -128,7 +128,7 @@ pub enum Source {
 }
 
 /// What to check for one device.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
     /// Device index.
     pub index: u32,

@@ -1181,12 +1181,14 @@ fn real(f: &Fixture, path: &str) -> PathBuf {
 
 /// ListAndWatch health comes from actk-node's engine for every vendor: an AMD GPU whose RAS
 /// `ue` count rises is Unhealthy within 2 s and healthy again after the quiet time
-/// (`health.xid_recovery_ms`); a Neuron device's uncorrectable HBM ECC count does the same.
+/// (`health.xid_recovery_ms`); a Neuron device's uncorrectable HBM ECC count and a Gaudi's hard
+/// reset count do the same.
 #[tokio::test]
 async fn vendor_error_counters_turn_devices_unhealthy_in_list_and_watch() {
     for (fixture, path, id, text) in [
         ("amd-mi300x", "/sys/class/drm/card2/device/ras/umc_err_count", "1", "ue: 1\nce: 0\nde: 0\n"),
         ("aws-inf2-48xlarge", "/sys/class/neuron_device/neuron4/stats/hardware/mem_ecc_uncorrected", "4", "3\n"),
+        ("gaudi2", "/sys/class/accel/accel7/device/hard_reset_cnt", "7", "1\n"),
     ] {
         let Some(f) = prepare(fixture) else { return };
         let dir = tempfile::tempdir().unwrap();

@@ -191,7 +191,10 @@ async fn bench_dra(case: &Case, f: &Fixture, interval: Duration, rounds: u32) ->
     let limit = Duration::from_secs(10);
     // The first pool, untainted, and a baseline read of every counter.
     loop {
-        let p = tokio::time::timeout(limit, slices.recv()).await.unwrap().unwrap();
+        let p = tokio::time::timeout(limit, slices.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{}: no untainted first pool within {limit:?}", case.label))
+            .unwrap();
         if p.iter().any(|(n, _)| n == case.device) && !tainted(&p) {
             break;
         }
@@ -223,7 +226,10 @@ async fn bench_dra(case: &Case, f: &Fixture, interval: Duration, rounds: u32) ->
         (case.well)(f, round);
         // Healthy again (the node back, or the quiet time over) before the next round.
         loop {
-            let p = tokio::time::timeout(limit, slices.recv()).await.unwrap().unwrap();
+            let p = tokio::time::timeout(limit, slices.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{}: round {round}: not healthy again within {limit:?}", case.label))
+                .unwrap();
             if !tainted(&p) {
                 break;
             }

@@ -355,7 +355,7 @@ mod tests {
             return Ok(());
         };
         let kfd = proc_major(&f, "kfd");
-        assert_eq!(char_dev(&f, "dev/kfd"), (kfd, 0, 0o666));
+        assert_eq!(char_dev(&f, "dev/kfd"), (kfd, 0, 0o660)); // root:render 0660, as Ubuntu makes it (fixtures/generate.py)
         let nodes = "sys/class/kfd/kfd/topology/nodes";
         let count = std::fs::read_dir(f.path(nodes))?.count();
         assert_eq!(count, 10, "2 CPU nodes + 8 GPU nodes");
@@ -368,7 +368,7 @@ mod tests {
             }
             assert_eq!((p["vendor_id"], p["device_id"], p["gfx_target_version"]), (0x1002, 0x74a1, 90402));
             let minor = p["drm_render_minor"];
-            assert_eq!(char_dev(&f, &format!("dev/dri/renderD{minor}")), (226, minor, 0o666));
+            assert_eq!(char_dev(&f, &format!("dev/dri/renderD{minor}")), (226, minor, 0o660));
             // location_id is bus << 8 | devfn; the render node's device link leads to that bus.
             let bus = p["location_id"] >> 8;
             let pci = std::fs::canonicalize(f.path(&format!("sys/class/drm/renderD{minor}/device")))?;

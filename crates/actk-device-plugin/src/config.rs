@@ -190,8 +190,9 @@ impl DeviceRefFile {
 pub struct HealthFile {
     /// Xids ignored on top of NVIDIA's application Xids (13, 31, 43, 45, 68, 109).
     pub ignored_xids: Option<Vec<u64>>,
-    /// How long after its last critical Xid a GPU that answers NVML is Healthy again, in
-    /// milliseconds; 0 keeps it Unhealthy until the plugin restarts (NVIDIA's behaviour).
+    /// How long after its last critical Xid (or rise of an uncorrectable error counter, of any
+    /// vendor: actk-node's health engine) a device is Healthy again, in milliseconds; 0 keeps
+    /// it Unhealthy until the plugin restarts (NVIDIA's behaviour for Xids).
     pub xid_recovery_ms: Option<u64>,
 }
 

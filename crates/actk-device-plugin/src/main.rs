@@ -327,28 +327,23 @@ fn serve(
         readiness: readiness.clone(),
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
-    // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.
+    // and the MIG resources): actk-node's engine, with the NVML watch for NVIDIA GPUs and the
+    // vendor's error counters.
     let mut health_rx = BTreeMap::new();
     let mut tasks = Vec::new();
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
             .or_insert_with(|| {
-                let xids = (r.profile.discovery == "nvidia").then(|| {
-                    let policy = health::XidPolicy::new(
-                        &s.ignored_xids,
-                        s.xid_recovery,
-                        std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
-                        std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
-                    );
-                    health::spawn_xid_watch(&s.root, health::watched_gpus(&r.vendor), policy, s.health_interval)
-                });
-                health::spawn(
-                    r.vendor.kind.clone(),
-                    health::probes(&s.root, &r.vendor),
-                    xids.flatten(),
-                    s.health_interval,
-                )
+                let policy = health::XidPolicy::new(
+                    &s.ignored_xids,
+                    s.xid_recovery,
+                    std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
+                    std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
+                );
+                let opts = health::HealthOptions { policy, poll: s.health_interval };
+                let monitor = health::Monitor::new(&s.root, &r.profile, &r.vendor, &opts);
+                health::spawn(r.vendor.kind.clone(), monitor, s.health_interval)
             })
             .clone();
         tracing::info!(

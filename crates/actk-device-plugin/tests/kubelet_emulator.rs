@@ -1172,6 +1172,49 @@ async fn an_xid_raised_in_the_double_turns_the_gpu_unhealthy_within_2s_and_it_re
     assert_eq!(health_of(&back, "5"), "Healthy");
 }
 
+/// The real path of host path `path` in fixture `f` (links resolved inside the root, so a
+/// write never leaves it).
+fn real(f: &Fixture, path: &str) -> PathBuf {
+    let host = actk_core::discover::HostRoot::new(&f.root);
+    host.host_path(host.resolve(path).unwrap())
+}
+
+/// ListAndWatch health comes from actk-node's engine for every vendor: an AMD GPU whose RAS
+/// `ue` count rises is Unhealthy within 2 s and healthy again after the quiet time
+/// (`health.xid_recovery_ms`); a Neuron device's uncorrectable HBM ECC count and a Gaudi's hard
+/// reset count do the same.
+#[tokio::test]
+async fn vendor_error_counters_turn_devices_unhealthy_in_list_and_watch() {
+    for (fixture, path, id, text) in [
+        ("amd-mi300x", "/sys/class/drm/card2/device/ras/umc_err_count", "1", "ue: 1\nce: 0\nde: 0\n"),
+        ("aws-inf2-48xlarge", "/sys/class/neuron_device/neuron4/stats/hardware/mem_ecc_uncorrected", "4", "3\n"),
+        ("gaudi2", "/sys/class/accel/accel7/device/hard_reset_cnt", "7", "1\n"),
+    ] {
+        let Some(f) = prepare(fixture) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let mut kubelet = Emulator::new(dir.path());
+        kubelet.start();
+        let _plugin = PluginProcess::start_with_config(
+            &f.root,
+            dir.path(),
+            "[health]\nxid_recovery_ms = 1500\n",
+            &["--device-ids", "index"],
+        );
+        let reg = kubelet.next_register(Duration::from_secs(10)).await;
+        let mut stream = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let first = next_list(&mut stream, Duration::from_secs(5)).await;
+        assert!(first.devices.iter().all(|d| d.health == "Healthy"), "{fixture}: {first:?}");
+        std::fs::write(real(&f, path), text).unwrap();
+        let t = Instant::now();
+        let update = next_list(&mut stream, Duration::from_secs(2)).await;
+        assert_eq!(health_of(&update, id), "Unhealthy", "{fixture}: after {:?}", t.elapsed());
+        assert_eq!(update.devices.iter().filter(|d| d.health == "Unhealthy").count(), 1, "{fixture}");
+        let back = next_list(&mut stream, Duration::from_secs(4)).await;
+        assert_eq!(health_of(&back, id), "Healthy", "{fixture}: healthy after the quiet time");
+        assert!(t.elapsed() >= Duration::from_millis(1400), "{fixture}: recovered after {:?}", t.elapsed());
+    }
+}
+
 #[tokio::test]
 async fn an_xid_on_a_mig_device_marks_only_that_mig_device() {
     let Some(f) = prepare("nvidia-dgx-a100") else { return };

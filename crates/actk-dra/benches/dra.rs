@@ -83,6 +83,7 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         publish_lock: None,
         defer_to: None,
         metrics: None,
+        health_engine: Default::default(),
     };
     let t = Instant::now();
     let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
@@ -217,6 +218,7 @@ fn main() {
                     publish_lock: None,
                     defer_to: None,
                     metrics: None,
+                    health_engine: Default::default(),
                 };
                 let t = Instant::now();
                 let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));

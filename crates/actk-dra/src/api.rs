@@ -14,3 +14,12 @@ pub mod v1 {
 pub mod v1beta1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
 }
+/// DRA resource health service version v1 (`v1.DRAResourceHealth`, kubelet 1.37).
+pub mod health_v1 {
+    tonic::include_proto!("v1");
+}
+/// DRA resource health service version v1alpha1 (`v1alpha1.DRAResourceHealth`, kubelet 1.34;
+/// same messages as v1).
+pub mod health_v1alpha1 {
+    tonic::include_proto!("v1alpha1");
+}

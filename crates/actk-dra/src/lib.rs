@@ -10,7 +10,7 @@
 //! - the imperative shell: [`driver`] (prepare/unprepare with the CDI directory and the
 //!   checkpoint), [`service`] (the gRPC services), [`plugin`] (the sockets), [`authority`]
 //!   (the registration socket's `:authority` fix), [`publish`] (discovery, health and the
-//!   ResourceSlice publisher), [`events`] (what a user sees when a claim cannot be served),
+//!   ResourceSlice publisher), [`health`] (device taints and the kubelet's health stream), [`events`] (what a user sees when a claim cannot be served),
 //!   [`kube`] (the API server client), [`discovery`] (what the API server serves),
 //!   [`servers`] (the per-node choice between the driver and the device plugin), [`metrics`]
 //!   (Prometheus).
@@ -22,6 +22,7 @@ pub mod claim;
 pub mod discovery;
 pub mod driver;
 pub mod events;
+pub mod health;
 pub mod kube;
 pub mod metrics;
 pub mod plugin;

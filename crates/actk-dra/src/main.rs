@@ -63,6 +63,16 @@ struct Cli {
     #[arg(long, env = "ACTK_DRA_HEALTH_INTERVAL_MS", default_value_t = 500)]
     health_interval_ms: u64,
     /// Discovery period in milliseconds.
+    /// How long after its last error event (a critical Xid, a rise of an uncorrectable error
+    /// counter) a present device is healthy again, in milliseconds; 0: until the driver
+    /// restarts (NVIDIA's behaviour for Xids).
+    #[arg(long, env = "ACTK_DRA_HEALTH_RECOVERY_MS", default_value_t = 60_000)]
+    health_recovery_ms: u64,
+    /// Taint lost devices (node or PCI function gone, NVML lost the GPU) NoExecute instead of
+    /// NoSchedule: the pods using them are evicted (KEP-5055), where the API server keeps
+    /// device taints.
+    #[arg(long, env = "ACTK_DRA_TAINT_LOST_NO_EXECUTE")]
+    taint_lost_no_execute: bool,
     #[arg(long, env = "ACTK_DRA_REDISCOVER_INTERVAL_MS", default_value_t = 5000)]
     rediscover_interval_ms: u64,
     /// Publish kinds that a device plugin also advertises on this node (off: they are left out).
@@ -214,6 +224,19 @@ async fn run(cli: Cli) -> Result<()> {
         state_rx,
         Duration::from_millis(cli.rediscover_interval_ms),
     ));
+    // Unhealthy devices: tainted where the API server keeps device taints, else withdrawn;
+    // reported to the kubelet either way (actk_dra::health).
+    let taint_mode = actk_dra::health::TaintMode::for_server(api.device_taints, cli.taint_lost_no_execute);
+    tracing::info!(
+        "unhealthy devices: {}",
+        match taint_mode {
+            actk_dra::health::TaintMode::Withdraw => "leave the ResourceSlice (the API server drops device taints)",
+            actk_dra::health::TaintMode::Taint { lost_no_execute: true } =>
+                "tainted actk.dev/unhealthy, NoSchedule (lost devices NoExecute)",
+            actk_dra::health::TaintMode::Taint { lost_no_execute: false } => "tainted actk.dev/unhealthy, NoSchedule",
+        }
+    );
+    let (health_tx, health_rx) = watch::channel(Arc::new(actk_dra::health::HealthReport::default()));
     let cfg = PublishConfig {
         root: cli.root.clone(),
         profiles,
@@ -231,6 +254,14 @@ async fn run(cli: Cli) -> Result<()> {
         // A driver of an earlier release (fixed socket names, no lock) publishes until it is gone.
         defer_to: sockets.per_pod.then(|| cli.registry_dir.join(plugin::registration_socket_name(DRIVER))),
         metrics: Some(metrics.clone()),
+        health_engine: publish::HealthConfig {
+            options: Some(actk_dra::health::default_options(
+                Duration::from_millis(cli.health_recovery_ms),
+                Duration::from_millis(cli.health_interval_ms),
+            )),
+            taints: taint_mode,
+            report: Some((Arc::new(health_tx), node.name.clone())),
+        },
     };
     // Registration before publication: the publisher discovers and hands the driver its
     // inventory at once, but publishes only once the kubelet has registered the driver.
@@ -247,7 +278,12 @@ async fn run(cli: Cli) -> Result<()> {
     let _ = first.wait_for(|i| !i.root.as_os_str().is_empty()).await;
     let dra_sock = sockets.dra.clone();
     let (ready_tx, ready_rx) = oneshot::channel();
-    tokio::spawn(plugin::serve(dra_sock.clone(), Socket::Dra(DraService(driver.clone())), Some(ready_tx)));
+    let health = actk_dra::health::HealthService { reports: health_rx, heartbeat: actk_dra::health::HEARTBEAT };
+    tokio::spawn(plugin::serve(
+        dra_sock.clone(),
+        Socket::DraWithHealth(DraService(driver.clone()), health),
+        Some(ready_tx),
+    ));
     let _ = ready_rx.await;
     let mut registered = status_tx.subscribe();
     let registrar = Arc::new(Registrar { name: DRIVER.into(), endpoint: dra_sock.clone(), status: status_tx });

@@ -12,7 +12,7 @@
 //! leaves its files) are removed at start when they refuse connections ([`remove_stale`]).
 
 use crate::api::registration::registration_server::RegistrationServer;
-use crate::api::{v1, v1beta1};
+use crate::api::{health_v1, health_v1alpha1, v1, v1beta1};
 use crate::service::{DraService, Registrar};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -155,6 +155,8 @@ fn bind(path: &Path) -> std::io::Result<UnixListener> {
 pub enum Socket {
     /// The DRA service (v1 and v1beta1).
     Dra(DraService),
+    /// The DRA service and the DRAResourceHealth service (v1 and v1alpha1) on one socket.
+    DraWithHealth(DraService, crate::health::HealthService),
     /// The Registration service, with the `:authority` fix.
     Registration(Arc<Registrar>),
 }
@@ -185,6 +187,14 @@ pub async fn serve(path: PathBuf, what: Socket, ready: Option<oneshot::Sender<()
                 tonic::transport::Server::builder()
                     .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
                     .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
+                    .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stop),
+            ),
+            Socket::DraWithHealth(svc, health) => tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
+                    .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
+                    .add_service(health_v1::dra_resource_health_server::DraResourceHealthServer::new(health.clone()))
+                    .add_service(health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(health))
                     .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stop),
             ),
             Socket::Registration(reg) => {

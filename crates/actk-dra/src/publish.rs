@@ -1,8 +1,10 @@
 //! Keeping the node's pool current: discovery every `rediscover` interval (devices appearing,
-//! a driver loaded late), device health every `health` interval (a node gone or replaced, a PCI
-//! function gone: the node layer's probes, actk-node), and a new pool generation published whenever the
-//! devices change. Unhealthy devices leave the slice (device taints are alpha in 1.34) and come
-//! back when healthy again; the driver prepares only what the published inventory holds.
+//! a driver loaded late), device health every `health` interval (actk-node's engine: a node
+//! gone or replaced, a PCI function gone, NVML Xids and ECC, the vendors' error counters), and a
+//! new pool generation published whenever the devices change. An unhealthy device stays in the
+//! slice with a device taint where the API server keeps taints, else it leaves the slice, and
+//! either way the kubelet's health stream reports it ([`crate::health`]); recovery undoes it.
+//! The driver prepares only what the published inventory holds.
 //!
 //! Registration before publication: nothing is published until the kubelet has registered the
 //! driver (its NotifyRegistrationStatus said `plugin_registered: true`, see
@@ -33,7 +35,7 @@
 
 use actk_core::inventory::Inventory;
 use actk_core::profile::Profile;
-use actk_node::health::{self, Probe};
+use actk_node::health::{HealthOptions, Problem};
 use k8s_openapi::api::resource::v1::Device as SliceDevice;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -42,6 +44,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::events::{PoolState, ProfileState};
+use crate::health::{Monitors, Reporter, TaintMode};
 use crate::servers::{self, Server, ServersFile};
 use crate::slice::{self, NodeRef, device_name};
 
@@ -73,6 +76,21 @@ pub struct PublishConfig {
     pub defer_to: Option<PathBuf>,
     /// Where the pool's figures go.
     pub metrics: Option<crate::metrics::DraMetrics>,
+    /// How device health is judged and acted on.
+    pub health_engine: HealthConfig,
+}
+
+/// How the publisher judges device health and what it does with an unhealthy device.
+#[derive(Debug, Clone, Default)]
+pub struct HealthConfig {
+    /// The engine's judgement; `None`: [`crate::health::default_options`] with a minute's
+    /// recovery, polled every `health` period.
+    pub options: Option<HealthOptions>,
+    /// Taint or withdraw ([`TaintMode::for_server`]).
+    pub taints: TaintMode,
+    /// Where each device's health goes for the kubelet ([`crate::health::HealthService`]), with
+    /// the pool's name.
+    pub report: Option<(Reporter, String)>,
 }
 
 /// File name of the node's publisher lock in the plugin directory.
@@ -196,12 +214,21 @@ pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
     out
 }
 
-/// Health probes of every device of `inv`, by slice device name.
-pub fn probes(inv: &Inventory) -> Vec<(String, Probe)> {
-    inv.vendors
-        .iter()
-        .flat_map(|v| health::probes(&inv.root, v).into_iter().map(move |p| (device_name(&v.profile, p.index), p)))
-        .collect()
+/// The slice devices of `inv` with what `problems` says of them: in [`TaintMode::Withdraw`]
+/// the unhealthy ones left out, else each with its device taint.
+pub fn judged_devices(inv: &Inventory, problems: &BTreeMap<String, Problem>, mode: TaintMode) -> Vec<SliceDevice> {
+    match mode {
+        TaintMode::Withdraw => slice::devices(inv, None, &problems.keys().cloned().collect()),
+        TaintMode::Taint { lost_no_execute } => {
+            let mut all = slice::devices(inv, None, &BTreeSet::new());
+            for d in &mut all {
+                if let Some(p) = problems.get(&d.name) {
+                    d.taints = Some(vec![crate::health::taint(p, lost_no_execute)]);
+                }
+            }
+            all
+        }
+    }
 }
 
 /// Where the slices go: the API server in the driver, a recorder in tests.
@@ -278,7 +305,13 @@ pub async fn run<S: Sink>(
     let mut last_discovery: Option<Instant> = None;
     let mut inv = Inventory::default();
     let mut found = Inventory::default();
-    let mut probe_list: Vec<(String, Probe)> = Vec::new();
+    let mut monitors = Monitors::default();
+    let health_opts = cfg
+        .health_engine
+        .options
+        .clone()
+        .unwrap_or_else(|| crate::health::default_options(Duration::from_secs(60), cfg.health));
+    let mode = cfg.health_engine.taints;
     let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
     let mut sent: Option<Vec<SliceDevice>> = None;
     let mut said_waiting = false;
@@ -363,7 +396,7 @@ pub async fn run<S: Sink>(
             warned_overlap = overlap;
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
             inv = served(&found, here.as_ref(), &excluded);
-            probe_list = probes(&inv);
+            monitors.update(&inv, &cfg.profiles, &health_opts);
             if published.is_some() {
                 match sink.intact(generation).await {
                     Ok(true) => {}
@@ -379,25 +412,58 @@ pub async fn run<S: Sink>(
             }
             last_discovery = Some(Instant::now());
         }
-        let why: BTreeMap<String, String> = probe_list
-            .iter()
-            .filter_map(|(name, p)| {
-                let why = health::check(p)?;
-                if !unhealthy_before.contains(name) {
-                    tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
-                }
-                Some((name.clone(), why))
-            })
-            .collect();
+        let judged = monitors.check();
+        let problems: BTreeMap<String, Problem> =
+            judged.iter().filter_map(|(n, p)| Some((n.clone(), p.clone()?))).collect();
+        for (name, p) in &problems {
+            if !unhealthy_before.contains(name) {
+                let act = match mode {
+                    TaintMode::Withdraw => "it leaves the ResourceSlice".to_string(),
+                    TaintMode::Taint { .. } => {
+                        let t = crate::health::taint(p, matches!(mode, TaintMode::Taint { lost_no_execute: true }));
+                        format!("tainted {}={}:{}", t.key, t.value.unwrap_or_default(), t.effect)
+                    }
+                };
+                tracing::warn!("device {name} is unhealthy: {p} [{}]; {act}", p.code);
+            }
+        }
+        let why: BTreeMap<String, String> = problems.iter().map(|(n, p)| (n.clone(), p.reason.clone())).collect();
         let unhealthy: BTreeSet<String> = why.keys().cloned().collect();
         for name in unhealthy_before.difference(&unhealthy) {
             tracing::info!("device {name} is healthy again");
         }
         unhealthy_before = unhealthy.clone();
-        let devices = slice::devices(&inv, None, &unhealthy);
+        let devices = judged_devices(&inv, &problems, mode);
+        if let Some((reporter, pool)) = &cfg.health_engine.report {
+            // Every device the pool holds or would hold, healthy or not, for the kubelet.
+            let report = crate::health::HealthReport {
+                pool: pool.clone(),
+                devices: inv
+                    .vendors
+                    .iter()
+                    .flat_map(|v| {
+                        v.devices.iter().filter(|d| !d.nodes.is_empty()).map(|d| device_name(&v.profile, d.index))
+                    })
+                    .filter_map(|n| Some((n.clone(), judged.get(&n)?.clone())))
+                    .collect(),
+            };
+            reporter.send_if_modified(|old| {
+                let changed = **old != report;
+                if changed {
+                    *old = Arc::new(report);
+                }
+                changed
+            });
+        }
         if published.as_ref() != Some(&devices) {
             if sent.as_ref() != Some(&devices) {
-                tx.send_replace(Arc::new(without(&inv, &unhealthy)));
+                // Tainted devices stay preparable: a claim that tolerates the taint is the
+                // admin's choice; withdrawn ones are not.
+                let usable = match mode {
+                    TaintMode::Withdraw => without(&inv, &unhealthy),
+                    TaintMode::Taint { .. } => inv.clone(),
+                };
+                tx.send_replace(Arc::new(usable));
                 sent = Some(devices.clone());
             }
             if !is_registered(&registration.borrow_and_update()) {
@@ -476,7 +542,7 @@ pub async fn run<S: Sink>(
                             per.insert(v.profile.clone(), n);
                         }
                         let mut sick: BTreeMap<String, usize> = BTreeMap::new();
-                        for (name, _) in probe_list.iter().filter(|(n, _)| unhealthy.contains(n)) {
+                        for name in &unhealthy {
                             let p = inv
                                 .vendors
                                 .iter()

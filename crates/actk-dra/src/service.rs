@@ -37,7 +37,13 @@ impl Registration for Registrar {
             r#type: PLUGIN_TYPE.into(),
             name: self.name.clone(),
             endpoint: self.endpoint.display().to_string(),
-            supported_versions: SUPPORTED_VERSIONS.iter().map(|s| s.to_string()).collect(),
+            // The DRA service first: a kubelet takes the first entry it knows as the DRA
+            // service, and from 1.37 the health services it finds as the optional one.
+            supported_versions: SUPPORTED_VERSIONS
+                .iter()
+                .chain(crate::health::HEALTH_SERVICES)
+                .map(|s| s.to_string())
+                .collect(),
         }))
     }
 

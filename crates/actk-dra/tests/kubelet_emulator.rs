@@ -151,7 +151,12 @@ async fn registration_answers_the_kubelets_path_authority() {
     assert_eq!(info.r#type, "DRAPlugin");
     assert_eq!(info.name, "actk.dev");
     assert_eq!(info.endpoint, dra_sock.display().to_string());
-    assert_eq!(info.supported_versions, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
+    // The DRA service first (the kubelet takes the first it knows), then the optional health
+    // services a 1.37 kubelet looks for (KEP-4680; a 1.34 kubelet skips names it does not know).
+    assert_eq!(
+        info.supported_versions,
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"]
+    );
     // Second call on the same connection: the header table is indexed now.
     let st = RegistrationStatus { plugin_registered: true, error: String::new() }.encode_to_vec();
     raw_call(

@@ -45,6 +45,7 @@ fn config(root: &std::path::Path) -> PublishConfig {
         publish_lock: None,
         defer_to: None,
         metrics: None,
+        health_engine: Default::default(),
     }
 }
 

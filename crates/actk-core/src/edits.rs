@@ -32,6 +32,7 @@
 
 use crate::cdi::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 /// Annotation actk-runtime sets on a spec it has edited; actk-hook sees it and does nothing.
 pub const APPLIED_ANNOTATION: &str = "io.actk.applied";
@@ -120,11 +121,15 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
 
     if !edits.env.is_empty() {
         let env = array_at(root, &["process", "env"])?;
-        for e in &edits.env {
-            let name = e.split_once('=').map(|(n, _)| n).unwrap_or(e);
-            env.retain(|v| v.as_str().and_then(|s| s.split_once('=')).is_none_or(|(n, _)| n != name));
-            env.push(Value::String(e.clone()));
-        }
+        // What removing each edit's name and appending it in turn leaves, in one pass over the
+        // list (issue 31: a pass per edit was quadratic in edits from per-device specs): the
+        // entries of names no edit sets, then of each name the last edit, in their order.
+        let name = |e: &str| e.split_once('=').map_or(e, |(n, _)| n).to_string();
+        let mut last: HashSet<String> = HashSet::with_capacity(edits.env.len());
+        let mut kept: Vec<&String> = edits.env.iter().rev().filter(|e| last.insert(name(e))).collect();
+        kept.reverse();
+        env.retain(|v| v.as_str().and_then(|s| s.split_once('=')).is_none_or(|(n, _)| !last.contains(n)));
+        env.extend(kept.into_iter().map(|e| Value::String(e.clone())));
     }
 
     if !edits.device_nodes.is_empty() {
@@ -147,23 +152,14 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
             upsert_all(array_at(root, &["mounts"])?, "destination", binds);
         }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
+        // The allow rules already there, indexed once (issue 31): looking each node's rule up
+        // in the list made the loop quadratic in the number of nodes.
+        let mut present: HashSet<RuleKey> = rules.iter().filter_map(rule_key).collect();
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
             let access = node.permissions.as_deref().unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
-            // The rule as it would be written, compared field by field (building each rule to
-            // compare it with every other was most of this loop's allocations).
-            let present = rules.iter().any(|r| {
-                r.as_object().is_some_and(|o| {
-                    o.len() == 5
-                        && o.get("allow") == Some(&Value::Bool(true))
-                        && o.get("type").and_then(Value::as_str) == Some(ty)
-                        && o.get("major") == Some(&major)
-                        && o.get("minor") == Some(&minor)
-                        && o.get("access").and_then(Value::as_str) == Some(access)
-                })
-            });
-            if !present {
+            if present.insert((ty.to_string(), node.major, node.minor, access.to_string())) {
                 let mut rule = Map::with_capacity(5);
                 rule.insert("allow".into(), Value::Bool(true));
                 rule.insert("type".into(), Value::from(ty));
@@ -211,6 +207,27 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         }
     }
     Ok(())
+}
+
+/// An allow rule of `linux.resources.devices` as [`apply_in`] writes it: type, major, minor
+/// (`None`: JSON null, as a FIFO's rule has) and access.
+type RuleKey = (String, Option<i64>, Option<i64>, String);
+
+/// The key of `rule` when it has exactly the five fields of a rule [`apply_in`] writes, with
+/// `allow: true` and integer (or null) numbers; any other rule never equals one it writes.
+fn rule_key(rule: &Value) -> Option<RuleKey> {
+    let o = rule.as_object()?;
+    let number = |k: &str| match o.get(k)? {
+        Value::Null => Some(None),
+        v => v.as_i64().map(Some),
+    };
+    (o.len() == 5 && o.get("allow") == Some(&Value::Bool(true))).then_some(())?;
+    Some((
+        o.get("type")?.as_str()?.to_string(),
+        number("major")?,
+        number("minor")?,
+        o.get("access")?.as_str()?.to_string(),
+    ))
 }
 
 /// `(hostInterfaceName, name)` of every CDI net device edit. Errors: an entry without both names.

@@ -445,7 +445,10 @@ fn upsert_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>) {
     // Where each entry goes, worked out first with the keys borrowed (no copy of any string):
     // `Some(i)` replaces element i, `None` appends.
     let targets: Vec<Option<usize>> = {
-        let mut index: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+        // Hashed, not ordered: the keys are long paths with long common prefixes
+        // (/usr/lib/x86_64-linux-gnu/libnvidia-...), each ordered comparison a long memcmp.
+        let mut index: std::collections::HashMap<&str, usize> =
+            std::collections::HashMap::with_capacity(list.len() + entries.len());
         for (i, v) in list.iter().enumerate() {
             if let Some(k) = v.get(key).and_then(Value::as_str) {
                 index.entry(k).or_insert(i);

@@ -35,14 +35,28 @@ pub fn version_index(version: &str) -> Option<usize> {
     KNOWN_VERSIONS.iter().position(|k| *k == v)
 }
 
-/// All edits of a spec: the spec-level ones, then each device's.
-fn all_edits(spec: &Spec) -> impl Iterator<Item = (String, &ContainerEdits)> {
-    std::iter::once(("containerEdits".to_string(), &spec.container_edits)).chain(
-        spec.devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("devices[{i}] ({}) containerEdits", d.name), &d.container_edits)),
-    )
+/// Where edits are in a spec: at the spec level, or device `index` of that name.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Spec,
+    Device(usize, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Spec => write!(f, "containerEdits"),
+            At::Device(i, name) => write!(f, "devices[{i}] ({name}) containerEdits"),
+        }
+    }
+}
+
+/// All edits of a spec: the spec-level ones, then each device's. Where they are is formatted
+/// only for a message (issue 31: a label per device, twice per spec read, was most of what
+/// checking the version of a large spec cost).
+fn all_edits(spec: &Spec) -> impl Iterator<Item = (At<'_>, &ContainerEdits)> {
+    std::iter::once((At::Spec, &spec.container_edits))
+        .chain(spec.devices.iter().enumerate().map(|(i, d)| (At::Device(i, &d.name), &d.container_edits)))
 }
 
 /// The first feature of the spec that needs `version`, in words (e.g. `additionalGids (at

@@ -9,7 +9,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 
-.PHONY: demo test test-k8s deps build dockerd lint
+.PHONY: demo test test-k8s deps build dockerd lint deb rpm
 
 deps:
 	scripts/install-deps.sh
@@ -23,17 +23,33 @@ demo: build
 # Binaries are built before dockerd starts: dockerd offers `--gpus` only when the hook
 # (target/debug/actk-hook, linked as nvidia-container-runtime-hook) exists at its start, and the
 # end-to-end tests run the built actk, actk-runtime and actk-hook; the static release
-# actk-runtime and actk-hook (scripts/build-release.sh --shims-only) are tested too
-# (crates/e2e/tests/release_shims.rs).
+# actk-runtime and actk-hook are tested too (crates/e2e/tests/release_shims.rs), and so is the
+# .deb of the release build (crates/e2e/tests/package.rs). The whole release build (which
+# test-k8s needs anyway) comes first, so the .deb holds the same actk as the image.
 # ACTK_E2E_STRICT=1: an end-to-end test that cannot run (dockerd down, not root) fails instead
 # of skipping, so this target never passes by skipping.
 # The cluster tests (crates/k8s-e2e) run as their own step after every other test: they start a
 # real single-node Kubernetes cluster, which must not run beside the other end-to-end tests.
 test: build
-	scripts/build-release.sh --shims-only >/dev/null
+	scripts/build-release.sh >/dev/null
+	scripts/package.sh deb >/dev/null
 	scripts/start-dockerd.sh
 	ACTK_E2E_STRICT=1 $(CARGO) test --workspace --exclude actk-k8s-e2e --no-fail-fast
 	$(MAKE) test-k8s
+
+# The OS packages (scripts/package.sh; docs/architecture.md "OS packages"): the CLI and the static
+# release actk-runtime and actk-hook (target/dist from build-release.sh --cli-only), the CDI
+# refresh units of deploy/systemd and the udev rule, by cargo-deb into target/debian/ and by
+# cargo-generate-rpm into target/generate-rpm/ (each installed with `cargo install --locked` on
+# first use). `make test` builds the .deb: crates/e2e/tests/package.rs installs it on a fresh
+# Debian 12 root.
+deb:
+	scripts/build-release.sh --cli-only >/dev/null
+	scripts/package.sh deb
+
+rpm:
+	scripts/build-release.sh --cli-only >/dev/null
+	scripts/package.sh rpm
 
 # The real single-node cluster (scripts/k8s-node.sh; docs/kubernetes.md): Kubernetes 1.34 built
 # from the Go module proxy into /var/cache/actk/kube (once per machine, ~10-25 min cold),
@@ -48,6 +64,16 @@ test-k8s: build
 	$(K8S_TEST) -- --ignored --test-threads=1 --skip k8s_node_down; s=$$?; \
 	  $(K8S_TEST) --test down -- --ignored; d=$$?; \
 	  [ $$s = 0 ] && [ $$d = 0 ]
+
+# Other projects' own test suites pointed at actk (issue 25; tests/conformance/README.md):
+# runc 1.1.5's integration suite (bats) against plain runc, then against the release
+# actk-runtime without requests and with a GPU request in every bundle; a test whose result
+# differs from runc's fails unless tests/conformance/runc-bats/allow.tsv says why. .ci/run calls
+# it after `make test`. (The CDI reference oracle, crates/e2e/tests/cdi_oracle.rs, is a cargo
+# test and runs in `make test`.) `make verify` runs the full matrix (runc with requests too).
+.PHONY: conformance
+conformance: build
+	ACTK_BIN_DIR=$$(scripts/build-release.sh --shims-only | tail -1) tests/conformance/runc-bats/run.sh
 
 # CI-sized robustness run (.ci/run calls it): every property test at PROPTEST_CASES (default
 # 1000) cases and every cargo-fuzz target for FUZZ_SECONDS (default 15) over the committed corpus

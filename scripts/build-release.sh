@@ -19,14 +19,18 @@
 # - everything else (actk, actk-device-plugin, actk-nri) as usual: target/release/.
 # All of them are then copied into target/dist/, the one directory to install or put in an
 # image (actk finds actk-runtime and actk-hook next to itself). Prints target/dist's path.
-# Usage: scripts/build-release.sh [--shims-only] [CARGO ARGS...]
+# Usage: scripts/build-release.sh [--shims-only | --cli-only] [CARGO ARGS...]
 #   --shims-only   only the static actk-runtime and actk-hook (no target/dist); prints their
 #                  directory
+#   --cli-only     the static shims and the CLI `actk`, into target/dist: what the OS packages
+#                  ship (`make deb`, `make rpm`), without the Kubernetes binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
 shims_only=0
+cli_only=0
 if [ "${1:-}" = --shims-only ]; then shims_only=1; shift; fi
+if [ "${1:-}" = --cli-only ]; then cli_only=1; shift; fi
 host=$(rustc -vV | sed -n 's/^host: //p')
 case $host in
   *-unknown-linux-gnu) ;;
@@ -59,8 +63,12 @@ if [ "$shims_only" = 1 ]; then
   echo "$PWD/target/$shim_target/release"
   exit 0
 fi
-"$cargo" build --release --workspace --bins --exclude actk-runtime --exclude actk-hook --exclude actk-e2e \
-  --exclude actk-testsupport "$@" >&2
+if [ "$cli_only" = 1 ]; then
+  "$cargo" build --release -p actk --bin actk "$@" >&2
+else
+  "$cargo" build --release --workspace --bins --exclude actk-runtime --exclude actk-hook --exclude actk-e2e \
+    --exclude actk-testsupport "$@" >&2
+fi
 dist=$PWD/target/dist
 mkdir -p "$dist"
 for b in target/release/*; do

@@ -1,8 +1,9 @@
 //! The one-pass env and cgroup-rule steps of `edits::apply` (issue 31: they were a scan of the
 //! list per edit, quadratic in the devices of a node) against the rule they replace, stated
-//! the direct way: for each env edit in turn, remove every entry of its NAME and append it; for
-//! each device node in turn, append its allow rule unless an equal rule (the five fields
-//! `allow: true`, type, major, minor, access, nothing else) is in the list by then.
+//! the direct way: for each env edit in turn, replace the last entry of its NAME in place or
+//! append it when the NAME is new (the CDI reference library's order); for each device node in
+//! turn, append its allow rule unless an equal rule (the five fields `allow: true`, type,
+//! major, minor, access, nothing else; empty permissions are `rwm`) is in the list by then.
 //!
 //! Inputs: env lists and rule lists with repeated names and rules, entries that are not
 //! strings or not `NAME=value`, rules with extra fields, float, string or null numbers, and
@@ -17,12 +18,16 @@ use serde_json::{Map, Value, json};
 mod common;
 use common::check;
 
-/// The env list after the edits, as the module docs state the rule: one edit at a time.
+/// The env list after the edits, as the module docs state the rule: one edit at a time, each
+/// a scan of the list for the last entry of its NAME (an entry without `=` is all NAME).
 fn env_direct(mut env: Vec<Value>, edits: &[String]) -> Vec<Value> {
+    let name = |s: &str| s.split_once('=').map_or(s, |(n, _)| n).to_string();
     for e in edits {
-        let name = e.split_once('=').map_or(e.as_str(), |(n, _)| n);
-        env.retain(|v| v.as_str().and_then(|s| s.split_once('=')).is_none_or(|(n, _)| n != name));
-        env.push(Value::String(e.clone()));
+        let n = name(e);
+        match env.iter().rposition(|v| v.as_str().is_some_and(|s| name(s) == n)) {
+            Some(i) => env[i] = Value::String(e.clone()),
+            None => env.push(Value::String(e.clone())),
+        }
     }
     env
 }
@@ -35,7 +40,7 @@ fn rules_direct(mut rules: Vec<Value>, nodes: &[CdiDeviceNode]) -> Vec<Value> {
         rule.insert("type".into(), Value::from(n.node_type.as_deref().unwrap_or("c")));
         rule.insert("major".into(), Value::from(n.major));
         rule.insert("minor".into(), Value::from(n.minor));
-        rule.insert("access".into(), Value::from(n.permissions.as_deref().unwrap_or("rwm")));
+        rule.insert("access".into(), Value::from(n.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm")));
         let rule = Value::Object(rule);
         if !rules.contains(&rule) {
             rules.push(rule);
@@ -99,7 +104,11 @@ fn node() -> impl Strategy<Value = CdiDeviceNode> {
                 node_type: ty.map(String::from),
                 major: (!fifo).then_some(major),
                 minor: (!fifo).then_some(minor),
-                permissions: (!rw).then(|| "rw".to_string()),
+                permissions: match (rw, minor) {
+                    (true, 3) => Some(String::new()),
+                    (true, _) => None,
+                    (false, _) => Some("rw".to_string()),
+                },
                 ..Default::default()
             }
         },
@@ -129,7 +138,7 @@ fn env_and_rules_equal_the_one_at_a_time_rule() {
 }
 
 /// 256 nodes and 256 env edits over lists already holding as many: the result of the direct
-/// rule, with every rule and name once.
+/// rule, with every rule once.
 #[test]
 fn many_nodes_and_env_edits_apply_as_one_at_a_time() {
     let nodes: Vec<CdiDeviceNode> = (0..256)
@@ -153,7 +162,10 @@ fn many_nodes_and_env_edits_apply_as_one_at_a_time() {
     assert_eq!(got_rules.len(), 256);
     assert_eq!(got_rules, &rules_direct(rules, &nodes));
     let got_env = spec["process"]["env"].as_array().unwrap();
-    assert_eq!(got_env.len(), 128, "every name once, the last edit of each");
+    // V0..V63 four times each: the last of each replaced in place; V64..V127 appended once.
+    assert_eq!(got_env.len(), 256 + 64);
     assert_eq!(got_env, &env_direct(env, &env_edits));
-    assert_eq!(got_env[0], "V0=x128");
+    assert_eq!(got_env[0], "V0=0");
+    assert_eq!(got_env[192], "V0=x128", "the last V0 takes the last V0 edit");
+    assert_eq!(got_env[256], "V64=x192");
 }

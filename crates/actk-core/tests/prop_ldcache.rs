@@ -77,3 +77,71 @@ fn any_cache_reads_back_and_the_loader_finds_every_soname_first_added_first() {
         Ok(())
     });
 }
+
+/// The bounded reader (issue 29, finding 2): for any cache (written by actk, then with bytes
+/// flipped and entry offsets redirected, as a hostile image would) and any limits, a parse that
+/// succeeds stays within them, hands out slices of the input (never copies), and agrees with
+/// the copying reader; one that fails past a limit says which.
+#[test]
+fn the_bounded_reader_stays_within_its_limits_and_copies_nothing() {
+    let entry = (soname(), 0usize..4).prop_map(|(key, dir)| Entry {
+        path: format!("/dir{dir}/{key}"),
+        key,
+        flags: 0x0303,
+        osversion: 0,
+        hwcap: 0,
+        hwcaps: None,
+    });
+    let limits = (1usize..40, 1usize..40, 1usize..2000).prop_map(|(e, s, o)| ldcache::Limits {
+        max_entries: e,
+        max_string: s,
+        max_output: o,
+    });
+    // (entry index, which offset: key or value, new offset)
+    let redirect = prop::collection::vec((any::<prop::sample::Index>(), any::<bool>(), any::<u16>()), 0..8);
+    let flips = prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4);
+    check(
+        "ld.so.cache-bounded",
+        (prop::collection::vec(entry, 0..40), limits, redirect, flips),
+        |(mut entries, limits, redirect, flips)| {
+            write::sort(&mut entries);
+            let mut bytes = write::encode(&entries, "actk property test");
+            let n = entries.len();
+            for (i, value, to) in redirect {
+                if n > 0 {
+                    let at = 48 + i.index(n) * 24 + if value { 8 } else { 4 };
+                    bytes[at..at + 4].copy_from_slice(&u32::from(to).to_le_bytes());
+                }
+            }
+            for (at, b) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+            }
+            match ldcache::parse_borrowed(&bytes, &limits) {
+                Ok(got) => {
+                    prop_assert!(got.len() <= limits.max_entries);
+                    let range = bytes.as_ptr_range();
+                    let mut total = 0;
+                    for e in &got {
+                        for s in [e.key, e.path] {
+                            prop_assert!(s.len() <= limits.max_string, "{} bytes", s.len());
+                            prop_assert!(s.is_empty() || range.contains(&s.as_ptr()), "{s:?} is a copy");
+                            total += s.len();
+                        }
+                    }
+                    prop_assert!(total <= limits.max_output, "{total} bytes of strings");
+                    let owned = ldcache::parse_entries(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert_eq!(got.iter().map(|e| e.owned()).collect::<Vec<_>>(), owned);
+                }
+                Err(ldcache::LdCacheError::Limit { what, limit }) => {
+                    prop_assert!(
+                        [limits.max_entries, limits.max_string, limits.max_output].contains(&limit),
+                        "{what}: {limit}"
+                    );
+                }
+                Err(_) => {}
+            }
+            Ok(())
+        },
+    );
+}

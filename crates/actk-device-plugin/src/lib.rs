@@ -6,21 +6,27 @@
 //!   extended resource name (`nvidia.com/gpu`, `aws.amazon.com/neuron`,
 //!   `aws.amazon.com/neuroncore`, ...), each a list of kubelet device IDs;
 //! - [`topology`]: pure preferred-allocation choices (NUMA, NVLink/XGMI sets, Inferentia rings,
-//!   Trainium torus blocks);
+//!   Trainium torus blocks), from the node layer (actk-node);
 //! - [`allocate`]: pure Allocate answers built from CDI container edits, per strategy
 //!   (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`);
-//! - [`health`]: device probes over the host root and the polling loop that publishes changes;
+//! - [`health`]: the node layer's health engine (actk-node): device probes over the host root,
+//!   the NVML Xid watch and the polling loop that publishes changes;
+//! - [`held`]: the ledger of units handed out (Allocate answers, reconciled with the kubelet's
+//!   PodResources), which withdraws hardware held through one resource from the others over it;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
-//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets).
+//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node), [`dra_servers`]
+//!   (the kinds the DRA driver serves on this node, left alone).
 
 pub mod allocate;
 pub mod api;
 pub mod config;
-pub mod health;
+pub mod dra_servers;
+pub mod held;
 pub mod manager;
 pub mod metrics;
 pub mod resources;
 pub mod service;
-pub mod topology;
-pub mod uds;
+
+// The node layer's modules under the paths the plugin's code (and its tests) use.
+pub use actk_node::{health, topology, uds};

@@ -20,7 +20,6 @@ use actk_dra::plugin::{self, Socket};
 use actk_dra::publish::{self, PublishConfig, Sink};
 use actk_dra::service::DraService;
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,8 +54,8 @@ fn us(d: Duration) -> String {
 
 struct First(Option<oneshot::Sender<usize>>);
 impl Sink for First {
-    async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
-        Ok(BTreeMap::new())
+    async fn node(&mut self) -> Result<publish::NodeView, String> {
+        Ok(Default::default())
     }
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(true)
@@ -79,9 +78,14 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         health: Duration::from_millis(500),
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
+        state: None,
+        node_choice: None,
+        publish_lock: None,
+        defer_to: None,
+        metrics: None,
     };
     let t = Instant::now();
-    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+    let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
     let n = rx.await.unwrap();
     let d = t.elapsed();
     task.abort();
@@ -141,7 +145,7 @@ fn main() {
         let (tx, rx) = oneshot::channel();
         tokio::spawn(plugin::serve(sock.clone(), Socket::Dra(DraService(driver.clone())), Some(tx)));
         rx.await.unwrap();
-        let ch = actk_device_plugin::uds::connect(&sock).await.unwrap();
+        let ch = actk_node::uds::connect(&sock).await.unwrap();
         let mut client = v1::dra_plugin_client::DraPluginClient::new(ch);
         let to_v1 = |c: ClaimRef| v1::Claim { namespace: c.namespace, uid: c.uid, name: c.name };
         // Claims prepared one after the other stay prepared (as on a busy node), so the
@@ -208,9 +212,14 @@ fn main() {
                     health: Duration::from_millis(500),
                     rediscover: Duration::from_secs(60),
                     allow_device_plugin_overlap: false,
+                    state: None,
+                    node_choice: None,
+                    publish_lock: None,
+                    defer_to: None,
+                    metrics: None,
                 };
                 let t = Instant::now();
-                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx));
+                let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
                 let k = rx.await.unwrap();
                 starts.push(t.elapsed());
                 task.abort();

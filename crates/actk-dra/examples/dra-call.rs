@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let ch = actk_device_plugin::uds::connect(std::path::Path::new(sock)).await?;
+        let ch = actk_node::uds::connect(std::path::Path::new(sock)).await?;
         let mut c = v1::dra_plugin_client::DraPluginClient::new(ch);
         let claim = v1::Claim { namespace: namespace.clone(), uid: uid.clone(), name: name.clone() };
         let out = match op.as_str() {

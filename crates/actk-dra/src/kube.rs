@@ -2,14 +2,19 @@
 //! ResourceSlices (resource.k8s.io/v1).
 
 use crate::driver::ClaimSource;
+use crate::events::{self, Notice, Object, PoolState};
 use crate::slice::{DRIVER, NodeRef};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use std::collections::BTreeMap;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Field manager name of the driver's server-side applies.
 pub const FIELD_MANAGER: &str = "actk-dra-driver";
@@ -41,6 +46,16 @@ pub async fn node(client: &kube::Client, name: &str) -> Result<(NodeRef, BTreeMa
     let n = Api::<Node>::all(client.clone()).get(name).await.map_err(|e| format!("node {name}: {e}"))?;
     let alloc = n.status.and_then(|s| s.allocatable).unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
     Ok((NodeRef { name: name.to_string(), uid: n.metadata.uid }, alloc))
+}
+
+/// The Node `name`'s allocatable resources and labels ([`crate::publish::NodeView`]).
+///
+/// Errors: the API server's message, naming the node.
+pub async fn node_view(client: &kube::Client, name: &str) -> Result<crate::publish::NodeView, String> {
+    let n = Api::<Node>::all(client.clone()).get(name).await.map_err(|e| format!("node {name}: {e}"))?;
+    let allocatable =
+        n.status.and_then(|s| s.allocatable).unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    Ok(crate::publish::NodeView { allocatable, labels: n.metadata.labels.unwrap_or_default() })
 }
 
 /// Claims read from the API server.
@@ -92,6 +107,192 @@ pub async fn apply_slices(client: &kube::Client, node: &str, slices: &[ResourceS
         }
     }
     Ok(())
+}
+
+/// Withdraws `node`'s pool: deletes every ResourceSlice of it, so that the scheduler binds no
+/// more claims to a driver that is going away. Lists again afterwards and repeats once if a
+/// publish that was in flight re-created a slice.
+///
+/// Errors: the API server's message.
+pub async fn withdraw(client: &kube::Client, node: &str) -> Result<usize, String> {
+    let mut deleted = 0;
+    for _ in 0..2 {
+        let api = Api::<ResourceSlice>::all(client.clone());
+        let now = current_slices(client, node).await?;
+        if now.is_empty() {
+            break;
+        }
+        for s in now {
+            let name = s.metadata.name.unwrap_or_default();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(format!("deleting ResourceSlice {name}: {e}")),
+            }
+        }
+    }
+    Ok(deleted)
+}
+
+/// The chart's DeviceClasses (those labelled [`events::PROFILE_LABEL`]): class name -> profile.
+///
+/// Errors: the API server's message.
+pub async fn profile_classes(client: &kube::Client) -> Result<BTreeMap<String, String>, String> {
+    let lp = ListParams::default().labels(events::PROFILE_LABEL);
+    let list =
+        Api::<DeviceClass>::all(client.clone()).list(&lp).await.map_err(|e| format!("listing DeviceClasses: {e}"))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|c| {
+            let p = c.metadata.labels.as_ref()?.get(events::PROFILE_LABEL)?.clone();
+            Some((c.metadata.name?, p))
+        })
+        .collect())
+}
+
+/// Posts a Warning (or, for a device healthy again, Normal) Event about `o`.
+async fn post_event(client: &kube::Client, node: &str, o: &Object, reason: &str, message: &str) -> Result<(), String> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", o.name)),
+            namespace: Some(o.namespace.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some(o.api_version.clone()),
+            kind: Some(o.kind.clone()),
+            name: Some(o.name.clone()),
+            namespace: Some(o.namespace.clone()),
+            uid: Some(o.uid.clone()),
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some(if reason == events::DEVICE_HEALTHY { "Normal" } else { "Warning" }.into()),
+        count: Some(1),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        event_time: Some(MicroTime(now)),
+        action: Some("Allocate".into()),
+        reporting_component: Some("actk.dev/dra-driver".into()),
+        reporting_instance: Some(node.into()),
+        source: Some(EventSource { component: Some("actk-dra-driver".into()), host: Some(node.into()) }),
+        ..Default::default()
+    };
+    Api::<Event>::namespaced(client.clone(), &o.namespace)
+        .create(&PostParams::default(), &ev)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("posting an event on {} {}/{}: {e}", o.kind, o.namespace, o.name))
+}
+
+/// Sets the condition `Ready` of allocated device `device` in `claim`'s status (server-side
+/// apply of `status.devices`, field manager [`FIELD_MANAGER`]).
+async fn device_condition(
+    client: &kube::Client,
+    node: &str,
+    claim: &Object,
+    device: &str,
+    n: &Notice,
+    ready: bool,
+) -> Result<(), String> {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "status": {"devices": [{
+            "driver": DRIVER, "pool": node, "device": device,
+            "conditions": [{
+                "type": "Ready", "status": if ready { "True" } else { "False" },
+                "reason": n.reason, "message": n.message, "lastTransitionTime": now,
+            }]
+        }]}
+    });
+    Api::<ResourceClaim>::namespaced(client.clone(), &claim.namespace)
+        .patch_status(&claim.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!("setting condition Ready of device {device} in claim {}/{}: {e}", claim.namespace, claim.name)
+        })
+}
+
+/// Tells users why claims cannot be served on this node (see [`crate::events`]): every `period`,
+/// judges the claims against the pool's `state` and posts what is new. Runs forever.
+pub async fn report(client: kube::Client, node: String, mut state: watch::Receiver<Arc<PoolState>>, period: Duration) {
+    // (object uid, reason, message) already posted; devices whose Ready=False was set.
+    let mut posted: BTreeSet<(String, &'static str, String)> = BTreeSet::new();
+    let mut not_ready: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut warned = false;
+    loop {
+        let pool = state.borrow_and_update().clone();
+        let lists = async {
+            let classes = profile_classes(&client).await?;
+            let claims = Api::<ResourceClaim>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing ResourceClaims: {e}"))?;
+            Ok::<_, String>((classes, claims.items))
+        };
+        match lists.await {
+            Err(e) => {
+                if !warned {
+                    tracing::warn!("cannot explain unserved claims: {e}");
+                    warned = true;
+                }
+            }
+            Ok((classes, claims)) => {
+                warned = false;
+                let notices = events::notices(&node, &pool, &classes, &claims);
+                let live: BTreeSet<&str> = claims.iter().filter_map(|c| c.metadata.uid.as_deref()).collect();
+                posted.retain(|(uid, _, _)| live.contains(uid.as_str()));
+                not_ready.retain(|(uid, _)| live.contains(uid.as_str()));
+                for n in &notices {
+                    let claim = &n.objects[0];
+                    if let Some((device, ready)) = &n.device {
+                        let key = (claim.uid.clone(), device.clone());
+                        // A healthy device is news only after it was not.
+                        if *ready && !not_ready.contains(&key) {
+                            continue;
+                        }
+                        if !*ready
+                            && not_ready.contains(&key)
+                            && posted.contains(&(claim.uid.clone(), n.reason, n.message.clone()))
+                        {
+                            continue;
+                        }
+                        match device_condition(&client, &node, claim, device, n, *ready).await {
+                            Ok(()) if *ready => {
+                                not_ready.remove(&key);
+                            }
+                            Ok(()) => {
+                                not_ready.insert(key);
+                            }
+                            Err(e) => tracing::warn!("{e}"),
+                        }
+                    }
+                    if !posted.insert((claim.uid.clone(), n.reason, n.message.clone())) {
+                        continue;
+                    }
+                    if n.device.as_ref().is_some_and(|(_, r)| *r) {
+                        posted.retain(|(uid, r, _)| !(uid == &claim.uid && *r != events::DEVICE_HEALTHY));
+                    }
+                    tracing::warn!("{}", n.message);
+                    for o in &n.objects {
+                        if let Err(e) = post_event(&client, &node, o, n.reason, &n.message).await {
+                            tracing::warn!("{e}");
+                        }
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            changed = state.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 #[cfg(test)]

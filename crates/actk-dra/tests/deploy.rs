@@ -104,26 +104,58 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     let line = toml.lines().find(|l| l.starts_with("resources")).expect("device plugin resources restricted");
     assert!(line.contains("amd.com/gpu") && line.contains("habana.ai/gaudi"), "{line}");
     assert!(!line.contains("nvidia.com/gpu") && !line.contains("aws.amazon.com/neuron"), "{line}");
-    // The RBAC the driver needs.
+    // The RBAC the driver needs, and no more: events only created (issue 28, item 4).
     let role = all.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let rules = serde_json::to_string(&role["rules"]).unwrap();
     assert!(rules.contains("resourceslices") && rules.contains("resourceclaims") && rules.contains("nodes"));
-    // One DeviceClass per built-in profile, selecting the driver and the profile's kind.
-    let classes: Vec<&Value> = all.iter().filter(|d| d["kind"] == "DeviceClass").collect();
-    let profiles = actk_core::profile::builtin();
-    assert_eq!(classes.len(), profiles.len());
-    for p in &profiles {
-        let c = classes
+    let verbs = |resource: &str| -> Vec<&str> {
+        role["rules"]
+            .as_array()
+            .unwrap()
             .iter()
-            .find(|c| c["metadata"]["name"] == format!("actk-{}", p.name).as_str())
-            .unwrap_or_else(|| panic!("no DeviceClass actk-{}", p.name));
+            .filter(|r| r["resources"].as_array().unwrap().iter().any(|x| x == resource))
+            .flat_map(|r| r["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()))
+            .collect()
+    };
+    assert_eq!(verbs("events"), ["create"]);
+    assert_eq!(verbs("resourceclaims"), ["get", "list"]);
+    assert_eq!(verbs("resourceclaims/status"), ["patch"]);
+    assert_eq!(verbs("deviceclasses"), ["list"]);
+    assert!(verbs("pods").is_empty() && verbs("pods/status").is_empty(), "{rules}");
+    // Opaque config for actk.dev is refused at admission, for claims, templates and classes.
+    let vap = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicy").expect("the opaque config policy");
+    let res = &vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
+    assert_eq!(res, &serde_json::json!(["resourceclaims", "resourceclaimtemplates", "deviceclasses"]));
+    let checks = vap["spec"]["validations"].as_array().unwrap();
+    assert_eq!(checks.len(), 3);
+    assert!(checks.iter().all(|v| v["expression"].as_str().unwrap().contains("c.opaque.driver == \"actk.dev\"")));
+    let binding = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding").unwrap();
+    assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    // One DeviceClass per profile the driver serves (dra.profiles), selecting the driver and the
+    // profile's kind, never a GPU in MIG mode (issue 28, items 2 and 4): a class for a kind the
+    // driver does not serve would leave its claims Pending for ever.
+    let classes: Vec<&Value> = all.iter().filter(|d| d["kind"] == "DeviceClass").collect();
+    let names: Vec<&str> = classes.iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["actk-nvidia", "actk-neuron"]);
+    let profiles = actk_core::profile::builtin();
+    for c in &classes {
+        let p = c["metadata"]["labels"]["actk.dev/profile"].as_str().expect("the profile label the driver reads");
+        assert_eq!(c["metadata"]["name"], format!("actk-{p}").as_str());
+        let kind = &profiles.iter().find(|x| x.name == p).unwrap().kind;
         assert_eq!(c["apiVersion"], "resource.k8s.io/v1");
         let cel = c["spec"]["selectors"][0]["cel"]["expression"].as_str().unwrap();
         assert_eq!(
             cel,
-            format!("device.driver == \"actk.dev\" && device.attributes[\"actk.dev\"].kind == \"{}\"", p.kind)
+            format!(
+                "device.driver == \"actk.dev\" && device.attributes[\"actk.dev\"].kind == \"{kind}\" && {}",
+                actk_dra::slice::NOT_MIG_ENABLED
+            )
         );
     }
+    // Every built-in profile gets its class when the driver serves every profile.
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len());
 }
 
 #[test]
@@ -225,7 +257,11 @@ fn bad_values_are_refused_naming_the_value() {
     );
     // Without dra.enabled nothing of the driver is rendered.
     let all = template(&helm, &[]).unwrap();
-    assert!(all.iter().all(|d| d["kind"] != "DeviceClass" && d["kind"] != "ClusterRole"));
+    assert!(
+        all.iter().all(|d| d["kind"] != "DeviceClass"
+            && d["kind"] != "ClusterRole"
+            && d["kind"] != "ValidatingAdmissionPolicy")
+    );
     assert_eq!(daemonsets(&all).len(), 1);
 }
 

@@ -12,11 +12,18 @@
 //! first, so the compat libcuda.so.1 wins over the host's.
 //!
 //! Everything in the image is reached through [`ContainerRoot`] (openat2 RESOLVE_IN_ROOT): a
-//! hostile image's symlinks cannot make this read or write a host file.
+//! hostile image's symlinks cannot make this read or write a host file. A drop-in is read only
+//! when it is a regular file, checked on the descriptor before it is opened
+//! ([`ContainerRoot::open_regular`]: a FIFO raced in never blocks the hook), and the work is
+//! bounded (issue 29, finding 3): directory listings and reads count against the run's
+//! [`Budget`], at most [`MAX_COMPAT_DIRS`] directories are taken from the drop-ins, and their
+//! lines are de-duplicated in linear time.
 
+use crate::budget::{Budget, Notes};
 use crate::error::Result;
 use crate::root::ContainerRoot;
 use rustix::fs::{FileType, Mode, OFlags};
+use std::collections::HashSet;
 use std::io::Read;
 
 /// The drop-in written into the container (the `00-compat` prefix, as the toolkit's
@@ -26,6 +33,13 @@ pub const COMPAT_DROP_IN: &str = "/etc/ld.so.conf.d/00-compat-actk.conf";
 /// Where CUDA images keep the forward-compatibility libraries.
 pub const DEFAULT_COMPAT_DIR: &str = "/usr/local/cuda/compat";
 
+/// Directories taken from the `00-compat-*.conf` drop-ins, at most (what actk and
+/// nvidia-cdi-hook write lists one).
+pub const MAX_COMPAT_DIRS: usize = 64;
+
+/// Bytes read of one drop-in, at most.
+const MAX_DROP_IN: u64 = 64 * 1024;
+
 /// What [`enable`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CompatOutcome {
@@ -33,6 +47,9 @@ pub enum CompatOutcome {
     Enabled(String, String),
     /// Nothing to do, and why (no compat libraries, not newer than the host, ...).
     NotNeeded(String),
+    /// Needed, but the drop-in could not be written (a read-only /etc): the container starts
+    /// with the host's driver libraries first, and why. Callers warn.
+    NotWritten(String),
 }
 
 /// Applies the rule of the module docs to `root` for a host driver `host_driver`
@@ -51,7 +68,8 @@ pub fn enable(root: &ContainerRoot, host_driver: &str, dir: &str, library: &str)
         return not("the image has no /etc/ld.so.cache (not a glibc image)".into());
     }
     let prefix = format!("{library}.");
-    let libs: Vec<String> = list_regular_files(root, dir)?
+    let mut budget = Budget::default();
+    let libs: Vec<String> = list_regular_files(root, dir, &mut budget)?
         .into_iter()
         .filter(|n| n.strip_prefix(&prefix).is_some_and(|v| v.matches('.').count() >= 1))
         .collect();
@@ -66,30 +84,79 @@ pub fn enable(root: &ContainerRoot, host_driver: &str, dir: &str, library: &str)
         return not(format!("compat driver {version} is not newer than the host driver {host_driver}"));
     }
     let resolved = resolved_path(root, dir)?;
-    root.write_file(
+    let written = root.write_file(
         COMPAT_DROP_IN,
         format!(
             "# Written by actk: CUDA forward compatibility libraries ({lib}, host driver {host_driver}).\n{resolved}\n"
         )
         .as_bytes(),
         0o644,
-    )?;
-    Ok(CompatOutcome::Enabled(resolved, version))
+    );
+    match written {
+        Ok(()) => Ok(CompatOutcome::Enabled(resolved, version)),
+        // The file system said no (a read-only /etc): skipped, as the cache update is.
+        Err(crate::error::InjectError::Container { source, .. }) => Ok(CompatOutcome::NotWritten(format!(
+            "{COMPAT_DROP_IN} not written ({source}): the image's CUDA forward compatibility libraries ({resolved}, driver {version}) are not used"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// The directories listed in the image's `/etc/ld.so.conf.d/00-compat-*.conf` drop-ins, in
-/// file-name order (what [`enable`] and nvidia-cdi-hook write). Unreadable entries are skipped.
+/// file-name order (what [`enable`] and nvidia-cdi-hook write), within a default [`Budget`].
+/// Unreadable entries are skipped.
 pub fn compat_dirs(root: &ContainerRoot) -> Vec<String> {
-    let Ok(mut names) = list_regular_files(root, "/etc/ld.so.conf.d") else { return Vec::new() };
-    names.retain(|n| n.starts_with("00-compat-") && n.ends_with(".conf"));
-    names.sort();
-    let mut out = Vec::new();
+    compat_dirs_within(root, &mut Budget::default(), &mut Notes::default())
+}
+
+/// [`compat_dirs`] within `budget`, at most [`MAX_COMPAT_DIRS`] of them, each once (linear in
+/// the lines read). What is skipped gets a line in `notes`: a drop-in that is not a regular file
+/// (never opened), directories past the limit, a spent budget.
+pub fn compat_dirs_within(root: &ContainerRoot, budget: &mut Budget, notes: &mut Notes) -> Vec<String> {
+    const DIR: &str = "/etc/ld.so.conf.d";
+    let Ok(mut entries) = list_entries(root, DIR, budget) else { return Vec::new() };
+    if let Some(spent) = budget.spent() {
+        notes.push(format!("{DIR}: {spent}; compat drop-ins after the first {} entries are not read", entries.len()));
+    }
+    entries.retain(|(n, _)| n.starts_with("00-compat-") && n.ends_with(".conf"));
+    let mut names = Vec::new();
+    for (n, ft) in entries {
+        if ft == FileType::RegularFile {
+            names.push(n);
+        } else if crate::ldcache::is_special(ft) {
+            notes.push(format!("{DIR}/{n}: {}, not a regular file: not opened; skipped", crate::root::type_name(ft)));
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for n in names {
-        let Ok(text) = read_small(root, &format!("/etc/ld.so.conf.d/{n}")) else { continue };
-        for l in text.lines().map(str::trim).filter(|l| l.starts_with('/')) {
-            if !out.iter().any(|o| o == l) {
-                out.push(l.to_string());
+        let path = format!("{DIR}/{n}");
+        let text = match read_small(root, &path, budget) {
+            Ok(t) => t,
+            Err(e @ crate::error::InjectError::NotRegular { file_type, .. })
+                if crate::ldcache::is_special(file_type) =>
+            {
+                notes.push(format!("{e}; skipped"));
+                continue;
             }
+            Err(_) => continue,
+        };
+        for l in text.lines().map(str::trim).filter(|l| l.starts_with('/')) {
+            if seen.contains(l) {
+                continue;
+            }
+            if out.len() == MAX_COMPAT_DIRS {
+                notes.push(format!(
+                    "{path}: more than {MAX_COMPAT_DIRS} compat directories in the drop-ins; the rest ignored"
+                ));
+                return out;
+            }
+            seen.insert(l.to_string());
+            out.push(l.to_string());
+        }
+        if let Err(spent) = budget.check_time() {
+            notes.push(format!("{DIR}: {spent}; compat drop-ins after {n} are not read"));
+            break;
         }
     }
     out
@@ -99,40 +166,48 @@ fn major(version: &str) -> Option<u64> {
     version.split('.').next()?.parse().ok()
 }
 
-/// Names of the regular files (not symlinks) in directory `dir` of the root.
-fn list_regular_files(root: &ContainerRoot, dir: &str) -> Result<Vec<String>> {
+/// Names of the regular files (not symlinks) in directory `dir` of the root, each entry counted
+/// against `budget`: once it is spent, the names found so far.
+fn list_regular_files(root: &ContainerRoot, dir: &str, budget: &mut Budget) -> Result<Vec<String>> {
+    let all = list_entries(root, dir, budget)?;
+    Ok(all.into_iter().filter(|(_, ft)| *ft == FileType::RegularFile).map(|(n, _)| n).collect())
+}
+
+/// Names and types (not following symlinks) of the entries of directory `dir` of the root,
+/// sorted by name, each entry counted against `budget`: once it is spent, the entries so far.
+fn list_entries(root: &ContainerRoot, dir: &str, budget: &mut Budget) -> Result<Vec<(String, FileType)>> {
     let dfd = root.resolve(dir, OFlags::DIRECTORY)?;
     let readable = rustix::fs::openat(&dfd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| crate::error::InjectError::host("open directory", dir, e))?;
     let mut names = Vec::new();
     let entries = rustix::fs::Dir::read_from(&readable).map_err(|e| crate::error::InjectError::host("read", dir, e))?;
     for entry in entries.flatten() {
+        if budget.entry().is_err() {
+            break;
+        }
         let name = entry.file_name().to_string_lossy().into_owned();
         if name == "." || name == ".." {
             continue;
         }
-        let is_file = rustix::fs::statat(&dfd, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile);
-        if is_file {
-            names.push(name);
+        if let Ok(st) = rustix::fs::statat(&dfd, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            names.push((name, FileType::from_raw_mode(st.st_mode)));
         }
     }
-    names.sort();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(names)
 }
 
-/// A small text file of the root (at most 64 KiB read), reopened through its resolved fd.
-fn read_small(root: &ContainerRoot, path: &str) -> Result<String> {
-    let fd = root.resolve(path, OFlags::empty())?;
-    let reopen = format!("/proc/self/fd/{}", rustix::fd::AsRawFd::as_raw_fd(&fd));
-    let f = rustix::fs::open(reopen.as_str(), OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| crate::error::InjectError::host("open", path, e))?;
-    let mut s = String::new();
-    std::fs::File::from(f)
-        .take(64 * 1024)
-        .read_to_string(&mut s)
+/// A small text file of the root (at most [`MAX_DROP_IN`] bytes read, counted in `budget`),
+/// opened only if it is a regular file, never through a symlink at `path`
+/// ([`ContainerRoot::open_regular`]).
+fn read_small(root: &ContainerRoot, path: &str, budget: &mut Budget) -> Result<String> {
+    let (file, _) = root.open_regular(path, false)?;
+    let mut s = Vec::new();
+    file.take(MAX_DROP_IN.min(budget.bytes_left()))
+        .read_to_end(&mut s)
         .map_err(|e| crate::error::InjectError::host("read", path, e))?;
-    Ok(s)
+    let _ = budget.read(s.len() as u64);
+    Ok(String::from_utf8_lossy(&s).into_owned())
 }
 
 /// `dir` as the image resolves it (its symlinks followed inside the root), so the drop-in names
@@ -212,5 +287,57 @@ mod tests {
         let out = enable(&root, "580.95.05", DEFAULT_COMPAT_DIR, "libcuda.so").unwrap();
         assert!(matches!(out, CompatOutcome::NotNeeded(_)), "{out:?}");
         assert!(!Path::new(&img.path().join("etc/ld.so.conf.d/00-compat-actk.conf")).exists());
+    }
+
+    /// Issue 29, finding 3: 226,000 distinct lines in compat drop-ins (de-duplicated in quadratic
+    /// time before: 53-57 s). Now the first MAX_COMPAT_DIRS are taken, each once, with a note.
+    #[test]
+    fn a_drop_in_flood_gives_at_most_the_limit_with_a_note() {
+        let img = image(&[]);
+        let d = img.path().join("etc/ld.so.conf.d");
+        for (name, body) in actk_testsupport::hostile::compat_drop_in_flood(226_000) {
+            std::fs::write(d.join(name), body).unwrap();
+        }
+        // Duplicates across files count once.
+        std::fs::write(d.join("00-compat-a.conf"), "/c/0\n/c/0\n/c/1\n").unwrap();
+        let root = ContainerRoot::open(img.path()).unwrap();
+        let mut notes = Notes::default();
+        let dirs = compat_dirs_within(&root, &mut Budget::default(), &mut notes);
+        assert_eq!(dirs.len(), MAX_COMPAT_DIRS);
+        assert_eq!(&dirs[..3], ["/c/0", "/c/1", "/c/2"]);
+        let notes = notes.finish();
+        assert!(
+            notes.contains(
+                "00-compat-flood-000.conf: more than 64 compat directories in the drop-ins; the rest ignored"
+            ),
+            "{notes}"
+        );
+    }
+
+    /// Issue 29, finding 4: a FIFO as a compat drop-in (placed there, or a link to one) is never
+    /// opened, so it cannot block the hook; the drop-ins around it are read.
+    #[test]
+    fn a_fifo_drop_in_never_blocks() {
+        use actk_testsupport::hostile::{OpenWatch, node};
+        let img = image(&[]);
+        let d = img.path().join("etc/ld.so.conf.d");
+        node(&d.join("00-compat-fifo.conf"), FileType::Fifo).unwrap();
+        symlink("00-compat-fifo.conf", d.join("00-compat-link.conf")).unwrap();
+        std::fs::write(d.join("00-compat-z.conf"), "/opt/compat\n").unwrap();
+        let watch = OpenWatch::new(&[&d.join("00-compat-fifo.conf")]).unwrap();
+        let root = ContainerRoot::open(img.path()).unwrap();
+        let mut notes = Notes::default();
+        assert_eq!(compat_dirs_within(&root, &mut Budget::default(), &mut notes), ["/opt/compat"]);
+        let notes = notes.finish();
+        assert!(
+            notes.contains("/etc/ld.so.conf.d/00-compat-fifo.conf: a FIFO, not a regular file: not opened; skipped"),
+            "{notes}"
+        );
+        // Read as a listed regular file would be (the race: a FIFO swapped in after the listing).
+        let e = read_small(&root, "/etc/ld.so.conf.d/00-compat-fifo.conf", &mut Budget::default()).unwrap_err();
+        assert!(e.to_string().contains("is a FIFO, not a regular file: not opened"), "{e}");
+        let e = read_small(&root, "/etc/ld.so.conf.d/00-compat-link.conf", &mut Budget::default()).unwrap_err();
+        assert!(e.to_string().contains("is a symlink, not a regular file"), "{e}");
+        assert_eq!(watch.opened(), Vec::<std::path::PathBuf>::new());
     }
 }

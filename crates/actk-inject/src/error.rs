@@ -43,6 +43,17 @@ pub enum InjectError {
         /// What was found and why it is refused.
         reason: String,
     },
+    /// Something in the image that actk would read is not a regular file (a device node, a FIFO,
+    /// a socket, a directory): it is never opened (issue 29, finding 4).
+    #[error("container path {path:?} inside {root} is {}, not a regular file: not opened", crate::root::type_name(*.file_type))]
+    NotRegular {
+        /// The container path.
+        path: String,
+        /// The container root as shown to the user.
+        root: PathBuf,
+        /// What it is.
+        file_type: rustix::fs::FileType,
+    },
     /// A syscall on a host path failed.
     #[error("{op} {path}")]
     Host {

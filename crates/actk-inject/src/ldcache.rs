@@ -28,6 +28,13 @@
 //!    after it was resolved changes which directory inside the root gets the file, never which
 //!    root.
 //!
+//! Only regular files of the image are read, and only after their type was checked on an
+//! `O_PATH` descriptor ([`ContainerRoot::open_regular`]): a `lib*.so*` or cache file that is a
+//! device node, FIFO or socket is skipped with a note, never opened. The work is bounded per run
+//! ([`Budget`]: entries looked at, bytes read, CPU and time; the ELF reader's own per-file
+//! limit; the cache reader's [`ldcache::Limits`]): a spent bound stops the scan with a note
+//! naming the directory, and the cache is written with what was found (issue 29).
+//!
 //! Nothing else is read or written: no `aux-cache`, no soname links (ldconfig's `-X`), no
 //! `ld.so.conf` parsing. The library directories are also listed in a drop-in
 //! `/etc/ld.so.conf.d/00-actk.conf`, so an `ldconfig` the container runs later keeps them; when
@@ -41,10 +48,11 @@
 //! cache stays as the image built it (an image that installed libraries without running
 //! ldconfig keeps that mistake, as it has without actk), where `ldconfig -r` rebuilt it all.
 
+use crate::budget::{Budget, Notes};
 use crate::error::{InjectError, Result};
 use crate::root::ContainerRoot;
-use actk_core::ldcache::{self, Entry, elf, write};
-use rustix::fd::OwnedFd;
+use actk_core::ldcache::{self, Entry, EntryRef, elf, write};
+use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::{HashMap, HashSet};
@@ -56,8 +64,6 @@ pub const DROP_IN: &str = "/etc/ld.so.conf.d/00-actk.conf";
 /// The cache file.
 pub const CACHE: &str = "/etc/ld.so.cache";
 
-/// Directory entries looked at per directory, at most (a driver directory holds a few hundred).
-const MAX_DIR_ENTRIES: usize = 100_000;
 /// Entries added, at most.
 const MAX_NEW_ENTRIES: usize = 65_536;
 /// Largest existing cache read (a full distribution's cache is a few hundred KB).
@@ -75,44 +81,87 @@ pub enum LdcacheOutcome {
     NothingToDo,
     /// The cache was written; notes about what was skipped (one per line), if any.
     Updated(String),
+    /// The container's `/etc` cannot be written (a read-only mount at /etc: a ConfigMap or
+    /// read-only volume, a read-only file system): the cache was left as it is, with why. The
+    /// libraries are still mounted; only lookups through the cache (`dlopen("libcuda.so.1")`)
+    /// miss them. Not an error, so the container starts as it would without actk (NVIDIA's
+    /// toolkit skips the update the same way); callers warn.
+    NotWritten(String),
+}
+
+impl LdcacheOutcome {
+    /// The warning a caller shows for [`LdcacheOutcome::NotWritten`] (`None` otherwise): why,
+    /// and what the container loses.
+    pub fn warning(&self, dirs: &[String]) -> Option<String> {
+        match self {
+            LdcacheOutcome::NotWritten(why) => Some(format!(
+                "the container's {CACHE} was not updated ({why}); the driver libraries are mounted in {} but the loader's cache does not list them: a program that loads them by name needs LD_LIBRARY_PATH={}",
+                dirs.join(", "),
+                dirs.join(":")
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Adds the library directories `dirs` (container paths) to the container's ld.so.cache; see
-/// the module docs.
+/// the module docs. The work on the image's files is bounded by a default [`Budget`].
 ///
 /// Errors: [`InjectError::Refused`] / [`InjectError::Container`] naming the path when the
 /// container's `/etc` cannot be resolved inside the root (a symlink out of it through a magic
 /// link, a dangling one) or the cache cannot be written there; nothing outside the root is read
 /// or written either way.
 pub fn update(root: &ContainerRoot, dirs: &[String]) -> Result<LdcacheOutcome> {
+    update_within(root, dirs, &mut Budget::default())
+}
+
+/// [`update`] within `budget`: when a bound is spent, the directories (or the part of one) not
+/// yet scanned are left out of the cache, with a note naming them and the bound.
+pub fn update_within(root: &ContainerRoot, dirs: &[String], budget: &mut Budget) -> Result<LdcacheOutcome> {
     if dirs.is_empty() {
         return Ok(LdcacheOutcome::NothingToDo);
     }
     if !root.exists("/etc/ld.so.conf") && !root.exists(CACHE) {
         return Ok(LdcacheOutcome::NoLoaderConfig);
     }
+    let mut notes = Notes::default();
     // CUDA forward-compat directories (crate::compat) go first: the first entry added for a
     // soname wins the lookup, and the image's newer libcuda.so.1 must win.
-    let compat = crate::compat::compat_dirs(root);
+    let compat = crate::compat::compat_dirs_within(root, budget, &mut notes);
     let dirs: Vec<String> = compat.iter().chain(dirs.iter().filter(|d| !compat.contains(d))).cloned().collect();
     let dirs = dirs.as_slice();
-    let mut notes = Vec::new();
     let mut added = Vec::new();
     let mut seen_dirs = HashSet::new();
     for d in dirs {
-        scan_dir(root, d, &mut seen_dirs, &mut added, &mut notes);
+        if let Some(spent) = budget.spent() {
+            notes.push(format!("{d}: not indexed: {spent}"));
+            continue;
+        }
+        scan_dir(root, d, &mut seen_dirs, &mut added, &mut notes, budget);
     }
-    let existing = read_cache(root, &mut notes);
+    let bytes = read_cache(root, &mut notes);
+    let existing = if bytes.is_empty() {
+        Vec::new()
+    } else {
+        // Borrowed and bounded (issue 29, finding 2): an image's cache costs its size plus the
+        // reader's limits, however its entries point into its strings.
+        ldcache::parse_borrowed(&bytes, &ldcache::Limits::default()).unwrap_or_else(|e| {
+            notes.push(format!("{CACHE}: {e}; its entries are not kept, replaced"));
+            Vec::new()
+        })
+    };
     let new_keys: HashSet<(&str, &str, i32)> =
         added.iter().map(|e| (e.key.as_str(), e.path.as_str(), e.flags)).collect();
-    let mut all: Vec<Entry> = added.clone();
-    all.extend(
-        existing
-            .into_iter()
-            .filter(|e| e.hwcaps.is_some() || !new_keys.contains(&(e.key.as_str(), e.path.as_str(), e.flags))),
-    );
+    let mut all: Vec<EntryRef<'_>> = added.iter().map(Entry::borrowed).collect();
+    all.extend(existing.into_iter().filter(|e| e.hwcaps.is_some() || !new_keys.contains(&(e.key, e.path, e.flags))));
     write::sort(&mut all);
-    write_cache(root, &write::encode(&all, GENERATOR))?;
+    match write_cache(root, &write::encode(&all, GENERATOR)) {
+        Ok(()) => {}
+        // The file system said no (EROFS, EACCES, EPERM, ENOSPC): skip, not fail. A resolution
+        // the image made unsafe (InjectError::Refused) stays an error.
+        Err(InjectError::Container { source, .. }) => return Ok(LdcacheOutcome::NotWritten(source.to_string())),
+        Err(e) => return Err(e),
+    }
 
     let mut body = String::from("# Written by actk: driver library directories mounted from the host.\n");
     for d in dirs {
@@ -122,7 +171,7 @@ pub fn update(root: &ContainerRoot, dirs: &[String]) -> Result<LdcacheOutcome> {
     if let Err(e) = root.write_file(DROP_IN, body.as_bytes(), 0o644) {
         notes.push(format!("{DROP_IN} not written: {e}"));
     }
-    Ok(LdcacheOutcome::Updated(notes.join("\n")))
+    Ok(LdcacheOutcome::Updated(notes.finish()))
 }
 
 /// One library of a directory while it is scanned (ldconfig's `dlib_entry`).
@@ -134,13 +183,15 @@ struct Dlib {
     osversion: u32,
 }
 
-/// Scans directory `dir` of the container (see the module docs) and appends its entries.
+/// Scans directory `dir` of the container (see the module docs) and appends its entries, within
+/// `budget` (a spent bound stops the scan with a note naming `dir`).
 fn scan_dir(
     root: &ContainerRoot,
     dir: &str,
     seen_dirs: &mut HashSet<(u64, u64)>,
     out: &mut Vec<Entry>,
-    notes: &mut Vec<String>,
+    notes: &mut Notes,
+    budget: &mut Budget,
 ) {
     let dir = dir.trim_end_matches('/');
     let fd = match root.open_in(if dir.is_empty() { "/" } else { dir }, OFlags::RDONLY | OFlags::DIRECTORY) {
@@ -168,27 +219,43 @@ fn scan_dir(
     };
     let mut dlibs: Vec<Dlib> = Vec::new();
     let mut by_soname: HashMap<String, usize> = HashMap::new();
-    let mut looked = 0;
     while let Some(ent) = entries.read() {
         let Ok(ent) = ent else { break };
-        looked += 1;
-        if looked > MAX_DIR_ENTRIES {
-            notes.push(format!("{dir}: more than {MAX_DIR_ENTRIES} entries; the rest not indexed"));
+        if let Err(spent) = budget.entry() {
+            notes.push(format!("{dir}: {spent}; the rest of it is not indexed"));
             break;
         }
         let Ok(name) = ent.file_name().to_str().map(str::to_string) else { continue };
-        if !matches!(ent.file_type(), FileType::Unknown | FileType::Symlink | FileType::RegularFile) || !is_dso(&name) {
+        if !is_dso(&name) {
+            continue;
+        }
+        if is_special(ent.file_type()) {
+            let e = InjectError::NotRegular {
+                path: format!("{dir}/{name}"),
+                root: root.shown().to_path_buf(),
+                file_type: ent.file_type(),
+            };
+            notes.push(format!("{e}; skipped"));
+            continue;
+        }
+        if !matches!(ent.file_type(), FileType::Unknown | FileType::Symlink | FileType::RegularFile) {
             continue;
         }
         if name.ends_with(".#prelink#") || name.contains(".#prelink#.") {
             continue;
         }
-        let Some((file, is_link)) = open_library(root, &fd, dir, &name) else { continue };
-        let len = match file.metadata() {
-            Ok(m) if m.is_file() => m.len(),
-            _ => continue,
-        };
-        let Ok(info) = elf::library_info(&file, len) else { continue };
+        let Some((file, len, is_link)) = open_library(root, &fd, dir, &name, notes) else { continue };
+        // Each library within what is left of the bytes, and at most elf::MAX_FILE_BYTES.
+        let left = budget.bytes_left();
+        let (info, used) = elf::library_info_within(&file, len, left.min(elf::MAX_FILE_BYTES));
+        if matches!(info, Err(elf::ElfError::Limit)) && left < elf::MAX_FILE_BYTES {
+            budget.exhaust_bytes();
+        }
+        if let Err(spent) = budget.read(used) {
+            notes.push(format!("{dir}: {spent}; {name} and the rest of it are not indexed"));
+            break;
+        }
+        let Ok(info) = info else { continue };
         let mut soname = info.soname.unwrap_or_else(|| name.clone());
         // ldconfig: a link is a link only when it is the soname link or the `.so` link for ld(1);
         // any other link is taken for a library file of its own.
@@ -248,50 +315,63 @@ fn is_dso(name: &str) -> bool {
     (name.starts_with("lib") || name.starts_with("ld-")) && name.contains(".so")
 }
 
-/// Opens entry `name` of directory `dirfd` (container path `dir`) for reading: a regular file
-/// directly (never following a link swapped in meanwhile), a symlink through the container root's
-/// resolver. `None` for anything else, a dangling link, or a link out through a magic link.
-fn open_library(root: &ContainerRoot, dirfd: &OwnedFd, dir: &str, name: &str) -> Option<(std::fs::File, bool)> {
+/// Opens entry `name` of directory `dirfd` (container path `dir`) for reading when it is a
+/// regular file, or a symlink to one (resolved inside the root), and only then
+/// ([`ContainerRoot::open_regular_at`], [`ContainerRoot::open_regular`]: nothing else is ever
+/// opened, issue 29 finding 4). Returns the file, its length and whether `name` is a link.
+/// `None` for anything else (a device node, FIFO or socket with a note), a dangling link, or a
+/// link out through a magic link.
+fn open_library(
+    root: &ContainerRoot,
+    dirfd: &OwnedFd,
+    dir: &str,
+    name: &str,
+    notes: &mut Notes,
+) -> Option<(std::fs::File, u64, bool)> {
+    let shown = format!("{dir}/{name}");
     let st = rustix::fs::statat(dirfd, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => {
-            let fd = rustix::fs::openat(dirfd, name, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).ok()?;
-            Some((fd.into(), false))
+    let is_link = FileType::from_raw_mode(st.st_mode) == FileType::Symlink;
+    let opened =
+        if is_link { root.open_regular(&shown, true) } else { root.open_regular_at(dirfd.as_fd(), name, &shown) };
+    match opened {
+        Ok((file, len)) => Some((file, len, is_link)),
+        Err(e @ InjectError::NotRegular { file_type, .. }) if is_special(file_type) => {
+            notes.push(format!("{e}; skipped"));
+            None
         }
-        FileType::Symlink => Some((root.open_in(&format!("{dir}/{name}"), flags).ok()?.into(), true)),
-        _ => None,
+        Err(_) => None,
     }
 }
 
-/// The container's current cache entries; an absent, oversized or unreadable cache is none (with
-/// a note when it exists but cannot be used).
-fn read_cache(root: &ContainerRoot, notes: &mut Vec<String>) -> Vec<Entry> {
-    let fd = match root.open_in(CACHE, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY) {
-        Ok(fd) => fd,
+/// A device node, FIFO or socket: what an image has no business shipping as a library, cache
+/// or drop-in, and what actk therefore warns about (directories are skipped silently, as
+/// ldconfig skips them).
+pub(crate) fn is_special(ft: FileType) -> bool {
+    matches!(ft, FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo | FileType::Socket)
+}
+
+/// The bytes of the container's current cache: empty when there is none, or when it is not a
+/// regular file of at most [`MAX_CACHE_BYTES`] (with a note; it is never opened then) or
+/// cannot be read.
+fn read_cache(root: &ContainerRoot, notes: &mut Notes) -> Vec<u8> {
+    let (file, len) = match root.open_regular(CACHE, true) {
+        Ok(f) => f,
         Err(InjectError::Container { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => return Vec::new(),
         Err(e) => {
             notes.push(format!("{CACHE}: not read, replaced: {e}"));
             return Vec::new();
         }
     };
-    let file = std::fs::File::from(fd);
-    match file.metadata() {
-        Ok(m) if m.is_file() && m.len() <= MAX_CACHE_BYTES => {}
-        _ => {
-            notes.push(format!("{CACHE}: not a regular file of at most {MAX_CACHE_BYTES} bytes; replaced"));
-            return Vec::new();
-        }
+    if len > MAX_CACHE_BYTES {
+        notes.push(format!("{CACHE}: {len} bytes, more than the {MAX_CACHE_BYTES} read; replaced"));
+        return Vec::new();
     }
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(len as usize);
     if let Err(e) = file.take(MAX_CACHE_BYTES).read_to_end(&mut bytes) {
         notes.push(format!("{CACHE}: not read, replaced: {e}"));
         return Vec::new();
     }
-    ldcache::parse_entries(&bytes).unwrap_or_else(|e| {
-        notes.push(format!("{CACHE}: {e}; replaced"));
-        Vec::new()
-    })
+    bytes
 }
 
 /// Writes `bytes` as the container's cache: a new file next to it, renamed over it, both through
@@ -493,5 +573,117 @@ mod tests {
         assert_eq!(got, entries_of(oracle.path()));
         let cuda: Vec<&str> = got.iter().filter(|e| e.key == "libcuda.so.1").map(|e| e.path.as_str()).collect();
         assert_eq!(cuda, ["/opt/drv/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"]);
+    }
+
+    fn glibc_image() -> tempfile::TempDir {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(base.path().join("etc")).unwrap();
+        std::fs::write(base.path().join("etc/ld.so.conf"), "include /etc/ld.so.conf.d/*.conf\n").unwrap();
+        base
+    }
+
+    fn notes_of(out: LdcacheOutcome) -> String {
+        match out {
+            LdcacheOutcome::Updated(n) => n,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 29, finding 2: the image's cache is 349k entries naming one 8 MB string. It is
+    /// refused by the bounded reader with a note, and the cache is written with the added
+    /// directories (the container still starts with its driver libraries).
+    #[test]
+    fn an_amplifying_image_cache_is_replaced_with_a_note() {
+        let base = glibc_image();
+        let r = base.path();
+        std::fs::write(r.join("etc/ld.so.cache"), actk_testsupport::hostile::amplifying_cache(349_000, 8 << 20))
+            .unwrap();
+        if !lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false) {
+            eprintln!("skipping: gcc cannot build the test library");
+            return;
+        }
+        let root = ContainerRoot::open(r).unwrap();
+        let notes = notes_of(update(&root, &["/opt/drv".into()]).unwrap());
+        assert!(notes.contains("/etc/ld.so.cache: ld.so.cache goes past a limit of the reader: entries"), "{notes}");
+        let got = entries_of(r);
+        assert_eq!(got.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["/opt/drv/libcuda.so.1"]);
+    }
+
+    /// Issue 29, finding 4: a `lib*.so*` that is a device node (`c 1 11`), a FIFO, a link to
+    /// either, and a cache file that is a device node are skipped with a note, never opened; the
+    /// real library next to them is indexed and the cache written.
+    #[test]
+    fn device_nodes_and_fifos_among_libraries_and_as_the_cache_are_never_opened() {
+        use actk_testsupport::hostile::{OpenWatch, node};
+        let base = glibc_image();
+        let r = base.path();
+        if !lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false) {
+            eprintln!("skipping: gcc cannot build the test library");
+            return;
+        }
+        let d = r.join("opt/drv");
+        node(&d.join("libkmsg.so.1"), FileType::CharacterDevice).unwrap();
+        node(&d.join("libfifo.so.1"), FileType::Fifo).unwrap();
+        symlink("libkmsg.so.1", d.join("liblink.so.1")).unwrap();
+        node(&r.join("etc/ld.so.cache"), FileType::CharacterDevice).unwrap();
+        let watch =
+            OpenWatch::new(&[&d.join("libkmsg.so.1"), &d.join("libfifo.so.1"), &r.join("etc/ld.so.cache")]).unwrap();
+        let root = ContainerRoot::open(r).unwrap();
+        let notes = notes_of(update(&root, &["/opt/drv".into()]).unwrap());
+        assert_eq!(watch.opened(), Vec::<std::path::PathBuf>::new(), "a node was opened: {notes}");
+        for want in [
+            "\"/opt/drv/libkmsg.so.1\" inside",
+            "\"/opt/drv/libfifo.so.1\" inside",
+            "\"/opt/drv/liblink.so.1\" inside",
+            "is a character device, not a regular file: not opened; skipped",
+            "is a FIFO, not a regular file: not opened; skipped",
+            "/etc/ld.so.cache: not read, replaced: container path \"/etc/ld.so.cache\"",
+        ] {
+            assert!(notes.contains(want), "{want:?} not in:\n{notes}");
+        }
+        let got = entries_of(r);
+        assert_eq!(got.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["libcuda.so.1"]);
+        assert!(std::fs::symlink_metadata(r.join("etc/ld.so.cache")).unwrap().is_file(), "the node is replaced");
+    }
+
+    /// Issue 29, finding 3: 1,000 links to one crafted library (254 notes of 64 KiB, 4000
+    /// DT_NEEDED) in an added directory. Each costs at most the per-file limit, the run's byte
+    /// budget stops the scan with a note naming the directory and the bound, the directories
+    /// after it are named too, and the cache is still written. A budget of 50 entries stops a
+    /// directory the same way.
+    #[test]
+    fn an_elf_flood_stops_at_the_run_budget_naming_the_directory() {
+        use crate::budget::{Budget, BudgetLimits};
+        let base = glibc_image();
+        let r = base.path();
+        actk_testsupport::hostile::plant(r, actk_testsupport::hostile::Class::ElfFlood, "/opt/flood", 1000).unwrap();
+        if !lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false) {
+            eprintln!("skipping: gcc cannot build the test library");
+            return;
+        }
+        let root = ContainerRoot::open(r).unwrap();
+        let mut budget = Budget::default();
+        let notes = notes_of(update_within(&root, &["/opt/flood".into(), "/opt/drv".into()], &mut budget).unwrap());
+        assert!(notes.contains("/opt/flood: the budget of 67108864 bytes read per start is spent;"), "{notes}");
+        assert!(notes.contains("/opt/drv: not indexed: the budget of 67108864 bytes"), "{notes}");
+        assert!(r.join("etc/ld.so.cache").is_file());
+
+        let base = glibc_image();
+        let r = base.path();
+        if !lib(r, "/opt/drv/libcuda.so.580.95.05", Some("libcuda.so.1"), false) {
+            return;
+        }
+        for i in 0..100 {
+            std::fs::write(r.join(format!("opt/drv/notalib{i}")), b"").unwrap();
+        }
+        let root = ContainerRoot::open(r).unwrap();
+        let mut budget = Budget::new(BudgetLimits { entries: 50, ..BudgetLimits::default() });
+        let notes = notes_of(update_within(&root, &["/opt/drv".into()], &mut budget).unwrap());
+        assert!(
+            notes.contains(
+                "/opt/drv: the budget of 50 directory entries per start is spent; the rest of it is not indexed"
+            ),
+            "{notes}"
+        );
     }
 }

@@ -8,6 +8,14 @@
 //! resolved parent fd and a single name, so no path string is ever re-resolved outside openat2.
 //! The final component of a target is never followed: a symlink there is replaced.
 //!
+//! Files of the image are read only when they are regular files, and nothing else of the image
+//! is ever opened for reading or writing ([`ContainerRoot::open_regular`]; issue 29, finding 4):
+//! a path is first resolved to an `O_PATH` descriptor, which opens nothing (no driver's `open`
+//! runs for a device node, a FIFO does not block), its type is checked with `fstat` on that
+//! descriptor, and only a regular file is reopened for reading through the descriptor itself
+//! (`/proc/thread-self/fd/N`, as libpathrs reopens its handles), so what is read is the inode
+//! that was checked, whatever the image swaps in meanwhile.
+//!
 //! We use rustix's openat2 directly rather than the `pathrs` crate: the kernel here always has
 //! openat2 (pathrs's value is its userspace fallback for old kernels), pathrs's MPL/LGPL licence
 //! is file-level copyleft, and the few operations actk needs (mkdir -p, create a mount target,
@@ -109,6 +117,50 @@ impl ContainerRoot {
         let comps = components(path)?;
         let rel = if comps.is_empty() { ".".to_string() } else { comps.join("/") };
         self.openat2(&rel, flags | OFlags::CLOEXEC).map_err(|e| self.cerr("open", path, e))
+    }
+
+    /// Opens `path` for reading when it is a regular file, and only then: resolved inside the
+    /// root to an `O_PATH` descriptor (as [`ContainerRoot::resolve`]; a symlink at the final
+    /// component is followed inside the root when `follow`, else it counts as not a regular
+    /// file), checked with `fstat` on that descriptor, then reopened read-only and non-blocking
+    /// through it (`/proc/thread-self/fd/N`). Returns the file and its length in bytes.
+    ///
+    /// Errors: [`InjectError::Container`] when it cannot be resolved (ENOENT for a missing file),
+    /// [`InjectError::NotRegular`] naming the type found when it is not a regular file (a device
+    /// node, a FIFO, a socket, a directory, an unfollowed symlink): that was never opened.
+    pub fn open_regular(&self, path: &str, follow: bool) -> Result<(std::fs::File, u64)> {
+        let extra = if follow { OFlags::empty() } else { OFlags::NOFOLLOW };
+        let fd = self.resolve(path, extra)?;
+        self.reopen_regular(fd, path)
+    }
+
+    /// [`ContainerRoot::open_regular`] for the entry `name` of the directory `dir` (a descriptor
+    /// resolved inside this root; `shown`: its container path, for messages), never following a
+    /// symlink there.
+    pub fn open_regular_at(&self, dir: BorrowedFd<'_>, name: &str, shown: &str) -> Result<(std::fs::File, u64)> {
+        let fd = rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| self.cerr("open", shown, e))?;
+        self.reopen_regular(fd, shown)
+    }
+
+    fn reopen_regular(&self, fd: OwnedFd, shown: &str) -> Result<(std::fs::File, u64)> {
+        let st = rustix::fs::fstat(&fd).map_err(|e| self.cerr("stat", shown, e))?;
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if ft != FileType::RegularFile {
+            return Err(InjectError::NotRegular { path: shown.to_string(), root: self.shown.clone(), file_type: ft });
+        }
+        let file = self.reopen_same(fd.as_fd(), &st, OFlags::RDONLY, shown)?;
+        Ok((file.into(), st.st_size as u64))
+    }
+
+    /// [`reopen`] of `fd` (whose `fstat` is `st`), checking that the file opened is that inode.
+    fn reopen_same(&self, fd: BorrowedFd<'_>, st: &rustix::fs::Stat, flags: OFlags, shown: &str) -> Result<OwnedFd> {
+        let file = reopen(fd, flags).map_err(|e| self.cerr("open", shown, e))?;
+        let again = rustix::fs::fstat(&file).map_err(|e| self.cerr("stat", shown, e))?;
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(self.refused(shown, "reopened as another file (is /proc a procfs?): not used"));
+        }
+        Ok(file)
     }
 
     fn resolve_rel(&self, rel: &str, extra: OFlags) -> rustix::io::Result<OwnedFd> {
@@ -249,30 +301,47 @@ impl ContainerRoot {
     }
 
     /// Writes a small regular file at `path` (parents created), replacing a symlink at the final
-    /// component instead of following it, and refusing anything that is not a regular file.
+    /// component instead of following it, and refusing anything that is not a regular file
+    /// without opening it: an existing entry is looked at through an `O_PATH | O_NOFOLLOW`
+    /// descriptor and only a regular file is reopened for writing through it; a missing one is
+    /// created `O_EXCL`, which never opens what a racing process put there meanwhile.
     pub fn write_file(&self, path: &str, contents: &[u8], mode: u32) -> Result<()> {
         let (parent, name) = self.parent_of(path)?;
         for _ in 0..8 {
             let fd = match rustix::fs::openat(
                 &parent,
                 name,
-                OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                Mode::from_raw_mode(mode),
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
             ) {
-                Ok(fd) => fd,
-                Err(Errno::LOOP) => {
-                    // O_NOFOLLOW on a symlink: remove the link, write a real file.
-                    match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
-                        Ok(()) | Err(Errno::NOENT) => continue,
-                        Err(e) => return Err(self.cerr("remove symlink", path, e)),
+                Err(Errno::NOENT) => match rustix::fs::openat(
+                    &parent,
+                    name,
+                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(mode),
+                ) {
+                    Ok(fd) => fd,
+                    Err(Errno::EXIST) => continue,
+                    Err(e) => return Err(self.cerr("create", path, e)),
+                },
+                Err(e) => return Err(self.cerr("open for writing", path, e)),
+                Ok(existing) => {
+                    let st = rustix::fs::fstat(&existing).map_err(|e| self.cerr("stat", path, e))?;
+                    match FileType::from_raw_mode(st.st_mode) {
+                        // A symlink: removed, a real file written in its place.
+                        FileType::Symlink => match rustix::fs::unlinkat(&parent, name, AtFlags::empty()) {
+                            Ok(()) | Err(Errno::NOENT) => continue,
+                            Err(e) => return Err(self.cerr("remove symlink", path, e)),
+                        },
+                        FileType::RegularFile => self.reopen_same(existing.as_fd(), &st, OFlags::WRONLY, path)?,
+                        ft => {
+                            return Err(
+                                self.refused(path, format!("exists and is {}, not a regular file", type_name(ft)))
+                            );
+                        }
                     }
                 }
-                Err(e) => return Err(self.cerr("open for writing", path, e)),
             };
-            let st = rustix::fs::fstat(&fd).map_err(|e| self.cerr("stat", path, e))?;
-            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-                return Err(self.refused(path, "exists and is not a regular file"));
-            }
             rustix::fs::ftruncate(&fd, 0).map_err(|e| self.cerr("truncate", path, e))?;
             let mut off = 0;
             while off < contents.len() {
@@ -311,6 +380,28 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>> {
 /// `/proc/self/fd/N` for an fd: the only way to chmod an `O_PATH` fd without re-resolving a path.
 pub(crate) fn proc_fd(fd: BorrowedFd<'_>) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// Opens the file of the `O_PATH` descriptor `fd` again with `flags` (plus `O_NONBLOCK`,
+/// `O_NOCTTY`, `O_CLOEXEC`) through `/proc/thread-self/fd/N`: the inode `fd` names, not a
+/// path that could name another one by now. Callers check the type on `fd` first.
+fn reopen(fd: BorrowedFd<'_>, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+    let p = format!("/proc/thread-self/fd/{}", fd.as_raw_fd());
+    rustix::fs::open(p.as_str(), flags | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// A file type in words, for messages.
+pub(crate) fn type_name(ft: FileType) -> &'static str {
+    match ft {
+        FileType::RegularFile => "a regular file",
+        FileType::Directory => "a directory",
+        FileType::Symlink => "a symlink",
+        FileType::Fifo => "a FIFO",
+        FileType::Socket => "a socket",
+        FileType::CharacterDevice => "a character device",
+        FileType::BlockDevice => "a block device",
+        FileType::Unknown => "of an unknown type",
+    }
 }
 
 #[cfg(test)]
@@ -446,5 +537,72 @@ mod tests {
             .unwrap();
         let e = r.write_file("/etc/x", b"y", 0o644).unwrap_err();
         assert!(e.to_string().contains("not a regular file") || e.to_string().contains("open"), "{e}");
+    }
+
+    /// Issue 29, finding 4: a device node (`c 1 11`, as the hostile image ships), a FIFO, a
+    /// socket, or a symlink to one of them is never opened for reading (no `IN_OPEN` on it, no
+    /// blocking on the FIFO); a regular file, directly or through a symlink inside the root, is.
+    #[test]
+    fn open_regular_opens_regular_files_only() {
+        use actk_testsupport::hostile::{OpenWatch, node};
+        let (_o, base, r) = root();
+        let etc = base.path().join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        node(&etc.join("dev"), FileType::CharacterDevice).unwrap();
+        node(&etc.join("fifo"), FileType::Fifo).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(etc.join("sock")).unwrap();
+        std::fs::write(etc.join("file"), b"contents").unwrap();
+        symlink("/etc/dev", etc.join("link-dev")).unwrap();
+        symlink("fifo", etc.join("link-fifo")).unwrap();
+        symlink("/etc/file", etc.join("link-file")).unwrap();
+        let watch =
+            OpenWatch::new(&[&etc.join("dev"), &etc.join("fifo"), &etc.join("sock"), &etc.join("file")]).unwrap();
+        for (path, follow, what) in [
+            ("/etc/dev", true, "a character device"),
+            ("/etc/fifo", true, "a FIFO"),
+            ("/etc/sock", true, "a socket"),
+            ("/etc/link-dev", true, "a character device"),
+            ("/etc/link-fifo", true, "a FIFO"),
+            ("/etc/link-file", false, "a symlink"),
+            ("/etc", true, "a directory"),
+        ] {
+            let e = r.open_regular(path, follow).unwrap_err();
+            assert!(matches!(e, InjectError::NotRegular { .. }), "{path}: {e}");
+            assert!(e.to_string().contains(&format!("is {what}, not a regular file: not opened")), "{path}: {e}");
+        }
+        let dir = r.resolve("/etc", OFlags::DIRECTORY).unwrap();
+        let e = r.open_regular_at(dir.as_fd(), "link-file", "/etc/link-file").unwrap_err();
+        assert!(e.to_string().contains("is a symlink"), "{e}");
+        assert_eq!(watch.opened(), Vec::<PathBuf>::new(), "a node was opened");
+        for (file, len) in [
+            r.open_regular("/etc/link-file", true).unwrap(),
+            r.open_regular_at(dir.as_fd(), "file", "/etc/file").unwrap(),
+        ] {
+            assert_eq!(len, 8);
+            assert_eq!(std::io::read_to_string(file).unwrap(), "contents");
+        }
+        assert_eq!(watch.opened(), vec![etc.join("file")], "the watch sees real opens");
+    }
+
+    /// A drop-in path that is a device node is refused without being opened for writing.
+    #[test]
+    fn write_file_never_opens_a_device_node() {
+        use actk_testsupport::hostile::{OpenWatch, node};
+        let (_o, base, r) = root();
+        let d = base.path().join("etc/ld.so.conf.d");
+        std::fs::create_dir_all(&d).unwrap();
+        node(&d.join("00-actk.conf"), FileType::CharacterDevice).unwrap();
+        let watch = OpenWatch::new(&[&d.join("00-actk.conf")]).unwrap();
+        let e = r.write_file("/etc/ld.so.conf.d/00-actk.conf", b"/x\n", 0o644).unwrap_err();
+        assert!(e.to_string().contains("exists and is a character device, not a regular file"), "{e}");
+        assert_eq!(watch.opened(), Vec::<PathBuf>::new());
+        // A regular file there is rewritten in place (same inode), a missing one created.
+        std::fs::write(d.join("x.conf"), b"old contents\n").unwrap();
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(d.join("x.conf")).unwrap());
+        r.write_file("/etc/ld.so.conf.d/x.conf", b"new\n", 0o644).unwrap();
+        assert_eq!(std::fs::read(d.join("x.conf")).unwrap(), b"new\n");
+        assert_eq!(std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(d.join("x.conf")).unwrap()), ino);
+        r.write_file("/etc/ld.so.conf.d/y.conf", b"y\n", 0o644).unwrap();
+        assert_eq!(std::fs::read(d.join("y.conf")).unwrap(), b"y\n");
     }
 }

@@ -34,6 +34,11 @@ struct Args {
     /// the node's own paths.
     #[arg(long)]
     host_mount: Option<PathBuf>,
+    /// Write the NRI gate's CDI spec (actk.dev/nri-plugin=required) into this directory at
+    /// start, so that containers the device plugin gated fail, naming this plugin, when it did
+    /// not serve them (see actk_nri::gate).
+    #[arg(long, env = "ACTK_NRI_GATE_SPEC_DIR")]
+    gate_spec_dir: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -48,7 +53,25 @@ fn main() -> Result<()> {
     let config = Config::load_default().with_context(|| format!("loading the actk config {}", path.display()))?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    // stderr (the pod's log), and the config's log_file as well when one is set, as
+    // actk-runtime and actk-hook write theirs (issue 25 item 11).
+    let log_file = config.log_file.as_ref().and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| eprintln!("actk-nri: warning: cannot open log file {}: {e}", p.display()))
+            .ok()
+    });
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match log_file {
+        Some(f) => {
+            use tracing_subscriber::fmt::writer::MakeWriterExt;
+            fmt.with_ansi(false).with_writer(std::io::stderr.and(std::sync::Mutex::new(f))).init();
+        }
+        // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+        None => fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
     let rediscover = Duration::from_secs(a.rediscover_seconds.max(1));
     if let Some(m) = a.host_mount.as_ref().filter(|m| !m.is_absolute()) {
         bail!("--host-mount {}: must be absolute", m.display());
@@ -59,6 +82,11 @@ fn main() -> Result<()> {
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     let reg = Registration { name: a.name, idx: a.idx };
+    if let Some(dir) = &a.gate_spec_dir {
+        let path = actk_nri::gate::write(dir, &reg.id())
+            .with_context(|| format!("--gate-spec-dir {}: writing the NRI gate's CDI spec", dir.display()))?;
+        tracing::info!("NRI gate {} written to {}", actk_nri::gate::CDI_NAME, path.display());
+    }
     rt.block_on(async move {
         let p = planner.clone();
         // Periodic rediscovery, off the request path.

@@ -6,15 +6,27 @@
 //! `CreateContainer`, answered with the adjustment for the container's requests through the
 //! same planning path as actk-runtime ([`crate::planner`]). Each request is handled in its own
 //! task; planning runs on the blocking pool.
+//!
+//! Synchronize may come in parts: when the runtime's pods and containers exceed a ttrpc
+//! message (4 MiB: many pods with large annotations), NRI 0.8+ (containerd/nri#111, containerd
+//! 2.1) sends several requests with `more: true` on all but the last, and drops a plugin that
+//! does not answer each with `more: true` and no updates ("plugin does not handle split sync
+//! requests"). [`Sync`] collects the parts. Once the last part is in, containers that ask for
+//! devices but were not served (created while the plugin was away, with no gate) are logged at
+//! warn level, naming pod and container.
+//!
+//! A container that carries the gate ([`crate::gate`]) gets the gate's mount removed, so it
+//! starts only when this plugin served it.
 
 use crate::adjust;
+use crate::gate;
 use crate::mux::{self, Demux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::planner::Planner;
 use crate::proto::nri;
 use crate::ttrpc::{self, Decoder, Frame, Status, code};
 use anyhow::{Context, Result, bail};
 use prost::Message;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
@@ -32,6 +44,49 @@ pub struct Registration {
     pub name: String,
     /// Invocation index, two digits (`10`): plugins are called in ascending order.
     pub idx: String,
+}
+
+impl Registration {
+    /// The name NRI knows the plugin by: `IDX-NAME` (`10-actk`).
+    pub fn id(&self) -> String {
+        format!("{}-{}", self.idx, self.name)
+    }
+}
+
+/// The parts of a split Synchronize received so far on one connection.
+#[derive(Debug, Default)]
+pub struct Sync {
+    parts: usize,
+    pods: Vec<nri::PodSandbox>,
+    containers: Vec<nri::Container>,
+}
+
+/// A whole Synchronize: every part's pods and containers.
+#[derive(Debug, Default)]
+pub struct Synced {
+    /// How many requests it came in.
+    pub parts: usize,
+    /// Every pod the runtime knows.
+    pub pods: Vec<nri::PodSandbox>,
+    /// Every container the runtime knows.
+    pub containers: Vec<nri::Container>,
+}
+
+impl Sync {
+    /// Takes one Synchronize request and returns the answer, and the whole synchronization once
+    /// `req` was its last part. Every part is answered with no updates (this plugin changes
+    /// nothing in running containers) and with `more` as the request says, as NRI requires.
+    pub fn part(&mut self, req: nri::SynchronizeRequest) -> (nri::SynchronizeResponse, Option<Synced>) {
+        self.parts += 1;
+        self.pods.extend(req.pods);
+        self.containers.extend(req.containers);
+        let answer = nri::SynchronizeResponse { update: Vec::new(), more: req.more };
+        if req.more {
+            return (answer, None);
+        }
+        let all = std::mem::take(self);
+        (answer, Some(Synced { parts: all.parts, pods: all.pods, containers: all.containers }))
+    }
 }
 
 /// Events this plugin subscribes to: CreateContainer only (bit `1 << (event - 1)`, NRI api
@@ -60,6 +115,8 @@ pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>
     let mut demux = Demux::default();
     let (mut plugin_conn, mut runtime_conn) = (Decoder::default(), Decoder::default());
     let mut registered = false;
+    let sync = Arc::new(Mutex::new(Sync::default()));
+    let id = reg.id();
     let mut buf = vec![0u8; 64 * 1024];
     let result = loop {
         let n = match rd.read(&mut buf).await {
@@ -76,32 +133,57 @@ pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>
                 _ => {} // a connection nobody opened (as NRI's multiplexer drops them)
             }
         }
-        while let Some(f) = runtime_conn.next_frame()? {
+        loop {
+            let f = match runtime_conn.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("NRI runtime connection: {e}; discarded");
+                    continue;
+                }
+            };
             let r = ttrpc::Response::decode(f.payload.as_slice()).context("RegisterPlugin response")?;
             match r.status {
                 Some(s) if s.code != code::OK => {
-                    fail = Some(anyhow::anyhow!("NRI refused the registration of {}: {}", reg.name, s.message))
+                    fail = Some(anyhow::anyhow!("NRI refused the registration of {id}: {}", s.message))
                 }
                 _ => {
                     registered = true;
-                    tracing::info!("registered with NRI as {}-{}", reg.idx, reg.name);
+                    tracing::info!("registered with NRI as {id}");
                 }
             }
         }
         if let Some(e) = fail {
             break Err(e);
         }
-        while let Some(f) = plugin_conn.next_frame()? {
+        loop {
+            let f = match plugin_conn.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                // What ttrpc's server does with such a request: an error for its stream, and on.
+                Err(ttrpc::FrameError::TooLong { stream, kind, len }) => {
+                    tracing::warn!(
+                        "NRI sent a message of {len} bytes on stream {stream}, over ttrpc's 4 MiB; discarded"
+                    );
+                    if kind == ttrpc::TYPE_REQUEST {
+                        let msg =
+                            format!("message length {len} exceeds maximum message size of {}", ttrpc::MAX_PAYLOAD);
+                        let resp = Frame::response(stream, status(code::RESOURCE_EXHAUSTED, msg), Vec::new());
+                        tx.send(mux::encode(PLUGIN_SERVICE_CONN, &resp.encode())).ok();
+                    }
+                    continue;
+                }
+            };
             if f.kind != ttrpc::TYPE_REQUEST {
                 continue;
             }
             let tx = tx.clone();
-            let planner = planner.clone();
+            let ctx = Ctx { planner: planner.clone(), sync: sync.clone(), id: id.clone() };
             tokio::spawn(async move {
                 let (status, payload) = match ttrpc::Request::decode(f.payload.as_slice()) {
                     Ok(req) => {
                         tracing::debug!("stream {}: {} ({} bytes)", f.stream, req.method, req.payload.len());
-                        handle(req, planner).await
+                        handle(req, ctx).await
                     }
                     Err(e) => (status(code::INTERNAL, format!("bad ttrpc request: {e}")), Vec::new()),
                 };
@@ -119,12 +201,19 @@ pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>
     result
 }
 
+/// What a request handler needs of its connection.
+struct Ctx {
+    planner: Arc<Planner>,
+    sync: Arc<Mutex<Sync>>,
+    id: String,
+}
+
 fn status(code: i32, message: String) -> Status {
     Status { code, message }
 }
 
 /// One `Plugin` method call: (status, encoded response).
-async fn handle(req: ttrpc::Request, planner: Arc<Planner>) -> (Status, Vec<u8>) {
+async fn handle(req: ttrpc::Request, ctx: Ctx) -> (Status, Vec<u8>) {
     if req.service != PLUGIN_SERVICE {
         return (status(code::UNIMPLEMENTED, format!("service {} is not served here", req.service)), Vec::new());
     }
@@ -139,14 +228,36 @@ async fn handle(req: ttrpc::Request, planner: Arc<Planner>) -> (Status, Vec<u8>)
             tracing::info!("configured by {} {}", c.runtime_name, c.runtime_version);
             (ttrpc::ok(), nri::ConfigureResponse { events: event_mask() }.encode_to_vec())
         }
-        // Running containers keep what they have.
-        "Synchronize" => (ttrpc::ok(), nri::SynchronizeResponse::default().encode_to_vec()),
+        "Synchronize" => {
+            let r = match nri::SynchronizeRequest::decode(req.payload.as_slice()) {
+                Ok(r) => r,
+                Err(e) => return decode_err("SynchronizeRequest", e),
+            };
+            let (answer, done) = ctx.sync.lock().unwrap_or_else(|e| e.into_inner()).part(r);
+            if let Some(all) = done {
+                tracing::info!(
+                    "synchronized with the runtime: {} pod(s), {} container(s) in {} message(s)",
+                    all.pods.len(),
+                    all.containers.len(),
+                    all.parts
+                );
+                // After the answer: the runtime waits for it under its request timeout.
+                let planner = ctx.planner.clone();
+                tokio::task::spawn_blocking(move || {
+                    for w in unserved(&planner, &all) {
+                        tracing::warn!("{w}");
+                    }
+                });
+            }
+            (ttrpc::ok(), answer.encode_to_vec())
+        }
         "CreateContainer" => {
             let r = match nri::CreateContainerRequest::decode(req.payload.as_slice()) {
                 Ok(r) => r,
                 Err(e) => return decode_err("CreateContainerRequest", e),
             };
-            let answer = tokio::task::spawn_blocking(move || create_container(&planner, &r)).await;
+            let (planner, id) = (ctx.planner.clone(), ctx.id.clone());
+            let answer = tokio::task::spawn_blocking(move || create_container(&planner, &id, &r)).await;
             match answer {
                 Ok(Ok(resp)) => (ttrpc::ok(), resp.encode_to_vec()),
                 Ok(Err(msg)) => (status(code::INVALID_ARGUMENT, msg), Vec::new()),
@@ -155,31 +266,87 @@ async fn handle(req: ttrpc::Request, planner: Arc<Planner>) -> (Status, Vec<u8>)
         }
         "UpdateContainer" => (ttrpc::ok(), nri::UpdateContainerResponse::default().encode_to_vec()),
         "StopContainer" => (ttrpc::ok(), nri::StopContainerResponse::default().encode_to_vec()),
-        "StateChange" | "Shutdown" => (ttrpc::ok(), nri::Empty::default().encode_to_vec()),
+        "StateChange" => (ttrpc::ok(), nri::Empty::default().encode_to_vec()),
+        "Shutdown" => {
+            tracing::warn!(
+                "the runtime shuts this plugin down; containers created until it is back get no devices from it"
+            );
+            (ttrpc::ok(), nri::Empty::default().encode_to_vec())
+        }
         m => (status(code::UNIMPLEMENTED, format!("method {m} is not served here")), Vec::new()),
     }
 }
 
+/// Who a container is, for messages: `namespace/pod container name`.
+fn who(pod: Option<&nri::PodSandbox>, c: &nri::Container) -> String {
+    match pod {
+        Some(p) => format!("{}/{} container {}", p.namespace, p.name, c.name),
+        None => format!("container {}", c.name),
+    }
+}
+
+/// Warnings for the containers of `all` that ask for devices this plugin would give but that
+/// no actk path served (no [`adjust::APPLIED_ANNOTATION`]) and that lack device nodes the plan
+/// gives: created while the plugin was not connected, they run without their devices. Stopped
+/// containers, and containers whose nodes came another way (containerd's own CDI), are left out.
+pub fn unserved(planner: &Planner, all: &Synced) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in &all.containers {
+        if c.state == nri::ContainerState::ContainerStopped as i32
+            || c.annotations.contains_key(adjust::APPLIED_ANNOTATION)
+        {
+            continue;
+        }
+        let Ok(plan) = planner.plan(&adjust::container_spec(c)) else { continue };
+        if plan.is_empty() {
+            continue;
+        }
+        // Served another way (containerd applied the CDI names itself): its nodes are there.
+        let have: std::collections::BTreeSet<&str> =
+            c.linux.iter().flat_map(|l| l.devices.iter().map(|d| d.path.as_str())).collect();
+        let missing: Vec<&str> =
+            plan.edits.device_nodes.iter().map(|n| n.path.as_str()).filter(|p| !have.contains(p)).collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let pod = all.pods.iter().find(|p| p.id == c.pod_sandbox_id);
+        out.push(format!(
+            "{} was created while this NRI plugin was not serving: it asks for {} but runs without {}; delete its pod to recreate it (the device plugin's NRI gate makes such containers fail instead)",
+            who(pod, c),
+            plan.summary(),
+            missing.join(", ")
+        ));
+    }
+    out
+}
+
 /// The answer to CreateContainer: the adjustment for the container's requests (none when it
-/// asks for nothing). Errors: the message the user sees, as actk-runtime would print it.
+/// asks for nothing), and the gate's removal when it carries the gate ([`gate`]). `plugin` is
+/// the plugin's NRI name (`10-actk`), which error messages start with.
+///
+/// Errors: the message the user sees, as actk-runtime would print it, after the plugin's name.
 pub fn create_container(
     planner: &Planner,
+    plugin: &str,
     r: &nri::CreateContainerRequest,
 ) -> Result<nri::CreateContainerResponse, String> {
     let Some(c) = &r.container else { return Ok(Default::default()) };
-    let who = match &r.pod {
-        Some(p) => format!("{}/{} container {}", p.namespace, p.name, c.name),
-        None => format!("container {}", c.name),
-    };
-    let plan = planner.plan(&adjust::container_spec(c)).map_err(|e| format!("actk: {who}: {e}"))?;
+    let who = who(r.pod.as_ref(), c);
+    let plan = planner.plan(&adjust::container_spec(c)).map_err(|e| format!("actk NRI plugin {plugin}: {who}: {e}"))?;
     for w in &plan.warnings {
         tracing::warn!("{who}: {w}");
     }
+    let gated = gate::present(c);
     if plan.is_empty() {
-        return Ok(Default::default());
+        if !gated {
+            return Ok(Default::default());
+        }
+        let mut adjust = nri::ContainerAdjustment::default();
+        gate::remove(&mut adjust);
+        return Ok(nri::CreateContainerResponse { adjust: Some(adjust), update: Vec::new() });
     }
     let summary = plan.summary();
-    let adjust = match adjust::adjustment(&plan.edits, &summary) {
+    let mut adjust = match adjust::adjustment(&plan.edits, &summary) {
         Ok(a) => a,
         // Edits NRI cannot carry: containerd resolves CDI names itself when every request was
         // served by spec files.
@@ -189,8 +356,11 @@ pub fn create_container(
             tracing::info!("{who}: {e}; handing containerd the CDI names {}", names.join(","));
             adjust::cdi_devices(&names, &summary)
         }
-        Err(e) => return Err(format!("actk: {who}: {e}")),
+        Err(e) => return Err(format!("actk NRI plugin {plugin}: {who}: {e}")),
     };
+    if gated {
+        gate::remove(&mut adjust);
+    }
     tracing::info!("{who}: {summary}");
     Ok(nri::CreateContainerResponse { adjust: Some(adjust), update: Vec::new() })
 }
@@ -204,13 +374,26 @@ pub async fn run(socket: &std::path::Path, reg: Registration, planner: Arc<Plann
         let stream = from_fd(fd)?;
         return serve(stream, &reg, planner).await;
     }
+    let mut warned = false;
     loop {
         match UnixStream::connect(socket).await {
-            Ok(s) => match serve(s, &reg, planner.clone()).await {
-                Ok(()) => tracing::info!("NRI connection closed by the runtime; reconnecting"),
-                Err(e) => tracing::warn!("NRI connection: {e:#}; reconnecting"),
-            },
-            Err(e) => tracing::debug!("cannot connect to {}: {e}", socket.display()),
+            Ok(s) => {
+                warned = false;
+                match serve(s, &reg, planner.clone()).await {
+                    // The runtime closing the connection is the runtime dropping the plugin:
+                    // until it is back, containers are created without it.
+                    Ok(()) => tracing::warn!(
+                        "the runtime closed the NRI connection (its log says why); until this plugin is registered again, containers with the NRI gate fail and others start without their devices; reconnecting"
+                    ),
+                    Err(e) => tracing::warn!("NRI connection: {e:#}; reconnecting"),
+                }
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!("cannot connect to NRI socket {}: {e}; retrying every second", socket.display());
+                    warned = true;
+                }
+            }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -231,4 +414,132 @@ fn from_fd(fd: i32) -> Result<UnixStream> {
     let std = std::os::unix::net::UnixStream::from(owned);
     std.set_nonblocking(true)?;
     Ok(UnixStream::from_std(std)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str, pod: &str, env: &[&str]) -> nri::Container {
+        nri::Container {
+            id: id.into(),
+            pod_sandbox_id: pod.into(),
+            name: format!("ctr-{id}"),
+            state: nri::ContainerState::ContainerRunning as i32,
+            env: env.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(id: &str) -> nri::PodSandbox {
+        nri::PodSandbox { id: id.into(), name: format!("pod-{id}"), namespace: "ns".into(), ..Default::default() }
+    }
+
+    /// containerd/nri#111: every part but the last is answered `more: true` with no updates,
+    /// the last `more: false`; the parts add up to the whole runtime state (issue 28, item 8).
+    #[test]
+    fn a_split_synchronize_is_answered_more_until_its_last_part() {
+        let mut s = Sync::default();
+        let parts = [
+            nri::SynchronizeRequest { pods: vec![pod("a"), pod("b")], containers: vec![], more: true },
+            nri::SynchronizeRequest { pods: vec![pod("c")], containers: vec![container("1", "a", &[])], more: true },
+            nri::SynchronizeRequest { pods: vec![], containers: vec![container("2", "c", &[])], more: false },
+        ];
+        let mut answers = Vec::new();
+        let mut done = None;
+        for p in parts {
+            let (a, d) = s.part(p);
+            answers.push((a.more, a.update.len()));
+            if d.is_some() {
+                done = d;
+            }
+        }
+        assert_eq!(answers, [(true, 0), (true, 0), (false, 0)]);
+        let all = done.expect("the last part completes it");
+        assert_eq!((all.parts, all.pods.len(), all.containers.len()), (3, 3, 2));
+        // The next synchronization (a reconnect) starts afresh.
+        let (a, d) = s.part(nri::SynchronizeRequest::default());
+        assert_eq!((a.more, d.map(|d| (d.parts, d.pods.len()))), (false, Some((1, 0))));
+    }
+
+    fn planner(root: &std::path::Path) -> Planner {
+        let cfg = actk_core::config::Config {
+            root: root.to_path_buf(),
+            spec_dirs: vec![],
+            profiles_dir: root.join("nonexistent-profiles.d"),
+            ..Default::default()
+        };
+        Planner::new(&cfg, Duration::from_secs(60), None).unwrap()
+    }
+
+    /// A container with the gate loses the gate's mount and keeps its devices; one without
+    /// requests but with the gate loses only the mount; one without gate or requests gets
+    /// nothing.
+    #[test]
+    fn the_gate_mount_is_removed_from_every_served_container() {
+        let Some(fx) = actk_testsupport::fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+        let p = planner(&fx.root);
+        let gate_mount = nri::Mount {
+            destination: gate::CONTAINER_PATH.into(),
+            source: gate::source("10-actk"),
+            r#type: "bind".into(),
+            options: vec!["bind".into(), "ro".into()],
+        };
+        let mut c = container("1", "a", &["NVIDIA_VISIBLE_DEVICES=1"]);
+        c.mounts.push(gate_mount.clone());
+        let req = nri::CreateContainerRequest { pod: Some(pod("a")), container: Some(c) };
+        let a = create_container(&p, "10-actk", &req).unwrap().adjust.unwrap();
+        assert!(a.mounts.iter().any(|m| m.destination == "-/run/actk-nri-gate"), "{:?}", a.mounts);
+        assert!(a.linux.unwrap().devices.iter().any(|d| d.path == "/dev/nvidia1"));
+
+        let mut c = container("2", "a", &[]);
+        c.mounts.push(gate_mount);
+        let req = nri::CreateContainerRequest { pod: Some(pod("a")), container: Some(c) };
+        let a = create_container(&p, "10-actk", &req).unwrap().adjust.unwrap();
+        assert_eq!(a.mounts.len(), 1);
+        assert!(a.linux.is_none() && a.env.is_empty());
+
+        let req = nri::CreateContainerRequest { pod: Some(pod("a")), container: Some(container("3", "a", &[])) };
+        assert_eq!(create_container(&p, "10-actk", &req).unwrap().adjust, None);
+
+        let req = nri::CreateContainerRequest {
+            pod: Some(pod("a")),
+            container: Some(container("4", "a", &["NVIDIA_VISIBLE_DEVICES=9"])),
+        };
+        let err = create_container(&p, "10-actk", &req).unwrap_err();
+        assert!(err.starts_with("actk NRI plugin 10-actk: ns/pod-a container ctr-4: "), "{err}");
+    }
+
+    /// After a synchronization, running containers that ask for devices but carry no sign of
+    /// having been served are named; served, stopped and requestless ones are not.
+    #[test]
+    fn containers_created_while_the_plugin_was_away_are_named() {
+        let Some(fx) = actk_testsupport::fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+        let p = planner(&fx.root);
+        let mut served = container("1", "a", &["NVIDIA_VISIBLE_DEVICES=0"]);
+        served.annotations.insert(adjust::APPLIED_ANNOTATION.into(), "nvidia.com/gpu=0".into());
+        let mut stopped = container("2", "a", &["NVIDIA_VISIBLE_DEVICES=0"]);
+        stopped.state = nri::ContainerState::ContainerStopped as i32;
+        let missed = container("3", "b", &["NVIDIA_VISIBLE_DEVICES=2"]);
+        let plain = container("4", "b", &["PATH=/bin"]);
+        let mut via_cdi = container("5", "b", &["NVIDIA_VISIBLE_DEVICES=0"]);
+        let nodes =
+            ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"];
+        via_cdi.linux = Some(nri::LinuxContainer {
+            devices: nodes.iter().map(|p| nri::LinuxDevice { path: p.to_string(), ..Default::default() }).collect(),
+            ..Default::default()
+        });
+        let all = Synced {
+            parts: 1,
+            pods: vec![pod("a"), pod("b")],
+            containers: vec![served, stopped, missed, plain, via_cdi],
+        };
+        let w = unserved(&p, &all);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("ns/pod-b container ctr-3 was created while this NRI plugin was not serving"),
+            "{w:?}"
+        );
+        assert!(w[0].contains("nvidia.com/gpu=2") && w[0].contains("/dev/nvidia2"), "{w:?}");
+    }
 }

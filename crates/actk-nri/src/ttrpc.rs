@@ -5,7 +5,11 @@
 //! response carries its request's stream id. Messages are at most 4 MiB.
 //!
 //! [`Decoder`] takes bytes in whatever pieces the transport delivers (NRI's multiplexer cuts a
-//! byte stream into frames that need not align with messages) and yields whole messages.
+//! byte stream into frames that need not align with messages) and yields whole messages. A
+//! message longer than the limit is discarded as its bytes arrive and reported once
+//! ([`FrameError::TooLong`]), and the stream goes on with the next message, as ttrpc's own
+//! receiver does (ttrpc 1.2 `channel.recv`: discard, then a `ResourceExhausted` error for that
+//! stream), so one oversized request costs one failed call, not the connection.
 
 use prost::Message;
 
@@ -26,6 +30,8 @@ pub mod code {
     pub const OK: i32 = 0;
     /// The request is wrong (a container's request actk cannot serve).
     pub const INVALID_ARGUMENT: i32 = 3;
+    /// A message over the size limit (ttrpc's answer to one).
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
     /// A method this plugin does not serve.
     pub const UNIMPLEMENTED: i32 = 12;
     /// A failure inside the plugin.
@@ -45,12 +51,20 @@ pub struct Frame {
     pub payload: Vec<u8>,
 }
 
-/// A malformed byte stream: the connection cannot be used any more.
-#[derive(Debug, thiserror::Error)]
+/// A message that cannot be delivered. The [`Decoder`] stays usable: it discards the
+/// message's bytes and goes on with the next message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    /// A header announces more than [`MAX_PAYLOAD`] bytes.
-    #[error("ttrpc message of {0} bytes exceeds the 4 MiB limit")]
-    TooLong(usize),
+    /// A header announces more than [`MAX_PAYLOAD`] bytes: the payload is skipped.
+    #[error("ttrpc message of {len} bytes on stream {stream} exceeds the 4 MiB limit")]
+    TooLong {
+        /// Stream id of the message.
+        stream: u32,
+        /// Its message type.
+        kind: u8,
+        /// Announced payload length in bytes.
+        len: usize,
+    },
 }
 
 impl Frame {
@@ -82,22 +96,34 @@ impl Frame {
 #[derive(Debug, Default)]
 pub struct Decoder {
     buf: Vec<u8>,
+    /// Bytes of an oversized message still to be discarded as they arrive.
+    skip: usize,
 }
 
 impl Decoder {
     /// Appends received bytes.
     pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+        let dropped = self.skip.min(bytes.len());
+        self.skip -= dropped;
+        self.buf.extend_from_slice(&bytes[dropped..]);
     }
 
-    /// The next whole frame, if the bytes so far hold one. Errors: a length over the limit.
+    /// The next whole frame, if the bytes so far hold one.
+    ///
+    /// Errors: [`FrameError::TooLong`] once for a message over the limit, whose payload is then
+    /// discarded (also the part not received yet); call again for the messages after it.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
         if self.buf.len() < HEADER_LEN {
             return Ok(None);
         }
         let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
         if len > MAX_PAYLOAD {
-            return Err(FrameError::TooLong(len));
+            let stream = u32::from_be_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]);
+            let kind = self.buf[8];
+            let here = (self.buf.len() - HEADER_LEN).min(len);
+            self.buf.drain(..HEADER_LEN + here);
+            self.skip = len - here;
+            return Err(FrameError::TooLong { stream, kind, len });
         }
         if self.buf.len() < HEADER_LEN + len {
             return Ok(None);
@@ -139,10 +165,38 @@ mod tests {
         assert_eq!((req.service.as_str(), req.method.as_str()), ("nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin"));
     }
 
+    /// An oversized message is reported once with its stream, discarded however its bytes
+    /// arrive, and the message after it is delivered whole (ttrpc's receiver does the same).
     #[test]
-    fn oversized_length_is_an_error() {
+    fn an_oversized_message_is_skipped_and_the_next_one_delivered() {
+        let big = MAX_PAYLOAD + 1;
+        let mut wire = Vec::new();
+        wire.extend_from_slice(&(big as u32).to_be_bytes());
+        wire.extend_from_slice(&5u32.to_be_bytes());
+        wire.extend_from_slice(&[TYPE_REQUEST, 0]);
+        wire.extend(std::iter::repeat_n(0xab, big));
+        let next = Frame::request(7, "s", "m", vec![1, 2], 0);
+        wire.extend(next.encode());
+        for cut in [7, 4096, 1 << 20, wire.len()] {
+            let mut d = Decoder::default();
+            let (mut errors, mut frames) = (Vec::new(), Vec::new());
+            for piece in wire.chunks(cut) {
+                d.push(piece);
+                loop {
+                    match d.next_frame() {
+                        Ok(Some(f)) => frames.push(f),
+                        Ok(None) => break,
+                        Err(e) => errors.push(e),
+                    }
+                }
+            }
+            assert_eq!(errors, [FrameError::TooLong { stream: 5, kind: TYPE_REQUEST, len: big }], "pieces of {cut}");
+            assert_eq!(frames, std::slice::from_ref(&next), "pieces of {cut}");
+        }
+        // A message of exactly the limit is delivered.
+        let max = Frame { stream: 9, kind: TYPE_REQUEST, flags: 0, payload: vec![1; MAX_PAYLOAD] };
         let mut d = Decoder::default();
-        d.push(&[0x01, 0, 0, 0, 0, 0, 0, 1, 1, 0]);
-        assert!(matches!(d.next_frame(), Err(FrameError::TooLong(16_777_216))));
+        d.push(&max.encode());
+        assert_eq!(d.next_frame().unwrap().map(|f| f.payload.len()), Some(MAX_PAYLOAD));
     }
 }

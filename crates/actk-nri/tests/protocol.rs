@@ -136,6 +136,29 @@ fn registers_configures_and_answers_create_container_with_the_plan() {
     let (code, _, _) = rt.call("Synchronize", nri::SynchronizeRequest::default().encode_to_vec());
     assert_eq!(code, 0);
 
+    // 2b. A busy node's Synchronize in three parts (containerd/nri#111), the middle one close to
+    // ttrpc's 4 MiB: each part but the last answered `more`, none with updates (issue 28 item 8).
+    let big_pod = |i: usize| nri::PodSandbox {
+        id: format!("p{i}"),
+        name: format!("big{i}"),
+        namespace: "default".into(),
+        annotations: [("example.com/blob".to_string(), "x".repeat(250 << 10))].into(),
+        ..Default::default()
+    };
+    for (pods, more) in [(0..2, true), (2..17, true), (17..18, false)] {
+        let req = nri::SynchronizeRequest { pods: pods.clone().map(big_pod).collect(), containers: vec![], more };
+        let (code, msg, payload) = rt.call("Synchronize", req.encode_to_vec());
+        assert_eq!(code, 0, "{msg}");
+        let r = nri::SynchronizeResponse::decode(payload.as_slice()).unwrap();
+        assert_eq!((r.more, r.update.len()), (more, 0), "part {pods:?}");
+    }
+    // A message over ttrpc's limit costs one call (RESOURCE_EXHAUSTED, as ttrpc answers), not the
+    // connection.
+    let huge = nri::SynchronizeRequest { pods: (0..20).map(big_pod).collect(), ..Default::default() };
+    let (code, msg, _) = rt.call("Synchronize", huge.encode_to_vec());
+    assert_eq!(code, 8, "{msg}");
+    assert!(msg.contains("exceeds maximum message size"), "{msg}");
+
     // 3. A container asking for GPUs 1 and 3 gets exactly those, the control nodes and libraries.
     let (code, msg, resp) = rt.create(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=1,3"], &[]);
     assert_eq!(code, 0, "{msg}");

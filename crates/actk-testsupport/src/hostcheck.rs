@@ -405,6 +405,81 @@ impl Drop for HostGuard {
     }
 }
 
+/// A directory and files on the host, outside every rootfs, that hostile images aim at: its
+/// listing, file types, contents, modes, owners and inodes must not change
+/// ([`Canary::assert_unchanged`]). (security.rs keeps its own copy of the same idea.)
+pub struct Canary {
+    dir: tempfile::TempDir,
+    before: Vec<String>,
+}
+
+impl Canary {
+    /// A canary directory with `secret` (mode 0600), `sub/file` and, when `lib` is given, a copy
+    /// of that library as `libcanary.so.1` (a real library: a cache listing this directory would
+    /// index it).
+    ///
+    /// Errors: the files cannot be written.
+    pub fn new(lib: Option<&Path>) -> Result<Canary> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new().prefix("actk-canary-").tempdir().context("canary dir")?;
+        let p = dir.path();
+        fs::set_permissions(p, fs::Permissions::from_mode(0o755))?;
+        fs::write(p.join("secret"), "host secret\n")?;
+        fs::set_permissions(p.join("secret"), fs::Permissions::from_mode(0o600))?;
+        fs::create_dir(p.join("sub"))?;
+        fs::write(p.join("sub/file"), "host file\n")?;
+        if let Some(lib) = lib {
+            fs::copy(lib, p.join("libcanary.so.1"))?;
+        }
+        let mut c = Canary { dir, before: Vec::new() };
+        c.before = c.snapshot();
+        Ok(c)
+    }
+
+    /// The canary directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// One line per entry: relative path, type, mode, inode, owner, size, content hash.
+    pub fn snapshot(&self) -> Vec<String> {
+        fn walk(base: &Path, p: &Path, out: &mut Vec<String>) {
+            let Ok(m) = fs::symlink_metadata(p) else {
+                out.push(format!("{} vanished", p.display()));
+                return;
+            };
+            let rel = p.strip_prefix(base).unwrap_or(p).display().to_string();
+            let content = if m.is_file() { fs::read(p).unwrap_or_default() } else { Vec::new() };
+            out.push(format!(
+                "{rel:?} {:?} mode={:o} ino={} uid={} gid={} size={} fnv={:x}",
+                m.file_type(),
+                m.mode(),
+                m.ino(),
+                m.uid(),
+                m.gid(),
+                m.len(),
+                fnv64(&content)
+            ));
+            if m.is_dir() {
+                let mut names: Vec<_> =
+                    fs::read_dir(p).map(|r| r.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+                names.sort();
+                for n in names {
+                    walk(base, &n, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(self.path(), self.path(), &mut out);
+        out
+    }
+
+    /// Panics, naming `what`, when anything in the canary changed.
+    pub fn assert_unchanged(&self, what: &str) {
+        assert_eq!(self.snapshot(), self.before, "{what}: the host canary {} changed", self.path().display());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

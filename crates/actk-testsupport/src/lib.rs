@@ -8,9 +8,13 @@
 //! - [`nvml_double`]: the NVML test double of the NVIDIA fixtures: its state, Xid events, lost GPUs.
 //! - [`hostcheck`]: snapshots of the host (mount table, /dev, CDI dirs, daemon.json) and a guard
 //!   that fails a test which left something behind.
+//! - [`hostile`]: the hostile image files of issue 29 (an amplifying ld.so.cache, a crafted ELF,
+//!   a flood of compat drop-ins), for tests and benches/hostile-bench.sh.
 
 pub mod cluster;
+pub mod debroot;
 pub mod engines;
 pub mod fixture;
 pub mod hostcheck;
+pub mod hostile;
 pub mod nvml_double;

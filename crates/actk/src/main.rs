@@ -55,13 +55,22 @@ enum Command {
     /// Host setup: /dev/char links for systemd hosts.
     #[command(subcommand)]
     System(commands::system::Command),
+    /// Which pod, container or plain container holds each device (kubelet PodResources and the
+    /// OCI runtimes' state), for every vendor.
+    Who(commands::who::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    // Colour only on a terminal: the chart's generator and node setup logs must be plain text.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let result = match cli.command {
         Command::List(a) => commands::list::run(a),
         Command::Info(a) => commands::info::run(a),
@@ -70,6 +79,7 @@ fn main() -> std::process::ExitCode {
         Command::Config(c) => commands::config::run(c),
         Command::Node(c) => commands::node::run(c),
         Command::System(c) => commands::system::run(c),
+        Command::Who(a) => commands::who::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

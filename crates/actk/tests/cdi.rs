@@ -391,3 +391,43 @@ fn mig_devices_get_cdi_entries_by_gpu_and_mig_index_by_gi_ci_and_by_uuid() {
     let v = actk(&["cdi", "validate", file.to_str().unwrap()]);
     assert!(v.status.success(), "{}", stderr(&v));
 }
+
+/// What the OS package's actk-cdi-refresh.service runs (`generate --output DIR --prune`) and its
+/// prerm (`clean`): a kind whose devices are all gone loses its spec file, a foreign file in the
+/// directory (another name, or actk's name holding another kind) is never touched.
+#[test]
+fn prune_removes_the_spec_of_a_kind_that_is_gone_and_clean_removes_only_actks_specs() {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let Some(empty) = fixture::prepare("empty").unwrap() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("cdi");
+    let d = dir.to_str().unwrap();
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&dgx), "--output", d, "--prune"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ours = dir.join("nvidia.com-gpu.json");
+    assert!(ours.is_file());
+    let foreign = dir.join("vendor.yaml");
+    std::fs::write(&foreign, "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n").unwrap();
+    // actk's file name for the Neuron kind, but another kind inside: not actk's to remove.
+    let squatter = dir.join("aws.amazon.com-neuron.json");
+    let other =
+        r#"{"cdiVersion":"0.5.0","kind":"example.com/x","devices":[{"name":"0","containerEdits":{"env":["A=1"]}}]}"#;
+    std::fs::write(&squatter, other).unwrap();
+
+    // The driver is gone: no NVIDIA devices on the root any more.
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&empty), "--output", d, "--prune"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!ours.exists(), "the spec of a kind with no devices is still there");
+    assert!(stdout(&o).contains(&format!("removed {}", ours.display())), "{}", stdout(&o));
+    assert!(foreign.is_file() && squatter.is_file(), "prune removed a file that is not actk's");
+
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&empty), "--prune"]);
+    assert!(!o.status.success() && stderr(&o).contains("--prune needs --output DIR"), "{}", stderr(&o));
+
+    let o = actk(&["cdi", "generate", "--root", &root_arg(&dgx), "--output", d]);
+    assert!(o.status.success() && ours.is_file(), "{}", stderr(&o));
+    let o = actk(&["cdi", "clean", "--output", d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!ours.exists(), "clean left actk's spec");
+    assert!(foreign.is_file() && squatter.is_file(), "clean removed a file that is not actk's");
+}

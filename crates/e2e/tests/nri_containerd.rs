@@ -8,7 +8,7 @@
 //! containerd runs on its own sockets and state (actk_testsupport::engines::Containerd2) on the
 //! DGX H100 fixture; pods use the host network (loopback-only CNI).
 
-use actk_testsupport::engines::{self, ActkConfig, Containerd2, Containerd2Options, bin, expect_success};
+use actk_testsupport::engines::{self, ActkConfig, Containerd2, Containerd2Options, bin, expect_success, unique_name};
 use actk_testsupport::fixture;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
@@ -25,10 +25,15 @@ struct NriPlugin {
 
 impl NriPlugin {
     fn start(c: &Containerd2, config: &Path) -> Result<NriPlugin> {
+        NriPlugin::start_with(c, config, &[])
+    }
+
+    fn start_with(c: &Containerd2, config: &Path, args: &[&str]) -> Result<NriPlugin> {
         let log = c.dir().join("actk-nri.log");
         let f = fs::File::create(&log)?;
         let child = Command::new(bin("actk-nri"))
             .args(["--socket", c.nri_socket.to_str().unwrap_or_default(), "--idx", "10"])
+            .args(args)
             .env("ACTK_CONFIG", config)
             .stdout(f.try_clone()?)
             .stderr(f)
@@ -278,4 +283,110 @@ fn nri_plugin_never_widens_an_allocation_for_a_capability_that_adds_nodes() -> R
     );
     drop(plugin);
     Ok(())
+}
+/// A pod sandbox of `c` whose annotations carry `kib` KiB (a Kubernetes pod may carry up to
+/// 256 KiB), with one container running `sleep` that asks for `env`; returns the pod's id.
+fn sleeping_pod(c: &Containerd2, name: &str, kib: usize, env: &[(&str, &str)]) -> Result<String> {
+    let mut pod = c.pod_config(name);
+    pod["annotations"] = json!({"example.com/blob": "x".repeat(kib << 10)});
+    let pod_file = c.write_json(&format!("{name}-pod.json"), &pod)?;
+    let out = c.crictl(&["runp", pod_file.to_str().unwrap_or_default()]);
+    if !out.status.success() {
+        bail!("crictl runp {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let pod_id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let envs: Vec<serde_json::Value> = env.iter().map(|(k, v)| json!({"key": k, "value": v})).collect();
+    let ctr = json!({
+        "metadata": {"name": name},
+        "image": {"image": c.busybox_image},
+        "command": ["sleep", "600"],
+        "envs": envs,
+        "log_path": format!("{name}.log"),
+        "linux": {}
+    });
+    let ctr_file = c.write_json(&format!("{name}-ctr.json"), &ctr)?;
+    let out =
+        c.crictl(&["create", &pod_id, ctr_file.to_str().unwrap_or_default(), pod_file.to_str().unwrap_or_default()]);
+    if !out.status.success() {
+        bail!("crictl create {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let out = c.crictl(&["start", &id]);
+    if !out.status.success() {
+        bail!("crictl start {name}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(pod_id)
+}
+
+/// A busy node (issue 28, item 8; containerd/nri#102, fixed by nri#111): 24 pods with 240 KiB
+/// of annotations each, a container in each as on a Kubernetes node, make containerd 2.1's
+/// initial Synchronize over ttrpc's 4 MiB, so it sends it in parts. (Pods without containers
+/// would not do: NRI 0.8's split scales the container count per message down to 0 when there
+/// are few, then sends empty parts with `more` set until the request times out.) The plugin answers every part and stays registered, so the next
+/// container gets its GPUs; a container created while the plugin was away is named in its log
+/// at warn level.
+///
+/// The gate: a container with the CDI device actk.dev/nri-plugin=required (the device plugin
+/// adds it under the chart's NRI plugin) starts with its GPUs and without the gate's mount
+/// while the plugin serves, and fails naming the plugin once the plugin is gone, instead of
+/// starting without its GPUs.
+#[test]
+fn nri_plugin_survives_a_split_synchronize_and_its_gate_fails_unserved_containers() -> Result<()> {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Containerd2::start(&Containerd2Options::default())? else { return Ok(()) };
+    let mut cfg = ActkConfig::new(&fx.root)?;
+    cfg.extra = format!("hook_path = {:?}\n", bin("actk-hook").display().to_string());
+    let config = cfg.write()?;
+    // Created before the plugin runs: started without its GPU, and no gate to stop it.
+    sleeping_pod(&c, &unique_name("missed"), 1, &[("NVIDIA_VISIBLE_DEVICES", "2")])?;
+    for i in 0..24 {
+        sleeping_pod(&c, &format!("busy{i}"), 240, &[])?;
+    }
+    let gate_dir = c.dir().join("cdi");
+    let plugin = NriPlugin::start_with(&c, &config, &["--gate-spec-dir", gate_dir.to_str().unwrap_or_default()])?;
+    let start = Instant::now();
+    while !plugin.log().contains("synchronized with the runtime") {
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("no synchronization within 30 s; plugin:\n{}\ncontainerd:\n{}", plugin.log(), c.log());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let log = plugin.log();
+    let line = log.lines().find(|l| l.contains("synchronized with the runtime")).unwrap_or_default().to_string();
+    let parts: usize =
+        line.rsplit(" in ").next().and_then(|t| t.split_whitespace().next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(line.contains("25 pod(s)") && parts >= 2, "a split Synchronize of every pod: {line}\n{log}");
+    assert!(!c.log().contains("does not handle split sync"), "containerd kept the plugin:\n{}", c.log());
+    assert!(
+        log.lines().any(|l| l.contains("WARN") && l.contains("was created while this NRI plugin was not serving")),
+        "the container created before it is named at warn level:\n{log}"
+    );
+
+    let (code, out) = c.run_pod("afterbusy", probe(&[("NVIDIA_VISIBLE_DEVICES", "1")]), None)?;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(nvidia_nodes(&seen(&out).0), ["nvidia1", "nvidiactl"], "{out}\nplugin:\n{}", plugin.log());
+
+    // The gate, served: the GPU and no gate mount.
+    let gated = |env: &[(&str, &str)]| {
+        let mut ctr = probe(env);
+        ctr["command"] = json!(["sh", "-c", "ls /dev; echo ---; grep -c actk-nri-gate /proc/self/mountinfo; echo ---"]);
+        ctr["CDI_devices"] = json!([{"name": actk_nri_gate_name()}]);
+        ctr
+    };
+    let (code, out) = c.run_pod("gated", gated(&[("NVIDIA_VISIBLE_DEVICES", "3")]), None)?;
+    assert_eq!(code, 0, "{out}\nplugin:\n{}\ncontainerd:\n{}", plugin.log(), c.log());
+    let (devs, mounts, _) = seen(&out);
+    assert_eq!((nvidia_nodes(&devs), mounts), (vec!["nvidia3", "nvidiactl"], vec!["0".to_string()]), "{out}");
+    drop(plugin);
+
+    // Unserved: the create fails and names the plugin.
+    let err = c.run_pod("gatedaway", gated(&[("NVIDIA_VISIBLE_DEVICES", "3")]), None).unwrap_err().to_string();
+    assert!(err.contains("actk-nri-plugin-10-actk-did-not-serve-this-container"), "{err}");
+    Ok(())
+}
+
+/// The gate's CDI name as the device plugin names it.
+fn actk_nri_gate_name() -> &'static str {
+    "actk.dev/nri-plugin=required"
 }

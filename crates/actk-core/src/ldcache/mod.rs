@@ -11,8 +11,10 @@
 //! one; the new part is used when present, the old part otherwise (its string offsets count
 //! from the end of its entry table).
 //!
-//! Input is untrusted bytes: every offset is bounds-checked and bad input is an error, never a
-//! panic.
+//! Input is untrusted bytes (a container image's cache, read by actk-inject): every offset is
+//! bounds-checked, bad input is an error, never a panic, and strings are slices of the input,
+//! counted against [`Limits`], so no cache makes the reader copy or scan more than its own size
+//! plus the limits ([`parse_borrowed`]).
 //!
 //! [`write`] builds a cache (actk-inject adds the injected library directories to a container's
 //! cache with it instead of running ldconfig), [`elf`] reads what ldconfig reads from a library.
@@ -137,6 +139,15 @@ pub enum LdCacheError {
     /// A soname or path is not UTF-8.
     #[error("ld.so.cache string at byte {0} is not UTF-8")]
     NotUtf8(usize),
+    /// Reading the cache would go past a bound of [`Limits`] (a hostile cache, or one no
+    /// ldconfig writes).
+    #[error("ld.so.cache goes past a limit of the reader: {what} (at most {limit})")]
+    Limit {
+        /// Which bound (`entries`, `string length`, `string bytes of all entries`).
+        what: &'static str,
+        /// The bound.
+        limit: usize,
+    },
 }
 
 const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
@@ -145,6 +156,36 @@ const NEW_HEADER: usize = 48;
 const NEW_ENTRY: usize = 24;
 const OLD_HEADER: usize = 16;
 const OLD_ENTRY: usize = 12;
+/// `glibc-hwcaps` subdirectory names read from the cache extension, at most (glibc knows fewer
+/// than ten per architecture: `x86-64-v2` .. `x86-64-v4`, `power9`, `z15`, ...).
+const MAX_HWCAPS_NAMES: usize = 256;
+
+/// What one parse may produce and cost (issue 29, finding 2: a 16 MB image cache whose 349k
+/// entries all named one 8 MB string made a reader that copied each string demand terabytes).
+///
+/// Strings are handed out as slices of the input, never copied, and every string an entry names
+/// is counted, so the work of the parse (finding each string's NUL, checking it is UTF-8) and of
+/// anything done later with its entries (sorting, merging, writing a new cache) is bounded by
+/// the input's size plus `max_output`, whatever the entries point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Entries read at most; a cache announcing more is refused before any is read.
+    pub max_entries: usize,
+    /// Longest soname, path or `glibc-hwcaps` name in bytes, NUL not counted. Longer strings
+    /// make the cache an error: the loader could not open such a path anyway (`PATH_MAX`).
+    pub max_string: usize,
+    /// Sum of the string lengths of all entries read (soname, path and `glibc-hwcaps` name of
+    /// each, a string named by several entries counted for each), in bytes.
+    pub max_output: usize,
+}
+
+impl Default for Limits {
+    /// 131072 entries, 4095-byte strings, 16 MiB of strings: a full distribution's cache has
+    /// a few thousand entries and a few hundred KB of strings.
+    fn default() -> Self {
+        Limits { max_entries: 1 << 17, max_string: 4095, max_output: 16 << 20 }
+    }
+}
 
 /// One cache entry with every field, as [`parse_entries`] reads it and [`write::encode`] writes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,20 +205,72 @@ pub struct Entry {
     pub hwcaps: Option<String>,
 }
 
-/// Parse a whole ld.so.cache file. Entries keep the file's order (ldconfig sorts them by
-/// soname, most specific first). Errors: [`LdCacheError`]; never panics.
+/// An [`Entry`] whose strings are slices of the cache file it was read from
+/// ([`parse_borrowed`]), or of an [`Entry`] ([`Entry::borrowed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// The soname looked up.
+    pub key: &'a str,
+    /// The file providing it.
+    pub path: &'a str,
+    /// ldconfig's flags, as [`Entry::flags`].
+    pub flags: i32,
+    /// As [`Entry::osversion`].
+    pub osversion: u32,
+    /// As [`Entry::hwcap`].
+    pub hwcap: u64,
+    /// As [`Entry::hwcaps`].
+    pub hwcaps: Option<&'a str>,
+}
+
+impl Entry {
+    /// This entry with borrowed strings.
+    pub fn borrowed(&self) -> EntryRef<'_> {
+        EntryRef {
+            key: &self.key,
+            path: &self.path,
+            flags: self.flags,
+            osversion: self.osversion,
+            hwcap: self.hwcap,
+            hwcaps: self.hwcaps.as_deref(),
+        }
+    }
+}
+
+impl EntryRef<'_> {
+    /// This entry with its strings copied.
+    pub fn owned(&self) -> Entry {
+        Entry {
+            key: self.key.to_string(),
+            path: self.path.to_string(),
+            flags: self.flags,
+            osversion: self.osversion,
+            hwcap: self.hwcap,
+            hwcaps: self.hwcaps.map(str::to_string),
+        }
+    }
+}
+
+/// Parse a whole ld.so.cache file within the default [`Limits`]. Entries keep the file's order
+/// (ldconfig sorts them by soname, most specific first). Errors: [`LdCacheError`]; never panics.
 pub fn parse(bytes: &[u8]) -> Result<Vec<CacheEntry>, LdCacheError> {
-    Ok(parse_entries(bytes)?
+    Ok(parse_borrowed(bytes, &Limits::default())?
         .into_iter()
-        .map(|e| CacheEntry { key: e.key, path: e.path, flags: e.flags as u32 })
+        .map(|e| CacheEntry { key: e.key.to_string(), path: e.path.to_string(), flags: e.flags as u32 })
         .collect())
 }
 
 /// [`parse`] with every field of each entry, and the `glibc-hwcaps` subdirectory names of the
 /// cache extension (glibc 2.33+; a missing or malformed extension means no names).
 pub fn parse_entries(bytes: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
+    Ok(parse_borrowed(bytes, &Limits::default())?.iter().map(EntryRef::owned).collect())
+}
+
+/// [`parse_entries`] without copying: every string is a slice of `bytes`, and the parse stops
+/// with [`LdCacheError::Limit`] as soon as it would go past `limits` (see [`Limits`]).
+pub fn parse_borrowed<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Vec<EntryRef<'a>>, LdCacheError> {
     if bytes.starts_with(NEW_MAGIC) {
-        return parse_new(bytes, bytes);
+        return parse_new(bytes, bytes, limits);
     }
     if !bytes.starts_with(OLD_MAGIC) {
         return Err(LdCacheError::BadMagic);
@@ -193,14 +286,15 @@ pub fn parse_entries(bytes: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
     if let Some(rest) = bytes.get(new_start..)
         && rest.starts_with(NEW_MAGIC)
     {
-        return parse_new(rest, bytes);
+        return parse_new(rest, bytes, limits);
     }
-    entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &bytes[table_end..])
+    let mut strings = Strings { bytes: &bytes[table_end..], limits, out: 0 };
+    entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &mut strings)
 }
 
 /// The new-format cache `bytes`, a part of the whole `file` (extension offsets count from the
 /// start of the file, string offsets from the start of the new header).
-fn parse_new(bytes: &[u8], file: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
+fn parse_new<'a>(bytes: &'a [u8], file: &'a [u8], limits: &Limits) -> Result<Vec<EntryRef<'a>>, LdCacheError> {
     let nlibs = read_u32(bytes, 20, "header")? as usize;
     match bytes.get(28) {
         Some(3) => return Err(LdCacheError::BigEndian),
@@ -212,11 +306,19 @@ fn parse_new(bytes: &[u8], file: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
         .and_then(|n| n.checked_add(NEW_HEADER))
         .filter(|&end| end <= bytes.len())
         .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
-    let mut list = entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, bytes)?;
-    let names = read_u32(bytes, 32, "header").ok().map(|o| hwcaps_names(file, o as usize, bytes)).unwrap_or_default();
+    let mut strings = Strings { bytes, limits, out: 0 };
+    let mut list = entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, &mut strings)?;
+    if !list.iter().any(|e| e.hwcap & write::HWCAP_EXTENSION != 0) {
+        return Ok(list);
+    }
+    let names = match read_u32(bytes, 32, "header") {
+        Ok(o) => hwcaps_names(file, o as usize, &mut strings)?,
+        Err(_) => Vec::new(),
+    };
     for e in &mut list {
         if e.hwcap & write::HWCAP_EXTENSION != 0 {
-            e.hwcaps = names.get(e.hwcap as u32 as usize).cloned();
+            e.hwcaps = names.get(e.hwcap as u32 as usize).copied();
+            strings.count(e.hwcaps.map_or(0, str::len))?;
         }
     }
     Ok(list)
@@ -224,12 +326,14 @@ fn parse_new(bytes: &[u8], file: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
 
 /// The `glibc-hwcaps` names of the cache extension at `offset` in `file` (glibc
 /// `cache_extension`: magic, count, then `{tag, flags, offset, size}` sections; tag 1 is an
-/// array of string offsets into `strings`). Anything malformed gives no names.
-fn hwcaps_names(file: &[u8], offset: usize, strings: &[u8]) -> Vec<String> {
+/// array of string offsets into the string table). Anything malformed (more than
+/// [`MAX_HWCAPS_NAMES`] names included) gives no names, or the names before the malformed one;
+/// only going past a bound of [`Limits`] is an error, as it is for the entries' own strings.
+fn hwcaps_names<'a>(file: &[u8], offset: usize, strings: &mut Strings<'a, '_>) -> Result<Vec<&'a str>, LdCacheError> {
     if offset == 0 || read_u32(file, offset, "extension").ok() != Some(write::EXTENSION_MAGIC) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let Ok(count) = read_u32(file, offset + 4, "extension") else { return Vec::new() };
+    let Ok(count) = read_u32(file, offset + 4, "extension") else { return Ok(Vec::new()) };
     for i in 0..count.min(64) as usize {
         let sec = offset + 8 + i * 16;
         let (Ok(tag), Ok(off), Ok(size)) = (
@@ -237,46 +341,59 @@ fn hwcaps_names(file: &[u8], offset: usize, strings: &[u8]) -> Vec<String> {
             read_u32(file, sec + 8, "extension"),
             read_u32(file, sec + 12, "extension"),
         ) else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
-        if tag == write::TAG_GLIBC_HWCAPS {
-            return (0..size as usize / 4)
-                .map_while(|j| read_u32(file, off as usize + j * 4, "extension").ok())
-                .map_while(|s| read_str(strings, s as usize).ok())
-                .collect();
+        if tag != write::TAG_GLIBC_HWCAPS {
+            continue;
         }
+        let n = size as usize / 4;
+        if n > MAX_HWCAPS_NAMES {
+            return Ok(Vec::new());
+        }
+        let mut names = Vec::with_capacity(n);
+        for j in 0..n {
+            let Ok(s) = read_u32(file, off as usize + j * 4, "extension") else { break };
+            match strings.get(s as usize) {
+                Ok(name) => names.push(name),
+                Err(e @ LdCacheError::Limit { .. }) => return Err(e),
+                Err(_) => break,
+            }
+        }
+        return Ok(names);
     }
-    Vec::new()
+    Ok(Vec::new())
 }
 
 /// The `nlibs` entries of a table at `start` in `bytes`, each `size` bytes beginning with
 /// `flags, key, value` (u32 each, then in the new format `osversion: u32, hwcap: u64`); `key`
 /// and `value` are offsets into `strings` (the string table after the old format's entries; the
-/// whole file in the new format).
-fn entries(bytes: &[u8], start: usize, size: usize, nlibs: usize, strings: &[u8]) -> Result<Vec<Entry>, LdCacheError> {
-    (0..nlibs)
-        .map(|i| {
-            let at = start + i * size;
-            let flags = read_u32(bytes, at, "entry")? as i32;
-            let key = read_u32(bytes, at + 4, "entry")? as usize;
-            let value = read_u32(bytes, at + 8, "entry")? as usize;
-            let (osversion, hwcap) = if size == NEW_ENTRY {
-                let lo = read_u32(bytes, at + 16, "entry")? as u64;
-                let hi = read_u32(bytes, at + 20, "entry")? as u64;
-                (read_u32(bytes, at + 12, "entry")?, lo | hi << 32)
-            } else {
-                (0, 0)
-            };
-            Ok(Entry {
-                key: read_str(strings, key)?,
-                path: read_str(strings, value)?,
-                flags,
-                osversion,
-                hwcap,
-                hwcaps: None,
-            })
-        })
-        .collect()
+/// whole new-format cache in the new format).
+fn entries<'a>(
+    bytes: &[u8],
+    start: usize,
+    size: usize,
+    nlibs: usize,
+    strings: &mut Strings<'a, '_>,
+) -> Result<Vec<EntryRef<'a>>, LdCacheError> {
+    if nlibs > strings.limits.max_entries {
+        return Err(LdCacheError::Limit { what: "entries", limit: strings.limits.max_entries });
+    }
+    let mut out = Vec::with_capacity(nlibs);
+    for i in 0..nlibs {
+        let at = start + i * size;
+        let flags = read_u32(bytes, at, "entry")? as i32;
+        let key = read_u32(bytes, at + 4, "entry")? as usize;
+        let value = read_u32(bytes, at + 8, "entry")? as usize;
+        let (osversion, hwcap) = if size == NEW_ENTRY {
+            let lo = read_u32(bytes, at + 16, "entry")? as u64;
+            let hi = read_u32(bytes, at + 20, "entry")? as u64;
+            (read_u32(bytes, at + 12, "entry")?, lo | hi << 32)
+        } else {
+            (0, 0)
+        };
+        out.push(EntryRef { key: strings.get(key)?, path: strings.get(value)?, flags, osversion, hwcap, hwcaps: None });
+    }
+    Ok(out)
 }
 
 fn read_u32(bytes: &[u8], at: usize, what: &'static str) -> Result<u32, LdCacheError> {
@@ -287,14 +404,40 @@ fn read_u32(bytes: &[u8], at: usize, what: &'static str) -> Result<u32, LdCacheE
         .ok_or(LdCacheError::Truncated { what, offset: at, len: bytes.len() })
 }
 
-fn read_str(bytes: &[u8], at: usize) -> Result<String, LdCacheError> {
-    let tail = bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len: bytes.len() })?;
-    let nul = tail.iter().position(|&b| b == 0).ok_or(LdCacheError::Truncated {
-        what: "string",
-        offset: at,
-        len: bytes.len(),
-    })?;
-    String::from_utf8(tail[..nul].to_vec()).map_err(|_| LdCacheError::NotUtf8(at))
+/// The string table of one parse, and the string bytes handed out so far.
+struct Strings<'a, 'l> {
+    bytes: &'a [u8],
+    limits: &'l Limits,
+    out: usize,
+}
+
+impl<'a> Strings<'a, '_> {
+    /// The NUL-terminated string at `at`, counted against [`Limits::max_output`]. The search for
+    /// its NUL looks at most `max_string + 1` bytes, and a string that is found adds its length
+    /// to the count: the bytes looked at over a whole parse stay below `max_output` plus one
+    /// byte per string plus one failed search.
+    fn get(&mut self, at: usize) -> Result<&'a str, LdCacheError> {
+        let len = self.bytes.len();
+        let tail = self.bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len })?;
+        let window = &tail[..tail.len().min(self.limits.max_string + 1)];
+        let Some(nul) = window.iter().position(|&b| b == 0) else {
+            return Err(if window.len() < tail.len() {
+                LdCacheError::Limit { what: "string length", limit: self.limits.max_string }
+            } else {
+                LdCacheError::Truncated { what: "string", offset: at, len }
+            });
+        };
+        self.count(nul)?;
+        std::str::from_utf8(&tail[..nul]).map_err(|_| LdCacheError::NotUtf8(at))
+    }
+
+    fn count(&mut self, n: usize) -> Result<(), LdCacheError> {
+        self.out = self.out.saturating_add(n);
+        if self.out > self.limits.max_output {
+            return Err(LdCacheError::Limit { what: "string bytes of all entries", limit: self.limits.max_output });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -462,6 +605,94 @@ mod tests {
             out.extend_from_slice(&strings);
         }
         out
+    }
+
+    /// A new-format cache of `n` entries whose key and path all name one string of `len`
+    /// non-NUL bytes (issue 29, finding 2), and the offset of that string.
+    fn flood(n: usize, len: usize) -> Vec<u8> {
+        let strings_at = (NEW_HEADER + n * NEW_ENTRY) as u32;
+        let mut out = NEW_MAGIC.to_vec();
+        out.extend_from_slice(&(n as u32).to_le_bytes());
+        out.extend_from_slice(&(len as u32 + 1).to_le_bytes());
+        out.extend_from_slice(&[2, 0, 0, 0]);
+        out.extend_from_slice(&[0; 16]);
+        for _ in 0..n {
+            for x in [0x0303, strings_at, strings_at, 0] {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            out.extend_from_slice(&0u64.to_le_bytes());
+        }
+        out.resize(out.len() + len, b'a');
+        out.push(0);
+        out
+    }
+
+    /// Finding 2 as filed: 16 MB, 349k entries naming one 8 MB string: more entries than any
+    /// cache has, refused before one is read. With fewer entries, the reader stops at the first
+    /// string, after looking at `max_string + 1` of its bytes, and copies nothing.
+    #[test]
+    fn an_amplifying_cache_stops_before_copying_anything() {
+        let bytes = flood(349_000, 8 << 20);
+        assert!(bytes.len() <= 16 << 20, "within the image cache reader's file limit");
+        let e = parse_borrowed(&bytes, &Limits::default()).unwrap_err();
+        assert_eq!(e, LdCacheError::Limit { what: "entries", limit: 1 << 17 });
+        assert_eq!(parse(&bytes).unwrap_err(), e, "the copying reader is bounded the same way");
+        let bytes = flood(100_000, 8 << 20);
+        let e = parse_borrowed(&bytes, &Limits::default()).unwrap_err();
+        assert_eq!(e, LdCacheError::Limit { what: "string length", limit: 4095 });
+        assert!(e.to_string().contains("string length (at most 4095)"), "{e}");
+    }
+
+    /// The same flood with strings the loader could use (4000 bytes): each entry is fine alone,
+    /// so the total is what stops it, after 16 MiB of strings, not 100k x 8000 bytes.
+    #[test]
+    fn many_entries_naming_one_long_string_go_past_the_output_limit() {
+        let bytes = flood(100_000, 4000);
+        let e = parse_borrowed(&bytes, &Limits::default()).unwrap_err();
+        assert_eq!(e, LdCacheError::Limit { what: "string bytes of all entries", limit: 16 << 20 });
+        // Under a limit that holds them, they are slices of the input, not copies.
+        let small = flood(100, 4000);
+        let limits = Limits { max_output: 100 * 8000, ..Limits::default() };
+        let got = parse_borrowed(&small, &limits).unwrap();
+        assert_eq!(got.len(), 100);
+        let range = small.as_ptr_range();
+        assert!(got.iter().all(|e| range.contains(&e.key.as_ptr()) && range.contains(&e.path.as_ptr())));
+        assert_eq!(got[0].key.len(), 4000);
+        let limits = Limits { max_output: 100 * 8000 - 1, ..Limits::default() };
+        assert!(matches!(parse_borrowed(&small, &limits), Err(LdCacheError::Limit { .. })));
+        // An entry count over the limit is refused before any entry is read.
+        let limits = Limits { max_entries: 99, ..Limits::default() };
+        assert_eq!(parse_borrowed(&small, &limits).unwrap_err(), LdCacheError::Limit { what: "entries", limit: 99 });
+    }
+
+    /// glibc-hwcaps names count like the other strings, and an extension with more names than
+    /// any glibc knows gives none.
+    #[test]
+    fn hwcaps_names_are_bounded() {
+        let entries: Vec<Entry> = (0..4)
+            .map(|i| Entry {
+                key: format!("libz.so.{i}"),
+                path: format!("/lib/glibc-hwcaps/x86-64-v3/libz.so.{i}"),
+                flags: 0x0303,
+                osversion: 0,
+                hwcap: write::HWCAP_EXTENSION,
+                hwcaps: Some("x86-64-v3".into()),
+            })
+            .collect();
+        let bytes = write::encode(&entries, "t");
+        let got = parse_borrowed(&bytes, &Limits::default()).unwrap();
+        assert!(got.iter().all(|e| e.hwcaps == Some("x86-64-v3")), "{got:?}");
+        // Keys and paths fit, the names of the four entries do not.
+        let strings: usize = entries.iter().map(|e| e.key.len() + e.path.len()).sum();
+        let limits = Limits { max_output: strings + 3 * "x86-64-v3".len(), ..Limits::default() };
+        assert!(matches!(parse_borrowed(&bytes, &limits), Err(LdCacheError::Limit { .. })));
+        // The names section claims 1024 names: none are taken.
+        let ext = read_u32(&bytes, 32, "t").unwrap() as usize;
+        let mut evil = bytes.clone();
+        let sec = (0..2).map(|i| ext + 8 + i * 16).find(|&s| read_u32(&evil, s, "t").unwrap() == 1).unwrap();
+        evil[sec + 12..sec + 16].copy_from_slice(&(4 * 1024u32).to_le_bytes());
+        let got = parse_borrowed(&evil, &Limits::default()).unwrap();
+        assert!(got.iter().all(|e| e.hwcaps.is_none()), "{got:?}");
     }
 
     #[test]

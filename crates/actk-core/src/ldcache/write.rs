@@ -13,7 +13,7 @@
 //!   (magic `0xEAA42174`): a generator string and, when `glibc-hwcaps` entries exist, the sorted
 //!   array of their subdirectory names.
 
-use super::Entry;
+use super::{Entry, EntryRef};
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
@@ -64,18 +64,41 @@ pub fn libcmp(a: &str, b: &str) -> Ordering {
     0u8.cmp(&at(b, j))
 }
 
+/// A cache entry with owned ([`Entry`]) or borrowed ([`EntryRef`]) strings: the writer takes
+/// either, so the entries of an image's cache are written back without being copied first.
+pub trait CacheRecord {
+    /// The entry's fields.
+    fn record(&self) -> EntryRef<'_>;
+}
+
+impl CacheRecord for Entry {
+    fn record(&self) -> EntryRef<'_> {
+        self.borrowed()
+    }
+}
+
+impl CacheRecord for EntryRef<'_> {
+    fn record(&self) -> EntryRef<'_> {
+        *self
+    }
+}
+
 /// glibc's `compare` of two cache entries (`Less`: `a` comes first).
-pub fn compare(a: &Entry, b: &Entry) -> Ordering {
-    libcmp(&b.key, &a.key)
+pub fn compare<E: CacheRecord>(a: &E, b: &E) -> Ordering {
+    compare_refs(&a.record(), &b.record())
+}
+
+fn compare_refs(a: &EntryRef<'_>, b: &EntryRef<'_>) -> Ordering {
+    libcmp(b.key, a.key)
         .then_with(|| b.flags.cmp(&a.flags))
-        .then_with(|| match (&a.hwcaps, &b.hwcaps) {
+        .then_with(|| match (a.hwcaps, b.hwcaps) {
             (Some(x), Some(y)) => x.as_bytes().cmp(y.as_bytes()),
             (Some(_), None) => Ordering::Less,
             (None, Some(_)) => Ordering::Greater,
             (None, None) => Ordering::Equal,
         })
         .then_with(|| {
-            let legacy = |e: &Entry| if e.hwcaps.is_some() { 0 } else { e.hwcap };
+            let legacy = |e: &EntryRef<'_>| if e.hwcaps.is_some() { 0 } else { e.hwcap };
             let (ha, hb) = (legacy(a), legacy(b));
             hb.count_ones().cmp(&ha.count_ones()).then_with(|| hb.cmp(&ha))
         })
@@ -83,7 +106,7 @@ pub fn compare(a: &Entry, b: &Entry) -> Ordering {
 }
 
 /// Sorts `entries` into cache order; equal entries keep their order (see the module docs).
-pub fn sort(entries: &mut [Entry]) {
+pub fn sort<E: CacheRecord>(entries: &mut [E]) {
     entries.sort_by(compare);
 }
 
@@ -91,22 +114,25 @@ pub fn sort(entries: &mut [Entry]) {
 /// `generator` as the extension's generator string. Entries marked [`HWCAP_EXTENSION`] without a
 /// subdirectory name are left out (no loader could use them). Little-endian, the only byte order
 /// of the machines actk serves.
-pub fn encode(entries: &[Entry], generator: &str) -> Vec<u8> {
-    let entries: Vec<&Entry> =
-        entries.iter().filter(|e| e.hwcap & HWCAP_EXTENSION == 0 || e.hwcaps.is_some()).collect();
+pub fn encode<E: CacheRecord>(entries: &[E], generator: &str) -> Vec<u8> {
+    let entries: Vec<EntryRef<'_>> = entries
+        .iter()
+        .map(CacheRecord::record)
+        .filter(|e| e.hwcap & HWCAP_EXTENSION == 0 || e.hwcaps.is_some())
+        .collect();
     // The hwcaps names in use, sorted, give each entry its index (as assign_glibc_hwcaps_indices).
-    let mut hwcaps: Vec<&str> = entries.iter().filter_map(|e| e.hwcaps.as_deref()).collect();
+    let mut hwcaps: Vec<&str> = entries.iter().filter_map(|e| e.hwcaps).collect();
     hwcaps.sort_unstable();
     hwcaps.dedup();
     let header = super::NEW_HEADER + entries.len() * super::NEW_ENTRY;
     let mut strings = Strings { base: header, bytes: Vec::new(), at: HashMap::new() };
     let mut table = Vec::with_capacity(entries.len() * super::NEW_ENTRY);
     for e in &entries {
-        let key = strings.add(&e.key);
-        let value = strings.add(&e.path);
-        let hwcap = match &e.hwcaps {
+        let key = strings.add(e.key);
+        let value = strings.add(e.path);
+        let hwcap = match e.hwcaps {
             Some(name) => {
-                let index = hwcaps.binary_search(&name.as_str()).unwrap_or(0) as u64;
+                let index = hwcaps.binary_search(&name).unwrap_or(0) as u64;
                 // Keep the ISA level (bits 32..61), as compute_hwcap_value writes it.
                 HWCAP_EXTENSION | (e.hwcap & 0x3fff_ffff_0000_0000) | index
             }

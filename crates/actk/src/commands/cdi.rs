@@ -13,11 +13,15 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Generate one CDI spec per kind from the devices found on the host.
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// List the qualified CDI device names defined in the spec directories, one per line.
     List(ListArgs),
     /// Validate CDI spec files (JSON schema and SPEC.md rules); exit 1 when any is invalid.
     Validate(ValidateArgs),
+    /// Remove the spec files `actk cdi generate --output DIR` writes (`<vendor>-<class>.json`
+    /// or `.yaml` of every profile's kind), and nothing else: what the OS package runs before
+    /// actk is removed, so that no spec names an actk-hook that is gone.
+    Clean(CleanArgs),
 }
 
 /// Output encoding of `actk cdi generate`.
@@ -82,6 +86,12 @@ pub struct GenerateArgs {
     /// `none`: no hook.
     #[arg(long)]
     pub ldcache_hook: Option<String>,
+    /// Also give a container the group of each device node only that group may open (an AMD
+    /// render node, 0660 root:render) as an additional GID, for engines that make such a node
+    /// root's rather than the container user's. Raises the spec to cdiVersion 0.7.0, which
+    /// podman 4.3 and containerd 1.7 do not read.
+    #[arg(long)]
+    pub additional_gids: bool,
     /// Where the node's `/` is mounted for this process (the CDI generator in a pod: `/host`):
     /// removed from the front of every host path written into a spec, so the specs name paths
     /// as the node's runtime sees them. The `--ldcache-hook` path (a node path) is checked for
@@ -94,6 +104,41 @@ pub struct GenerateArgs {
     /// as `--output`.
     #[arg(long, value_name = "SECONDS")]
     pub watch: Option<u64>,
+    /// With `--output DIR`: also remove the spec file of every profile's kind that has no
+    /// devices now (its driver removed, its last device gone), as `generate` would have named
+    /// it (`<vendor>-<class>.json` or `.yaml`) and only when the file's `kind` is that kind.
+    /// What a one-shot refresh needs (the OS package's actk-cdi-refresh.service); `--watch`
+    /// always removes what it wrote.
+    #[arg(long)]
+    pub prune: bool,
+    /// With `--watch`: who writes these specs (the Helm chart passes its release name). The
+    /// files are named `<OWNER>.<vendor>-<class>.json`, and a kind that another file in the
+    /// directory defines already (another release, another tool) is not written while that file
+    /// is there: two specs of one kind in one directory make its devices unresolvable, and one
+    /// installation's removal must not take the other's spec.
+    #[arg(long, requires = "watch", value_parser = owner_name)]
+    pub owner: Option<String>,
+}
+
+/// Arguments of `actk cdi clean`.
+#[derive(clap::Args, Debug)]
+pub struct CleanArgs {
+    /// The directory `generate --output` wrote to.
+    #[arg(long, short, default_value = "/var/run/cdi")]
+    pub output: PathBuf,
+    /// Directory of user vendor profiles (`*.toml`) whose kinds count too; default:
+    /// `profiles_dir` of the config file, else /etc/actk/profiles.d.
+    #[arg(long, env = "ACTK_PROFILES_DIR")]
+    pub profiles_dir: Option<PathBuf>,
+}
+
+/// `--owner`: a name that can be part of a file name.
+fn owner_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        && !s.starts_with('-');
+    if ok { Ok(s.to_string()) } else { Err(format!("{s:?}: letters, digits, - and _ (a Helm release name)")) }
 }
 
 /// Arguments of `actk cdi list`.
@@ -116,9 +161,10 @@ pub struct ValidateArgs {
 /// Runs an `actk cdi` subcommand.
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Generate(a) => generate(a),
+        Command::Generate(a) => generate(*a),
         Command::List(a) => list(a),
         Command::Validate(a) => validate(a),
+        Command::Clean(a) => clean(a),
     }
 }
 
@@ -201,6 +247,7 @@ fn discover_and_generate(
         },
         capabilities: a.capabilities.clone(),
         ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref(), a.host_mount.as_deref())?,
+        additional_gids: a.additional_gids,
     };
     let specs = generate_all(profiles, &inventory, a.vendor.as_deref(), &opts)?;
     for spec in &specs {
@@ -245,6 +292,20 @@ fn generate(mut a: GenerateArgs) -> anyhow::Result<()> {
         return watch(&a, &root, &profiles, secs);
     }
     let (specs, found) = discover_and_generate(&a, &root, &profiles)?;
+    if a.prune {
+        match output_kind(a.output.as_deref()) {
+            Output::Dir(dir) => {
+                let kept: Vec<&str> = specs.iter().map(|s| s.kind.as_str()).collect();
+                for (path, kind) in generated_files(&dir, &profiles) {
+                    if !kept.contains(&kind.as_str()) {
+                        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+                        outln!("removed {} ({kind}: no devices now)", path.display())?;
+                    }
+                }
+            }
+            _ => bail!("--prune needs --output DIR (the directory whose stale specs it removes)"),
+        }
+    }
     if specs.is_empty() {
         match &a.vendor {
             Some(v) => bail!(
@@ -326,25 +387,54 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
     let stop = super::Stop::install()?;
     // The files this process wrote, with the inode it wrote (writes are atomic renames, so a
     // file another generator wrote since has another inode). During a rolling update the old
-    // generator stops after the new one started: it must not remove the new one's spec.
+    // generator stops after the new one started: it must not remove the new one's spec, nor
+    // write it back while the new one keeps it (a file with this text is left as it is).
     let mut written: std::collections::BTreeMap<PathBuf, u64> = Default::default();
     let inode = |p: &Path| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
     let remove_own = |p: &Path, ino: u64| inode(p) == Some(ino) && std::fs::remove_file(p).is_ok();
     let mut first = true;
     let mut last_error = String::new();
+    let mut yielded: std::collections::BTreeMap<String, PathBuf> = Default::default();
     println!("watching {} every {secs} s; specs go to {}", root.display(), dir.display());
     loop {
         match discover_and_generate(a, root, profiles) {
             Ok((specs, _)) => {
                 last_error.clear();
                 let mut now = std::collections::BTreeMap::new();
+                // Who else defines each kind in the directory (other file names).
+                let others = other_specs(&dir);
                 for spec in &specs {
-                    let path = dir.join(actk_core::cdi::write::default_file_name(spec, format));
+                    let name = actk_core::cdi::write::default_file_name(spec, format);
+                    let path = match &a.owner {
+                        Some(o) => dir.join(format!("{o}.{name}")),
+                        None => dir.join(name),
+                    };
+                    if let Some(other) = others.iter().find(|(k, p)| *k == spec.kind && *p != path).map(|(_, p)| p) {
+                        // Another file has the kind: it was first, unless it is this process's
+                        // own (then both appeared at once and the smaller path keeps it).
+                        let ours = written.get(&path).is_some_and(|i| inode(&path) == Some(*i));
+                        if !ours || other < &path {
+                            if ours && remove_own(&path, written[&path]) {
+                                println!("removed {} ({} defines {} too)", path.display(), other.display(), spec.kind);
+                            }
+                            if yielded.get(&spec.kind) != Some(other) {
+                                eprintln!(
+                                    "actk: cdi generate: {} defines {} already (another installation or tool): {} is not \
+                                     written while it is there",
+                                    other.display(),
+                                    spec.kind,
+                                    path.display()
+                                );
+                                yielded.insert(spec.kind.clone(), other.clone());
+                            }
+                            continue;
+                        }
+                    }
+                    yielded.remove(&spec.kind);
                     let text = to_text(spec, format)?;
                     // The first pass always writes, so the file is this process's own even when
                     // a previous generator left the same content.
-                    let mine = written.get(&path).is_some_and(|i| inode(&path) == Some(*i));
-                    if first || !mine || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                    if first || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                         write_spec(spec, &path, format)?;
                         println!(
                             "wrote {} ({}, {} devices, cdiVersion {})",
@@ -353,9 +443,11 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
                             spec.devices.len(),
                             spec.cdi_version
                         );
-                    }
-                    if let Some(i) = inode(&path) {
-                        now.insert(path, i);
+                        if let Some(i) = inode(&path) {
+                            now.insert(path, i);
+                        }
+                    } else if let Some(i) = written.get(&path).filter(|i| inode(&path) == Some(**i)) {
+                        now.insert(path, *i);
                     }
                 }
                 for (gone, ino) in &written {
@@ -388,6 +480,55 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
         }
     }
     Ok(())
+}
+
+/// The spec files in `dir` that `generate --output DIR` writes for one of `profiles`' kinds:
+/// `(path, kind)` for each default file name (JSON and YAML) that exists and whose `kind` is the
+/// profile's. A file of that name that is not a readable spec of that kind is someone else's:
+/// left out, with a warning.
+fn generated_files(dir: &Path, profiles: &[actk_core::profile::Profile]) -> Vec<(PathBuf, String)> {
+    let mut kinds: Vec<&str> = profiles.iter().map(|p| p.kind.as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let mut found = Vec::new();
+    for kind in kinds {
+        for ext in ["json", "yaml"] {
+            let path = dir.join(format!("{}.{ext}", kind.replace('/', "-")));
+            if !path.exists() {
+                continue;
+            }
+            match validate_file(&path) {
+                Ok(spec) if spec.kind == kind => found.push((path, kind.to_string())),
+                Ok(spec) => {
+                    tracing::warn!("left {}: its kind is {}, not {kind}", path.display(), spec.kind)
+                }
+                Err(_) => tracing::warn!("left {}: not a valid CDI spec of {kind}", path.display()),
+            }
+        }
+    }
+    found
+}
+
+fn clean(a: CleanArgs) -> anyhow::Result<()> {
+    let dir = match a.profiles_dir {
+        Some(d) => d,
+        None => config()?.profiles_dir,
+    };
+    let profiles = actk_core::profile::load(Some(&dir)).context("loading vendor profiles")?;
+    for (path, kind) in generated_files(&a.output, &profiles) {
+        std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+        outln!("removed {} ({kind})", path.display())?;
+    }
+    Ok(())
+}
+
+/// The kind of every valid spec file in `dir`, with its path (invalid ones are skipped, as the
+/// runtime skips them).
+fn other_specs(dir: &Path) -> Vec<(String, PathBuf)> {
+    let reg = Registry::load(&[dir]);
+    let mut out: Vec<(String, PathBuf)> = reg.specs().iter().map(|l| (l.spec.kind.clone(), l.path.clone())).collect();
+    out.sort();
+    out
 }
 
 fn list(a: ListArgs) -> anyhow::Result<()> {

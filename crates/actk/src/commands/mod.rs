@@ -4,6 +4,7 @@ pub mod info;
 pub mod list;
 pub mod node;
 pub mod runtime;
+pub mod who;
 
 /// SIGTERM/SIGINT for the long-running subcommands (`cdi generate --watch`, `node setup
 /// --wait`): a tokio signal handler on a thread of its own, so the callers stay synchronous.

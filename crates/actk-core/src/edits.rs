@@ -400,20 +400,41 @@ fn process_owner(root: &Map<String, Value>) -> (Option<u32>, Option<u32>) {
 /// Puts `entries` into `list` one by one as the reference library does: the first element with
 /// the entry's `key` is removed, then (`replace_again`, its AddDevice) another element with that
 /// key is replaced in place, else the entry is appended (its AddMount always appends). So an
-/// entry given twice ends up once, the later one. (A scan per entry: a start adds dozens of
-/// entries to a list of dozens, microseconds.)
+/// entry given twice ends up once, the later one.
+///
+/// In one pass (issue 31: a scan of the list per entry was quadratic in the devices of a
+/// node asked for all of them): the positions of each key's elements are queued in list
+/// order; a removal leaves a hole, filled in at the end, so no position moves meanwhile, and
+/// an append goes past every position queued.
 fn replace_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>, replace_again: bool) {
-    for entry in entries {
-        let k = entry.get(key).and_then(Value::as_str).map(str::to_string);
-        let same = |v: &Value| k.is_some() && v.get(key).and_then(Value::as_str) == k.as_deref();
-        if let Some(i) = list.iter().position(same) {
-            list.remove(i);
+    use std::collections::{HashMap, VecDeque};
+    let key_of = |v: &Value| v.get(key).and_then(Value::as_str).map(str::to_string);
+    let mut slots: Vec<Option<Value>> = Vec::with_capacity(list.len() + entries.len());
+    let mut at: HashMap<String, VecDeque<usize>> = HashMap::with_capacity(list.len() + entries.len());
+    for v in list.drain(..) {
+        if let Some(k) = key_of(&v) {
+            at.entry(k).or_default().push_back(slots.len());
         }
-        match list.iter().position(same).filter(|_| replace_again) {
-            Some(i) => list[i] = entry,
-            None => list.push(entry),
+        slots.push(Some(v));
+    }
+    for entry in entries {
+        let Some(k) = key_of(&entry) else {
+            slots.push(Some(entry));
+            continue;
+        };
+        let queue = at.entry(k).or_default();
+        if let Some(first) = queue.pop_front() {
+            slots[first] = None;
+        }
+        match queue.front().filter(|_| replace_again) {
+            Some(&i) => slots[i] = Some(entry),
+            None => {
+                queue.push_back(slots.len());
+                slots.push(Some(entry));
+            }
         }
     }
+    list.extend(slots.into_iter().flatten());
 }
 
 /// Sorts mounts by the depth of their destination, stably: a mount is attached after every
@@ -607,6 +628,44 @@ mod tests {
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
             "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}, "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 1, "minor": 1}]}
         })
+    }
+
+    /// The reference library's rule stated directly: a scan of the list per entry.
+    fn replace_all_direct(list: &mut Vec<Value>, key: &str, entries: Vec<Value>, replace_again: bool) {
+        for entry in entries {
+            let k = entry.get(key).and_then(Value::as_str).map(str::to_string);
+            let same = |v: &Value| k.is_some() && v.get(key).and_then(Value::as_str) == k.as_deref();
+            if let Some(i) = list.iter().position(same) {
+                list.remove(i);
+            }
+            match list.iter().position(same).filter(|_| replace_again) {
+                Some(i) => list[i] = entry,
+                None => list.push(entry),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass replace_all equals the scan per entry, on lists and entries with
+        /// repeated keys, elements without the key and keys that are not strings.
+        #[test]
+        fn replace_all_equals_the_scan_per_entry(
+            list in proptest::collection::vec((0u8..4, 0u8..5), 0..10),
+            entries in proptest::collection::vec((0u8..4, 0u8..5), 0..10),
+            replace_again: bool,
+        ) {
+            let value = |(k, v): (u8, u8)| match k {
+                3 => json!({"v": v}),
+                2 if v == 4 => json!({"d": 2, "v": v}),
+                _ => json!({"d": format!("/{k}"), "v": v}),
+            };
+            let list: Vec<Value> = list.into_iter().map(value).collect();
+            let entries: Vec<Value> = entries.into_iter().map(value).collect();
+            let (mut fast, mut direct) = (list.clone(), list);
+            replace_all(&mut fast, "d", entries.clone(), replace_again);
+            replace_all_direct(&mut direct, "d", entries, replace_again);
+            proptest::prop_assert_eq!(fast, direct);
+        }
     }
 
     #[test]

@@ -99,7 +99,7 @@ lint: deps
 	scripts/check-shim-deps.sh
 
 # Container start against plain runc, the floor shim and NVIDIA's runtime (issue 31;
-# docs/benchmarks.md): the shipped shims of target/dist, NVIDIA's nvidia-container-runtime built
+# docs/performance.md): the shipped shims of target/dist, NVIDIA's nvidia-container-runtime built
 # from the Go module proxy into /var/cache/actk/peers (a test peer, never a dependency).
 # BENCH_ROUNDS overrides the rounds; ACTK_BENCH_CALLGRIND=1 adds instruction counts. A
 # measurement, not a test: run it on a quiet machine. bench-scale: nodes of 8, 64 and 256

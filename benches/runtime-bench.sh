@@ -189,11 +189,13 @@ EOF
 }
 
 # What a config.json asks runc to set up for devices, as a set: sorted, annotations left out
-# (actk marks what it served there), so that two shims' edits compare whatever their order.
+# (actk marks what it served there), so that two shims' edits compare whatever their order. A
+# bind mount without a type is a bind mount with type "bind" to runc (the `bind` option decides),
+# and the reference library (NVIDIA's runtime) leaves the type out where actk writes it.
 edits_of() { # CONFIG.JSON
   jq -S '{devices: ([.linux.devices[]?] | sort_by(.path)),
           device_rules: ([.linux.resources.devices[]?] | unique),
-          mounts: ([.mounts[]?] | sort_by(.destination)),
+          mounts: ([.mounts[]? | if .type == null and ((.options // []) | (index("bind") != null or index("rbind") != null)) then .type = "bind" else . end] | sort_by(.destination)),
           env: ([.process.env[]?] | sort),
           hooks: ((.hooks // {}) | map_values(sort_by(.path, (.args | tostring)))),
           additional_gids: ([.process.user.additionalGids[]?] | sort)}' "$1"
@@ -243,7 +245,11 @@ compare() {
   d=$run/$fx
   mkdir -p "$d/cdi" "$d/nocdi"
   sh "$repo/fixtures/prepare.sh" "$fx" "$d/root" >/dev/null
-  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
+  # NVIDIA: every capability in the spec, NVSwitch nodes (`fabric`) included, as the request
+  # asks for all of them (a spec without --capabilities leaves the capability-only nodes out).
+  local caps=()
+  [ "$vendor" = nvidia ] && caps=(--capabilities all)
+  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" "${caps[@]}" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
   write_config "$d/disc.toml" "$d/root" "$d/nocdi"
   write_config "$d/cdi.toml" "$d/root" "$d/cdi"
   local variants=(actk-cdi actk-disc)
@@ -346,7 +352,8 @@ compare() {
 
 # Scale: a vendor's synthetic nodes of 8, 64 and 256 devices (fixtures/generate.py --devices).
 scale() {
-  local vendor=$1 fx env sizes n req m v d
+  local vendor=$1 fx env sizes n req m v d caps=()
+  [ "$vendor" = nvidia ] && caps=(--capabilities all)
   case $vendor in
     nvidia) fx=nvidia-dgx-h100 env=NVIDIA_VISIBLE_DEVICES sizes="8 64 254" ;;
     amd) fx=amd-mi300x-cpx env=AMD_VISIBLE_DEVICES sizes="8 64 256" ;;
@@ -361,7 +368,7 @@ scale() {
     sh "$repo/fixtures/prepare.sh" "$d/src-$n" "$d/root-$n" >/dev/null
     rm -rf "$d/src-$n"
     mkdir -p "$d/cdi-$n"
-    "$bin/actk" cdi generate --root "$d/root-$n" --vendor "$vendor" --ldcache-hook "$bin/actk-hook" --output "$d/cdi-$n" >/dev/null 2>&1
+    "$bin/actk" cdi generate --root "$d/root-$n" --vendor "$vendor" "${caps[@]}" --ldcache-hook "$bin/actk-hook" --output "$d/cdi-$n" >/dev/null 2>&1
     write_config "$d/cdi-$n.toml" "$d/root-$n" "$d/cdi-$n" /bin/true
     write_config "$d/disc-$n.toml" "$d/root-$n" "$d/nocdi" /bin/true
   done

@@ -97,3 +97,24 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	scripts/check-shim-deps.sh
+
+# Container start against plain runc, the floor shim and NVIDIA's runtime (issue 31;
+# docs/performance.md): the shipped shims of target/dist, NVIDIA's nvidia-container-runtime built
+# from the Go module proxy into /var/cache/actk/peers (a test peer, never a dependency).
+# BENCH_ROUNDS overrides the rounds; ACTK_BENCH_CALLGRIND=1 adds instruction counts. A
+# measurement, not a test: run it on a quiet machine. bench-scale: nodes of 8, 64 and 256
+# devices of every vendor; bench-paths: pod start by NRI, engine CDI and RuntimeClass on the
+# real cluster (scripts/k8s-node.sh, one per machine; left down).
+.PHONY: bench-runtime bench-scale bench-paths
+bench-runtime: deps
+	scripts/build-release.sh >/dev/null
+	scripts/fetch-nvidia-runtime.sh >/dev/null
+	benches/runtime-bench.sh $(BENCH_ROUNDS)
+
+bench-scale: deps
+	scripts/build-release.sh >/dev/null
+	benches/runtime-bench.sh scale $(BENCH_ROUNDS)
+
+bench-paths: deps
+	scripts/build-release.sh >/dev/null
+	benches/k8s-bench.sh paths $(BENCH_ROUNDS)

@@ -1,26 +1,34 @@
-/* Driver of benches/runtime-bench.sh (issue 14): ROUNDS interleaved container cycles
+/* Driver of benches/runtime-bench.sh (issues 14, 31): ROUNDS interleaved container cycles
  * (create, state, start, wait, delete) through several OCI runtimes, one cycle of each variant
  * per round (the order rotates each round, so drift and position hit every variant alike),
- * timing every call and accounting every process's CPU time exactly (wait4 rusage, µs).
+ * timing every call and accounting every process's CPU time, page faults and peak RSS exactly
+ * (wait4 rusage: µs, faults, KiB).
  *
  * It is what containerd's runc shim does: it calls `RUNTIME create --bundle B --pid-file F ID`,
  * `state ID`, `start ID`, becomes the subreaper of the container's init (PR_SET_CHILD_SUBREAPER)
  * and waits for it to exit, then calls `delete ID`. The container's own CPU (runc init, its
  * createContainer hooks, the process) is part of the cycle's CPU.
  *
- * Usage: cycle-bench -n ROUNDS [-w WARMUP] [-t TSV] [-C 1] VARIANT...
+ * Usage: cycle-bench -n ROUNDS [-w WARMUP] [-t TSV] [-C 1 | -S 1] VARIANT...
  *   -C 1: create only: each round runs just `create` of every variant, whose runtime must not
  *         start a container (a shim configured to exec true(1) as its low-level runtime): the
  *         shim's own cost, without runc's milliseconds of noise around it. cycle = create.
+ *   -S 1: single calls: `create`, `state`, `start` and `delete` of every variant, each call on
+ *         its own with a runtime that starts no container (true(1) again): every call's own
+ *         cost. cycle = their sum; wait is 0.
  *   VARIANT: -v NAME -r RUNTIME -b BUNDLE [-o ORIGINAL] [-e NAME=VALUE]...
  *   -o: copied over BUNDLE/config.json before every create (untimed), for shims that edit it.
  *   -e: environment of that variant's runtime calls (ACTK_CONFIG).
- *   -t: also write every sample (variant, round, call, wall_us, cpu_us) to TSV.
- *   -P A:B  after the run, the median over rounds of (A's time - B's time) per call, in ms:
- *           paired by round, so that drift between rounds cancels.
- *   -R A:B  the ratios of A's to B's medians of the cycle's wall and CPU time, and the paired
- *           median difference per cycle in ms.
- * Prints, per variant and call, the median wall and CPU time in ms, then the -P and -R lines. */
+ *   -t: also write every sample (variant, round, call, wall_us, cpu_us, minflt, majflt,
+ *       maxrss_kib) to TSV.
+ *   -P A:B  after the run, per call, the paired differences A - B over rounds (A's sample minus
+ *           B's of the same round, so that drift between rounds cancels): median and p25..p75
+ *           of wall and CPU ms, medians of minor faults and of peak RSS (KiB).
+ *   -R A:B  the per-round ratios A / B of the cycle's wall and CPU time (median, p25..p75) and
+ *           the paired difference per cycle in ms.
+ * Prints, per variant and call, the medians of wall ms, CPU ms, minor faults and peak RSS KiB
+ * (the peak of the process and what it exec'd: for a shim, the larger of the shim and the
+ * runtime it execs), then the -P and -R lines. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -44,7 +52,9 @@ struct variant {
     const char *name, *runtime, *bundle, *original;
     const char *env[MAX_ENV];
     int nenv;
-    double *wall[NCALLS], *cpu[NCALLS]; /* per round, microseconds */
+    double *wall[NCALLS], *cpu[NCALLS];  /* per round, microseconds */
+    double *flt[NCALLS], *rss[NCALLS];   /* per round, minor faults and peak RSS KiB */
+    double *mflt[NCALLS];                /* per round, major faults */
 };
 
 static struct variant vs[MAX_VARIANTS];
@@ -52,7 +62,7 @@ static int nv;
 #define MAX_PAIRS 32
 static const char *pairs[MAX_PAIRS], *ratios[MAX_PAIRS];
 static int npairs, nratios;
-static int create_only;
+static int create_only, single_calls;
 
 static void fail(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "cycle-bench: ");
@@ -109,8 +119,11 @@ static int reap(pid_t pid, struct rusage *ru) {
     }
 }
 
-/* Runs RUNTIME ARGS... for variant v; returns wall and CPU in µs. Exit status must be 0. */
-static void call(struct variant *v, char *const args[], double *wall, double *cpu) {
+/* What one call cost: wall and CPU µs, minor and major faults, peak RSS KiB. */
+struct cost { double wall, cpu, flt, mflt, rss; };
+
+/* Runs RUNTIME ARGS... for variant v and returns its cost. Exit status must be 0. */
+static void call(struct variant *v, char *const args[], struct cost *c) {
     double t0 = now_us();
     pid_t pid = fork();
     if (pid < 0) fail("fork: %s%s", strerror(errno), "");
@@ -124,8 +137,11 @@ static void call(struct variant *v, char *const args[], double *wall, double *cp
     }
     struct rusage ru;
     int st = reap(pid, &ru);
-    *wall = now_us() - t0;
-    *cpu = cpu_us(&ru);
+    c->wall = now_us() - t0;
+    c->cpu = cpu_us(&ru);
+    c->flt = ru.ru_minflt;
+    c->mflt = ru.ru_majflt;
+    c->rss = ru.ru_maxrss;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("%s: %s failed", v->name, args[1]);
 }
 
@@ -158,38 +174,52 @@ static void cycle(struct variant *v, int r) {
     snprintf(pidfile, sizeof pidfile, "%s/bench.pid", v->bundle);
     snprintf(cfg, sizeof cfg, "%s/config.json", v->bundle);
     if (v->original) copy_file(v->original, cfg);
-    double w[NCALLS] = {0}, c[NCALLS] = {0};
+    struct cost c[NCALLS] = {{0}};
     char *rt = (char *)v->runtime;
     char *create[] = {rt, "create", "--bundle", (char *)v->bundle, "--pid-file", pidfile, id, NULL};
     char *state[] = {rt, "state", id, NULL};
     char *start[] = {rt, "start", id, NULL};
     char *del[] = {rt, "delete", id, NULL};
-    call(v, create, &w[CREATE], &c[CREATE]);
+    call(v, create, &c[CREATE]);
     if (create_only) {
-        w[CYCLE] = w[CREATE];
         c[CYCLE] = c[CREATE];
         goto record;
     }
-    pid_t init = read_pid(pidfile);
-    call(v, state, &w[STATE], &c[STATE]);
-    double t0 = now_us();
-    call(v, start, &w[START], &c[START]);
-    struct rusage ru;
-    int st = reap(init, &ru);
-    w[WAIT] = now_us() - t0 - w[START];
-    c[WAIT] = cpu_us(&ru);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("%s: the container's process failed%s", v->name, "");
-    call(v, del, &w[DELETE], &c[DELETE]);
-    nearly = 0;
+    if (single_calls) {
+        call(v, state, &c[STATE]);
+        call(v, start, &c[START]);
+        call(v, del, &c[DELETE]);
+    } else {
+        pid_t init = read_pid(pidfile);
+        call(v, state, &c[STATE]);
+        double t0 = now_us();
+        call(v, start, &c[START]);
+        struct rusage ru;
+        int st = reap(init, &ru);
+        c[WAIT].wall = now_us() - t0 - c[START].wall;
+        c[WAIT].cpu = cpu_us(&ru);
+        c[WAIT].flt = ru.ru_minflt;
+        c[WAIT].mflt = ru.ru_majflt;
+        c[WAIT].rss = ru.ru_maxrss;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("%s: the container's process failed%s", v->name, "");
+        call(v, del, &c[DELETE]);
+        nearly = 0;
+    }
     for (int k = 0; k < CYCLE; k++) {
-        w[CYCLE] += w[k];
-        c[CYCLE] += c[k];
+        c[CYCLE].wall += c[k].wall;
+        c[CYCLE].cpu += c[k].cpu;
+        c[CYCLE].flt += c[k].flt;
+        c[CYCLE].mflt += c[k].mflt;
+        if (c[k].rss > c[CYCLE].rss) c[CYCLE].rss = c[k].rss;
     }
 record:
     if (r < 0) return;
     for (int k = 0; k < NCALLS; k++) {
-        v->wall[k][r] = w[k];
-        v->cpu[k][r] = c[k];
+        v->wall[k][r] = c[k].wall;
+        v->cpu[k][r] = c[k].cpu;
+        v->flt[k][r] = c[k].flt;
+        v->mflt[k][r] = c[k].mflt;
+        v->rss[k][r] = c[k].rss;
     }
 }
 
@@ -198,13 +228,25 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(const double *xs, int n) {
+/* The q-quantile (0..1) of xs[0..n), by linear interpolation between the closest ranks. */
+static double quantile(const double *xs, int n, double q) {
     double *s = malloc(n * sizeof *s);
     memcpy(s, xs, n * sizeof *s);
     qsort(s, n, sizeof *s, cmp);
-    double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+    double pos = q * (n - 1);
+    int lo = (int)pos;
+    double m = lo + 1 < n ? s[lo] + (pos - lo) * (s[lo + 1] - s[lo]) : s[lo];
     free(s);
     return m;
+}
+
+static double median(const double *xs, int n) { return quantile(xs, n, 0.5); }
+
+/* " WHAT median [p25 p75]" of xs times `scale`, each printed with `fmt`. */
+static void print_spread(const char *what, const double *xs, int n, double scale, const char *fmt) {
+    char f[64];
+    snprintf(f, sizeof f, " %%s %s [%s %s]", fmt, fmt, fmt);
+    printf(f, what, quantile(xs, n, 0.5) * scale, quantile(xs, n, 0.25) * scale, quantile(xs, n, 0.75) * scale);
 }
 
 /* The variant named by the `which`th (0 or 1) half of "A:B". */
@@ -231,6 +273,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-w")) warmup = atoi(val);
         else if (!strcmp(a, "-t")) tsv = val;
         else if (!strcmp(a, "-C")) create_only = atoi(val);
+        else if (!strcmp(a, "-S")) single_calls = atoi(val);
         else if (!strcmp(a, "-P") && npairs < MAX_PAIRS) pairs[npairs++] = val;
         else if (!strcmp(a, "-R") && nratios < MAX_PAIRS) ratios[nratios++] = val;
         else if (!strcmp(a, "-v")) {
@@ -250,6 +293,9 @@ int main(int argc, char **argv) {
         for (int k = 0; k < NCALLS; k++) {
             vs[j].wall[k] = calloc(rounds, sizeof(double));
             vs[j].cpu[k] = calloc(rounds, sizeof(double));
+            vs[j].flt[k] = calloc(rounds, sizeof(double));
+            vs[j].mflt[k] = calloc(rounds, sizeof(double));
+            vs[j].rss[k] = calloc(rounds, sizeof(double));
         }
     }
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) fail("PR_SET_CHILD_SUBREAPER: %s%s", strerror(errno), "");
@@ -258,51 +304,62 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nv; j++) cycle(&vs[(j + r) % nv], r);
 
-    printf("%-14s", "median ms");
-    for (int k = 0; k < NCALLS; k++) printf(" %9s %9s", CALLS[k], "cpu");
-    printf("\n");
+    /* Calls a mode does not make are left out of what it prints. */
+    int shown[NCALLS];
+    for (int k = 0; k < NCALLS; k++)
+        shown[k] = !(create_only && k != CREATE && k != CYCLE) && !(single_calls && k == WAIT);
+    printf("medians per call: wall ms / CPU ms / minor faults / peak RSS KiB\n");
     for (int j = 0; j < nv; j++) {
-        printf("%-14s", vs[j].name);
-        for (int k = 0; k < NCALLS; k++)
-            printf(" %9.3f %9.3f", median(vs[j].wall[k], rounds) / 1e3, median(vs[j].cpu[k], rounds) / 1e3);
+        printf("%-16s", vs[j].name);
+        for (int k = 0; k < NCALLS; k++) {
+            if (!shown[k]) continue;
+            printf(" %s %.3f/%.3f/%.0f/%.0f", CALLS[k], median(vs[j].wall[k], rounds) / 1e3,
+                   median(vs[j].cpu[k], rounds) / 1e3, median(vs[j].flt[k], rounds), median(vs[j].rss[k], rounds));
+        }
         printf("\n");
     }
     double *d = malloc(rounds * sizeof *d), *dc = malloc(rounds * sizeof *dc);
+    double *df = malloc(rounds * sizeof *df), *dr = malloc(rounds * sizeof *dr);
+    if (npairs) printf("A - B: paired differences by round, ms: median [p25 p75] of wall, of CPU; medians of faults, peak RSS KiB\n");
     for (int p = 0; p < npairs; p++) {
         struct variant *a = find(pairs[p], 0), *b = find(pairs[p], 1);
-        char label[64];
-        snprintf(label, sizeof label, "%s - %s", a->name, b->name);
-        printf("%-28s", label);
         for (int k = 0; k < NCALLS; k++) {
+            if (!shown[k]) continue;
             for (int r = 0; r < rounds; r++) {
                 d[r] = a->wall[k][r] - b->wall[k][r];
                 dc[r] = a->cpu[k][r] - b->cpu[k][r];
+                df[r] = a->flt[k][r] - b->flt[k][r];
+                dr[r] = a->rss[k][r] - b->rss[k][r];
             }
-            printf(" %s %+.3f/%+.3f", CALLS[k], median(d, rounds) / 1e3, median(dc, rounds) / 1e3);
+            printf("%s - %s %s", a->name, b->name, CALLS[k]);
+            print_spread("wall", d, rounds, 1e-3, "%+.3f");
+            print_spread("cpu", dc, rounds, 1e-3, "%+.3f");
+            printf(" faults %+.0f rss %+.0f\n", median(df, rounds), median(dr, rounds));
         }
-        printf("\n");
     }
+    if (nratios) printf("A / B: per-round ratios of the cycle, median [p25 p75] of wall, of CPU; paired difference per cycle, ms\n");
     for (int p = 0; p < nratios; p++) {
         struct variant *a = find(ratios[p], 0), *b = find(ratios[p], 1);
         for (int r = 0; r < rounds; r++) {
-            d[r] = a->wall[CYCLE][r] - b->wall[CYCLE][r];
-            dc[r] = a->cpu[CYCLE][r] - b->cpu[CYCLE][r];
+            d[r] = a->wall[CYCLE][r] / b->wall[CYCLE][r];
+            dc[r] = a->cpu[CYCLE][r] / b->cpu[CYCLE][r];
+            df[r] = a->wall[CYCLE][r] - b->wall[CYCLE][r];
+            dr[r] = a->cpu[CYCLE][r] - b->cpu[CYCLE][r];
         }
-        char label[64];
-        snprintf(label, sizeof label, "%s / %s", a->name, b->name);
-        printf("%-28s cycle wall %.3fx  cycle cpu %.3fx  per cycle %+.2f ms wall, %+.2f ms cpu\n", label,
-               median(a->wall[CYCLE], rounds) / median(b->wall[CYCLE], rounds),
-               median(a->cpu[CYCLE], rounds) / median(b->cpu[CYCLE], rounds), median(d, rounds) / 1e3,
-               median(dc, rounds) / 1e3);
+        printf("%s / %s cycle", a->name, b->name);
+        print_spread("wall", d, rounds, 1, "%.3f");
+        print_spread("cpu", dc, rounds, 1, "%.3f");
+        printf(" per-cycle wall %+.3f cpu %+.3f\n", median(df, rounds) / 1e3, median(dr, rounds) / 1e3);
     }
     if (tsv) {
         FILE *f = fopen(tsv, "w");
         if (!f) fail("cannot write %s: %s", tsv, strerror(errno));
-        fprintf(f, "variant\tround\tcall\twall_us\tcpu_us\n");
+        fprintf(f, "variant\tround\tcall\twall_us\tcpu_us\tminflt\tmajflt\tmaxrss_kib\n");
         for (int j = 0; j < nv; j++)
             for (int r = 0; r < rounds; r++)
                 for (int k = 0; k < NCALLS; k++)
-                    fprintf(f, "%s\t%d\t%s\t%.1f\t%.1f\n", vs[j].name, r, CALLS[k], vs[j].wall[k][r], vs[j].cpu[k][r]);
+                    fprintf(f, "%s\t%d\t%s\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\n", vs[j].name, r, CALLS[k], vs[j].wall[k][r],
+                            vs[j].cpu[k][r], vs[j].flt[k][r], vs[j].mflt[k][r], vs[j].rss[k][r]);
         fclose(f);
     }
     return 0;

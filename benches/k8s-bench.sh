@@ -12,11 +12,34 @@
 # Both `up` figures end when the node's allocatable shows the DGX fixture's 8 GPUs.
 #
 # Usage: benches/k8s-bench.sh [--cold-build] [ROUNDS]     (ROUNDS default 10)
+#
+#        benches/k8s-bench.sh paths [ROUNDS]                 (ROUNDS default 12)
+# Pod start by each path that gives a pod its GPUs (issue 31), interleaved in one run on the
+# same cluster, the order rotating each round; 2 GPUs of the DGX fixture, all capabilities:
+#   cdi         `limits: {nvidia.com/gpu: 2}`, the device plugin's cdi-cri strategy: containerd
+#               applies the CDI spec itself; no NRI plugin attached (the reference)
+#   cdi+nri     the same pod with actk-nri attached to containerd's NRI socket (it sees the pod
+#               and finds nothing to serve: what attaching the plugin costs every other pod)
+#   nri         NVIDIA_VISIBLE_DEVICES=<the 2 GPUs' UUIDs>, default runtime: actk-nri serves it
+#   runtime     the same env, `runtimeClassName: actk`: actk-runtime (node setup) serves it
+# The env pods ask without the device plugin, so the node's trust policy takes env requests
+# (envRequests: always, a node whose pod authors are trusted: the bench's own actk-nri config
+# and nodeSetup.policy); they skip the kubelet's Allocate call, one local gRPC call. actk-nri
+# runs on the node as a process (target/dist/actk-nri, the image's binary), started before a
+# cdi+nri or nri pod and stopped before a cdi or runtime pod, outside the measured time. Every
+# container checks that it sees both GPU nodes (it never starts otherwise).
+# Prints median seconds from `kubectl apply` to the container started (a watch), each path's
+# median over cdi's and the paired per-round differences to cdi (median, p25..p75, ms).
+# Target: cdi+nri and nri within 2% of cdi.
+#
 # Needs root; the first run on a machine builds Kubernetes (scripts/k8s/build-kube.sh).
 # Leaves the cluster down at the end (as `make test` does).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 node=$repo/scripts/k8s-node.sh
+if [ "${1:-}" = paths ]; then
+  exec "$repo/benches/k8s-paths.sh" "${@:2}"
+fi
 cold_build=0
 [ "${1:-}" = --cold-build ] && { cold_build=1; shift; }
 rounds=${1:-10}

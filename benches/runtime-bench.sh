@@ -1,53 +1,82 @@
 #!/usr/bin/env bash
-# Cost of actk-runtime against the floor of any config.json-editing shim (issues 3 and 14).
+# What a container start costs through the shims that ship, next to plain runc, the floor of any
+# config.json-editing shim and NVIDIA's runtime (issues 3, 14, 31). Two passes:
 #
-# ROUNDS interleaved rounds (default 300) of create / state / start / wait / delete of a busybox
-# bundle that asks for 8 GPUs, one cycle of every variant per round, driven by benches/cycle-bench.c
-# (containerd's runc shim in miniature: subreaper of the container, waits for it to exit):
-#   actk-cdi    actk-runtime, CDI spec on the node (`actk cdi generate`): no discovery
-#   actk-disc   actk-runtime, no spec: discovery of the host root on every create
-#   actk-cdi64, actk-disc64   the same on a 64-GPU host built from the DGX fixture (same request)
-#   floor       a static C shim that reads, writes back and renames config.json, then execs runc
-#               (benches/floor-shim.c, built here): the least a config.json-editing shim does
-#   exec-only   the same shim built to only exec runc
-#   floor-musl, exec-only-musl   the same two linked with musl (musl-gcc, apt-get install
-#               musl-tools; left out without it): actk-runtime's release build is static musl
-#               (scripts/build-release.sh), and glibc's start-up costs every exec 0.2-0.3 ms of
-#               CPUID exits in a VM that musl's does not, so these are the like-for-like floor
-#   runc        plain runc
+#   benches/runtime-bench.sh [ROUNDS]         compare (default; ROUNDS default 200)
+#   benches/runtime-bench.sh scale [ROUNDS]   nodes of 8, 64 and 256 devices (ROUNDS default 150)
+#
+# compare, per fixture (the DGX H100 asking for its 8 GPUs, the MI300X for its 8), all variants
+# interleaved in one run with the order rotating each round (benches/cycle-bench.c):
+#   actk-cdi     target/dist's actk-runtime, a CDI spec on the node (`actk cdi generate`)
+#   actk-disc    the same with no spec: discovery of the host root on every create
+#   nvidia-cdi   NVIDIA's nvidia-container-runtime (DGX only; scripts/fetch-nvidia-runtime.sh
+#                builds it from the Go module proxy into a cache outside the clone: a test peer,
+#                never a dependency of actk) in mode "cdi" against the same CDI spec
+#   floor        a static C shim that reads, writes back and renames config.json, then execs runc
+#                (benches/floor-shim.c): the least a config.json-editing shim does
+#   exec-only    the same shim built to only exec runc
+#   floor-musl, exec-only-musl   the two linked with musl (musl-gcc: apt-get install
+#                musl-tools), like actk-runtime's release build: glibc's start-up costs every exec
+#                0.2-0.3 ms of CPUID exits in a VM and musl's does not, so these are the
+#                like-for-like floor, used for the targets when built
+#   runc         plain runc
 # floor, exec-only and runc run on the pre-edited bundle (the edits actk-runtime makes, applied
-# once), so the low-level work is the same for every variant. Two fixtures with 8 GPUs: the DGX H100
-# (NVIDIA_VISIBLE_DEVICES=0,...,7) and the MI300X (AMD_VISIBLE_DEVICES=0,...,7).
+# once), so the low-level work is the same for every variant; before any timing every shim's
+# edits are made once (with true(1) as its runc) and compared with that bundle's: device nodes,
+# cgroup device rules, mounts, env, hooks and GIDs must be the same set, or the run stops and
+# prints the difference. Bundles live on a tmpfs, as containerd keeps them under /run; every
+# binary is dropped from the page cache before the rounds (see `evict`).
+# Two runs of cycle-bench per fixture:
+#   cycles        ROUNDS rounds of create, state, start, wait (the container runs true) and
+#                 delete of every variant
+#   single calls  2 x ROUNDS rounds of create, state, start and delete of every shim with true(1)
+#                 as its runc: each call's own cost without runc's milliseconds of noise, the
+#                 steadier reading (the targets are read from it)
+# Printed: per variant and call the medians of wall ms, CPU ms (wait4: the process and all it
+# runs), minor faults and peak RSS KiB; per-round ratios of the cycle to runc (median and
+# p25..p75, wall and CPU); paired differences A - B by round (median and p25..p75); then the
+# issue-31 figures with their targets: create CPU over the floor's create <= 0.5 ms with a spec,
+# <= 1.0 ms with discovery, every other call at the floor.
 #
-# Prints, per fixture: every variant's median wall and CPU time per call and per cycle; ratios of
-# the cycle to runc's with the per-cycle difference (medians of differences paired by round); and
-# the issue-14 figures: actk minus the floor per cycle (target <= 1.0 ms), every non-create call
-# minus exec-only (target <= 0.3 ms), create with discovery minus the floor's create (<= 1.5 ms),
-# and actk's create cost over the floor on the 64-GPU host against the 8-GPU host (<= 2x); the
-# first and third also against floor-musl when it is built. Then, per fixture, the create
-# figures again from a create-only pass with true(1) as every shim's runc (create_only below):
-# the shim's own cost with runc's noise taken out, the steadier reading of the two.
-# No pass/fail: a measurement, not a test.
+# scale, per vendor fixture (NVIDIA DGX H100, AMD MI300X CPX partitions, AWS Trainium trn1, Intel
+# Gaudi2 on the DRM accel subsystem): synthetic nodes of 8, 64 and 256 devices built from the
+# real layout (fixtures/generate.py --devices; NVIDIA stops at 254 GPUs, the driver's minors),
+# with a spec and with discovery, asking for 8 devices ("8 of N": what grows is the node) and
+# for all of them ("all N": what grows is also the request); create only, true(1) as runc,
+# ROUNDS interleaved rounds of all of a vendor's variants. Prints each create's CPU over
+# floor-musl's, the 64/8 and 256/8 ratios (target: 64 devices <= 1.5x of 8, every vendor, spec
+# and discovery, for 8 of N) and, for all N, the CPU per added device from 8 to 64 and from 64
+# to 256 (linear when the two agree).
 #
-# Usage: benches/runtime-bench.sh [ROUNDS]
-# Needs: root, runc, gcc, jq, /bin/busybox (busybox-static), and the release binaries as they are
-# installed: `scripts/build-release.sh` (static actk-runtime and actk-hook, built on their own so
-# that they link none of the CLI's features) writes them to target/dist; ACTK_BIN_DIR overrides.
-# ACTK_BENCH_FIXTURES overrides the fixture list ("nvidia-dgx-h100 amd-mi300x").
-# ACTK_BENCH_BASELINE=DIR adds base-cdi and base-disc: the actk-runtime in DIR (with the actk-hook
-# next to it, so that its edits are the same), e.g. an earlier commit's target/dist, in the same
-# interleaved rounds, and prints what a change gained against it (one run on a noisy machine
-# compares where two runs do not).
+# ACTK_BENCH_CALLGRIND=1 adds instruction counts (valgrind's callgrind, dumped when the shim
+# calls execve): every create of the scale pass and the compare pass's actk creates once each.
+# They repeat to the instruction on a loaded machine, where CPU figures do not.
+#
+# No pass/fail: a measurement, not a test. On a busy machine the CPU figures are the steadier
+# (`uptime` is printed with them); take them on a quiet one.
+#
+# Needs: root, runc, gcc, jq, python3, /bin/busybox (busybox-static), the release binaries
+# (`scripts/build-release.sh` -> target/dist; ACTK_BIN_DIR overrides), go for the NVIDIA peer
+# (ACTK_BENCH_NVIDIA=0 leaves it out), musl-gcc for the musl floors, valgrind for callgrind.
+# ACTK_BENCH_FIXTURES overrides compare's fixture list, ACTK_BENCH_VENDORS scale's
+# ("nvidia amd neuron gaudi"). ACTK_BENCH_BASELINE=DIR adds base-cdi and base-disc to compare:
+# the actk-runtime in DIR (with the actk-hook next to it), e.g. an earlier commit's target/dist,
+# in the same interleaved rounds.
 set -euo pipefail
 
-rounds=${1:-300}
+mode=compare
+if [ "${1:-}" = scale ]; then mode=scale; shift; fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ACTK_BIN_DIR:-$repo/target/dist}
 fixtures=${ACTK_BENCH_FIXTURES:-nvidia-dgx-h100 amd-mi300x}
+vendors=${ACTK_BENCH_VENDORS:-nvidia amd neuron gaudi}
 baseline=${ACTK_BENCH_BASELINE:-}
+callgrind=${ACTK_BENCH_CALLGRIND:-0}
+with_nvidia=${ACTK_BENCH_NVIDIA:-1}
+if [ "$mode" = scale ]; then rounds=${1:-150}; else rounds=${1:-200}; fi
 
 need() { echo "runtime-bench: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || need "needs root (runc, mknod)"
+[ "$(id -u)" = 0 ] || need "needs root (runc, mknod, mount)"
 for b in actk-runtime actk-hook actk; do
   [ -x "$bin/$b" ] || need "$bin/$b not built: scripts/build-release.sh"
 done
@@ -55,13 +84,24 @@ if [ -n "$baseline" ]; then
   for b in actk-runtime actk-hook; do [ -x "$baseline/$b" ] || need "ACTK_BENCH_BASELINE: no $baseline/$b"; done
 fi
 runc=$(command -v runc) || need "runc not on PATH"
-command -v gcc >/dev/null || need "gcc not on PATH"
-command -v jq >/dev/null || need "jq not on PATH"
+for t in gcc jq python3; do command -v $t >/dev/null || need "$t not on PATH"; done
 [ -x /bin/busybox ] || need "/bin/busybox missing (apt-get install busybox-static)"
+[ "$callgrind" = 0 ] || command -v valgrind >/dev/null || need "ACTK_BENCH_CALLGRIND=1 needs valgrind"
+nvidia_rt=
+if [ "$mode" = compare ] && [ "$with_nvidia" = 1 ]; then
+  nvidia_rt=$("$repo/scripts/fetch-nvidia-runtime.sh" | tail -n 1) || need "cannot build NVIDIA's runtime (ACTK_BENCH_NVIDIA=0 leaves it out)"
+fi
 
+# Binaries on disk in $work (read back from disk like an installed binary, see evict); bundles
+# and host roots on a tmpfs in $run, as containerd keeps bundles under /run and the kernel's
+# /dev, /sys and /proc are in memory.
 work=$(mktemp -d /tmp/actk-runtime-bench-XXXXXX)
+run=$work/run
+mkdir -p "$run"
+mount -t tmpfs -o size=4g,mode=0755 actk-bench "$run"
 cleanup() {
   for id in $(runc list -q 2>/dev/null | grep "^actk-bench-" || true); do runc delete --force "$id" >/dev/null 2>&1 || true; done
+  umount "$run" 2>/dev/null || umount -l "$run" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -88,44 +128,24 @@ evict() { # FILE... : written back, then dropped from the page cache
 }
 floor_build gcc floor "$runc"
 floor_build gcc exec-only "$runc" -DEXEC_ONLY
-# The create-only pass: the same floor with true(1) as its runc.
 floor_build gcc floor-true /bin/true
+floor_build gcc exec-only-true /bin/true -DEXEC_ONLY
 floors=(floor exec-only)
-true_floors=(floor-true)
+floor=floor exec_only=exec-only
 if command -v musl-gcc >/dev/null; then
   floor_build musl-gcc floor-musl "$runc"
   floor_build musl-gcc exec-only-musl "$runc" -DEXEC_ONLY
   floor_build musl-gcc floor-musl-true /bin/true
+  floor_build musl-gcc exec-only-musl-true /bin/true -DEXEC_ONLY
   floors+=(floor-musl exec-only-musl)
-  true_floors+=(floor-musl-true)
+  floor=floor-musl exec_only=exec-only-musl
 else
-  echo "runtime-bench: no musl-gcc (apt-get install musl-tools): no floor-musl" >&2
+  echo "runtime-bench: no musl-gcc (apt-get install musl-tools): the targets are read against the glibc floor" >&2
 fi
 
-echo "actk-runtime: $(stat -c %s "$bin/actk-runtime") bytes, $(file -b "$bin/actk-runtime" | cut -d, -f1-2), $(grep -q GLIBC "$bin/actk-runtime" && echo glibc || echo musl)"
-
-# A 64-GPU host from a prepared DGX H100 root: for PCI domains 0001..0007 a copy of each of the 8
-# GPUs at the same bus number, with its own procfs information (UUID, bus, minor), PCI sysfs entry
-# and /dev/nvidiaN (as benches/discovery.rs in actk-core builds it).
-extend_dgx_to_64() { # ROOT
-  local root=$1 minor=8 domain bdf nbdf g
-  local gpus=$root/proc/driver/nvidia/gpus
-  local originals=("$gpus"/0000:*)
-  for domain in 1 2 3 4 5 6 7; do
-    for g in "${originals[@]}"; do
-      bdf=${g##*/}
-      nbdf=$(printf '%04x%s' "$domain" "${bdf:4}")
-      mkdir -p "$gpus/$nbdf" "$root/sys/devices/pci$(printf %04x "$domain"):00/$nbdf"
-      sed -e "s/^GPU UUID:.*/GPU UUID: \t GPU-5e7e7e7e-0000-4000-8000-$(printf %012x "$minor")/" \
-        -e "s/^Bus Location:.*/Bus Location: \t $nbdf/" -e "s/^Device Minor:.*/Device Minor: \t $minor/" \
-        "$g/information" >"$gpus/$nbdf/information"
-      cp "$root/sys/bus/pci/devices/$bdf/numa_node" "$root/sys/devices/pci$(printf %04x "$domain"):00/$nbdf/numa_node"
-      ln -s "../../../devices/pci$(printf %04x "$domain"):00/$nbdf" "$root/sys/bus/pci/devices/$nbdf"
-      mknod -m 666 "$root/dev/nvidia$minor" c 195 "$minor"
-      minor=$((minor + 1))
-    done
-  done
-}
+echo "runtime-bench $mode: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+echo "actk-runtime: $(stat -c %s "$bin/actk-runtime") bytes, $(file -b "$bin/actk-runtime" | cut -d, -f1-2), $(grep -q GLIBC "$bin/actk-runtime" && echo glibc || echo musl); $("$bin/actk-runtime" --version 2>/dev/null | head -n 1 || true)"
+[ -z "$nvidia_rt" ] || echo "nvidia-container-runtime: $nvidia_rt ($(stat -c %s "$nvidia_rt") bytes, $(file -b "$nvidia_rt" | cut -d, -f1-2))"
 
 make_bundle() { # DIR ENV...
   local dir=$1; shift
@@ -149,10 +169,38 @@ root = "$2"
 spec_dirs = ["$3"]
 hooks_dirs = ["$work/hooks.d"]
 profiles_dir = "$work/profiles.d"
+hook_path = "$bin/actk-hook"
 EOF
 }
 
-summary() { # what a config.json asks runc to do
+# NVIDIA's runtime as its packages configure it (config.toml of nvidia-container-toolkit-base),
+# but in mode "cdi" with the spec directory of the actk variants and runc (or true) as runtime.
+write_nvidia_config() { # FILE SPEC_DIR RUNTIME
+  cat >"$1" <<EOF
+[nvidia-container-runtime]
+log-level = "info"
+mode = "cdi"
+runtimes = ["$3"]
+[nvidia-container-runtime.modes.cdi]
+annotation-prefixes = ["cdi.k8s.io/"]
+default-kind = "nvidia.com/gpu"
+spec-dirs = ["$2"]
+EOF
+}
+
+# What a config.json asks runc to set up for devices, as a set: sorted, annotations left out
+# (actk marks what it served there), so that two shims' edits compare whatever their order. A
+# bind mount without a type is a bind mount with type "bind" to runc (the `bind` option decides),
+# and the reference library (NVIDIA's runtime) leaves the type out where actk writes it.
+edits_of() { # CONFIG.JSON
+  jq -S '{devices: ([.linux.devices[]?] | sort_by(.path)),
+          device_rules: ([.linux.resources.devices[]?] | unique),
+          mounts: ([.mounts[]? | if .type == null and ((.options // []) | (index("bind") != null or index("rbind") != null)) then .type = "bind" else . end] | sort_by(.destination)),
+          env: ([.process.env[]?] | sort),
+          hooks: ((.hooks // {}) | map_values(sort_by(.path, (.args | tostring)))),
+          additional_gids: ([.process.user.additionalGids[]?] | sort)}' "$1"
+}
+summary() { # CONFIG.JSON: what it asks runc to do
   jq -r '"\(.linux.devices | length) device nodes, \(.mounts | length) mounts, \([.hooks[]?[]] | length) hooks"' "$1"
 }
 
@@ -161,55 +209,32 @@ summary() { # what a config.json asks runc to do
 # (SCHED_FIFO would take more, but runc cannot put an RT task into a cgroup v1 cpu group.)
 rt="nice -n ${ACTK_BENCH_NICE:--15}"
 
-# The figures of a run, from its paired differences "A - B  call wall/cpu ...": pick A B CALL
-# prints "wall/cpu" ms from $out (the fixture's out.txt unless set); cpu_of only the CPU.
-pick() { awk -v row="$1 - $2 " -v call="$3" 'index($0, row) == 1 { for (i = 1; i <= NF; i++) if ($i == call) print $(i+1) }' "${out:-$d/out.txt}"; }
-cpu_of() { pick "$@" | cut -d/ -f2 | tr -d +; }
+# The figures of a run, from its paired differences "A - B CALL wall M [P25 P75] cpu M [P25 P75]":
+# pick A B CALL FIELD prints that field's median (FIELD wall or cpu) from $out; spread the
+# whole "M [P25 P75]".
+pick() { awk -v head="$1 - $2 $3" -v f="$4" 'index($0, head " ") == 1 { for (i = 1; i <= NF; i++) if ($i == f) print $(i+1) }' "$out"; }
+spread() { awk -v head="$1 - $2 $3" -v f="$4" 'index($0, head " ") == 1 { for (i = 1; i <= NF; i++) if ($i == f) print $(i+1), $(i+2), $(i+3) }' "$out"; }
+cpu_over() { pick "$1" "$2" "$3" cpu | tr -d +; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+verdict() { awk -v v="$1" -v t="$2" 'BEGIN { print (v <= t) ? "met" : "NOT met" }'; }
 
-# The shim's own cost, without runc: every shim configured with true(1) as its low-level runtime
-# (the floors built so), 2 x ROUNDS interleaved rounds of `create` alone. runc's create is the
-# same work for every variant by construction (floor and runc get the pre-edited bundle), so
-# this is the full cycle's create difference with runc's milliseconds of noise taken out of
-# every sample: the steadier reading of the create figures.
-create_only() { # FIXTURE
-  local fx=$1 v cfg shim f out=$d/create.txt
-  local args=()
-  for v in "${variants[@]}"; do
-    cfg=${v#actk-} shim=$bin/actk-runtime
-    case $v in base-*) cfg=${v#base-} shim=$baseline/actk-runtime ;; esac
-    sed 's#^runtimes = .*#runtimes = ["/bin/true"]#' "$d/$cfg.toml" >"$d/$cfg-true.toml"
-    args+=(-v "$v" -r "$shim" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg-true.toml")
-  done
-  for f in "${true_floors[@]}"; do args+=(-v "${f%-true}" -r "$work/$f" -b "$d/${f%-true}"); done
-  for v in "${variants[@]}"; do for f in "${true_floors[@]}"; do args+=(-P "$v:${f%-true}"); done; done
-  if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc); fi
-  echo "-- create only, true(1) as runc ($fx, $((rounds * 2)) interleaved rounds; paired medians, wall/cpu ms)"
-  $rt "$work/cycle-bench" -C 1 -n $((rounds * 2)) "${args[@]}" | grep ' - ' | sed 's/ state.*//' >"$out"
-  cat "$out"
-  echo "actk-disc create - floor create: $(pick actk-disc floor create) (target <= 1.5)"
-  echo "actk-cdi create - floor create: $(pick actk-cdi floor create)"
-  f=floor
-  if [ ${#true_floors[@]} = 2 ]; then
-    f=floor-musl
-    echo "against floor-musl: actk-disc create $(pick actk-disc floor-musl create), actk-cdi create $(pick actk-cdi floor-musl create)"
-  fi
-  if [ -n "$baseline" ]; then
-    echo "against the baseline ($baseline): actk-cdi create $(pick actk-cdi base-cdi create), actk-disc create $(pick actk-disc base-disc create)"
-  fi
-  if [ "$fx" = nvidia-dgx-h100 ]; then
-    local m c8 c64
-    for m in cdi disc; do
-      c8=$(cpu_of "actk-$m" $f create) c64=$(cpu_of "actk-${m}64" $f create)
-      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(ratio "$c64" "$c8")x (target <= 2)"
-    done
-  fi
+# Instructions of one create under callgrind up to the exec of the low-level runtime
+# (--dump-before=execve; the exec'd program is not traced). Prints the count.
+instructions() { # CONFIG BUNDLE ORIGINAL [SHIM]
+  local out=$work/cg.$$ shim=${4:-$bin/actk-runtime}
+  cp "$3" "$2/config.json"
+  rm -f "$out" "$out".*
+  ACTK_CONFIG=$1 valgrind --tool=callgrind --dump-before=execve --callgrind-out-file="$out" \
+    "$shim" create --bundle "$2" --pid-file "$2/cg.pid" actk-bench-cg >/dev/null 2>"$work/cg.log" || true
+  [ -s "$out.1" ] || { tail -n 5 "$work/cg.log" >&2; need "callgrind run failed"; }
+  awk '/^summary:/ { print $2 }' "$out.1"
+  rm -f "$out" "$out".*
 }
 
-evict "$bin/actk-runtime" "$bin/actk-hook" "$runc" "$work"/floor* "$work"/exec-only*
-[ -z "$baseline" ] || evict "$baseline/actk-runtime" "$baseline/actk-hook"
 mkdir -p "$work/hooks.d" "$work/profiles.d"
-for fx in $fixtures; do
+
+compare() {
+  local fx=$1 vendor request d v cfg shim f
   case $fx in
     # All capabilities: a CDI spec holds every capability's files, so discovery must mount the
     # same for the two actk variants to hand runc the same work as the pre-edited bundle.
@@ -217,79 +242,194 @@ for fx in $fixtures; do
     amd-mi300x) vendor=amd request=AMD_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ;;
     *) need "no request known for fixture $fx" ;;
   esac
-  d=$work/$fx
+  d=$run/$fx
   mkdir -p "$d/cdi" "$d/nocdi"
   sh "$repo/fixtures/prepare.sh" "$fx" "$d/root" >/dev/null
-  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
+  # NVIDIA: every capability in the spec, NVSwitch nodes (`fabric`) included, as the request
+  # asks for all of them (a spec without --capabilities leaves the capability-only nodes out).
+  local caps=()
+  [ "$vendor" = nvidia ] && caps=(--capabilities all)
+  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" "${caps[@]}" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
   write_config "$d/disc.toml" "$d/root" "$d/nocdi"
   write_config "$d/cdi.toml" "$d/root" "$d/cdi"
-  variants=(actk-cdi actk-disc)
-  if [ "$fx" = nvidia-dgx-h100 ]; then
-    cp -a "$d/root" "$d/root64"
-    extend_dgx_to_64 "$d/root64"
-    mkdir -p "$d/cdi64"
-    "$bin/actk" cdi generate --root "$d/root64" --vendor nvidia --ldcache-hook "$bin/actk-hook" --output "$d/cdi64" >/dev/null
-    write_config "$d/disc64.toml" "$d/root64" "$d/nocdi"
-    write_config "$d/cdi64.toml" "$d/root64" "$d/cdi64"
-    variants+=(actk-cdi64 actk-disc64)
-  fi
+  local variants=(actk-cdi actk-disc)
+  local peers=()
+  if [ "$vendor" = nvidia ] && [ -n "$nvidia_rt" ]; then peers=(nvidia-cdi); fi
   if [ -n "$baseline" ]; then variants+=(base-cdi base-disc); fi
-  for v in "${variants[@]}" "${floors[@]}" runc; do make_bundle "$d/$v" $request; done
+  local shims=("${variants[@]}" "${peers[@]}")
+  for v in "${shims[@]}" "${floors[@]}" runc; do make_bundle "$d/$v" $request; done
   # The shim variants get the unedited config.json back before every create.
-  for v in "${variants[@]}"; do cp "$d/$v/config.json" "$d/$v.orig.json"; done
+  for v in "${shims[@]}"; do cp "$d/$v/config.json" "$d/$v.orig.json"; done
+  # Each shim's configuration with runc, and with true(1) for the single calls.
+  declare -A envs envs_true
+  for v in "${shims[@]}"; do
+    case $v in
+      nvidia-cdi)
+        write_nvidia_config "$d/nvidia.toml" "$d/cdi" "$runc"
+        write_nvidia_config "$d/nvidia-true.toml" "$d/cdi" /bin/true
+        envs[$v]=NVIDIA_CTK_CONFIG_FILE_PATH=$d/nvidia.toml envs_true[$v]=NVIDIA_CTK_CONFIG_FILE_PATH=$d/nvidia-true.toml ;;
+      *)
+        cfg=${v#*-}
+        sed 's#^runtimes = .*#runtimes = ["/bin/true"]#' "$d/$cfg.toml" >"$d/$cfg-true.toml"
+        envs[$v]=ACTK_CONFIG=$d/$cfg.toml envs_true[$v]=ACTK_CONFIG=$d/$cfg-true.toml ;;
+    esac
+  done
+  shim_of() { case $1 in nvidia-cdi) echo "$nvidia_rt" ;; base-*) echo "$baseline/actk-runtime" ;; *) echo "$bin/actk-runtime" ;; esac; }
+
   # The pre-edited bundle: what actk-runtime writes (discovery), made once with true(1) as runc.
-  write_config "$d/edit.toml" "$d/root" "$d/nocdi" /bin/true
-  ACTK_CONFIG=$d/edit.toml "$bin/actk-runtime" create --bundle "$d/runc" edit-once
+  ACTK_CONFIG=$d/disc-true.toml "$bin/actk-runtime" create --bundle "$d/runc" edit-once
   for v in "${floors[@]}"; do cp "$d/runc/config.json" "$d/$v/config.json"; done
-  write_config "$d/edit-cdi.toml" "$d/root" "$d/cdi" /bin/true
-  mkdir -p "$d/check" && cp "$d/actk-cdi.orig.json" "$d/check/config.json"
-  ACTK_CONFIG=$d/edit-cdi.toml "$bin/actk-runtime" create --bundle "$d/check" edit-once
+  # Every shim's edits, made once the same way, against it.
+  edits_of "$d/runc/config.json" >"$d/edits.want"
+  local differ=0
+  for v in "${shims[@]}"; do
+    mkdir -p "$d/check-$v" && cp "$d/$v.orig.json" "$d/check-$v/config.json"
+    env "${envs_true[$v]}" "$(shim_of "$v")" create --bundle "$d/check-$v" edit-once >/dev/null
+    edits_of "$d/check-$v/config.json" >"$d/edits.$v"
+    if ! diff -u "$d/edits.want" "$d/edits.$v" >"$d/edits.$v.diff"; then
+      echo "runtime-bench: $fx: $v's edits differ from actk-disc's (- actk-disc, + $v):" >&2
+      head -n 60 "$d/edits.$v.diff" >&2
+      differ=1
+    fi
+  done
+  [ $differ = 0 ] || need "$fx: the variants' edits differ; their times would not compare the same work"
 
   echo
-  echo "== $fx: $request, $rounds interleaved rounds"
-  echo "edits: discovery $(summary "$d/runc/config.json"); CDI spec $(summary "$d/check/config.json")"
-  args=()
-  for v in "${variants[@]}"; do
-    cfg=${v#actk-}
-    shim=$bin/actk-runtime
-    case $v in base-*) cfg=${v#base-} shim=$baseline/actk-runtime ;; esac
-    args+=(-v "$v" -r "$shim" -b "$d/$v" -o "$d/$v.orig.json" -e "ACTK_CONFIG=$d/$cfg.toml")
+  echo "== $fx: $request"
+  echo "edits: $(summary "$d/runc/config.json"), the same set from ${shims[*]}"
+  local args=() one=()
+  for v in "${shims[@]}"; do
+    args+=(-v "$v" -r "$(shim_of "$v")" -b "$d/$v" -o "$d/$v.orig.json" -e "${envs[$v]}")
   done
   for v in "${floors[@]}"; do args+=(-v "$v" -r "$work/$v" -b "$d/$v"); done
   args+=(-v runc -r "$runc" -b "$d/runc")
-  for v in "${variants[@]}" "${floors[@]}"; do args+=(-R "$v:runc"); done
-  args+=(-P actk-cdi:floor -P actk-disc:floor -P actk-cdi:exec-only -P actk-disc:exec-only -P floor:exec-only -P exec-only:runc)
-  if [ "$fx" = nvidia-dgx-h100 ]; then args+=(-P actk-cdi64:floor -P actk-disc64:floor); fi
-  if [ ${#floors[@]} = 4 ]; then
-    args+=(-P actk-cdi:floor-musl -P actk-disc:floor-musl -P actk-cdi:exec-only-musl -P floor:floor-musl -P floor-musl:exec-only-musl)
-    if [ "$fx" = nvidia-dgx-h100 ]; then args+=(-P actk-cdi64:floor-musl -P actk-disc64:floor-musl); fi
-  fi
-  if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc -P base-disc:floor); fi
-  echo "per call: median wall and CPU ms; ratios to runc (cycle medians) and paired per-cycle differences;"
-  echo "then A - B: paired median differences per call, wall/cpu ms"
-  $rt "$work/cycle-bench" -n "$rounds" -t "$d/samples.tsv" "${args[@]}" | tee "$d/out.txt"
-  # Figures of issue 14 from the paired differences: "wall/cpu" ms.
-  echo "-- issue 14 figures ($fx; paired medians, wall/cpu ms; on a loaded machine the CPU figure is the steadier)"
-  for a in actk-cdi actk-disc; do
-    echo "$a - floor per cycle: $(pick "$a" floor cycle) (target <= 1.0)"
-    echo "$a - exec-only: state $(pick "$a" exec-only state), start $(pick "$a" exec-only start), delete $(pick "$a" exec-only delete) (target <= 0.3 each)"
+  for v in "${shims[@]}" "${floors[@]}"; do args+=(-R "$v:runc"); done
+  for v in "${shims[@]}"; do args+=(-P "$v:$floor" -P "$v:$exec_only"); done
+  args+=(-P "floor:exec-only" -P "exec-only:runc")
+  [ "$floor" = floor ] || args+=(-P "floor:floor-musl" -P "floor-musl:exec-only-musl")
+  if [ -n "$baseline" ]; then args+=(-P actk-cdi:base-cdi -P actk-disc:base-disc); fi
+  echo "-- cycles: create, state, start, wait, delete; $rounds interleaved rounds"
+  $rt "$work/cycle-bench" -n "$rounds" -t "$d/cycles.tsv" "${args[@]}" | tee "$d/cycles.txt"
+
+  # Single calls: every shim with true(1) as its runc, the floors built so.
+  one=()
+  for v in "${shims[@]}"; do
+    one+=(-v "$v" -r "$(shim_of "$v")" -b "$d/$v" -o "$d/$v.orig.json" -e "${envs_true[$v]}")
   done
-  echo "actk-disc create - floor create: $(pick actk-disc floor create) (target <= 1.5)"
-  if [ ${#floors[@]} = 4 ]; then
-    echo "against floor-musl: actk-cdi per cycle $(pick actk-cdi floor-musl cycle), actk-disc per cycle $(pick actk-disc floor-musl cycle), actk-disc create $(pick actk-disc floor-musl create); actk-cdi - exec-only-musl: state $(pick actk-cdi exec-only-musl state), start $(pick actk-cdi exec-only-musl start), delete $(pick actk-cdi exec-only-musl delete); floor - floor-musl per cycle $(pick floor floor-musl cycle)"
+  local tf=(floor exec-only)
+  [ "$floor" = floor ] || tf+=(floor-musl exec-only-musl)
+  for f in "${tf[@]}"; do
+    cp "$d/$f/config.json" "$d/$f.true.json"
+    one+=(-v "$f" -r "$work/$f-true" -b "$d/$f" -o "$d/$f.true.json")
+  done
+  for v in "${shims[@]}"; do one+=(-P "$v:$floor" -P "$v:$exec_only"); done
+  one+=(-P "$floor:$exec_only")
+  if [ -n "$baseline" ]; then one+=(-P actk-cdi:base-cdi -P actk-disc:base-disc); fi
+  echo "-- single calls: create, state, start, delete with true(1) as every shim's runc; $((rounds * 2)) interleaved rounds"
+  $rt "$work/cycle-bench" -S 1 -n $((rounds * 2)) -t "$d/calls.tsv" "${one[@]}" | tee "$d/calls.txt"
+
+  echo "-- issue 31 figures ($fx; CPU ms over $floor's call from the single calls, median [p25 p75]; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  out=$d/calls.txt
+  local c
+  for v in "${shims[@]}"; do
+    c=$(cpu_over "$v" "$floor" create)
+    case $v in
+      actk-cdi) echo "actk-cdi create: $(spread "$v" "$floor" create cpu) ms (target <= 0.5: $(verdict "$c" 0.5))" ;;
+      actk-disc) echo "actk-disc create: $(spread "$v" "$floor" create cpu) ms (target <= 1.0: $(verdict "$c" 1.0))" ;;
+      *) echo "$v create: $(spread "$v" "$floor" create cpu) ms" ;;
+    esac
+    echo "$v over $exec_only: state $(spread "$v" "$exec_only" state cpu), start $(spread "$v" "$exec_only" start cpu), delete $(spread "$v" "$exec_only" delete cpu) ms (target: at the floor)"
+  done
+  out=$d/cycles.txt
+  echo "per cycle over runc (wall/CPU ratio medians): $(for v in "${shims[@]}" "${floors[@]}"; do awk -v h="$v / runc cycle" 'index($0, h " ") == 1 { printf "%s %s/%s; ", h, $6, $10 }' "$out"; done)"
+  if [ "$callgrind" = 1 ]; then
+    local ic ib
+    ic=$(instructions "$d/cdi-true.toml" "$d/check-actk-cdi" "$d/actk-cdi.orig.json")
+    ib=$(instructions "$d/disc-true.toml" "$d/check-actk-disc" "$d/actk-disc.orig.json")
+    echo "callgrind, instructions up to the exec: actk-cdi create $ic, actk-disc create $ib"
   fi
-  if [ -n "$baseline" ]; then
-    echo "against the baseline ($baseline): actk-cdi create $(pick actk-cdi base-cdi create), actk-disc create $(pick actk-disc base-disc create); base-disc create - floor create: $(pick base-disc floor create)"
-  fi
-  if [ "$fx" = nvidia-dgx-h100 ]; then
-    # Over floor-musl when built: over the glibc floor actk-cdi's create costs about nothing
-    # (its CPU difference is near 0 and of either sign), which makes a ratio meaningless.
-    f=floor
-    [ ${#floors[@]} = 4 ] && f=floor-musl
+}
+
+# Scale: a vendor's synthetic nodes of 8, 64 and 256 devices (fixtures/generate.py --devices).
+scale() {
+  local vendor=$1 fx env sizes n req m v d caps=()
+  [ "$vendor" = nvidia ] && caps=(--capabilities all)
+  case $vendor in
+    nvidia) fx=nvidia-dgx-h100 env=NVIDIA_VISIBLE_DEVICES sizes="8 64 254" ;;
+    amd) fx=amd-mi300x-cpx env=AMD_VISIBLE_DEVICES sizes="8 64 256" ;;
+    neuron) fx=aws-trn1-32xlarge env=AWS_NEURON_VISIBLE_DEVICES sizes="8 64 256" ;;
+    gaudi) fx=gaudi2 env=HABANA_VISIBLE_DEVICES sizes="8 64 256" ;;
+    *) need "no scale fixture for vendor $vendor" ;;
+  esac
+  d=$run/scale-$vendor
+  mkdir -p "$d/nocdi"
+  for n in $sizes; do
+    python3 "$repo/fixtures/generate.py" --devices "$n" --out "$d/src-$n" "$fx" >/dev/null
+    sh "$repo/fixtures/prepare.sh" "$d/src-$n" "$d/root-$n" >/dev/null
+    rm -rf "$d/src-$n"
+    mkdir -p "$d/cdi-$n"
+    "$bin/actk" cdi generate --root "$d/root-$n" --vendor "$vendor" "${caps[@]}" --ldcache-hook "$bin/actk-hook" --output "$d/cdi-$n" >/dev/null 2>&1
+    write_config "$d/cdi-$n.toml" "$d/root-$n" "$d/cdi-$n" /bin/true
+    write_config "$d/disc-$n.toml" "$d/root-$n" "$d/nocdi" /bin/true
+  done
+  local eight=0,1,2,3,4,5,6,7
+  local extra=()
+  [ "$vendor" = nvidia ] && extra=(NVIDIA_DRIVER_CAPABILITIES=all)
+  make_bundle "$d/b-8" "$env=$eight" "${extra[@]}"
+  make_bundle "$d/b-all" "$env=all" "${extra[@]}"
+  cp "$d/b-8/config.json" "$d/b-8.orig.json"
+  cp "$d/b-all/config.json" "$d/b-all.orig.json"
+  local args=() names=()
+  for req in 8 all; do
     for m in cdi disc; do
-      c8=$(cpu_of "actk-$m" $f create) c64=$(cpu_of "actk-${m}64" $f create)
-      echo "64-GPU host vs 8-GPU host, actk-$m create CPU over $f's: $c64 vs $c8 ms = $(ratio "$c64" "$c8")x (target <= 2)"
+      for n in $sizes; do
+        v=$m-$req-of-$n
+        [ "$req" = all ] && v=$m-all-$n
+        names+=("$v")
+        mkdir -p "$d/$v" && cp "$d/b-$req.orig.json" "$d/$v/config.json"
+        args+=(-v "$v" -r "$bin/actk-runtime" -b "$d/$v" -o "$d/b-$req.orig.json" -e "ACTK_CONFIG=$d/$m-$n.toml")
+        args+=(-P "$v:$floor")
+      done
+    done
+  done
+  mkdir -p "$d/floor" && cp "$d/b-8.orig.json" "$d/floor/config.json"
+  args+=(-v "$floor" -r "$work/$floor-true" -b "$d/floor" -o "$d/b-8.orig.json")
+  echo
+  echo "== scale $vendor ($fx form): $env=$eight and $env=all on nodes of $sizes devices; create only, $rounds interleaved rounds"
+  out=$d/out.txt
+  $rt "$work/cycle-bench" -C 1 -n "$rounds" -t "$d/samples.tsv" "${args[@]}" | tee "$out"
+  echo "-- CPU ms over $floor's create (median [p25 p75]); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  local s=($sizes) c8 c64 c256
+  for m in cdi disc; do
+    c8=$(cpu_over "$m-8-of-${s[0]}" "$floor" create) c64=$(cpu_over "$m-8-of-${s[1]}" "$floor" create) c256=$(cpu_over "$m-8-of-${s[2]}" "$floor" create)
+    echo "$vendor $m, 8 of N: N=${s[0]} $c8, N=${s[1]} $c64, N=${s[2]} $c256; ${s[1]}/${s[0]} $(ratio "$c64" "$c8")x (target <= 1.5: $(verdict "$(ratio "$c64" "$c8")" 1.5)), ${s[2]}/${s[0]} $(ratio "$c256" "$c8")x"
+    c8=$(cpu_over "$m-all-${s[0]}" "$floor" create) c64=$(cpu_over "$m-all-${s[1]}" "$floor" create) c256=$(cpu_over "$m-all-${s[2]}" "$floor" create)
+    echo "$vendor $m, all N: N=${s[0]} $c8, N=${s[1]} $c64, N=${s[2]} $c256; per added device $(awk -v a="$c8" -v b="$c64" -v n="$(( s[1] - s[0] ))" 'BEGIN { printf "%.1f", (b - a) / n * 1000 }') µs (${s[0]}..${s[1]}), $(awk -v a="$c64" -v b="$c256" -v n="$(( s[2] - s[1] ))" 'BEGIN { printf "%.1f", (b - a) / n * 1000 }') µs (${s[1]}..${s[2]})"
+  done
+  if [ "$callgrind" = 1 ]; then
+    echo "-- callgrind: instructions of one create up to the exec (repeatable on a loaded machine)"
+    declare -A ir
+    for v in "${names[@]}"; do
+      m=${v%%-*} n=${v##*-} req=8
+      case $v in *-all-*) req=all ;; esac
+      ir[$v]=$(instructions "$d/$m-$n.toml" "$d/$v" "$d/b-$req.orig.json")
+    done
+    for m in cdi disc; do
+      echo "$vendor $m, 8 of N: $(for n in $sizes; do printf 'N=%s %s, ' "$n" "${ir[$m-8-of-$n]}"; done)${s[1]}/${s[0]} $(ratio "${ir[$m-8-of-${s[1]}]}" "${ir[$m-8-of-${s[0]}]}")x, ${s[2]}/${s[0]} $(ratio "${ir[$m-8-of-${s[2]}]}" "${ir[$m-8-of-${s[0]}]}")x"
+      echo "$vendor $m, all N: $(for n in $sizes; do printf 'N=%s %s, ' "$n" "${ir[$m-all-$n]}"; done)per added device $(( (ir[$m-all-${s[1]}] - ir[$m-all-${s[0]}]) / (s[1] - s[0]) )) (${s[0]}..${s[1]}), $(( (ir[$m-all-${s[2]}] - ir[$m-all-${s[1]}]) / (s[2] - s[1]) )) (${s[1]}..${s[2]})"
     done
   fi
-  create_only "$fx"
-done
+  rm -rf "$d"
+}
+
+bins=("$bin/actk-runtime" "$bin/actk-hook" "$runc" "$work"/floor* "$work"/exec-only*)
+[ -z "$nvidia_rt" ] || bins+=("$nvidia_rt")
+[ -z "$baseline" ] || bins+=("$baseline/actk-runtime" "$baseline/actk-hook")
+evict "${bins[@]}"
+if [ "$mode" = compare ]; then
+  for fx in $fixtures; do compare "$fx"; done
+else
+  for v in $vendors; do scale "$v"; done
+fi
+echo
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -39,6 +39,7 @@
 
 use crate::cdi::spec::{ContainerEdits, DeviceNode, Hook, Mount};
 use serde_json::{Map, Value, json};
+use std::collections::HashSet;
 
 /// Annotation actk-runtime sets on a spec it has edited; actk-hook sees it and does nothing.
 pub const APPLIED_ANNOTATION: &str = "io.actk.applied";
@@ -166,24 +167,15 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
             mounts_changed = true;
         }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
+        // The allow rules already there, indexed once (issue 31): looking each node's rule up
+        // in the list made the loop quadratic in the number of nodes.
+        let mut present: HashSet<RuleKey> = rules.iter().filter_map(rule_key).collect();
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
             // Absent or empty: rwm (CDI SPEC.md).
             let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
-            // The rule as it would be written, compared field by field (building each rule to
-            // compare it with every other was most of this loop's allocations).
-            let present = rules.iter().any(|r| {
-                r.as_object().is_some_and(|o| {
-                    o.len() == 5
-                        && o.get("allow") == Some(&Value::Bool(true))
-                        && o.get("type").and_then(Value::as_str) == Some(ty)
-                        && o.get("major") == Some(&major)
-                        && o.get("minor") == Some(&minor)
-                        && o.get("access").and_then(Value::as_str) == Some(access)
-                })
-            });
-            if !present {
+            if present.insert((ty.to_string(), node.major, node.minor, access.to_string())) {
                 let mut rule = Map::with_capacity(5);
                 rule.insert("allow".into(), Value::Bool(true));
                 rule.insert("type".into(), Value::from(ty));
@@ -236,6 +228,27 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         }
     }
     Ok(())
+}
+
+/// An allow rule of `linux.resources.devices` as [`apply_in`] writes it: type, major, minor
+/// (`None`: JSON null, as a FIFO's rule has) and access.
+type RuleKey = (String, Option<i64>, Option<i64>, String);
+
+/// The key of `rule` when it has exactly the five fields of a rule [`apply_in`] writes, with
+/// `allow: true` and integer (or null) numbers; any other rule never equals one it writes.
+fn rule_key(rule: &Value) -> Option<RuleKey> {
+    let o = rule.as_object()?;
+    let number = |k: &str| match o.get(k)? {
+        Value::Null => Some(None),
+        v => v.as_i64().map(Some),
+    };
+    (o.len() == 5 && o.get("allow") == Some(&Value::Bool(true))).then_some(())?;
+    Some((
+        o.get("type")?.as_str()?.to_string(),
+        number("major")?,
+        number("minor")?,
+        o.get("access")?.as_str()?.to_string(),
+    ))
 }
 
 /// `(hostInterfaceName, name)` of every CDI net device edit. Errors: an entry without both names.
@@ -387,20 +400,41 @@ fn process_owner(root: &Map<String, Value>) -> (Option<u32>, Option<u32>) {
 /// Puts `entries` into `list` one by one as the reference library does: the first element with
 /// the entry's `key` is removed, then (`replace_again`, its AddDevice) another element with that
 /// key is replaced in place, else the entry is appended (its AddMount always appends). So an
-/// entry given twice ends up once, the later one. (A scan per entry: a start adds dozens of
-/// entries to a list of dozens, microseconds.)
+/// entry given twice ends up once, the later one.
+///
+/// In one pass (issue 31: a scan of the list per entry was quadratic in the devices of a
+/// node asked for all of them): the positions of each key's elements are queued in list
+/// order; a removal leaves a hole, filled in at the end, so no position moves meanwhile, and
+/// an append goes past every position queued.
 fn replace_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>, replace_again: bool) {
-    for entry in entries {
-        let k = entry.get(key).and_then(Value::as_str).map(str::to_string);
-        let same = |v: &Value| k.is_some() && v.get(key).and_then(Value::as_str) == k.as_deref();
-        if let Some(i) = list.iter().position(same) {
-            list.remove(i);
+    use std::collections::{HashMap, VecDeque};
+    let key_of = |v: &Value| v.get(key).and_then(Value::as_str).map(str::to_string);
+    let mut slots: Vec<Option<Value>> = Vec::with_capacity(list.len() + entries.len());
+    let mut at: HashMap<String, VecDeque<usize>> = HashMap::with_capacity(list.len() + entries.len());
+    for v in list.drain(..) {
+        if let Some(k) = key_of(&v) {
+            at.entry(k).or_default().push_back(slots.len());
         }
-        match list.iter().position(same).filter(|_| replace_again) {
-            Some(i) => list[i] = entry,
-            None => list.push(entry),
+        slots.push(Some(v));
+    }
+    for entry in entries {
+        let Some(k) = key_of(&entry) else {
+            slots.push(Some(entry));
+            continue;
+        };
+        let queue = at.entry(k).or_default();
+        if let Some(first) = queue.pop_front() {
+            slots[first] = None;
+        }
+        match queue.front().filter(|_| replace_again) {
+            Some(&i) => slots[i] = Some(entry),
+            None => {
+                queue.push_back(slots.len());
+                slots.push(Some(entry));
+            }
         }
     }
+    list.extend(slots.into_iter().flatten());
 }
 
 /// Sorts mounts by the depth of their destination, stably: a mount is attached after every
@@ -594,6 +628,44 @@ mod tests {
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
             "linux": {"resources": {"devices": [{"allow": false, "access": "rwm"}]}, "devices": [{"path": "/dev/nvidia1", "type": "c", "major": 1, "minor": 1}]}
         })
+    }
+
+    /// The reference library's rule stated directly: a scan of the list per entry.
+    fn replace_all_direct(list: &mut Vec<Value>, key: &str, entries: Vec<Value>, replace_again: bool) {
+        for entry in entries {
+            let k = entry.get(key).and_then(Value::as_str).map(str::to_string);
+            let same = |v: &Value| k.is_some() && v.get(key).and_then(Value::as_str) == k.as_deref();
+            if let Some(i) = list.iter().position(same) {
+                list.remove(i);
+            }
+            match list.iter().position(same).filter(|_| replace_again) {
+                Some(i) => list[i] = entry,
+                None => list.push(entry),
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The one-pass replace_all equals the scan per entry, on lists and entries with
+        /// repeated keys, elements without the key and keys that are not strings.
+        #[test]
+        fn replace_all_equals_the_scan_per_entry(
+            list in proptest::collection::vec((0u8..4, 0u8..5), 0..10),
+            entries in proptest::collection::vec((0u8..4, 0u8..5), 0..10),
+            replace_again: bool,
+        ) {
+            let value = |(k, v): (u8, u8)| match k {
+                3 => json!({"v": v}),
+                2 if v == 4 => json!({"d": 2, "v": v}),
+                _ => json!({"d": format!("/{k}"), "v": v}),
+            };
+            let list: Vec<Value> = list.into_iter().map(value).collect();
+            let entries: Vec<Value> = entries.into_iter().map(value).collect();
+            let (mut fast, mut direct) = (list.clone(), list);
+            replace_all(&mut fast, "d", entries.clone(), replace_again);
+            replace_all_direct(&mut direct, "d", entries, replace_again);
+            proptest::prop_assert_eq!(fast, direct);
+        }
     }
 
     #[test]

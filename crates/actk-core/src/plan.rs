@@ -40,7 +40,7 @@ use crate::policy::{self, Channel, OnRefused, Policy};
 use crate::profile::Profile;
 use crate::request::{self, CdiNameRequest, DeviceRef, Refused, RequestError, Selection, Sources, VendorRequest};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 
 /// What planning needs besides the spec. Cheap to build: nothing here is read until a request needs it.
@@ -103,6 +103,11 @@ pub struct PlanOptions {
     /// libraries, so the container's ld.so.cache finds them (`dlopen("libcuda.so.1")`).
     /// `None`: no such hook (actk-hook, which injects into a live container, refreshes the cache itself).
     pub ldcache_hook: Option<String>,
+    /// The caller ends right after the plan (actk-runtime execs the low-level runtime): what
+    /// planning loaded (the CDI registry, the inventory) is left to the end of the process
+    /// instead of freed piece by piece (a tenth of a create's instructions; issue 31). A
+    /// long-running caller must leave this off: each plan would leak what it loaded.
+    pub process_ends: bool,
 }
 
 /// The edits that serve a container's requests, and what they serve (for logs and annotations).
@@ -266,6 +271,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         registry_used: false,
         capabilities: BTreeMap::new(),
         nvml: wants_mig,
+        only: wanted_devices(&ctx.profiles, &req),
     };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
@@ -332,6 +338,9 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                     &mut state,
                 )?;
             }
+            if vr.resolve_all(state.inventory().vendor(&vr.profile)).is_err() {
+                state.whole_node();
+            }
             let inventory = state.inventory();
             let vendor = inventory.vendor(&vr.profile);
             let resolved = vr.resolve_all(vendor).map_err(|mut e| {
@@ -358,11 +367,9 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             }
             // A listed device whose node discovery could not use (removed since the last look, or
             // its driver gone) would otherwise start the container silently without it.
+            let selected: HashSet<u32> = indexes.iter().copied().chain(resolved.migs.iter().map(|(g, _)| *g)).collect();
             if let (Some(v), Selection::Devices(_)) = (vendor, &vr.selection)
-                && let Some(d) = v.devices.iter().find(|d| {
-                    (indexes.contains(&d.index) || resolved.migs.iter().any(|(g, _)| *g == d.index))
-                        && d.nodes.is_empty()
-                })
+                && let Some(d) = v.devices.iter().find(|d| selected.contains(&d.index) && d.nodes.is_empty())
             {
                 let seen: Vec<String> = inventory
                     .warnings
@@ -470,7 +477,39 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
+    if opts.process_ends {
+        std::mem::forget(state);
+    }
     Ok(plan)
+}
+
+/// The devices a start needs described, per profile ([`crate::discover::DiscoverOptions::only`]):
+/// for a profile asked for devices by index only, those indexes; none of a profile nobody asked
+/// for; every device (left out of the map) of a profile asked for any other way (`all`, UUIDs,
+/// MIG devices, cores, driver files only, MIG management).
+fn wanted_devices(profiles: &[Profile], req: &request::Request) -> BTreeMap<String, BTreeSet<u32>> {
+    let mut only: BTreeMap<String, BTreeSet<u32>> =
+        profiles.iter().map(|p| (p.name.clone(), BTreeSet::new())).collect();
+    let mut every: HashSet<&str> = HashSet::new();
+    for vr in &req.vendors {
+        match &vr.selection {
+            Selection::Devices(refs) if refs.iter().all(|r| matches!(r, DeviceRef::Index(_))) => {
+                let set = only.entry(vr.profile.clone()).or_default();
+                set.extend(refs.iter().filter_map(|r| match r {
+                    DeviceRef::Index(i) => Some(*i),
+                    _ => None,
+                }));
+            }
+            _ => {
+                every.insert(&vr.profile);
+            }
+        }
+    }
+    if !req.mig_capabilities.is_empty() {
+        every.extend(profiles.iter().filter(|p| p.kind == NVIDIA_KIND).map(|p| p.name.as_str()));
+    }
+    only.retain(|name, _| !every.contains(name.as_str()));
+    only
 }
 
 /// One refused request in words: `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust
@@ -540,13 +579,27 @@ fn add_request(mut e: crate::require::RequireError, vr: &VendorRequest) -> PlanE
 fn indexes_of_names(vendor: Option<&crate::inventory::VendorInventory>, names: &[String]) -> Vec<u32> {
     let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
     let mut out: Vec<u32> = Vec::new();
+    // UUIDs indexed once, when a name needs them (issue 31: a scan of the devices per name was
+    // quadratic for a pod given every GPU of a node by UUID).
+    let mut by_uuid: Option<HashMap<String, u32>> = None;
     for n in names {
         if n == crate::cdi::generate::ALL_DEVICE {
             out.extend(devices.iter().map(|d| d.index));
         } else if let Ok(i) = n.parse::<u32>() {
             out.push(i);
-        } else if let Some(d) = devices.iter().find(|d| d.uuid.as_deref().is_some_and(|u| u.eq_ignore_ascii_case(n))) {
-            out.push(d.index);
+        } else {
+            let uuids = by_uuid.get_or_insert_with(|| {
+                let mut m = HashMap::with_capacity(devices.len());
+                for d in devices {
+                    if let Some(u) = &d.uuid {
+                        m.entry(u.to_ascii_lowercase()).or_insert(d.index);
+                    }
+                }
+                m
+            });
+            if let Some(&i) = uuids.get(&n.to_ascii_lowercase()) {
+                out.push(i);
+            }
         }
     }
     out.sort_unstable();
@@ -604,11 +657,16 @@ fn device_env_edits(
     env: &[String],
 ) -> Result<(Vec<String>, Vec<String>), PlanError> {
     let devices = vendor.map(|v| v.devices.as_slice()).unwrap_or_default();
+    // Devices by index, once: a lookup per selected device (issue 31).
+    let mut by_index: HashMap<u32, &crate::inventory::Device> = HashMap::with_capacity(devices.len());
+    for d in devices {
+        by_index.entry(d.index).or_insert(d);
+    }
     let (mut edits, mut notes) = (Vec::new(), Vec::new());
     for e in entries {
         let mut values = Vec::new();
         for i in indexes {
-            match devices.iter().find(|d| d.index == *i).and_then(|d| d.attributes.get(&e.attribute)) {
+            match by_index.get(i).and_then(|d| d.attributes.get(&e.attribute)) {
                 Some(v) => values.push(v.trim().to_string()),
                 None => {
                     notes.push(format!(
@@ -625,8 +683,9 @@ fn device_env_edits(
         }
         match request::env_value(env, &e.name) {
             Some(given) if !given.trim().is_empty() => {
+                let selected: HashSet<&str> = values.iter().map(String::as_str).collect();
                 for item in given.split(',').map(str::trim) {
-                    if !values.iter().any(|v| v == item) {
+                    if !selected.contains(item) {
                         return Err(PlanError::Request(RequestError {
                             variable: e.name.clone(),
                             value: given.to_string(),
@@ -747,6 +806,9 @@ struct State<'a> {
     capabilities: BTreeMap<String, Vec<String>>,
     /// Whether discovery loads NVML (a MIG device was asked for).
     nvml: bool,
+    /// The devices discovery describes ([`crate::discover::DiscoverOptions::only`]): see
+    /// [`wanted_devices`]; emptied when a request must be checked against the whole node.
+    only: BTreeMap<String, BTreeSet<u32>>,
 }
 
 /// The profiles to discover with for one container start: every profile keeps its devices (so
@@ -765,6 +827,18 @@ fn profiles_for_request(profiles: &[Profile], requested: &BTreeMap<String, Vec<S
 }
 
 impl<'a> State<'a> {
+    /// Makes the next [`State::inventory`] describe every device (a request that did not resolve
+    /// against the devices asked for is checked, and its error worded, against the whole node).
+    /// Whether anything was left out before.
+    fn whole_node(&mut self) -> bool {
+        if self.only.is_empty() || self.ctx.inventory.is_some() {
+            return false;
+        }
+        self.only.clear();
+        self.inventory = None;
+        true
+    }
+
     fn registry(&mut self) -> &Registry {
         let ctx: &'a PlanContext = self.ctx;
         self.registry_used = true;
@@ -781,7 +855,7 @@ impl<'a> State<'a> {
         }
         let caps = &self.capabilities;
         // A container start needs no topology (see DiscoverOptions::topology).
-        let opts = crate::discover::DiscoverOptions { nvml: self.nvml, topology: false };
+        let opts = crate::discover::DiscoverOptions { nvml: self.nvml, topology: false, only: self.only.clone() };
         self.inventory.get_or_insert_with(|| {
             crate::discover::discover_roots_with(
                 &ctx.root,
@@ -1052,7 +1126,7 @@ mod tests {
         ];
         c.profiles[0].capabilities =
             ["compute", "utility", "video"].iter().map(|k| (k.to_string(), Default::default())).collect();
-        let opts = PlanOptions { ldcache_hook: Some("/usr/bin/actk-hook".into()) };
+        let opts = PlanOptions { ldcache_hook: Some("/usr/bin/actk-hook".into()), ..Default::default() };
         let p = plan_with(&spec(&["NVIDIA_VISIBLE_DEVICES=0"]), &c, &opts).unwrap();
         assert_eq!(p.edits.hooks.len(), 1, "{:?}", p.edits.hooks);
         let h = &p.edits.hooks[0];

@@ -41,7 +41,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
             // would (enable-cuda-compat, update-ldcache); a live container cannot take hooks, so
             // their work is done here (cuda_compat::apply_from_edits, inject's cache refresh).
             let me = std::env::current_exe().ok().and_then(|p| p.to_str().map(str::to_string));
-            let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: me })
+            let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: me, ..Default::default() })
                 .with_context(|| format!("container {}", st.id))?;
             for w in &p.warnings {
                 crate::log::warn(&format!("container {}: {w}", st.id));

@@ -100,7 +100,7 @@ impl Planner {
         };
         Ok(Planner {
             loaded: RwLock::new(Loaded { ctx, host_mount, spec_stamp, host_stamp, discovered: Instant::now() }),
-            opts: PlanOptions { ldcache_hook: hook },
+            opts: PlanOptions { ldcache_hook: hook, ..Default::default() },
             rediscover,
         })
     }
@@ -117,7 +117,7 @@ impl Planner {
             && !m.join(h.trim_start_matches('/')).is_file()
         {
             tracing::warn!("ld.so.cache hook {h} is not on the node (yet): left out of this container's edits");
-            return plan_with(spec, &loaded.ctx, &PlanOptions { ldcache_hook: None });
+            return plan_with(spec, &loaded.ctx, &PlanOptions::default());
         }
         plan_with(spec, &loaded.ctx, &self.opts)
     }

@@ -474,8 +474,15 @@ pub fn edits_for(
             ContainerEdits { env: profile.env.clone(), ..Default::default() }
         }
     };
+    // The devices of each index, found once (issue 31: a scan of the devices per selected
+    // index was quadratic in the devices of a node asked for all of them).
+    let mut by_index: std::collections::HashMap<u32, Vec<&crate::inventory::Device>> =
+        std::collections::HashMap::with_capacity(vendor.devices.len());
+    for d in &vendor.devices {
+        by_index.entry(d.index).or_default().push(d);
+    }
     for idx in device_indexes {
-        for d in vendor.devices.iter().filter(|d| d.index == *idx) {
+        for d in by_index.get(idx).into_iter().flatten() {
             for n in &d.nodes {
                 if let Err(e) = add_node(&mut edits, &vendor.kind, n, false) {
                     tracing::warn!("{e}");

@@ -143,14 +143,14 @@ pub fn unknown_field_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError>
     out
 }
 
-fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
+fn check_edits(e: &ContainerEdits, at: &dyn Fn() -> String, file: Option<&Path>, out: &mut Vec<CdiError>) {
     for (i, env) in e.env.iter().enumerate() {
         if env.find('=').is_none_or(|p| p == 0) {
-            out.push(invalid(file, format!("{at}/env/{i}"), format!("env entry {env:?} is not NAME=value")));
+            out.push(invalid(file, format!("{}/env/{i}", at()), format!("env entry {env:?} is not NAME=value")));
         }
     }
     for (i, n) in e.device_nodes.iter().enumerate() {
-        let p = || format!("{at}/deviceNodes/{i}");
+        let p = || format!("{}/deviceNodes/{i}", at());
         if !n.path.starts_with('/') {
             out.push(invalid(file, format!("{}/path", p()), format!("device node path {:?} must be absolute", n.path)));
         }
@@ -196,7 +196,7 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         }
     }
     for (i, m) in e.mounts.iter().enumerate() {
-        let p = || format!("{at}/mounts/{i}");
+        let p = || format!("{}/mounts/{i}", at());
         if !m.container_path.starts_with('/') {
             out.push(invalid(
                 file,
@@ -215,7 +215,7 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         }
     }
     for (i, h) in e.hooks.iter().enumerate() {
-        let p = || format!("{at}/hooks/{i}");
+        let p = || format!("{}/hooks/{i}", at());
         if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
             out.push(invalid(
                 file,
@@ -259,19 +259,19 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
             Some(c) if c.len() > 64 => format!("({} bytes)", c.len()),
             _ => clos.to_string(),
         };
-        out.push(invalid(file, format!("{at}/intelRdt/closID"), format!("intelRdt closID {shown} {why} (runc's rule)")));
+        out.push(invalid(file, format!("{}/intelRdt/closID", at()), format!("intelRdt closID {shown} {why} (runc's rule)")));
     }
     for (field, value) in nul_fields(e) {
         out.push(invalid(
             file,
-            format!("{at}/{field}"),
+            format!("{}/{field}", at()),
             format!("{value:?} contains a NUL byte; runc passes it to the kernel, which cannot take one"),
         ));
     }
     let mut host_names = HashSet::new();
     let mut names = HashSet::new();
     for (i, nd) in e.net_devices.iter().enumerate() {
-        let p = || format!("{at}/netDevices/{i}");
+        let p = || format!("{}/netDevices/{i}", at());
         let host = nd.get("hostInterfaceName").and_then(Value::as_str).unwrap_or("");
         let name = nd.get("name").and_then(Value::as_str).unwrap_or("");
         if host.is_empty() || name.is_empty() {
@@ -375,7 +375,7 @@ fn spec_rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
     if let Err(e) = Kind::parse(&spec.kind) {
         out.push(invalid(file, "/kind", e.to_string()));
     }
-    check_edits(&spec.container_edits, "/containerEdits", file, &mut out);
+    check_edits(&spec.container_edits, &|| "/containerEdits".to_string(), file, &mut out);
     out
 }
 
@@ -410,7 +410,9 @@ fn device_rule_errors(
             format!("device {:?} has no container edits", d.name),
         ));
     }
-    check_edits(&d.container_edits, &format!("/devices/{i}/containerEdits"), file, &mut out);
+    // The pointer is formatted only for an error (issue 31: one string per device of a spec
+    // that every container start reads).
+    check_edits(&d.container_edits, &|| format!("/devices/{i}/containerEdits"), file, &mut out);
     out
 }
 

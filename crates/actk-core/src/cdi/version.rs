@@ -56,11 +56,30 @@ impl<'a> Parts<'a> {
         }
     }
 
-    /// The edits of these parts: the spec-level ones, then each device's.
-    fn all_edits(&self) -> impl Iterator<Item = (String, &'a ContainerEdits)> + '_ {
-        self.edits.map(|e| ("containerEdits".to_string(), e)).into_iter().chain(
-            self.devices.iter().map(|(i, d)| (format!("devices[{i}] ({}) containerEdits", d.name), &d.container_edits)),
-        )
+    /// The edits of these parts: the spec-level ones, then each device's. Where they are is
+    /// formatted only for a message (issue 31: a label per device, twice per spec read, was
+    /// most of what checking the version of a large spec cost).
+    fn all_edits(&self) -> impl Iterator<Item = (At<'a>, &'a ContainerEdits)> + '_ {
+        self.edits
+            .map(|e| (At::Spec, e))
+            .into_iter()
+            .chain(self.devices.iter().map(|&(i, d)| (At::Device(i, &d.name), &d.container_edits)))
+    }
+}
+
+/// Where edits are in a spec: at the spec level, or device `index` of that name.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Spec,
+    Device(usize, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Spec => write!(f, "containerEdits"),
+            At::Device(i, name) => write!(f, "devices[{i}] ({name}) containerEdits"),
+        }
     }
 }
 

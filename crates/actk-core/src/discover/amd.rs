@@ -42,7 +42,7 @@ pub fn discover(
     // KFD node id -> GPU index, for links.
     let mut gpu_index: BTreeMap<u32, u32> = BTreeMap::new();
     let mut links_by_node: Vec<Vec<u32>> = Vec::new();
-    let mut gpu_nodes: Vec<(u32, String, BTreeMap<String, u64>)> = Vec::new();
+    let mut gpu_nodes: Vec<(u32, String, KfdProps)> = Vec::new();
     for (node_id, name) in nodes {
         let props_path = format!("{TOPOLOGY}/{name}/properties");
         let text = match host.read_to_string(&props_path) {
@@ -52,16 +52,14 @@ pub fn discover(
                 continue;
             }
         };
-        let props = parse_properties(&text);
+        let props = KfdProps::parse(&text);
         if props.get("simd_count").is_none_or(|&n| n == 0) {
             continue; // a CPU node
         }
-        // Kept past this file's text: partitions are matched to their GPU's PCI function below.
-        let props = props.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         gpu_nodes.push((node_id, name, props));
     }
     // The PCI function of a KFD node: its location_id without the function (partition) bits.
-    let pci_of = |p: &BTreeMap<String, u64>| -> Option<(u64, u64, u64)> {
+    let pci_of = |p: &KfdProps| -> Option<(u64, u64, u64)> {
         let loc = *p.get("location_id")?;
         Some((p.get("domain").copied().unwrap_or(0), (loc >> 8) & 0xff, (loc >> 3) & 0x1f))
     };
@@ -72,9 +70,10 @@ pub fn discover(
         }
     }
     let mut seen_on_pci: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
-    for (node_id, name, props) in gpu_nodes {
+    let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
+    for (position, (node_id, name, props)) in gpu_nodes.into_iter().enumerate() {
         let props_path = format!("{TOPOLOGY}/{name}/properties");
-        let index = vendor.devices.len() as u32;
+        let index = position as u32;
         gpu_index.insert(node_id, index);
         let mut dev = Device { index, ..Default::default() };
         let pci_key = pci_of(&props);
@@ -84,6 +83,10 @@ pub fn discover(
             *e += 1;
             *e - 1
         });
+        // Every node's properties give the numbering; a device not asked for is not read further.
+        if opts.wanted(profile).is_some_and(|w| !w.contains(&index)) {
+            continue;
+        }
         if let Some(&uid) = props.get("unique_id").filter(|&&u| u != 0) {
             if partitioned {
                 dev.attributes.insert("unique_id".into(), format!("0x{uid:016x}"));
@@ -113,31 +116,13 @@ pub fn discover(
             dev.attributes.insert("hive_id".into(), format!("0x{hive:016x}"));
         }
         if let Some(bus) = &dev.pci_bus_id {
-            let pci = format!("/sys/bus/pci/devices/{bus}");
-            match opts.topology.then(|| host.read_to_string(format!("{pci}/numa_node"))) {
-                None => {}
-                Some(Ok(t)) => match parse_numa(&t) {
-                    Ok(n) => dev.numa_node = n,
-                    Err(why) => warnings.add(host, format!("{pci}/numa_node"), why),
-                },
-                Some(Err(e)) => {
-                    warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}"))
-                }
-            }
-            dev.model = host
-                .read_to_string(format!("{pci}/product_name"))
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty());
-            for (file, key) in
-                [("current_compute_partition", "compute_partition"), ("current_memory_partition", "memory_partition")]
-            {
-                if let Ok(v) = host.read_to_string(format!("{pci}/{file}")) {
-                    let v = v.trim().to_ascii_lowercase();
-                    if !v.is_empty() {
-                        dev.attributes.insert(key.into(), v);
-                    }
-                }
+            // Read once per PCI function: the partitions of a GPU share it (issue 31: 64 CPX
+            // partitions read the same three files of 8 functions 8 times each).
+            let f = functions.entry(bus.clone()).or_insert_with(|| PciFunction::read(host, bus, opts, warnings));
+            dev.numa_node = f.numa_node;
+            dev.model = f.model.clone();
+            for (key, v) in &f.partitions {
+                dev.attributes.insert((*key).into(), v.clone());
             }
         }
         if dev.model.is_none() {
@@ -151,9 +136,10 @@ pub fn discover(
                     Err(e) => warnings.add(host, &render, format!("render node of GPU {index} unusable: {e}")),
                 }
                 let drm = format!("/sys/class/drm/renderD{minor}/device/drm");
-                let cards: Vec<String> = host
-                    .list_dir(&drm)
-                    .unwrap_or_default()
+                // Partitions past the first are amdgpu_xcp devices with a render node only: their
+                // DRM directory is not listed (a walk of two sysfs links per partition).
+                let past_first = partitioned && partition != Some(0);
+                let cards: Vec<String> = if past_first { Vec::new() } else { host.list_dir(&drm).unwrap_or_default() }
                     .into_iter()
                     .filter(|n| {
                         n.strip_prefix("card").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
@@ -169,7 +155,7 @@ pub fn discover(
                         ),
                     },
                     // Partitions past the first (amdgpu_xcp devices) have a render node only.
-                    None if partitioned && partition != Some(0) => {}
+                    None if past_first => {}
                     None => warnings.add(
                         host,
                         &drm,
@@ -207,11 +193,84 @@ pub fn discover(
     Some(vendor)
 }
 
-/// `key value` lines with numeric values (KFD properties files).
-/// The numeric `name value` lines of a KFD properties file, borrowing the names (a node's file
-/// has dozens of lines, and a host reads one per KFD node).
-fn parse_properties(text: &str) -> BTreeMap<&str, u64> {
-    lines(text).filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect()
+/// What discovery reads of a GPU's PCI function (shared by its partitions), from
+/// `/sys/bus/pci/devices/<bus>/`: `numa_node` (with [`DiscoverOptions::topology`]),
+/// `product_name` and the current compute and memory partition modes (lower case).
+struct PciFunction {
+    numa_node: Option<u32>,
+    model: Option<String>,
+    partitions: Vec<(&'static str, String)>,
+}
+
+impl PciFunction {
+    fn read(host: &HostRoot, bus: &str, opts: &DiscoverOptions, warnings: &mut Warnings) -> PciFunction {
+        let pci = format!("/sys/bus/pci/devices/{bus}");
+        let mut numa_node = None;
+        match opts.topology.then(|| host.read_to_string(format!("{pci}/numa_node"))) {
+            None => {}
+            Some(Ok(t)) => match parse_numa(&t) {
+                Ok(n) => numa_node = n,
+                Err(why) => warnings.add(host, format!("{pci}/numa_node"), why),
+            },
+            Some(Err(e)) => {
+                warnings.add(host, format!("{pci}/numa_node"), format!("no PCI sysfs entry for GPU {bus}: {e}"))
+            }
+        }
+        let model = host
+            .read_to_string(format!("{pci}/product_name"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        let mut partitions = Vec::new();
+        for (file, key) in
+            [("current_compute_partition", "compute_partition"), ("current_memory_partition", "memory_partition")]
+        {
+            if let Ok(v) = host.read_to_string(format!("{pci}/{file}")) {
+                let v = v.trim().to_ascii_lowercase();
+                if !v.is_empty() {
+                    partitions.push((key, v));
+                }
+            }
+        }
+        PciFunction { numa_node, model, partitions }
+    }
+}
+
+/// The numeric properties of a KFD node that discovery uses, from its `properties` file
+/// (`name value` lines, decimal): one pass, no map of the file's dozens of other lines (issue
+/// 31: a host reads one file per KFD node, 66 on a CPX node).
+struct KfdProps([Option<u64>; KFD_KEYS.len()]);
+
+/// The properties [`KfdProps`] keeps.
+const KFD_KEYS: [&str; 9] = [
+    "simd_count",
+    "location_id",
+    "domain",
+    "unique_id",
+    "hive_id",
+    "drm_render_minor",
+    "gfx_target_version",
+    "device_id",
+    "vendor_id",
+];
+
+impl KfdProps {
+    fn parse(text: &str) -> KfdProps {
+        let mut values = [None; KFD_KEYS.len()];
+        for (k, v) in lines(text) {
+            if let Some(i) = KFD_KEYS.iter().position(|key| *key == k)
+                && let Ok(n) = v.parse()
+            {
+                values[i] = Some(n);
+            }
+        }
+        KfdProps(values)
+    }
+
+    /// The value of property `name` (one of [`KFD_KEYS`]).
+    fn get(&self, name: &str) -> Option<&u64> {
+        KFD_KEYS.iter().position(|key| *key == name).and_then(|i| self.0[i].as_ref())
+    }
 }
 
 /// The value of `name` in a KFD properties file, if present.

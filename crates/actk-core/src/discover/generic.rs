@@ -55,7 +55,11 @@ pub(crate) fn devices(
 ) -> Vec<Device> {
     let t = &profile.devices;
     let Some(pattern) = &t.node else { return vec![] };
-    let indexes = node_indexes(host, pattern);
+    let mut indexes = node_indexes(host, pattern);
+    if let Some(wanted) = opts.wanted(profile) {
+        // A device's index is its node's number: the others need not be looked at.
+        indexes.retain(|i| wanted.contains(i));
+    }
     if indexes.is_empty() {
         return vec![];
     }
@@ -107,7 +111,8 @@ pub(crate) fn devices(
             );
         }
         let sysfs = t.sysfs.as_ref().map(|s| s.replace("{index}", &idx));
-        let sysfs_present = sysfs.as_ref().is_some_and(|s| host.exists(s));
+        // Resolved as a directory, so that the reads below it start from the memo.
+        let sysfs_present = sysfs.as_ref().is_some_and(|s| host.resolve_dir(s).is_ok());
         let driver =
             sysfs.as_ref().filter(|_| sysfs_present).and_then(|s| host.link_name(format!("{s}/device/driver")).ok());
         match (&t.driver, &driver) {

@@ -22,7 +22,7 @@ pub mod nvml;
 
 use crate::inventory::{DeviceNode, Inventory, VendorInventory, Warning};
 use crate::profile::Profile;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -40,9 +40,19 @@ const MAX_SYMLINKS: usize = 40;
 /// took over a minute.
 const MAX_PATH: usize = 4096;
 
-/// Most directory handles one [`HostRoot`] keeps open (a 64-GPU host's discovery walks about
-/// 300 directories). Past it, directories are still walked with handles, closed after use.
-const MAX_CACHED_DIRS: usize = 512;
+/// Most directory handles one [`HostRoot`] keeps open: half the process's soft limit of open
+/// files (`RLIMIT_NOFILE`; 512 at the usual 1024), at most this many. A 64-GPU host's discovery
+/// walks about 300 directories and a 256-device one over 1000; past the cap directories are
+/// still walked with handles, closed after use, but every read below one walks its path again
+/// (issue 31: a fixed cap of 512 made a 256-device node cost 4x per device what a 64-device
+/// one did). Engines raise the limit (containerd and dockerd run with 1048576).
+const MAX_CACHED_DIRS: usize = 8192;
+
+/// The handle cap of a [`HostRoot`] made now: see [`MAX_CACHED_DIRS`].
+fn dir_cap() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    soft.map_or(MAX_CACHED_DIRS, |n| usize::try_from(n / 2).unwrap_or(MAX_CACHED_DIRS).clamp(64, MAX_CACHED_DIRS))
+}
 
 /// A host root: `/`, a fixture directory, or a driver container's root. Paths given to its
 /// methods are absolute paths *as seen on that host* (`/sys/class/neuron_device`).
@@ -61,6 +71,8 @@ pub struct HostRoot {
     /// Whether openat2(2) may be tried: cleared on `ENOSYS` (kernels before 5.6) and `EPERM`
     /// (a seccomp profile that predates it), after which every path is walked.
     openat2: AtomicBool,
+    /// Most handles (and memo entries of each kind) kept: [`dir_cap`].
+    max_dirs: usize,
 }
 
 /// What one discovery pass has resolved. A HostRoot lives for one pass ([`discover`]), so
@@ -162,7 +174,7 @@ impl HostRoot {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root: PathBuf = root.into();
         let root = if root.is_absolute() { root } else { std::path::absolute(&root).unwrap_or(root) };
-        HostRoot { root, cache: Mutex::new(DirCache::default()), openat2: AtomicBool::new(true) }
+        HostRoot { root, cache: Mutex::new(DirCache::default()), openat2: AtomicBool::new(true), max_dirs: dir_cap() }
     }
 
     /// The root directory itself.
@@ -263,7 +275,7 @@ impl HostRoot {
             return kept.clone();
         }
         let fd = Arc::new(fd);
-        if c.fds.len() < MAX_CACHED_DIRS {
+        if c.fds.len() < self.max_dirs {
             c.fds.insert(resolved.as_os_str().to_owned(), fd.clone());
         }
         fd
@@ -273,14 +285,10 @@ impl HostRoot {
     /// from its nearest cached ancestor (the root at worst) without following any link (a
     /// resolved path has none): in one openat2, else name by name.
     fn dir_fd(&self, resolved: &Path) -> io::Result<Arc<OwnedFd>> {
-        let cached = |p: &Path| self.cache.lock().ok().and_then(|c| c.fds.get(p.as_os_str()).cloned());
-        if let Some(fd) = cached(resolved) {
+        if let Some(fd) = self.cache.lock().ok().and_then(|c| c.fds.get(resolved.as_os_str()).cloned()) {
             return Ok(fd);
         }
-        let (mut cur, mut fd) = match resolved.ancestors().skip(1).find_map(|a| Some((a, cached(a)?))) {
-            Some((a, fd)) => (a.to_path_buf(), fd),
-            None => (PathBuf::from("/"), self.root_fd()?),
-        };
+        let (mut cur, mut fd) = self.nearest_kept(resolved)?;
         let rest = resolved.strip_prefix(&cur).map_err(|_| io::Error::other("not below its ancestor"))?.to_owned();
         if self.openat2.load(Ordering::Relaxed) {
             use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -300,6 +308,16 @@ impl HostRoot {
             fd = self.open_dir_at(&fd, &cur, name)?;
         }
         Ok(fd)
+    }
+
+    /// The nearest strict ancestor of resolved directory `resolved` whose handle is kept, and
+    /// that handle (the root at worst).
+    fn nearest_kept(&self, resolved: &Path) -> io::Result<(PathBuf, Arc<OwnedFd>)> {
+        let cached = |p: &Path| self.cache.lock().ok().and_then(|c| c.fds.get(p.as_os_str()).cloned());
+        match resolved.ancestors().skip(1).find_map(|a| Some((a, cached(a)?))) {
+            Some((a, fd)) => Ok((a.to_path_buf(), fd)),
+            None => Ok((PathBuf::from("/"), self.root_fd()?)),
+        }
     }
 
     /// Open `name` in directory `fd` as an `O_PATH` directory handle for resolved path `cur`
@@ -365,8 +383,8 @@ impl HostRoot {
             };
             // Only while handles are still cached: past that, an entry here would keep one open.
             if let Ok(mut c) = self.cache.lock()
-                && c.asked.len() < MAX_CACHED_DIRS
-                && c.fds.len() < MAX_CACHED_DIRS
+                && c.asked.len() < self.max_dirs
+                && c.fds.len() < self.max_dirs
             {
                 c.asked.insert(d.as_os_str().to_owned(), (p.clone(), fd.clone()));
             }
@@ -389,7 +407,7 @@ impl HostRoot {
     fn remember_missing(&self, dirs: &[&Path]) {
         if let Ok(mut c) = self.cache.lock() {
             for d in dirs {
-                if c.missing.len() >= MAX_CACHED_DIRS {
+                if c.missing.len() >= self.max_dirs {
                     break;
                 }
                 c.missing.insert(d.as_os_str().to_owned());
@@ -421,11 +439,19 @@ impl HostRoot {
         let mut links = 0;
         let mut todo: std::borrow::Cow<'_, [u8]> = todo.into();
         let mut pos = 0;
+        // After a `..`, `cur` names the parent but `fd` is still the handle of where the walk
+        // was: the parent's handle is opened only when something is looked up in it (issue 31:
+        // sysfs's `device` links climb three directories and name a fourth, which opened three
+        // handles, each kept, where one openat2 from a kept ancestor reaches the fourth).
+        let mut stale = false;
         loop {
             while todo.get(pos) == Some(&b'/') {
                 pos += 1;
             }
             if pos >= todo.len() {
+                if stale {
+                    fd = self.dir_fd(&cur)?;
+                }
                 return Ok(Found::Dir(cur, fd));
             }
             // Several plain names ahead (a link's target after its leading `..`s, as sysfs's
@@ -440,12 +466,28 @@ impl HostRoot {
                 // here); without it RESOLVE_NO_SYMLINKS refuses that one too (ELOOP).
                 let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
                 let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
-                match rustix::fs::openat2(&*fd, rel, flags, Mode::empty(), how) {
+                // With `cur` not opened yet (after `..`), from its nearest kept ancestor: `cur`
+                // is resolved, so the names between them are plain directories too.
+                let opened = if stale {
+                    let kept = self.cache.lock().ok().and_then(|c| c.fds.get(cur.as_os_str()).cloned());
+                    let (base, bfd) = match kept {
+                        Some(f) => (cur.clone(), f),
+                        None => self.nearest_kept(&cur)?,
+                    };
+                    let mut path =
+                        cur.strip_prefix(&base).map_err(|_| io::Error::other("not below its ancestor"))?.to_owned();
+                    path.push(rel);
+                    rustix::fs::openat2(&*bfd, &path, flags, Mode::empty(), how)
+                } else {
+                    rustix::fs::openat2(&*fd, rel, flags, Mode::empty(), how)
+                };
+                match opened {
                     Ok(f) => {
                         for name in rel.as_bytes().split(|&b| b == b'/').filter(|n| !n.is_empty()) {
                             cur.push(OsStr::from_bytes(name));
                         }
                         fd = self.keep_fd(&cur, f);
+                        stale = false;
                         pos += dirs_end.0;
                         continue;
                     }
@@ -466,10 +508,12 @@ impl HostRoot {
             }
             if name == ".." {
                 // Stops at "/": `..` never leaves the root.
-                if cur.pop() {
-                    fd = self.dir_fd(&cur)?;
-                }
+                stale |= cur.pop();
                 continue;
+            }
+            if stale {
+                fd = self.dir_fd(&cur)?;
+                stale = false;
             }
             let target = match (is_last, last) {
                 (true, Last::Entry { follow: true, link_first: true }) => {
@@ -658,7 +702,7 @@ impl HostRoot {
         }
         let names = self.list_dir_uncached(path.as_ref())?;
         if let Ok(mut c) = self.cache.lock()
-            && c.listings.len() < MAX_CACHED_DIRS
+            && c.listings.len() < self.max_dirs
         {
             c.listings.insert(key.to_owned(), names.clone());
         }
@@ -789,7 +833,7 @@ impl Warnings {
 }
 
 /// What discovery may do beyond reading files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoverOptions {
     /// Load the root's NVML ([`nvml`]) for MIG devices, NVLink peers and UUIDs procfs lacks.
     /// On by default; a container start turns it on only for a MIG request, so an ordinary
@@ -803,11 +847,25 @@ pub struct DiscoverOptions {
     /// the Topology Manager and DRA), and on an 8-GPU MI300X the links alone are 72 of
     /// discovery's 150 reads. Without it `numa_node` is `None` and `links` empty.
     pub topology: bool,
+    /// Per profile name, the only device indexes to describe (a container start that asks for
+    /// devices by index; issue 31: what a start reads follows what it asks for, not the size of
+    /// the node). Each device keeps the index a full pass gives it; the others are left out of
+    /// the inventory unread, as far as the vendor's numbering allows (NVIDIA's follows the
+    /// sorted listing of `/proc/driver/nvidia/gpus`, AMD's needs every KFD node's properties).
+    /// An empty set leaves the profile out altogether. Profiles not named: every device.
+    pub only: BTreeMap<String, BTreeSet<u32>>,
 }
 
 impl Default for DiscoverOptions {
     fn default() -> Self {
-        DiscoverOptions { nvml: true, topology: true }
+        DiscoverOptions { nvml: true, topology: true, only: BTreeMap::new() }
+    }
+}
+
+impl DiscoverOptions {
+    /// The indexes [`DiscoverOptions::only`] names for `profile`, if it names any.
+    pub(crate) fn wanted(&self, profile: &Profile) -> Option<&BTreeSet<u32>> {
+        self.only.get(&profile.name)
     }
 }
 
@@ -850,6 +908,9 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
+        if opts.wanted(profile).is_some_and(BTreeSet::is_empty) {
+            continue;
+        }
         let found = match profile.discovery.as_str() {
             "nvidia" => nvidia::discover(&host, profile, opts, &mut warnings),
             "neuron" => neuron::discover(&host, profile, opts, &mut warnings),
@@ -1346,10 +1407,10 @@ mod tests {
             let cached = HostRoot::new(&r);
             let walked = HostRoot::new(&r);
             walked.openat2.store(false, Ordering::Relaxed);
-            // A pass past MAX_CACHED_DIRS: nothing more is kept.
+            // A pass past its cap of handles: nothing more is kept.
             let full = HostRoot::new(&r);
             if let (Ok(fd), Ok(mut c)) = (full.root_fd(), full.cache.lock()) {
-                for i in 0..MAX_CACHED_DIRS {
+                for i in 0..full.max_dirs {
                     c.fds.insert(format!("/zz/{i}").into(), fd.clone());
                     c.asked.insert(format!("/zz/{i}").into(), (PathBuf::from("/zz"), fd.clone()));
                     c.missing.insert(format!("/zy/{i}").into());
@@ -1486,14 +1547,16 @@ mod tests {
                 link(r, &format!("/sys/{via}/{i}"), &format!("../devices/pci0/{i}"));
             }
         }
-        let h = HostRoot::new(r);
+        // The cap a soft limit of 1024 open files gives, below what this tree needs.
+        let mut h = HostRoot::new(r);
+        h.max_dirs = 512;
         for i in 0..n {
             for via in ["bus", "class", "drv"] {
                 assert_eq!(h.read_to_string(format!("/sys/{via}/{i}/numa_node")).unwrap(), "0\n");
             }
         }
         let held = held_fds(&h);
-        assert!(held <= MAX_CACHED_DIRS, "{held} handles held, more than {MAX_CACHED_DIRS}");
+        assert!(held <= h.max_dirs, "{held} handles held, more than {}", h.max_dirs);
     }
 
     #[test]

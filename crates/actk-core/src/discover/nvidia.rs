@@ -20,6 +20,44 @@ const PROC: &str = "/proc/driver/nvidia";
 /// under `gpu<minor>/mig/gi<G>[/ci<C>]/access` and for management under `mig/{config,monitor}`.
 pub const CAPABILITIES: &str = "/proc/driver/nvidia/capabilities";
 
+/// A GPU's bus id: its `Bus Location`, else its procfs directory's name, in the normalised long
+/// form (which sorts in PCI bus order).
+fn bus_of(dir: &str, info: &BTreeMap<&str, &str>) -> String {
+    info.get("Bus Location")
+        .and_then(|b| normalize_pci(b))
+        .or_else(|| normalize_pci(dir))
+        .unwrap_or_else(|| dir.to_string())
+}
+
+/// `(index, directory, information text)` of the GPUs of `wanted` only, numbered by the sorted
+/// listing of their procfs directories (each named by its bus id), without reading the others;
+/// `None` (read every GPU) when a directory's name is not a bus id, or a file read does not name
+/// the bus its directory does or cannot be read: then only a full pass numbers the GPUs as
+/// always (an unreadable GPU is skipped there, which shifts the indexes after it).
+fn information_of_wanted(
+    host: &HostRoot,
+    gpus_dir: &str,
+    listed: &[String],
+    wanted: &BTreeSet<u32>,
+) -> Option<Vec<(u32, String, String)>> {
+    let mut keyed: Vec<(String, &String)> =
+        listed.iter().map(|dir| Some((normalize_pci(dir)?, dir))).collect::<Option<_>>()?;
+    keyed.sort();
+    let mut out = Vec::new();
+    for (index, (bus, dir)) in keyed.into_iter().enumerate() {
+        let index = u32::try_from(index).ok()?;
+        if !wanted.contains(&index) {
+            continue;
+        }
+        let text = host.read_to_string(format!("{gpus_dir}/{dir}/information")).ok()?;
+        if bus_of(dir, &parse_information(&text)) != bus {
+            return None;
+        }
+        out.push((index, dir.clone(), text));
+    }
+    Some(out)
+}
+
 /// Discover NVIDIA GPUs. `None` when the driver is not loaded under this root (no
 /// `/proc/driver/nvidia`).
 pub fn discover(
@@ -52,32 +90,32 @@ pub fn discover(
         Err(e) => warnings.add(host, &version_path, format!("unreadable: {e}")),
     }
     let gpus_dir = format!("{PROC}/gpus");
-    let mut texts: Vec<(String, String)> = Vec::new();
-    for bus in host.list_dir(&gpus_dir).unwrap_or_default() {
-        let info_path = format!("{gpus_dir}/{bus}/information");
-        match host.read_to_string(&info_path) {
-            Ok(text) => texts.push((bus, text)),
-            Err(e) => warnings.add(host, &info_path, format!("GPU skipped, information unreadable: {e}")),
+    let listed = host.list_dir(&gpus_dir).unwrap_or_default();
+    let texts = match opts.wanted(profile).and_then(|w| information_of_wanted(host, &gpus_dir, &listed, w)) {
+        Some(t) => t,
+        None => {
+            let mut texts: Vec<(String, String)> = Vec::new();
+            for bus in listed {
+                let info_path = format!("{gpus_dir}/{bus}/information");
+                match host.read_to_string(&info_path) {
+                    Ok(text) => texts.push((bus, text)),
+                    Err(e) => warnings.add(host, &info_path, format!("GPU skipped, information unreadable: {e}")),
+                }
+            }
+            // PCI bus order: the normalised long form sorts numerically.
+            let mut keyed: Vec<(String, String, String)> =
+                texts.into_iter().map(|(dir, text)| (bus_of(&dir, &parse_information(&text)), dir, text)).collect();
+            keyed.sort_by(|a, b| a.0.cmp(&b.0));
+            keyed.into_iter().enumerate().map(|(i, (_, dir, text))| (i as u32, dir, text)).collect()
         }
-    }
-    // PCI bus order: the normalised long form sorts numerically.
-    let mut keyed: Vec<(String, BTreeMap<&str, &str>)> = texts
-        .iter()
-        .map(|(dir, text)| {
-            let info = parse_information(text);
-            let bus = info
-                .get("Bus Location")
-                .and_then(|b| normalize_pci(b))
-                .or_else(|| normalize_pci(dir))
-                .unwrap_or_else(|| dir.clone());
-            (bus, info)
-        })
-        .collect();
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    };
     let want_major = profile.devices.major.unwrap_or(195);
-    for (index, (bus, info)) in keyed.into_iter().enumerate() {
+    for (index, dir, text) in &texts {
+        let index = *index;
+        let info = parse_information(text);
+        let bus = bus_of(dir, &info);
         let mut dev = Device {
-            index: index as u32,
+            index,
             model: info.get("Model").map(|s| s.to_string()),
             uuid: info.get("GPU UUID").map(|s| s.to_string()),
             pci_bus_id: Some(bus.clone()),

@@ -38,8 +38,17 @@ fn helm() -> Option<PathBuf> {
 }
 
 fn template(helm: &Path, set: &[&str]) -> Result<Vec<Value>, String> {
+    template_for(helm, None, set)
+}
+
+/// `helm template` as for a cluster of Kubernetes `kube_version` (`1.37.2`; `None`: Helm's own
+/// default).
+fn template_for(helm: &Path, kube_version: Option<&str>, set: &[&str]) -> Result<Vec<Value>, String> {
     let mut cmd = Command::new(helm);
     cmd.args(["template", "actk", "--namespace", "kube-system"]).arg(repo().join("deploy/helm/actk-device-plugin"));
+    if let Some(v) = kube_version {
+        cmd.args(["--kube-version", v]);
+    }
     for s in set {
         cmd.args(["--set", s]);
     }
@@ -86,7 +95,11 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     let volumes = pod["volumes"].as_array().unwrap();
     for m in c["volumeMounts"].as_array().unwrap() {
         let v = volumes.iter().find(|v| v["name"] == m["name"]).unwrap();
-        let hp = v["hostPath"]["path"].as_str().unwrap();
+        let Some(hp) = v["hostPath"]["path"].as_str() else {
+            // The readiness file's memory-backed emptyDir, nothing of the host's.
+            assert_eq!(v["emptyDir"]["medium"], "Memory", "{v}");
+            continue;
+        };
         let writable = m["readOnly"] != true;
         let may = ["/var/lib/kubelet/plugins/actk.dev", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"];
         assert_eq!(writable, may.contains(&hp), "{hp} writable={writable}");
@@ -123,13 +136,22 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     assert_eq!(verbs("deviceclasses"), ["list"]);
     assert!(verbs("pods").is_empty() && verbs("pods/status").is_empty(), "{rules}");
     // Opaque config for actk.dev is refused at admission, for claims, templates and classes.
-    let vap = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicy").expect("the opaque config policy");
+    let vap = all
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicy"
+                && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-opaque-config")
+        })
+        .expect("the opaque config policy");
     let res = &vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
     assert_eq!(res, &serde_json::json!(["resourceclaims", "resourceclaimtemplates", "deviceclasses"]));
     let checks = vap["spec"]["validations"].as_array().unwrap();
     assert_eq!(checks.len(), 3);
     assert!(checks.iter().all(|v| v["expression"].as_str().unwrap().contains("c.opaque.driver == \"actk.dev\"")));
-    let binding = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding").unwrap();
+    let binding = all
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == vap["metadata"]["name"])
+        .unwrap();
     assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
     // One DeviceClass per profile the driver serves (dra.profiles), selecting the driver and the
@@ -156,6 +178,163 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     // Every built-in profile gets its class when the driver serves every profile.
     let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
     assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len());
+}
+
+/// Issue 26: the DeviceClasses map each profile's device plugin resource (KEP-5004,
+/// `spec.extendedResourceName`) where the cluster has it on by default (1.36+) or the admin says
+/// so, never on 1.34 by default; the IMEX profile, which has no such resource, maps nothing.
+#[test]
+fn device_classes_name_their_extended_resource_where_the_cluster_serves_it() {
+    let Some(helm) = helm() else { return };
+    let mapped = |all: &[Value]| -> Vec<(String, String)> {
+        all.iter()
+            .filter(|d| d["kind"] == "DeviceClass")
+            .filter_map(|c| {
+                let er = c["spec"]["extendedResourceName"].as_str()?;
+                Some((c["metadata"]["name"].as_str().unwrap().to_string(), er.to_string()))
+            })
+            .collect()
+    };
+    let on = ["dra.enabled=true", "devicePlugin.enabled=false"];
+    let want: Vec<(String, String)> = [
+        ("actk-nvidia", "nvidia.com/gpu"),
+        ("actk-neuron", "aws.amazon.com/neuron"),
+        ("actk-amd", "amd.com/gpu"),
+        ("actk-gaudi", "habana.ai/gaudi"),
+        ("actk-accel", "kernel.org/accel"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for v in ["1.37.2", "1.36.3"] {
+        assert_eq!(mapped(&template_for(&helm, Some(v), &on).unwrap()), want, "Kubernetes {v}");
+    }
+    // 1.34: DRAExtendedResource is alpha (off): nothing by default, everything when asked.
+    assert!(mapped(&template_for(&helm, Some("1.34.4"), &on).unwrap()).is_empty());
+    let mut asked = on.to_vec();
+    asked.push("dra.extendedResourceNames=true");
+    assert_eq!(mapped(&template_for(&helm, Some("1.34.4"), &asked).unwrap()), want);
+    let mut off = on.to_vec();
+    off.push("dra.extendedResourceNames=false");
+    assert!(mapped(&template_for(&helm, Some("1.37.2"), &off).unwrap()).is_empty());
+    // A profile's own name wins over its first resource.
+    let mut own = on.to_vec();
+    own.push("profiles.neuron.extendedResourceName=aws.amazon.com/neurondevice");
+    let m = mapped(&template_for(&helm, Some("1.37.2"), &own).unwrap());
+    assert!(m.contains(&("actk-neuron".into(), "aws.amazon.com/neurondevice".into())), "{m:?}");
+    let mut bad = on.to_vec();
+    bad.push("dra.extendedResourceNames=maybe");
+    let e = template_for(&helm, Some("1.37.2"), &bad).unwrap_err();
+    assert!(e.contains("extendedResourceNames"), "{e}");
+}
+
+/// Issue 26: with `dra.perNodeServer.enabled` the driver decides per node from the label
+/// `actk.dev/<profile>.server` and writes its servers file where the device plugin's pod reads
+/// it (read-only); the device plugin then keeps every profile's resources in its list and
+/// leaves alone what the file names (the DRA profiles until the file is there). Rolling updates
+/// surge: per-pod sockets (POD_UID), a readiness probe on the kubelet's registration.
+#[test]
+fn per_node_server_choice_and_rolling_update_wiring() {
+    let Some(helm) = helm() else { return };
+    let all = template(
+        &helm,
+        &["dra.enabled=true", "dra.profiles={nvidia}", "dra.perNodeServer.enabled=true", "dra.metrics.enabled=true"],
+    )
+    .unwrap();
+    let ds = daemonsets(&all);
+    let dra = ds.iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let plugin = ds.iter().find(|d| !d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let dc = &dra["spec"]["template"]["spec"]["containers"][0];
+    let env = env_of(dc);
+    let file = "/var/lib/kubelet/plugins/actk.dev/servers.json";
+    for (k, v) in [
+        ("ACTK_DRA_SERVER_LABELS", "true"),
+        ("ACTK_DRA_DEFAULT_SERVER", "dra"),
+        ("ACTK_DRA_SERVERS_FILE", file),
+        ("ACTK_DRA_METRICS_ADDRESS", "0.0.0.0:9401"),
+        ("ACTK_DRA_READY_FILE", "/run/actk/ready"),
+    ] {
+        assert!(env.contains(&(k.into(), v.into())), "{k}={v} not in {env:?}");
+    }
+    let uid = dc["env"].as_array().unwrap().iter().find(|e| e["name"] == "POD_UID").expect("POD_UID");
+    assert_eq!(uid["valueFrom"]["fieldRef"]["fieldPath"], "metadata.uid");
+    assert_eq!(dc["readinessProbe"]["exec"]["command"][1], "--check-ready");
+    assert_eq!(dra["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(dra["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"], 1);
+    let pc = &plugin["spec"]["template"]["spec"]["containers"][0];
+    let penv = env_of(pc);
+    assert!(penv.contains(&("ACTK_DEVICE_PLUGIN_DRA_SERVERS_FILE".into(), file.into())), "{penv:?}");
+    assert!(penv.contains(&("ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES".into(), "nvidia".into())), "{penv:?}");
+    let m = pc["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "dra-servers").expect("servers dir");
+    assert_eq!(
+        (m["mountPath"].as_str(), m["readOnly"].as_bool()),
+        (Some("/var/lib/kubelet/plugins/actk.dev"), Some(true))
+    );
+    // The plugin's list keeps nvidia.com/gpu: the file, not the chart, takes it away per node.
+    let cm = all.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let toml = cm["data"]["device-plugin.toml"].as_str().unwrap();
+    assert!(!toml.lines().any(|l| l.starts_with("resources")), "every resource: {toml}");
+    // Default device-plugin: the plugin takes everything until the driver's file says otherwise.
+    let all = template(
+        &helm,
+        &[
+            "dra.enabled=true",
+            "dra.profiles={nvidia}",
+            "dra.perNodeServer.enabled=true",
+            "dra.perNodeServer.default=device-plugin",
+        ],
+    )
+    .unwrap();
+    let plugin =
+        daemonsets(&all).into_iter().find(|d| !d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let penv = env_of(&plugin["spec"]["template"]["spec"]["containers"][0]);
+    assert!(!penv.iter().any(|(k, _)| k == "ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES"), "{penv:?}");
+    // Off: the static split of before, no servers file anywhere.
+    let all = template(&helm, &["dra.enabled=true", "dra.profiles={nvidia}"]).unwrap();
+    let text = serde_json::to_string(&all).unwrap();
+    assert!(!text.contains("servers.json") && !text.contains("ACTK_DRA_METRICS_ADDRESS"), "{text}");
+}
+
+/// Issue 26: the node-scoped write guard is in the chart with the driver: it matches the
+/// driver's ServiceAccount only, on every write of ResourceSlices, and compares spec.nodeName
+/// (before and after an update) with the node of the pod-bound token. The cluster test
+/// (crates/k8s-e2e/tests/dra_frontier.rs) proves the API server enforces it.
+#[test]
+fn the_driver_writes_only_its_own_nodes_slices() {
+    let Some(helm) = helm() else { return };
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    let vap = all
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicy"
+                && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-node-slices")
+        })
+        .expect("the node-scoped write policy");
+    let rule = &vap["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"], serde_json::json!(["resourceslices"]));
+    assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE", "DELETE"]));
+    assert_eq!(vap["spec"]["failurePolicy"], "Fail");
+    let sa = all
+        .iter()
+        .find(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"].as_str().unwrap().ends_with("-dra"))
+        .unwrap();
+    let who = format!("system:serviceaccount:kube-system:{}", sa["metadata"]["name"].as_str().unwrap());
+    let cond = vap["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(cond.contains(&format!("\"{who}\"")), "{cond}");
+    let text = serde_json::to_string(&vap["spec"]).unwrap();
+    assert!(
+        text.contains("authentication.kubernetes.io/node-name") && text.contains("oldObject.spec.nodeName"),
+        "{text}"
+    );
+    let binding = all
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == vap["metadata"]["name"])
+        .expect("its binding");
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    // Not without the driver.
+    let all = template(&helm, &[]).unwrap();
+    assert!(!all.iter().any(|d| d["kind"] == "ValidatingAdmissionPolicy"
+        && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-node-slices")));
 }
 
 #[test]

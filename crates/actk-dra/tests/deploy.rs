@@ -454,8 +454,16 @@ fn example_claims_parse_and_name_chart_device_classes() {
     for t in &templates {
         assert_eq!(t["apiVersion"], "resource.k8s.io/v1");
         for r in t["spec"]["spec"]["devices"]["requests"].as_array().unwrap() {
-            let class = r["exactly"]["deviceClassName"].as_str().unwrap();
-            assert!(classes.iter().any(|c| c == class), "{class}");
+            // One exact request, or a prioritized list of subrequests (firstAvailable).
+            let subs: Vec<&Value> = match r["firstAvailable"].as_array() {
+                Some(l) => l.iter().collect(),
+                None => vec![&r["exactly"]],
+            };
+            assert!(!subs.is_empty(), "{r}");
+            for sub in subs {
+                let class = sub["deviceClassName"].as_str().unwrap();
+                assert!(classes.iter().any(|c| c == class), "{class}");
+            }
         }
         for c in t["spec"]["spec"]["devices"]["constraints"].as_array().into_iter().flatten() {
             let attr = c["matchAttribute"].as_str().unwrap();
@@ -467,4 +475,115 @@ fn example_claims_parse_and_name_chart_device_classes() {
             );
         }
     }
+}
+
+/// `device.attributes["actk.dev"].NAME` names in a CEL expression.
+fn attributes_read(cel: &str) -> Vec<String> {
+    let key = "device.attributes[\"actk.dev\"].";
+    cel.match_indices(key)
+        .map(|(i, _)| {
+            cel[i + key.len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>()
+        })
+        .collect()
+}
+
+/// The devices of fixture `name` as the driver publishes them (whole GPUs out of MIG mode: what
+/// the chart's class actk-nvidia matches).
+fn fixture_devices(name: &str) -> Vec<k8s_openapi::api::resource::v1::Device> {
+    let f = actk_testsupport::fixture::prepare(name).expect("fixture prepares").expect("fixture tools present");
+    let inv = actk_core::discover::discover(&f.root, &actk_core::profile::builtin());
+    actk_dra::slice::devices(&inv, None, &std::collections::BTreeSet::new())
+}
+
+fn attr<'a>(d: &'a k8s_openapi::api::resource::v1::Device, k: &str) -> Option<&'a str> {
+    d.attributes.as_ref()?.get(k)?.string.as_deref()
+}
+
+/// Issue 26: every attribute the examples' CEL reads is one the driver publishes on some
+/// fixture node (a typo would leave a claim Pending for ever), and the prioritized-list
+/// examples pick what they say on the fixtures: two H100 on the DGX H100, four A100 on the DGX
+/// A100 (whose MIG-mode GPUs 0-3 are not matched), nothing on the H200 NVL; NVIDIA on the
+/// heterogeneous node, AMD on the MI300X. The scheduler's real choice on the same fixtures is
+/// crates/k8s-e2e/tests/dra_frontier.rs (dra_first_available_and_admin_access_on_fixtures).
+#[test]
+fn example_selectors_read_published_attributes_and_first_available_picks_on_fixtures() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/actk-dra-examples.yaml")).unwrap();
+    let all = docs(&text, "actk-dra-examples.yaml");
+    let fixtures = [
+        "nvidia-dgx-h100",
+        "nvidia-dgx-a100",
+        "nvidia-h200-nvl",
+        "hetero-nvidia-neuron",
+        "amd-mi300x",
+        "aws-trn1-32xlarge",
+        "aws-inf2-48xlarge",
+        "gaudi2",
+    ];
+    let mut published: std::collections::BTreeSet<String> = Default::default();
+    let mut by_fixture = std::collections::BTreeMap::new();
+    for f in fixtures {
+        let devs = fixture_devices(f);
+        for d in &devs {
+            published.extend(d.attributes.iter().flatten().map(|(k, _)| k.clone()));
+        }
+        by_fixture.insert(f, devs);
+    }
+    let text_all = serde_json::to_string(&all).unwrap();
+    let read = attributes_read(&text_all.replace("\\\"", "\""));
+    assert!(read.len() >= 4, "{read:?}");
+    // matchAttribute constraints too (`actk.dev/linkGroup4` is the driver's `linkGroup4`).
+    let mut read = read;
+    for t in &all {
+        for c in t["spec"]["spec"]["devices"]["constraints"].as_array().into_iter().flatten() {
+            let a = c["matchAttribute"].as_str().unwrap();
+            read.push(a.strip_prefix("actk.dev/").unwrap_or(a).to_string());
+        }
+    }
+    for a in &read {
+        assert!(
+            published.contains(a),
+            "the examples' CEL reads actk.dev {a}, which no fixture device has: {published:?}"
+        );
+    }
+    // The prioritized lists, evaluated for their model prefixes and counts on each fixture.
+    let template = |name: &str| all.iter().find(|d| d["metadata"]["name"] == name).unwrap_or_else(|| panic!("{name}"));
+    let kind_of = |class: &str| {
+        let p = class.strip_prefix("actk-").unwrap();
+        actk_core::profile::builtin().into_iter().find(|x| x.name == p).unwrap().kind
+    };
+    let pick = |t: &Value, fixture: &str| -> Option<String> {
+        let devs = &by_fixture[fixture];
+        let r = &t["spec"]["spec"]["devices"]["requests"][0];
+        for sub in r["firstAvailable"].as_array().unwrap() {
+            let kind = kind_of(sub["deviceClassName"].as_str().unwrap());
+            let prefix = sub["selectors"][0]["cel"]["expression"]
+                .as_str()
+                .and_then(|e| e.split("startsWith(\"").nth(1))
+                .map(|p| p.split('"').next().unwrap().to_string());
+            let n = devs
+                .iter()
+                .filter(|d| attr(d, "kind") == Some(kind.as_str()) && attr(d, "migMode") != Some("enabled"))
+                .filter(|d| prefix.as_ref().is_none_or(|p| attr(d, "model").is_some_and(|m| m.starts_with(p.as_str()))))
+                .count() as u64;
+            if n >= sub["count"].as_u64().unwrap_or(1) {
+                return Some(sub["name"].as_str().unwrap().to_string());
+            }
+        }
+        None
+    };
+    let gpus = template("two-h100-else-four-a100");
+    assert_eq!(pick(gpus, "nvidia-dgx-h100").as_deref(), Some("h100"));
+    assert_eq!(pick(gpus, "nvidia-dgx-a100").as_deref(), Some("a100"));
+    assert_eq!(pick(gpus, "nvidia-h200-nvl"), None);
+    let either = template("nvidia-else-amd");
+    assert_eq!(pick(either, "hetero-nvidia-neuron").as_deref(), Some("nvidia"));
+    assert_eq!(pick(either, "amd-mi300x").as_deref(), Some("amd"));
+    assert_eq!(pick(either, "aws-trn1-32xlarge"), None);
+    // Admin access only in a namespace labelled for it, the class's devices all.
+    let admin = template("monitor-all-gpus");
+    let ns = admin["metadata"]["namespace"].as_str().unwrap();
+    let nsdoc = all.iter().find(|d| d["kind"] == "Namespace" && d["metadata"]["name"] == ns).expect("its namespace");
+    assert_eq!(nsdoc["metadata"]["labels"]["resource.kubernetes.io/admin-access"], "true");
+    let ex = &admin["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+    assert_eq!((ex["adminAccess"].as_bool(), ex["allocationMode"].as_str()), (Some(true), Some("All")));
 }

@@ -358,3 +358,118 @@ fn dra_bad_input_is_told_by_the_scheduler() -> Result<()> {
     c.delete_pod("bad-resource")?;
     Ok(())
 }
+
+/// A pod in `ns` whose container `c` holds the claim of template `template` and sleeps.
+fn template_pod(ns: &str, name: &str, template: &str) -> Value {
+    let mut pod = PodSpec::new(name, "ls /dev; sleep 600").manifest();
+    pod["metadata"]["namespace"] = json!(ns);
+    pod["spec"]["resourceClaims"] = json!([{"name": "gpus", "resourceClaimTemplateName": template}]);
+    pod["spec"]["containers"][0]["resources"] = json!({"claims": [{"name": "gpus"}]});
+    pod
+}
+
+/// The allocation results (`request`, `device`) of the claim pod `name` in `ns` got from its template.
+fn results_of(c: &Cluster, ns: &str, name: &str) -> Result<Vec<(String, String)>> {
+    let p = c.get_json(&["pod", name, "-n", ns])?;
+    let claim = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .with_context(|| format!("pod {name} has no claim yet: {}", p["status"]))?
+        .to_string();
+    let cl = c.get_json(&["resourceclaim", &claim, "-n", ns])?;
+    Ok(cl["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["request"].as_str().unwrap_or("").to_string(), r["device"].as_str().unwrap_or("").to_string()))
+        .collect())
+}
+
+/// Issue 26: the chart's examples (deploy/kubernetes/actk-dra-examples.yaml) on the node
+/// fixtures, as the scheduler places them: "two H100, else four A100" gets two H100 on the DGX
+/// H100 and four A100 on the DGX A100 (its MIG-mode GPUs left out); "NVIDIA, else AMD" gets the
+/// NVIDIA GPU on the heterogeneous node and the AMD GPU on the MI300X; the admin-access
+/// monitoring claim sees all eight H100 while another pod holds two. PrioritizedList and
+/// DRAAdminAccess are beta and on in 1.34, GA in 1.36: both versions.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn dra_first_available_and_admin_access_on_fixtures() -> Result<()> {
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    let values = "devicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  profiles: [nvidia, amd]\n";
+    let examples = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes/actk-dra-examples.yaml"),
+    )?;
+    type Ready = fn(&[Value]) -> bool;
+    let cases: [(&str, &str, &str, usize, Ready); 4] = [
+        ("nvidia-dgx-h100", "two-h100-else-four-a100", "gpus/h100", 2, |d| {
+            d.len() == 8
+                && d.iter()
+                    .all(|x| x["attributes"]["model"]["string"].as_str().is_some_and(|m| m.starts_with("NVIDIA H100")))
+        }),
+        ("nvidia-dgx-a100", "two-h100-else-four-a100", "gpus/a100", 4, |d| {
+            d.len() == 8
+                && d.iter()
+                    .all(|x| x["attributes"]["model"]["string"].as_str().is_some_and(|m| m.starts_with("NVIDIA A100")))
+        }),
+        ("hetero-nvidia-neuron", "nvidia-else-amd", "gpu/nvidia", 1, |d| {
+            !d.is_empty() && d.iter().all(|x| x["attributes"]["kind"]["string"] == "nvidia.com/gpu")
+        }),
+        ("amd-mi300x", "nvidia-else-amd", "gpu/amd", 1, |d| {
+            !d.is_empty() && d.iter().all(|x| x["attributes"]["kind"]["string"] == "amd.com/gpu")
+        }),
+    ];
+    let mut seen = vec![];
+    for (fx, template, want, count, ready) in cases {
+        let Some(f) = fixture::prepare(fx)? else { return Ok(()) };
+        c.install(&f.root, values)?;
+        c.wait_until(&format!("the {fx} devices in the node's slices"), Duration::from_secs(120), || {
+            let d = published(&c)?;
+            Ok(ready(&d).then_some(()))
+        })?;
+        c.apply(&examples)?;
+        let pod = format!("fa-{}", fx.replace('_', "-"));
+        c.delete_pod(&pod)?;
+        c.apply(&template_pod(TEST_NAMESPACE, &pod, template).to_string())?;
+        c.wait_pod_phase(&pod, &["Running"], Duration::from_secs(120)).map_err(|e| {
+            let events = c.events(TEST_NAMESPACE, &pod).unwrap_or_default();
+            anyhow::anyhow!("{e}; events: {events:#?}; driver log:\n{}", c.plugin_logs())
+        })?;
+        let got = results_of(&c, TEST_NAMESPACE, &pod)?;
+        ensure!(
+            got.len() == count && got.iter().all(|(r, _)| r == want),
+            "{fx}: {template} should give {count} device(s) of {want}, got {got:?}"
+        );
+        if fx == "nvidia-dgx-h100" {
+            // Admin access: the monitoring claim sees all eight while this pod holds two.
+            let admin = template_pod("gpu-monitoring", "fa-monitor", "monitor-all-gpus");
+            let _ = c.kubectl(&[
+                "delete",
+                "pod",
+                "fa-monitor",
+                "-n",
+                "gpu-monitoring",
+                "--ignore-not-found",
+                "--wait=true",
+            ]);
+            c.apply(&admin.to_string())?;
+            c.wait_until("the monitoring pod runs", Duration::from_secs(120), || {
+                let p = c.get_json(&["pod", "fa-monitor", "-n", "gpu-monitoring"])?;
+                Ok((p["status"]["phase"] == "Running").then_some(()))
+            })
+            .map_err(|e| {
+                let events = c.events("gpu-monitoring", "fa-monitor").unwrap_or_default();
+                anyhow::anyhow!("{e}; events: {events:#?}")
+            })?;
+            let dev = c.kubectl_ok(&["logs", "fa-monitor", "-n", "gpu-monitoring"])?;
+            let gpus = dev
+                .split_whitespace()
+                .filter(|d| d.strip_prefix("nvidia").is_some_and(|n| n.parse::<u32>().is_ok()))
+                .count();
+            ensure!(gpus == 8, "the monitoring pod sees {gpus} GPUs:\n{dev}");
+            let _ = c.kubectl(&["delete", "pod", "fa-monitor", "-n", "gpu-monitoring", "--wait=true"]);
+        }
+        c.delete_pod(&pod)?;
+        seen.push(format!("{fx}: {want} x{count}"));
+    }
+    eprintln!("firstAvailable on fixtures: {}", seen.join("; "));
+    Ok(())
+}

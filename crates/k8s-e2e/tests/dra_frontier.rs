@@ -291,7 +291,13 @@ fn dra_driver_identity_writes_only_its_own_nodes_slices() -> Result<()> {
         &["apply", "--server-side", "--force-conflicts", "--field-manager=actk-test", "-f", "-"],
         Some(&slice("actk-guard-a", "node-b")),
     );
-    assert!(!ok && out.contains("may write only"), "node A's driver moved its slice to node B: {out}");
+    // Refused before admission too: spec.nodeName and the pool are immutable.
+    assert!(
+        !ok && (out.contains("may write only") || out.contains("field is immutable")),
+        "node A's driver moved its slice to node B: {out}"
+    );
+    let (ok, out) = kubectl_as(&on_a, &["label", "resourceslice", "actk-guard-b", "actk-test=touched"], None);
+    assert!(!ok && out.contains("may write only"), "node A's driver updated node B's slice: {out}");
     let (ok, out) = kubectl_as(&on_a, &["delete", "resourceslice", "actk-guard-b"], None);
     assert!(!ok && out.contains("may write only"), "node A's driver deleted node B's slice: {out}");
     let (ok, out) = kubectl_as(&on_b, &["delete", "resourceslice", "actk-guard-b"], None);

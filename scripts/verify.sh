@@ -12,13 +12,16 @@
 #     against plain runc and actk-runtime, with and without requests, the request passes also
 #     against runc with the CNCF CDI reference library's injection (tests/conformance);
 #     unexplained differences (must be 0);
+#   - the DRA cluster tests on the newest Kubernetes (make test-k8s-newest, 1.37), which CI
+#     leaves to this run (its cold build of the 1.37 binaries does not fit CI's time);
 #   - leaks: differences HostGuard found inside the tests, plus a snapshot of the host (mount
 #     table, /dev, /etc/cdi, /var/run/cdi, daemon.json) before and after this whole run (must be 0).
 # Exit status 0 only when every property holds.
 #
 # Environment: PROPTEST_CASES (default 10000), FUZZ_SECONDS per fuzz target (default 120),
 # FUZZ_TARGETS (default: all in fuzz/Cargo.toml), SKIP_FUZZ=1 to leave fuzzing out, FUZZ_GROW
-# (default 1: merge new coverage into fuzz/corpus).
+# (default 1: merge new coverage into fuzz/corpus), SKIP_K8S_NEWEST=1 to leave the 1.37 cluster
+# tests out, K8S_NEWEST (default v1.37.2).
 # Run as root with dockerd started (the Makefile's verify target starts it).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -86,6 +89,16 @@ if ! ACTK_BIN_DIR=$shims tests/conformance/runtime-tools/run.sh 2>&1 | tee "$wor
   failed+=("runtime-tools validation")
 fi
 
+# The DRA cluster tests on the newest Kubernetes (issue 26): too long for CI when its binaries
+# are built cold (Makefile, test-k8s-newest), so here. SKIP_K8S_NEWEST=1 leaves it out.
+k8s_newest=skipped
+if [ "${SKIP_K8S_NEWEST:-0}" != 1 ]; then
+  log "Kubernetes ${K8S_NEWEST:-v1.37.2}: the DRA cluster tests (make test-k8s-newest)"
+  if make --no-print-directory test-k8s-newest 2>&1 | tee "$work/k8s-newest.log"; then k8s_newest=passed; else
+    k8s_newest=failed; failed+=("DRA cluster tests on the newest Kubernetes")
+  fi
+fi
+
 # HostGuard failures print "the host changed (N difference(s))".
 guard_leaks=$(cat "$work/prop.log" "$work/e2e.log" | sed -n 's/.*the host changed (\([0-9]*\) difference.*/\1/p' | awk '{s+=$1} END {print s+0}')
 
@@ -123,6 +136,8 @@ for suite in runc-bats runtime-tools; do
   line "$(ok_if "$( [ "${unexpl:-x}" = 0 ] && echo y)")" "conformance: $suite vs runc" \
     "${unexpl:-?} unexplained differences (passed/failed/skipped: $counts)"
 done
+k8s_counts=$(grep -E '^test result:' "$work/k8s-newest.log" 2>/dev/null | awk '{p += $4; f += $6} END {printf "%d passed, %d failed", p, f}')
+line "$(if [ "$k8s_newest" = failed ]; then echo FAIL; else echo PASS; fi)" "kubernetes ${K8S_NEWEST:-v1.37.2}: DRA cluster tests" "$k8s_newest${k8s_counts:+ ($k8s_counts)}"
 line "$(ok_if "$( [ "$leaks" = 0 ] && echo y)")" "host cleanliness: mounts, /dev, CDI dirs, daemon.json" "$leaks leaks found ($guard_leaks in tests, $host_leaks over the run)"
 
 log "summary"

@@ -873,13 +873,18 @@ fn install_notes_name_nvidia_values_without_effect() {
     assert!(!notes(&[]).contains("no effect"), "nothing to say by default");
 }
 
-/// The DRA examples create claims and templates only: nothing there holds a GPU or pulls an image.
+/// The DRA examples create claims and templates only (and the namespace the admin-access
+/// example needs, labelled for it): nothing there holds a GPU or pulls an image.
 #[test]
 fn dra_examples_create_only_claims_and_templates() {
     let text = std::fs::read_to_string(repo().join("deploy/kubernetes/actk-dra-examples.yaml")).unwrap();
     let all = docs(&text, "actk-dra-examples.yaml");
     for d in &all {
         let kind = d["kind"].as_str().unwrap_or_default();
+        if kind == "Namespace" {
+            assert_eq!(d["metadata"]["labels"]["resource.kubernetes.io/admin-access"], "true", "{d}");
+            continue;
+        }
         assert!(kind == "ResourceClaimTemplate" || kind == "ResourceClaim", "{kind}: {d}");
     }
     assert!(all.iter().any(|d| d["kind"] == "ResourceClaim"));

@@ -38,8 +38,17 @@ fn helm() -> Option<PathBuf> {
 }
 
 fn template(helm: &Path, set: &[&str]) -> Result<Vec<Value>, String> {
+    template_for(helm, None, set)
+}
+
+/// `helm template` as for a cluster of Kubernetes `kube_version` (`1.37.2`; `None`: Helm's own
+/// default).
+fn template_for(helm: &Path, kube_version: Option<&str>, set: &[&str]) -> Result<Vec<Value>, String> {
     let mut cmd = Command::new(helm);
     cmd.args(["template", "actk", "--namespace", "kube-system"]).arg(repo().join("deploy/helm/actk-device-plugin"));
+    if let Some(v) = kube_version {
+        cmd.args(["--kube-version", v]);
+    }
     for s in set {
         cmd.args(["--set", s]);
     }
@@ -86,7 +95,11 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     let volumes = pod["volumes"].as_array().unwrap();
     for m in c["volumeMounts"].as_array().unwrap() {
         let v = volumes.iter().find(|v| v["name"] == m["name"]).unwrap();
-        let hp = v["hostPath"]["path"].as_str().unwrap();
+        let Some(hp) = v["hostPath"]["path"].as_str() else {
+            // The readiness file's memory-backed emptyDir, nothing of the host's.
+            assert_eq!(v["emptyDir"]["medium"], "Memory", "{v}");
+            continue;
+        };
         let writable = m["readOnly"] != true;
         let may = ["/var/lib/kubelet/plugins/actk.dev", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"];
         assert_eq!(writable, may.contains(&hp), "{hp} writable={writable}");
@@ -123,13 +136,22 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     assert_eq!(verbs("deviceclasses"), ["list"]);
     assert!(verbs("pods").is_empty() && verbs("pods/status").is_empty(), "{rules}");
     // Opaque config for actk.dev is refused at admission, for claims, templates and classes.
-    let vap = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicy").expect("the opaque config policy");
+    let vap = all
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicy"
+                && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-opaque-config")
+        })
+        .expect("the opaque config policy");
     let res = &vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
     assert_eq!(res, &serde_json::json!(["resourceclaims", "resourceclaimtemplates", "deviceclasses"]));
     let checks = vap["spec"]["validations"].as_array().unwrap();
     assert_eq!(checks.len(), 3);
     assert!(checks.iter().all(|v| v["expression"].as_str().unwrap().contains("c.opaque.driver == \"actk.dev\"")));
-    let binding = all.iter().find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding").unwrap();
+    let binding = all
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == vap["metadata"]["name"])
+        .unwrap();
     assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
     // One DeviceClass per profile the driver serves (dra.profiles), selecting the driver and the
@@ -156,6 +178,163 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     // Every built-in profile gets its class when the driver serves every profile.
     let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
     assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len());
+}
+
+/// Issue 26: the DeviceClasses map each profile's device plugin resource (KEP-5004,
+/// `spec.extendedResourceName`) where the cluster has it on by default (1.36+) or the admin says
+/// so, never on 1.34 by default; the IMEX profile, which has no such resource, maps nothing.
+#[test]
+fn device_classes_name_their_extended_resource_where_the_cluster_serves_it() {
+    let Some(helm) = helm() else { return };
+    let mapped = |all: &[Value]| -> Vec<(String, String)> {
+        all.iter()
+            .filter(|d| d["kind"] == "DeviceClass")
+            .filter_map(|c| {
+                let er = c["spec"]["extendedResourceName"].as_str()?;
+                Some((c["metadata"]["name"].as_str().unwrap().to_string(), er.to_string()))
+            })
+            .collect()
+    };
+    let on = ["dra.enabled=true", "devicePlugin.enabled=false"];
+    let want: Vec<(String, String)> = [
+        ("actk-nvidia", "nvidia.com/gpu"),
+        ("actk-neuron", "aws.amazon.com/neuron"),
+        ("actk-amd", "amd.com/gpu"),
+        ("actk-gaudi", "habana.ai/gaudi"),
+        ("actk-accel", "kernel.org/accel"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    for v in ["1.37.2", "1.36.3"] {
+        assert_eq!(mapped(&template_for(&helm, Some(v), &on).unwrap()), want, "Kubernetes {v}");
+    }
+    // 1.34: DRAExtendedResource is alpha (off): nothing by default, everything when asked.
+    assert!(mapped(&template_for(&helm, Some("1.34.4"), &on).unwrap()).is_empty());
+    let mut asked = on.to_vec();
+    asked.push("dra.extendedResourceNames=true");
+    assert_eq!(mapped(&template_for(&helm, Some("1.34.4"), &asked).unwrap()), want);
+    let mut off = on.to_vec();
+    off.push("dra.extendedResourceNames=false");
+    assert!(mapped(&template_for(&helm, Some("1.37.2"), &off).unwrap()).is_empty());
+    // A profile's own name wins over its first resource.
+    let mut own = on.to_vec();
+    own.push("profiles.neuron.extendedResourceName=aws.amazon.com/neurondevice");
+    let m = mapped(&template_for(&helm, Some("1.37.2"), &own).unwrap());
+    assert!(m.contains(&("actk-neuron".into(), "aws.amazon.com/neurondevice".into())), "{m:?}");
+    let mut bad = on.to_vec();
+    bad.push("dra.extendedResourceNames=maybe");
+    let e = template_for(&helm, Some("1.37.2"), &bad).unwrap_err();
+    assert!(e.contains("extendedResourceNames"), "{e}");
+}
+
+/// Issue 26: with `dra.perNodeServer.enabled` the driver decides per node from the label
+/// `actk.dev/<profile>.server` and writes its servers file where the device plugin's pod reads
+/// it (read-only); the device plugin then keeps every profile's resources in its list and
+/// leaves alone what the file names (the DRA profiles until the file is there). Rolling updates
+/// surge: per-pod sockets (POD_UID), a readiness probe on the kubelet's registration.
+#[test]
+fn per_node_server_choice_and_rolling_update_wiring() {
+    let Some(helm) = helm() else { return };
+    let all = template(
+        &helm,
+        &["dra.enabled=true", "dra.profiles={nvidia}", "dra.perNodeServer.enabled=true", "dra.metrics.enabled=true"],
+    )
+    .unwrap();
+    let ds = daemonsets(&all);
+    let dra = ds.iter().find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let plugin = ds.iter().find(|d| !d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let dc = &dra["spec"]["template"]["spec"]["containers"][0];
+    let env = env_of(dc);
+    let file = "/var/lib/kubelet/plugins/actk.dev/servers.json";
+    for (k, v) in [
+        ("ACTK_DRA_SERVER_LABELS", "true"),
+        ("ACTK_DRA_DEFAULT_SERVER", "dra"),
+        ("ACTK_DRA_SERVERS_FILE", file),
+        ("ACTK_DRA_METRICS_ADDRESS", "0.0.0.0:9401"),
+        ("ACTK_DRA_READY_FILE", "/run/actk/ready"),
+    ] {
+        assert!(env.contains(&(k.into(), v.into())), "{k}={v} not in {env:?}");
+    }
+    let uid = dc["env"].as_array().unwrap().iter().find(|e| e["name"] == "POD_UID").expect("POD_UID");
+    assert_eq!(uid["valueFrom"]["fieldRef"]["fieldPath"], "metadata.uid");
+    assert_eq!(dc["readinessProbe"]["exec"]["command"][1], "--check-ready");
+    assert_eq!(dra["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(dra["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"], 1);
+    let pc = &plugin["spec"]["template"]["spec"]["containers"][0];
+    let penv = env_of(pc);
+    assert!(penv.contains(&("ACTK_DEVICE_PLUGIN_DRA_SERVERS_FILE".into(), file.into())), "{penv:?}");
+    assert!(penv.contains(&("ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES".into(), "nvidia".into())), "{penv:?}");
+    let m = pc["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "dra-servers").expect("servers dir");
+    assert_eq!(
+        (m["mountPath"].as_str(), m["readOnly"].as_bool()),
+        (Some("/var/lib/kubelet/plugins/actk.dev"), Some(true))
+    );
+    // The plugin's list keeps nvidia.com/gpu: the file, not the chart, takes it away per node.
+    let cm = all.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let toml = cm["data"]["device-plugin.toml"].as_str().unwrap();
+    assert!(!toml.lines().any(|l| l.starts_with("resources")), "every resource: {toml}");
+    // Default device-plugin: the plugin takes everything until the driver's file says otherwise.
+    let all = template(
+        &helm,
+        &[
+            "dra.enabled=true",
+            "dra.profiles={nvidia}",
+            "dra.perNodeServer.enabled=true",
+            "dra.perNodeServer.default=device-plugin",
+        ],
+    )
+    .unwrap();
+    let plugin =
+        daemonsets(&all).into_iter().find(|d| !d["metadata"]["name"].as_str().unwrap().ends_with("-dra")).unwrap();
+    let penv = env_of(&plugin["spec"]["template"]["spec"]["containers"][0]);
+    assert!(!penv.iter().any(|(k, _)| k == "ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES"), "{penv:?}");
+    // Off: the static split of before, no servers file anywhere.
+    let all = template(&helm, &["dra.enabled=true", "dra.profiles={nvidia}"]).unwrap();
+    let text = serde_json::to_string(&all).unwrap();
+    assert!(!text.contains("servers.json") && !text.contains("ACTK_DRA_METRICS_ADDRESS"), "{text}");
+}
+
+/// Issue 26: the node-scoped write guard is in the chart with the driver: it matches the
+/// driver's ServiceAccount only, on every write of ResourceSlices, and compares spec.nodeName
+/// (before and after an update) with the node of the pod-bound token. The cluster test
+/// (crates/k8s-e2e/tests/dra_frontier.rs) proves the API server enforces it.
+#[test]
+fn the_driver_writes_only_its_own_nodes_slices() {
+    let Some(helm) = helm() else { return };
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    let vap = all
+        .iter()
+        .find(|d| {
+            d["kind"] == "ValidatingAdmissionPolicy"
+                && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-node-slices")
+        })
+        .expect("the node-scoped write policy");
+    let rule = &vap["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"], serde_json::json!(["resourceslices"]));
+    assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE", "DELETE"]));
+    assert_eq!(vap["spec"]["failurePolicy"], "Fail");
+    let sa = all
+        .iter()
+        .find(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"].as_str().unwrap().ends_with("-dra"))
+        .unwrap();
+    let who = format!("system:serviceaccount:kube-system:{}", sa["metadata"]["name"].as_str().unwrap());
+    let cond = vap["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(cond.contains(&format!("\"{who}\"")), "{cond}");
+    let text = serde_json::to_string(&vap["spec"]).unwrap();
+    assert!(
+        text.contains("authentication.kubernetes.io/node-name") && text.contains("oldObject.spec.nodeName"),
+        "{text}"
+    );
+    let binding = all
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == vap["metadata"]["name"])
+        .expect("its binding");
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    // Not without the driver.
+    let all = template(&helm, &[]).unwrap();
+    assert!(!all.iter().any(|d| d["kind"] == "ValidatingAdmissionPolicy"
+        && d["metadata"]["name"].as_str().unwrap().ends_with("-dra-node-slices")));
 }
 
 #[test]
@@ -275,8 +454,16 @@ fn example_claims_parse_and_name_chart_device_classes() {
     for t in &templates {
         assert_eq!(t["apiVersion"], "resource.k8s.io/v1");
         for r in t["spec"]["spec"]["devices"]["requests"].as_array().unwrap() {
-            let class = r["exactly"]["deviceClassName"].as_str().unwrap();
-            assert!(classes.iter().any(|c| c == class), "{class}");
+            // One exact request, or a prioritized list of subrequests (firstAvailable).
+            let subs: Vec<&Value> = match r["firstAvailable"].as_array() {
+                Some(l) => l.iter().collect(),
+                None => vec![&r["exactly"]],
+            };
+            assert!(!subs.is_empty(), "{r}");
+            for sub in subs {
+                let class = sub["deviceClassName"].as_str().unwrap();
+                assert!(classes.iter().any(|c| c == class), "{class}");
+            }
         }
         for c in t["spec"]["spec"]["devices"]["constraints"].as_array().into_iter().flatten() {
             let attr = c["matchAttribute"].as_str().unwrap();
@@ -288,4 +475,115 @@ fn example_claims_parse_and_name_chart_device_classes() {
             );
         }
     }
+}
+
+/// `device.attributes["actk.dev"].NAME` names in a CEL expression.
+fn attributes_read(cel: &str) -> Vec<String> {
+    let key = "device.attributes[\"actk.dev\"].";
+    cel.match_indices(key)
+        .map(|(i, _)| {
+            cel[i + key.len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>()
+        })
+        .collect()
+}
+
+/// The devices of fixture `name` as the driver publishes them (whole GPUs out of MIG mode: what
+/// the chart's class actk-nvidia matches).
+fn fixture_devices(name: &str) -> Vec<k8s_openapi::api::resource::v1::Device> {
+    let f = actk_testsupport::fixture::prepare(name).expect("fixture prepares").expect("fixture tools present");
+    let inv = actk_core::discover::discover(&f.root, &actk_core::profile::builtin());
+    actk_dra::slice::devices(&inv, None, &std::collections::BTreeSet::new())
+}
+
+fn attr<'a>(d: &'a k8s_openapi::api::resource::v1::Device, k: &str) -> Option<&'a str> {
+    d.attributes.as_ref()?.get(k)?.string.as_deref()
+}
+
+/// Issue 26: every attribute the examples' CEL reads is one the driver publishes on some
+/// fixture node (a typo would leave a claim Pending for ever), and the prioritized-list
+/// examples pick what they say on the fixtures: two H100 on the DGX H100, four A100 on the DGX
+/// A100 (whose MIG-mode GPUs 0-3 are not matched), nothing on the H200 NVL; NVIDIA on the
+/// heterogeneous node, AMD on the MI300X. The scheduler's real choice on the same fixtures is
+/// crates/k8s-e2e/tests/dra_frontier.rs (dra_first_available_and_admin_access_on_fixtures).
+#[test]
+fn example_selectors_read_published_attributes_and_first_available_picks_on_fixtures() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/actk-dra-examples.yaml")).unwrap();
+    let all = docs(&text, "actk-dra-examples.yaml");
+    let fixtures = [
+        "nvidia-dgx-h100",
+        "nvidia-dgx-a100",
+        "nvidia-h200-nvl",
+        "hetero-nvidia-neuron",
+        "amd-mi300x",
+        "aws-trn1-32xlarge",
+        "aws-inf2-48xlarge",
+        "gaudi2",
+    ];
+    let mut published: std::collections::BTreeSet<String> = Default::default();
+    let mut by_fixture = std::collections::BTreeMap::new();
+    for f in fixtures {
+        let devs = fixture_devices(f);
+        for d in &devs {
+            published.extend(d.attributes.iter().flatten().map(|(k, _)| k.clone()));
+        }
+        by_fixture.insert(f, devs);
+    }
+    let text_all = serde_json::to_string(&all).unwrap();
+    let read = attributes_read(&text_all.replace("\\\"", "\""));
+    assert!(read.len() >= 4, "{read:?}");
+    // matchAttribute constraints too (`actk.dev/linkGroup4` is the driver's `linkGroup4`).
+    let mut read = read;
+    for t in &all {
+        for c in t["spec"]["spec"]["devices"]["constraints"].as_array().into_iter().flatten() {
+            let a = c["matchAttribute"].as_str().unwrap();
+            read.push(a.strip_prefix("actk.dev/").unwrap_or(a).to_string());
+        }
+    }
+    for a in &read {
+        assert!(
+            published.contains(a),
+            "the examples' CEL reads actk.dev {a}, which no fixture device has: {published:?}"
+        );
+    }
+    // The prioritized lists, evaluated for their model prefixes and counts on each fixture.
+    let template = |name: &str| all.iter().find(|d| d["metadata"]["name"] == name).unwrap_or_else(|| panic!("{name}"));
+    let kind_of = |class: &str| {
+        let p = class.strip_prefix("actk-").unwrap();
+        actk_core::profile::builtin().into_iter().find(|x| x.name == p).unwrap().kind
+    };
+    let pick = |t: &Value, fixture: &str| -> Option<String> {
+        let devs = &by_fixture[fixture];
+        let r = &t["spec"]["spec"]["devices"]["requests"][0];
+        for sub in r["firstAvailable"].as_array().unwrap() {
+            let kind = kind_of(sub["deviceClassName"].as_str().unwrap());
+            let prefix = sub["selectors"][0]["cel"]["expression"]
+                .as_str()
+                .and_then(|e| e.split("startsWith(\"").nth(1))
+                .map(|p| p.split('"').next().unwrap().to_string());
+            let n = devs
+                .iter()
+                .filter(|d| attr(d, "kind") == Some(kind.as_str()) && attr(d, "migMode") != Some("enabled"))
+                .filter(|d| prefix.as_ref().is_none_or(|p| attr(d, "model").is_some_and(|m| m.starts_with(p.as_str()))))
+                .count() as u64;
+            if n >= sub["count"].as_u64().unwrap_or(1) {
+                return Some(sub["name"].as_str().unwrap().to_string());
+            }
+        }
+        None
+    };
+    let gpus = template("two-h100-else-four-a100");
+    assert_eq!(pick(gpus, "nvidia-dgx-h100").as_deref(), Some("h100"));
+    assert_eq!(pick(gpus, "nvidia-dgx-a100").as_deref(), Some("a100"));
+    assert_eq!(pick(gpus, "nvidia-h200-nvl"), None);
+    let either = template("nvidia-else-amd");
+    assert_eq!(pick(either, "hetero-nvidia-neuron").as_deref(), Some("nvidia"));
+    assert_eq!(pick(either, "amd-mi300x").as_deref(), Some("amd"));
+    assert_eq!(pick(either, "aws-trn1-32xlarge"), None);
+    // Admin access only in a namespace labelled for it, the class's devices all.
+    let admin = template("monitor-all-gpus");
+    let ns = admin["metadata"]["namespace"].as_str().unwrap();
+    let nsdoc = all.iter().find(|d| d["kind"] == "Namespace" && d["metadata"]["name"] == ns).expect("its namespace");
+    assert_eq!(nsdoc["metadata"]["labels"]["resource.kubernetes.io/admin-access"], "true");
+    let ex = &admin["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+    assert_eq!((ex["adminAccess"].as_bool(), ex["allocationMode"].as_str()), (Some(true), Some("All")));
 }

@@ -26,7 +26,7 @@ or, when config.resources is empty, every resource of the profiles the DRA drive
 */}}
 {{- define "actk-device-plugin.resources" -}}
 {{- $res := .Values.config.resources -}}
-{{- if .Values.dra.enabled -}}
+{{- if and .Values.dra.enabled (not .Values.dra.perNodeServer.enabled) -}}
 {{- $dra := list -}}
 {{- range $p := .Values.dra.profiles -}}
 {{- $prof := index $.Values.profiles $p -}}
@@ -47,6 +47,24 @@ or, when config.resources is empty, every resource of the profiles the DRA drive
 {{- end -}}
 {{- end -}}
 {{- $res | toJson -}}
+{{- end -}}
+
+{{/* Whether the chart's DeviceClasses carry spec.extendedResourceName (KEP-5004): dra.extendedResourceNames
+true or false, or auto: where the cluster serves it on by default (Kubernetes 1.36+, where DRAExtendedResource is
+beta, GA in 1.37). The field is in resource.k8s.io/v1 since 1.34 (alpha): on 1.34 or 1.35 with the gate on, set true;
+an API server with the gate off drops the field. Prints "true" or nothing. */}}
+{{- define "actk-device-plugin.extendedResourceNames" -}}
+{{- $v := toString .Values.dra.extendedResourceNames -}}
+{{- if eq $v "true" -}}true
+{{- else if eq $v "auto" -}}{{- if semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version -}}true{{- end -}}
+{{- else if ne $v "false" -}}{{- fail (printf "dra.extendedResourceNames is %q: give auto, true or false" $v) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The DRA driver's servers file on the node (crates/actk-dra/src/servers.rs): the profiles it serves there, which
+the device plugin leaves alone (dra.perNodeServer). */}}
+{{- define "actk-device-plugin.draServersFile" -}}
+{{- printf "%s/actk.dev/servers.json" .Values.dra.kubeletPluginsDir -}}
 {{- end -}}
 
 {{/* Labels of the DRA driver's pods: another name, so the device plugin's selector never matches them. */}}

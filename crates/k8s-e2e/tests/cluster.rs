@@ -697,9 +697,10 @@ fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
 
 /// Issue 28 item 8, the NRI gate wired by the chart (`nri.gate`, on with `nri.enabled`): while
 /// the NRI plugin's pod is not running (its DaemonSet's nodeSelector matches no node, as in a
-/// rollout or a crash), a pod allocated a GPU does not start without it: its container waits in
-/// CreateContainerError with the gate's path, which names the plugin. Once the plugin is back,
-/// the kubelet's retry starts the same pod with its GPU, the gate's mount removed.
+/// rollout or a crash), a pod allocated a GPU does not start without it: its container fails to
+/// start (StartError, the pod Failed under restartPolicy Never) with the gate's path, which names
+/// the plugin. Once the plugin is back, the same pod created again starts with its GPU, the
+/// gate's mount removed.
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
 fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> {
@@ -724,22 +725,31 @@ fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> 
         })?;
         let name = "nri-gate-unserved";
         c.create_pod(&PodSpec { script: LOOK.into(), ..PodSpec::new(name, "").limit(GPU, 1) })?;
-        let msg = c.wait_until("the unserved container to fail naming the plugin", Duration::from_secs(120), || {
-            let pod = c.pod(name)?;
-            let st = &pod["status"]["containerStatuses"][0]["state"];
-            ensure!(st["running"].is_null() && st["terminated"].is_null(), "started without the NRI plugin: {st}");
-            let m = st["waiting"]["message"].as_str().unwrap_or_default();
-            Ok(m.contains("did-not-serve-this-container").then(|| m.to_string()))
-        })?;
-        assert!(msg.contains("actk-nri-plugin-10-actk"), "the error names the plugin: {msg}");
-        // The plugin back: the kubelet's next try starts the pod with its GPU.
+        let pod = c.wait_pod_phase(name, &["Failed", "Succeeded"], Duration::from_secs(120))?;
+        let st = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        let msg = st["message"].as_str().unwrap_or_default();
+        ensure!(
+            pod["status"]["phase"] == "Failed" && st["reason"] == "StartError",
+            "a GPU pod must not start without the NRI plugin: {}",
+            pod["status"]
+        );
+        assert!(
+            msg.contains("actk-nri-plugin-10-actk-did-not-serve-this-container"),
+            "the error names the plugin: {msg}"
+        );
+        // The plugin back: the pod created again starts with its GPU.
         let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
         c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back])?;
+        c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
+            let pods = c.release_pods()?;
+            Ok(pods
+                .iter()
+                .any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+                .then_some(()))
+        })?;
         nri_plugin_registered(&c)?;
-        c.wait_pod_phase(name, &["Succeeded"], Duration::from_secs(360))?;
-        let v = View::parse(&c.logs(name)?);
-        c.delete_pod(name)?;
-        assert_eq!(v.numbered("nvidia").len(), 1, "the pod's GPU once the plugin served it: {:?}", v.dev);
+        let v = look(&c, PodSpec::new(name, "").limit(GPU, 1))?;
+        assert_eq!(v.numbered("nvidia").len(), 1, "the pod's GPU once the plugin serves it: {:?}", v.dev);
         Ok(())
     })();
     // Undo whatever happened: helm's three-way merge would keep a nodeSelector that neither

@@ -44,6 +44,12 @@ pub const DEVICE_LIST_DIR: &str = "/var/run/actk/devices";
 /// bind mount of `/dev/null`; an `emptyDir` or image path at the same place is not an entry.
 pub const DEVICE_LIST_SOURCE: &str = "/dev/null";
 
+/// The NRI gate's qualified CDI name: the device plugin adds it to every allocation on a node
+/// whose devices reach containers through the NRI plugin (`nri_gate`), and actk-nri writes its
+/// spec and removes its mount from every container it serves (actk-nri `gate`), so a container
+/// the plugin did not serve fails, naming the plugin, instead of starting without its devices.
+pub const NRI_GATE_CDI_NAME: &str = "actk.dev/nri-plugin=required";
+
 /// The capability that makes a container privileged for [`Trust::Privileged`] (as the NVIDIA
 /// Container Toolkit's `accept-nvidia-visible-devices-envvar-when-unprivileged` decides it).
 pub const PRIVILEGED_CAPABILITY: &str = "CAP_SYS_ADMIN";

@@ -182,6 +182,7 @@ fn main() {
         capabilities: None,
         spec_dirs: vec![spec_dir.clone()],
         logical_core_size: 1,
+        nri_gate: false,
     };
     let names = actk_device_plugin::allocate::CdiNames::load(&res, &opts.spec_dirs);
     let mut pure = Vec::new();

@@ -99,6 +99,10 @@ pub struct AllocateOptions {
     /// The node runtime's CDI spec directories as this process sees them (under the host
     /// mount), lowest priority first: the CDI strategies name devices these specs define.
     pub spec_dirs: Vec<PathBuf>,
+    /// Name the NRI gate's CDI device ([`actk_core::policy::NRI_GATE_CDI_NAME`]) in every
+    /// answer's `cdi_devices`, whatever the strategies: actk-nri removes its mount from every
+    /// container it serves, so one it did not serve fails naming the plugin.
+    pub nri_gate: bool,
 }
 
 impl AllocateOptions {
@@ -396,6 +400,11 @@ pub fn container_response(
             }
         }
     }
+    if opts.nri_gate {
+        // The CRI field (kubelet 1.28+), which containerd and CRI-O resolve as CDI devices
+        // whatever strategies hand out the devices themselves.
+        resp.cdi_devices.push(CdiDevice { name: actk_core::policy::NRI_GATE_CDI_NAME.into() });
+    }
     Ok(resp)
 }
 
@@ -622,6 +631,7 @@ mod tests {
             capabilities: None,
             spec_dirs: vec![],
             logical_core_size: 1,
+            nri_gate: false,
         }
     }
 
@@ -759,6 +769,30 @@ mod tests {
         check_replica_spread(&res, &[id(0, 0), id(0, 1)], &taken).unwrap();
         // A resource without replicas is never checked.
         check_replica_spread(&gpus(), &[gpus().units[0].id.clone()], &none).unwrap();
+    }
+
+    /// Under the NRI plugin's gate every answer names the gate's CDI device once, beside what
+    /// the strategies give (the env or device list actk-nri serves, or CDI names), and without
+    /// `nri_gate` no answer does.
+    #[test]
+    fn nri_gate_names_its_cdi_device_in_every_answer() {
+        use actk_core::cdi::DeviceNameStrategy;
+        let res = gpus();
+        let ids = vec![res.units[2].id.clone(), res.units[0].id.clone()];
+        let names = CdiNames::from_registry(&res, &registry(&res, DeviceNameStrategy::Index));
+        let gate = actk_core::policy::NRI_GATE_CDI_NAME;
+        for strategies in ["volume-mounts", "envvar", "cdi-cri", "envvar,volume-mounts"] {
+            let mut o = opts(strategies);
+            let plain = container_response(&res, &ids, &o, &names).unwrap();
+            assert!(!plain.cdi_devices.iter().any(|d| d.name == gate), "{strategies}: {plain:?}");
+            o.nri_gate = true;
+            let r = container_response(&res, &ids, &o, &names).unwrap();
+            let got: Vec<&str> = r.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+            let mut want: Vec<&str> = plain.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+            want.push(gate);
+            assert_eq!(got, want, "{strategies}");
+            assert_eq!((r.envs, r.mounts, r.devices), (plain.envs, plain.mounts, plain.devices), "{strategies}");
+        }
     }
 
     #[test]

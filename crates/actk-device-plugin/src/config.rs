@@ -83,6 +83,12 @@ pub struct FileConfig {
     /// Which file of the `nvidia_config` directory (NVIDIA's chart `config.default`); without
     /// it the directory must hold exactly one (NVIDIA's `single` fallback).
     pub nvidia_config_name: Option<String>,
+    /// Add the NRI gate's CDI device ([`actk_core::policy::NRI_GATE_CDI_NAME`]) to every
+    /// allocation: the node's containers get their devices from actk-nri, and one it did not
+    /// serve (its pod not running: a rollout, a crash, a dropped connection) must fail naming it
+    /// rather than start without devices. Needs actk-nri with `--gate-spec-dir` on the node
+    /// (the chart's `nri.gate`) and a kubelet that passes `cdi_devices` on (1.28+).
+    pub nri_gate: Option<bool>,
 }
 
 /// `[sharing]`: how devices are shared.
@@ -454,6 +460,8 @@ pub struct Overrides {
     pub mig_strategy: Option<String>,
     /// `--resource-naming-strategy` / `ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY`.
     pub resource_naming_strategy: Option<String>,
+    /// `--nri-gate` / `ACTK_DEVICE_PLUGIN_NRI_GATE`.
+    pub nri_gate: Option<bool>,
     /// `NEURON_LOGICAL_NC_CONFIG` of the plugin's environment (as the Neuron runtime reads it).
     pub logical_core_size: Option<String>,
 }
@@ -503,6 +511,8 @@ pub struct Settings {
     pub ignored_xids: Vec<u64>,
     /// Quiet time after which an Xid-unhealthy GPU that answers NVML is Healthy again (zero: never).
     pub xid_recovery: Duration,
+    /// Whether every allocation names the NRI gate's CDI device (`nri_gate`).
+    pub nri_gate: bool,
 }
 
 /// Default of `health.xid_recovery_ms`: a minute without a critical Xid.
@@ -787,6 +797,7 @@ impl Settings {
             mps,
             ignored_xids: health.ignored_xids.unwrap_or_default(),
             xid_recovery: Duration::from_millis(health.xid_recovery_ms.unwrap_or(DEFAULT_XID_RECOVERY_MS)),
+            nri_gate: o.nri_gate.or(f.nri_gate).unwrap_or(false),
         })
     }
 }

@@ -88,6 +88,11 @@ struct Cli {
     /// How partitioned AMD GPUs are named: single (amd.com/gpu) or mixed (amd.com/cpx_nps4, ...).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY")]
     resource_naming_strategy: Option<String>,
+    /// Add the NRI gate's CDI device (actk.dev/nri-plugin=required) to every allocation, so a
+    /// container that actk-nri (run with --gate-spec-dir) did not serve fails naming it instead
+    /// of starting without its devices.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_NRI_GATE", num_args = 0..=1, default_missing_value = "true")]
+    nri_gate: Option<bool>,
     /// Keep this file while the plugin is ready: every resource it serves has registered with
     /// the kubelet (a node without devices: once discovery ran). For a readiness probe.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_READY_FILE")]
@@ -121,6 +126,7 @@ fn settings(cli: Cli) -> Result<(Settings, Option<PathBuf>)> {
         spec_dirs: cli.spec_dirs,
         mig_strategy: cli.mig_strategy,
         resource_naming_strategy: cli.resource_naming_strategy,
+        nri_gate: cli.nri_gate,
         logical_core_size: std::env::var("NEURON_LOGICAL_NC_CONFIG").ok(),
     };
     Ok((Settings::merge(o, file, &origin)?, cli.ready_file))
@@ -321,6 +327,7 @@ fn serve(
             capabilities: s.capabilities.clone(),
             spec_dirs,
             logical_core_size: s.logical_core_size,
+            nri_gate: s.nri_gate,
         }),
         strict_topology: s.strict_topology,
         ledger: ledger.clone(),

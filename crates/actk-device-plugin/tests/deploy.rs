@@ -394,10 +394,11 @@ fn helm_chart_sharing_mig_volume_mounts_and_policy_values() {
 }
 
 /// The NRI plugin's DaemonSet (nri.enabled, issue 14): least privilege (nothing privileged, no
-/// capability, no host pids, every host path read-only: it writes nothing on the node), the
-/// node's NRI socket directory under the host mount, and a config actk accepts that names the
-/// node's root, spec directories and hook under /host and carries nri.policy. Values that would
-/// start pods without their devices are refused at install time.
+/// capability, no host pids, every host path read-only but the spec directory its gate's spec
+/// goes to: it writes nothing else on the node), the node's NRI socket directory under the host
+/// mount, and a config actk accepts that names the node's root, spec directories and hook under
+/// /host and carries nri.policy. Values that would start pods without their devices are refused
+/// at install time.
 #[test]
 fn helm_chart_nri_plugin() {
     let Some(helm) = helm() else {
@@ -433,14 +434,28 @@ fn helm_chart_nri_plugin() {
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
     let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert_eq!(args, ["--socket=/host/run/nri/nri.sock", "--name=actk", "--idx=10", "--host-mount=/host"]);
+    assert_eq!(
+        args,
+        [
+            "--socket=/host/run/nri/nri.sock",
+            "--name=actk",
+            "--idx=10",
+            "--host-mount=/host",
+            "--gate-spec-dir=/host/var/run/cdi"
+        ]
+    );
     let vols = pod["volumes"].as_array().unwrap();
     let mut host_paths = Vec::new();
     for m in c["volumeMounts"].as_array().unwrap() {
         let Some(hp) = vols.iter().find(|v| v["name"] == m["name"]).and_then(|v| v["hostPath"]["path"].as_str()) else {
             continue;
         };
-        assert_eq!(m["readOnly"], true, "host path {hp} must be mounted read-only");
+        // The gate's spec goes where the CDI generator writes, the last spec directory.
+        let writable = hp == "/var/run/cdi";
+        assert_eq!(
+            m["readOnly"], !writable,
+            "host path {hp} must be mounted read-only unless it takes the gate's spec"
+        );
         let at = if hp == "/" { "/host".to_string() } else { format!("/host{hp}") };
         assert_eq!(m["mountPath"].as_str().unwrap(), at, "node path {hp} at {at}");
         host_paths.push(hp);
@@ -598,7 +613,68 @@ fn every_earlier_values_yaml_renders_as_reuse_values_would() {
         let all = render_chart(&helm, &chart, &["nri.enabled=true", "config.strategies={volume-mounts}"])
             .unwrap_or_else(|e| panic!("{what} with nri.enabled: {e}"));
         assert!(all.iter().any(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"), "{what}");
+        assert!(plugin_settings(&all).nri_gate, "{what}: the gate is on with the NRI plugin (nri.gate's default)");
     }
+}
+
+/// The NRI gate's arguments of the NRI plugin's container (`--gate-spec-dir=...`).
+fn nri_gate_args(all: &[Value]) -> Vec<String> {
+    let Some(ds) = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+    else {
+        return Vec::new();
+    };
+    let c = container(&ds["spec"]["template"]["spec"], "actk-nri");
+    c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.contains("gate"))
+        .map(String::from)
+        .collect()
+}
+
+/// The NRI gate wired end to end (issue 28 item 8): with the NRI plugin the device plugin names
+/// actk.dev/nri-plugin=required in its answers (`nri_gate`), and the NRI plugin writes that
+/// device's spec into a directory the node's runtime reads (the last of cdi.specDirs, mounted
+/// writable for it alone); `nri.gate=false` turns both off, and without the NRI plugin there is
+/// no gate (nothing would remove its mount).
+#[test]
+fn nri_gate_reaches_the_device_plugin_and_the_nri_plugin() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let nri = ["nri.enabled=true", "config.strategies={volume-mounts}"];
+    let all = render_chart(&helm, &chart, &nri).unwrap();
+    let s = plugin_settings(&all);
+    assert!(s.nri_gate);
+    assert_eq!(nri_gate_args(&all), ["--gate-spec-dir=/host/var/run/cdi"]);
+    assert_eq!(
+        s.spec_dirs.last().map(PathBuf::as_path),
+        Some(Path::new("/var/run/cdi")),
+        "a directory the runtime reads"
+    );
+
+    let all = render_chart(&helm, &chart, &[nri[0], nri[1], "cdi.specDirs={/etc/cdi,/run/actk-k8s/cdi}"]).unwrap();
+    assert_eq!(nri_gate_args(&all), ["--gate-spec-dir=/host/run/actk-k8s/cdi"]);
+    let ds = all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+        .unwrap();
+    let mounts = container(&ds["spec"]["template"]["spec"], "actk-nri")["volumeMounts"].as_array().unwrap().clone();
+    let writable: Vec<&str> =
+        mounts.iter().filter(|m| m["readOnly"] != true).filter_map(|m| m["mountPath"].as_str()).collect();
+    assert_eq!(writable, ["/host/run/actk-k8s/cdi"]);
+
+    let all = render_chart(&helm, &chart, &[nri[0], nri[1], "nri.gate=false"]).unwrap();
+    assert!(!plugin_settings(&all).nri_gate);
+    assert!(nri_gate_args(&all).is_empty());
+    let all = render_chart(&helm, &chart, &["config.strategies={volume-mounts}"]).unwrap();
+    assert!(!plugin_settings(&all).nri_gate, "no NRI plugin, no gate");
 }
 
 /// The plugin's config file from the chart (the ConfigMap's device-plugin.toml), loaded as the

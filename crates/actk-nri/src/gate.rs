@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 /// CDI kind of the gate spec.
 pub const CDI_KIND: &str = "actk.dev/nri-plugin";
 /// The gate device's qualified CDI name, as the device plugin names it.
-pub const CDI_NAME: &str = "actk.dev/nri-plugin=required";
+pub const CDI_NAME: &str = actk_core::policy::NRI_GATE_CDI_NAME;
 /// Where the gate mount lands in the container (removed by the plugin).
 pub const CONTAINER_PATH: &str = "/run/actk-nri-gate";
 /// File name of the gate spec in the CDI directory.

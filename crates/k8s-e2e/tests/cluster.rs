@@ -695,6 +695,71 @@ fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
     Ok(())
 }
 
+/// Issue 28 item 8, the NRI gate wired by the chart (`nri.gate`, on with `nri.enabled`): while
+/// the NRI plugin's pod is not running (its DaemonSet's nodeSelector matches no node, as in a
+/// rollout or a crash), a pod allocated a GPU does not start without it: its container fails to
+/// start (StartError, the pod Failed under restartPolicy Never) with the gate's path, which names
+/// the plugin. Once the plugin is back, the same pod created again starts with its GPU, the
+/// gate's mount removed.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = "config:\n  strategies: [volume-mounts]\nnri:\n  enabled: true\n";
+    let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
+    nri_plugin_registered(&c)?;
+    let ds =
+        c.kubectl_ok(&["get", "ds", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nri-plugin", "-o", "name"])?;
+    let ds = ds.trim().to_string();
+    ensure!(ds.starts_with("daemonset"), "the chart's NRI DaemonSet: {ds:?}");
+    // Served: the GPU, and the gate's mount gone.
+    let served = look(&c, PodSpec::new("nri-gate-served", "").limit(GPU, 1))?;
+    assert_eq!(served.numbered("nvidia").len(), 1, "{:?}", served.dev);
+    let away = r#"{"spec":{"template":{"spec":{"nodeSelector":{"actk.dev/test-no-node":"nri-gate"}}}}}"#;
+    c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=merge", "-p", away])?;
+    let result = (|| -> Result<()> {
+        c.wait_until("the NRI plugin's pod to go", Duration::from_secs(120), || {
+            let pods = c.release_pods()?;
+            Ok((!pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"))
+                .then_some(()))
+        })?;
+        let name = "nri-gate-unserved";
+        c.create_pod(&PodSpec { script: LOOK.into(), ..PodSpec::new(name, "").limit(GPU, 1) })?;
+        let pod = c.wait_pod_phase(name, &["Failed", "Succeeded"], Duration::from_secs(120))?;
+        let st = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+        let msg = st["message"].as_str().unwrap_or_default();
+        ensure!(
+            pod["status"]["phase"] == "Failed" && st["reason"] == "StartError",
+            "a GPU pod must not start without the NRI plugin: {}",
+            pod["status"]
+        );
+        assert!(
+            msg.contains("actk-nri-plugin-10-actk-did-not-serve-this-container"),
+            "the error names the plugin: {msg}"
+        );
+        // The plugin back: the pod created again starts with its GPU.
+        let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
+        c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back])?;
+        c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
+            let pods = c.release_pods()?;
+            Ok(pods
+                .iter()
+                .any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+                .then_some(()))
+        })?;
+        nri_plugin_registered(&c)?;
+        let v = look(&c, PodSpec::new(name, "").limit(GPU, 1))?;
+        assert_eq!(v.numbered("nvidia").len(), 1, "the pod's GPU once the plugin serves it: {:?}", v.dev);
+        Ok(())
+    })();
+    // Undo whatever happened: helm's three-way merge would keep a nodeSelector that neither
+    // chart revision has.
+    let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
+    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back]);
+    let _ = c.delete_pod("nri-gate-unserved");
+    result
+}
+
 /// The chart as a multi-tenant node is deployed (docs/kubernetes.md, SECURITY.md): the device
 /// list (`volume-mounts`), actk-runtime with RuntimeClass `actk`, and the node setup's default
 /// trust policy. Waits until the node setup has written actk-runtime's config and registered

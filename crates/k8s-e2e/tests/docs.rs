@@ -33,7 +33,11 @@ fn devices(c: &Cluster, n: usize) -> Result<Vec<Value>> {
 /// A string attribute of a slice device.
 fn attr(d: &Value, name: &str) -> Option<String> {
     let a = &d["attributes"][name];
-    a["string"].as_str().map(String::from).or_else(|| a["int"].as_i64().map(|i| i.to_string()))
+    a["string"]
+        .as_str()
+        .or_else(|| a["version"].as_str())
+        .map(String::from)
+        .or_else(|| a["int"].as_i64().map(|i| i.to_string()))
 }
 
 /// README's DRA commands on the DGX H100 node: `kubectl get resourceslices -o wide` shows one
@@ -82,7 +86,7 @@ fn readme_dra_commands_and_nvidia_attribute_values() -> Result<()> {
     for (name, want) in [
         ("model", "NVIDIA H100 80GB HBM3"),
         ("pciBusID", "0000:1b:00.0"),
-        ("driverVersion", "580.95.05"),
+        ("driverVersion", "580.95.5"),
         ("resource.kubernetes.io/pcieRoot", "pci0000:00"),
     ] {
         ensure!(deploy.contains(want), "deploy/README.md shows {want} for {name}");

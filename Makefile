@@ -65,6 +65,16 @@ test-k8s: build
 	  $(K8S_TEST) --test down -- --ignored; d=$$?; \
 	  [ $$s = 0 ] && [ $$d = 0 ]
 
+# Other projects' own test suites pointed at actk (issue 25; tests/conformance/README.md):
+# runc 1.1.5's integration suite (bats) against plain runc, then against the release
+# actk-runtime without requests and with a GPU request in every bundle; a test whose result
+# differs from runc's fails unless tests/conformance/runc-bats/allow.tsv says why. .ci/run calls
+# it after `make test`. (The CDI reference oracle, crates/e2e/tests/cdi_oracle.rs, is a cargo
+# test and runs in `make test`.) `make verify` runs the full matrix (runc with requests too).
+.PHONY: conformance
+conformance: build
+	ACTK_BIN_DIR=$$(scripts/build-release.sh --shims-only | tail -1) tests/conformance/runc-bats/run.sh
+
 # CI-sized robustness run (.ci/run calls it): every property test at PROPTEST_CASES (default
 # 1000) cases and every cargo-fuzz target for FUZZ_SECONDS (default 15) over the committed corpus
 # fuzz/corpus, one line per property/target with its own count; a failing one never hides the

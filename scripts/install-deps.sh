@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing actk needs on Debian 12, only what is missing (idempotent).
 #   system packages: runc, crun, docker.io, podman, busybox-static, debootstrap, jq, gcc, make,
+#                    bats, gawk, libseccomp-dev (runc's integration suite, tests/conformance),
 #                    binutils-aarch64-linux-gnu, qemu-user (the arm64 fixture),
 #                    pkg-config, curl, ca-certificates, procps, kmod-free tools used by tests
 #   Rust: rustup's stable toolchain when cargo is not on PATH (crates.io must be reachable)
@@ -39,6 +40,11 @@ declare -A probe=(
   [npm]=/usr/bin/npm
   # The OS package test (crates/e2e/tests/package.rs) boots a Debian root with systemd-nspawn.
   [systemd-container]=/usr/bin/systemd-nspawn
+  # runc's own integration suite (tests/conformance/runc-bats): bats (bookworm's 1.8.2 runs
+  # runc 1.1.5's tests), gawk (its helpers), libseccomp-dev (its seccompagent is built here).
+  [bats]=/usr/bin/bats
+  [gawk]=/usr/bin/gawk
+  [libseccomp-dev]=/usr/include/seccomp.h
   # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
   [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
   [qemu-user]=/usr/bin/qemu-aarch64

@@ -4,25 +4,35 @@
 # all real, all on 127.0.0.1 (the kubelet and the API server advertise the machine's own address,
 # which they refuse to be loopback), pods on the host network.
 #
-#   scripts/k8s-node.sh up [--root DIR] [--values FILE] [--topology-policy POLICY]
-#        builds or reuses the Kubernetes binaries, starts the cluster, builds and imports the actk
+#   scripts/k8s-node.sh up [--version V] [--root DIR] [--values FILE] [--topology-policy POLICY]
+#        builds or reuses the Kubernetes binaries (version V: v1.34.4, v1.37.2, ...; default
+#        $ACTK_KUBE_VERSION, else scripts/k8s/build-kube.sh's), starts the cluster (a running one
+#        of another version or feature gates is taken down first), builds and imports the actk
 #        image, installs the chart for a node whose devices are under DIR (default: / when this
 #        host has accelerators, else the simulated DGX H100 node /var/lib/actk/simulated-node),
-#        waits until the node's allocatable shows them; the last line is `export KUBECONFIG=...`
-#   scripts/k8s-node.sh kubectl ARGS...   the matching kubectl, on this cluster
+#        waits until every part the values enable runs and the node shows devices (allocatable
+#        extended resources for the device plugin, actk.dev ResourceSlices for the DRA driver);
+#        the last line is `export KUBECONFIG=...`
+#   scripts/k8s-node.sh kubectl ARGS...   the matching kubectl, on this cluster (none running: says so)
 #   scripts/k8s-node.sh helm ARGS...      helm, on this cluster
 #   scripts/k8s-node.sh down [--purge]    stops everything; no process, mount, cgroup, socket or
 #        CDI spec is left (--purge also drops the cached certificates and image tars)
 # Parts of `up`, for test harnesses (crates/actk-testsupport/src/cluster.rs):
-#   start [--topology-policy POLICY]      the cluster without the chart (reused when running)
-#   install [--root DIR] [--values FILE] [--no-wait]   the actk image and `helm upgrade --install`
+#   start [--version V] [--topology-policy POLICY]   the cluster without the chart (reused when
+#                                         running with that version and feature gates)
+#   install [--root DIR] [--values FILE] [--no-wait]   the actk image and `helm upgrade --install`,
+#                                         then every DaemonSet of the release rolled out (Helm's
+#                                         --wait cannot tell for one that rolls one pod at a time)
 #   wait-allocatable                      until an extended resource is allocatable
+#   wait-devices                          until the enabled parts show devices (see up)
 #   restart kubelet|containerd            stop and start one component (state kept)
 #   env                                   KEY=VALUE lines: paths and names of this cluster
 #   status                                which components run
 #
 # Env: ACTK_K8S_STATE (default /var/lib/actk-k8s), ACTK_K8S_RUN (default /run/actk-k8s),
-#      ACTK_KUBE_VERSION / ACTK_KUBE_CACHE (scripts/k8s/build-kube.sh), ACTK_FORKY_PREFIX
+#      ACTK_KUBE_VERSION / ACTK_KUBE_CACHE (scripts/k8s/build-kube.sh), ACTK_KUBE_FEATURE_GATES
+#      (`--feature-gates` of every component, e.g. DRAExtendedResource=true on 1.34; default
+#      none: what the version turns on by default), ACTK_FORKY_PREFIX
 #      (scripts/k8s/fetch-forky.sh), ACTK_IMAGE_PROFILE (release, default; or debug) for the image.
 # One cluster per machine: every command but env/kubectl/helm holds the flock
 # /run/lock/actk-k8s-cluster.lock (a caller that holds it already sets ACTK_K8S_LOCK_HELD=1).
@@ -91,6 +101,24 @@ helm_bin() {
   echo "$repo/target/tools/helm"
 }
 kubectl_() { "$(kube_bin kubectl)" --kubeconfig "$KC" "$@"; }
+# `--feature-gates=...` for every component when ACTK_KUBE_FEATURE_GATES (or the running
+# cluster's, remembered in $S/bins) names any.
+gates_flag() {
+  local g=${KGATES:-${ACTK_KUBE_FEATURE_GATES:-}}
+  [ -n "$g" ] && echo "--feature-gates=$g"
+  return 0
+}
+# The Kubernetes version of the binaries in DIR (`v1.37.2`), or `unknown`.
+version_of() {
+  local v
+  v=$("$1/kubelet" --version 2>/dev/null | sed -n 's/^Kubernetes //p')
+  echo "${v:-unknown}"
+}
+# For the commands a user runs against the cluster: never start a Kubernetes build or a cluster.
+require_cluster() {
+  running kube-apiserver && [ -f "$KC" ] && [ -n "${KBIN:-}" ] && return 0
+  die "no cluster is running on this machine: scripts/k8s-node.sh up starts one"
+}
 ctr_() { "$(forky ctr)" --address "$SOCK" --namespace k8s.io "$@"; }
 
 # --- processes ---------------------------------------------------------------------------------
@@ -205,7 +233,7 @@ start_control_plane() {
       --service-account-key-file "$S/pki/sa.pub" --service-account-signing-key-file "$S/pki/sa.key" \
       --authorization-mode AlwaysAllow --allow-privileged=true \
       --kubelet-client-certificate "$S/pki/admin.crt" --kubelet-client-key "$S/pki/admin.key" \
-      --kubelet-preferred-address-types InternalIP --profiling=false --v=1
+      --kubelet-preferred-address-types InternalIP --profiling=false --v=1 $(gates_flag)
   fi
   wait_for kube-apiserver 90 curl -sf --cacert "$S/pki/ca.crt" --cert "$S/pki/admin.crt" --key "$S/pki/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz"
@@ -214,11 +242,11 @@ start_control_plane() {
       --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=false \
       --service-account-private-key-file "$S/pki/sa.key" --root-ca-file "$S/pki/ca.crt" \
       --cluster-signing-cert-file "$S/pki/ca.crt" --cluster-signing-key-file "$S/pki/ca.key" \
-      --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1
+      --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1 $(gates_flag)
   fi
   if ! running kube-scheduler; then
     launch kube-scheduler "$(kube_bin kube-scheduler)" --kubeconfig "$KC" --bind-address 127.0.0.1 \
-      --leader-elect=false --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1
+      --leader-elect=false --authentication-kubeconfig "$KC" --authorization-kubeconfig "$KC" --profiling=false --v=1 $(gates_flag)
   fi
 }
 
@@ -315,6 +343,8 @@ healthzPort: 10248
 containerRuntimeEndpoint: unix://$SOCK
 cgroupDriver: cgroupfs
 cgroupRoot: /$CGROUP_ROOT
+# This host is cgroup v1 (hybrid); kubelets since 1.35 refuse it unless told (field since 1.31).
+failCgroupV1: false
 failSwapOn: false
 # root here lacks CAP_SYS_RESOURCE; NOFILE's hard limit is 20000.
 oomScoreAdj: 0
@@ -351,7 +381,7 @@ start_kubelet() { # IP POLICY
     # The kubelet wants its cgroup root in every hierarchy (name=systemd included).
     for c in /sys/fs/cgroup/*/; do mkdir -p "$c$CGROUP_ROOT"; done
     launch kubelet "$(kube_bin kubelet)" --config "$S/kubelet-config.yaml" --kubeconfig "$KC" \
-      --root-dir "$KUBELET_DIR" --cert-dir "$KUBELET_DIR/pki" --hostname-override "$NODE_NAME" --node-ip "$1" --v=1
+      --root-dir "$KUBELET_DIR" --cert-dir "$KUBELET_DIR/pki" --hostname-override "$NODE_NAME" --node-ip "$1" --v=1 $(gates_flag)
   fi
   wait_for "node $NODE_NAME Ready" 120 node_ready
 }
@@ -366,18 +396,33 @@ cmd_start() {
   while [ $# -gt 0 ]; do
     case $1 in
       --topology-policy) policy=$2; shift 2 ;;
+      --version)
+        case ${2:-} in v1.[0-9]*.[0-9]*) ;; *) die "--version ${2:-}: give a k8s.io/kubernetes version such as v1.37.2" ;; esac
+        export ACTK_KUBE_VERSION=$2
+        shift 2
+        ;;
       *) die "start: unknown argument $1" ;;
     esac
   done
   case $policy in none | best-effort | restricted | single-numa-node) ;; *) die "--topology-policy $policy: use none, best-effort, restricted or single-numa-node" ;; esac
   [ "$(id -u)" = 0 ] || die "run as root (kubelet, containerd, mounts)"
-  local ip
+  local ip old_kbin=${KBIN:-} old_gates=${KGATES:-}
   ip=$(node_ip)
   KBIN="" FORKY=""
   kube_bin kubelet >/dev/null
   forky containerd >/dev/null
+  # Components of another version (or other feature gates) are not mixed in: a 1.34 API server
+  # cannot read what a 1.37 one stored, so the whole cluster goes, etcd's data with it.
+  if { running kube-apiserver || running kubelet; } &&
+    { [ "$old_kbin" != "$KBIN" ] || [ "$old_gates" != "${ACTK_KUBE_FEATURE_GATES:-}" ]; }; then
+    say "the running cluster is $(version_of "$old_kbin")${old_gates:+ with gates $old_gates}; taking it down for $(version_of "$KBIN")${ACTK_KUBE_FEATURE_GATES:+ with gates $ACTK_KUBE_FEATURE_GATES}"
+    local new_kbin=$KBIN
+    cmd_down >/dev/null
+    KBIN=$new_kbin
+  fi
+  KGATES=${ACTK_KUBE_FEATURE_GATES:-}
   mkdir -p "$S" "$R" "$LOGS"
-  printf 'KBIN=%q\nFORKY=%q\n' "$KBIN" "$FORKY" >"$S/bins"
+  printf 'KBIN=%q\nFORKY=%q\nKGATES=%q\n' "$KBIN" "$FORKY" "$KGATES" >"$S/bins"
   pki "$ip"
   kubeconfig
   start_control_plane "$ip"
@@ -435,6 +480,8 @@ hostRoot: $root
 hostNetwork: true
 cdi:
   specDirs: [$CDI_DIR]
+# This kubelet's PodResources socket (under its --root-dir).
+kubeletPodResourcesDir: $KUBELET_DIR/pod-resources
 nodeSetup:
   installDir: $S/node-setup
   containerd:
@@ -455,6 +502,22 @@ EOF
   local args=(upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$S/harness-values.yaml" "${values[@]}")
   [ $wait = 1 ] && args+=(--wait --timeout 3m)
   "$(helm_bin)" --kubeconfig "$KC" "${args[@]}" >&2
+  [ $wait = 1 ] && wait_rollouts
+  return 0
+}
+
+# Every DaemonSet of the release rolled out: its pods updated and available on the node. Helm's
+# --wait counts a DaemonSet that rolls one pod at a time (maxUnavailable 1: the node setup, the
+# NRI plugin, the DRA driver) ready once the new pod is scheduled, on a one-node cluster even
+# when that pod fails; `kubectl rollout status` waits for it to be available.
+wait_rollouts() {
+  local ds
+  for ds in $(kubectl_ -n "$NAMESPACE" get ds -l "app.kubernetes.io/instance=$RELEASE" -o name); do
+    if ! kubectl_ -n "$NAMESPACE" rollout status "$ds" --timeout=3m >&2; then
+      kubectl_ -n "$NAMESPACE" get pods -l "app.kubernetes.io/instance=$RELEASE" -o wide >&2 || true
+      die "$ds did not roll out; its pods' logs: $0 kubectl -n $NAMESPACE logs $ds --all-containers"
+    fi
+  done
 }
 
 # Extended resources (vendor/name, not kubernetes.io or hugepages) allocatable on the node, as
@@ -463,6 +526,34 @@ allocatable() {
   kubectl_ get node "$NODE_NAME" -o json | jq -r '.status.allocatable | to_entries[]
     | select((.key | contains("/")) and (.key | startswith("kubernetes.io/") | not) and (.key | startswith("hugepages-") | not))
     | "\(.key)=\(.value)"'
+}
+
+# Devices of the release's DRA driver published for this node (ResourceSlices of actk.dev).
+dra_devices() {
+  kubectl_ get resourceslices -o json | jq -r --arg n "$NODE_NAME" '[.items[] | select(.spec.driver == "actk.dev" and .spec.nodeName == $n) | .spec.devices // [] | length] | add // 0'
+}
+
+# What the installed values enable, as words: device-plugin, dra.
+enabled_parts() {
+  "$(helm_bin)" --kubeconfig "$KC" get values "$RELEASE" -n "$NAMESPACE" --all -o json \
+    | jq -r '[(if .devicePlugin.enabled != false then "device-plugin" else empty end), (if .dra.enabled == true then "dra" else empty end)] | join(" ")'
+}
+
+# Until a part the values enable shows devices: the device plugin's extended resources in the
+# node's allocatable, or the DRA driver's devices in its ResourceSlices.
+cmd_wait_devices() {
+  local parts i n
+  parts=$(enabled_parts)
+  [ -n "$parts" ] || die "the release enables neither the device plugin nor the DRA driver"
+  for ((i = 0; i < 300; i++)); do
+    case " $parts " in *" device-plugin "*) if allocatable | grep -qv '=0$'; then allocatable >&2; return 0; fi ;; esac
+    case " $parts " in *" dra "*)
+      n=$(dra_devices 2>/dev/null || echo 0)
+      if [ "${n:-0}" -gt 0 ]; then say "the DRA driver publishes $n devices for $NODE_NAME"; return 0; fi ;;
+    esac
+    sleep 0.2
+  done
+  die "no devices within 60s from the parts enabled ($parts): no extended resource allocatable and no actk.dev ResourceSlice device on $NODE_NAME; logs: $0 kubectl -n $NAMESPACE logs -l app.kubernetes.io/instance=$RELEASE --all-containers"
 }
 
 cmd_wait_allocatable() {
@@ -479,14 +570,14 @@ cmd_up() {
   while [ $# -gt 0 ]; do
     case $1 in
       --root | --values) install+=("$1" "$2"); shift 2 ;;
-      --topology-policy) start+=("$1" "$2"); shift 2 ;;
+      --topology-policy | --version) start+=("$1" "$2"); shift 2 ;;
       *) die "up: unknown argument $1 (see the usage at the top of $0)" ;;
     esac
   done
   local t0=$SECONDS
   cmd_start "${start[@]}" >/dev/null
   cmd_install "${install[@]}"
-  cmd_wait_allocatable
+  cmd_wait_devices
   say "node $NODE_NAME ready with devices in $((SECONDS - t0)) s"
   echo "export KUBECONFIG=$KC"
 }
@@ -582,6 +673,8 @@ cmd_env() {
   cat <<EOF
 KUBECONFIG=$KC
 KUBECTL=$(kube_bin kubectl)
+KUBE_VERSION=$(version_of "$(dirname "$(kube_bin kubelet)")")
+KUBE_FEATURE_GATES=${KGATES:-}
 HELM=$(helm_bin)
 CTR=$(forky ctr)
 NODE_NAME=$NODE_NAME
@@ -618,11 +711,12 @@ case $cmd in
   start) take_lock; cmd_start "$@" ;;
   install) take_lock; cmd_install "$@" ;;
   wait-allocatable) cmd_wait_allocatable ;;
+  wait-devices) cmd_wait_devices ;;
   down) take_lock; cmd_down "$@" ;;
   restart) take_lock; cmd_restart "$@" ;;
-  kubectl) kubectl_ "$@" ;;
-  helm) exec "$(helm_bin)" --kubeconfig "$KC" "$@" ;;
-  ctr) ctr_ "$@" ;;
+  kubectl) require_cluster; kubectl_ "$@" ;;
+  helm) require_cluster; exec "$(helm_bin)" --kubeconfig "$KC" "$@" ;;
+  ctr) require_cluster; ctr_ "$@" ;;
   env) cmd_env ;;
   status) cmd_status ;;
   *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -8,6 +8,10 @@
 #     coverage merged into the committed corpus fuzz/corpus/ (FUZZ_GROW=0 to leave it);
 #   - concurrency (crates/e2e/tests/concurrency.rs): containers started at once;
 #   - faults (crates/e2e/tests/faults.rs): faults injected;
+#   - conformance: runc 1.1.5's own integration suite and runtime-tools' validation programs
+#     against plain runc and actk-runtime, with and without requests, the request passes also
+#     against runc with the CNCF CDI reference library's injection (tests/conformance);
+#     unexplained differences (must be 0);
 #   - leaks: differences HostGuard found inside the tests, plus a snapshot of the host (mount
 #     table, /dev, /etc/cdi, /var/run/cdi, daemon.json) before and after this whole run (must be 0).
 # Exit status 0 only when every property holds.
@@ -68,6 +72,20 @@ log "concurrency and faults (real engines)"
 if ! ACTK_E2E_STRICT=1 $CARGO test -p actk-e2e --no-fail-fast --test concurrency --test faults -- --test-threads=4 2>&1 | tee "$work/e2e.log"; then
   failed+=("concurrency/fault tests")
 fi
+log "conformance: runc's integration suite, the full matrix (tests/conformance/runc-bats)"
+# What `make conformance` runs in CI, plus plain runc with a request in every bundle (runc
+# ignores the variable: it must change nothing) and runc with the CNCF reference library's
+# injection of the same GPU (ref-req), the baseline of the request pass here.
+shims=$(scripts/build-release.sh --shims-only | tail -1)
+if ! ACTK_BIN_DIR=$shims PASSES="runc runc-req ref-req actk actk-req" \
+    tests/conformance/runc-bats/run.sh 2>&1 | tee "$work/runc-bats.log"; then
+  failed+=("runc integration suite")
+fi
+log "conformance: runtime-tools validation (tests/conformance/runtime-tools)"
+if ! ACTK_BIN_DIR=$shims tests/conformance/runtime-tools/run.sh 2>&1 | tee "$work/runtime-tools.log"; then
+  failed+=("runtime-tools validation")
+fi
+
 # HostGuard failures print "the host changed (N difference(s))".
 guard_leaks=$(cat "$work/prop.log" "$work/e2e.log" | sed -n 's/.*the host changed (\([0-9]*\) difference.*/\1/p' | awk '{s+=$1} END {print s+0}')
 
@@ -98,6 +116,12 @@ for what in faults-hook-sigkill faults-runtime-sigkill faults-spec-dir-full faul
   n=$(count "$what")
   if [ "$n" -gt 0 ]; then fig="$n faults injected, each failed cleanly"; else fig="0 faults (test failed or could not run)"; fi
   line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "faults: ${what#faults-}" "$fig"
+done
+for suite in runc-bats runtime-tools; do
+  unexpl=$(sed -n 's/^unexplained differences: //p' "$work/$suite.log" | tail -1)
+  counts=$(awk '$1 ~ /^(runc|runc-req|ref-req|actk|actk-req)$/ && NF >= 5 {printf "%s%s %s/%s/%s", sep, $1, $2, $3, $4; sep = ", "}' "$work/$suite.log")
+  line "$(ok_if "$( [ "${unexpl:-x}" = 0 ] && echo y)")" "conformance: $suite vs runc" \
+    "${unexpl:-?} unexplained differences (passed/failed/skipped: $counts)"
 done
 line "$(ok_if "$( [ "$leaks" = 0 ] && echo y)")" "host cleanliness: mounts, /dev, CDI dirs, daemon.json" "$leaks leaks found ($guard_leaks in tests, $host_leaks over the run)"
 

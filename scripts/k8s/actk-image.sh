@@ -9,6 +9,9 @@
 #               static, built on their own); debug: target/debug as `cargo build` leaves it
 #   --out       the OCI tar (default target/k8s/actk-image.tar)
 #   --no-build  use the binaries already in target/dist (release) or target/debug
+# Without --no-build the binaries are built only when the sources changed since they were last
+# built here (a digest of every tracked or new file under crates/, the Cargo files and the build
+# script, kept beside the binaries): an unchanged checkout reuses them and the image.
 # Prints "REF TAR" as its last line; REF is actk.local/actk:VERSION-HASH, HASH naming the
 # binaries, so a new build gets a new tag and a `helm upgrade` with it rolls the pods.
 #
@@ -35,15 +38,28 @@ pkgs_of=(actk actk-device-plugin actk-dra actk-nri actk-runtime actk-hook)
 case $profile in release | debug) ;; *) echo "actk-image: --profile $profile: use release or debug" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
-if [ "$profile" = release ]; then
-  dir=$repo/target/dist
-  if [ $build = 1 ]; then dir=$(cd "$repo" && scripts/build-release.sh | tail -n 1); fi
-else
-  dir=$target/debug
-  if [ $build = 1 ]; then
+if [ "$profile" = release ]; then dir=$repo/target/dist; else dir=$target/debug; fi
+# The sources the binaries come from, as one digest ("" outside a git checkout: always build).
+sources_digest() {
+  (cd "$repo" && git rev-parse --git-dir >/dev/null 2>&1) || return 0
+  (cd "$repo" && git ls-files -z -co --exclude-standard -- Cargo.toml Cargo.lock 'rust-toolchain*' crates scripts/build-release.sh \
+    | sort -z | xargs -0 -r sha256sum 2>/dev/null; echo "$profile") | sha256sum | cut -c1-32
+}
+stamp=$dir/.actk-image-sources
+if [ $build = 1 ]; then
+  digest=$(sources_digest)
+  have=1
+  for b in "${bins[@]}"; do [ -x "$dir/$b" ] || have=0; done
+  if [ -n "$digest" ] && [ $have = 1 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$digest" ]; then
+    echo "actk-image: sources unchanged since the $profile binaries in $dir were built: not rebuilding" >&2
+  elif [ "$profile" = release ]; then
+    dir=$(cd "$repo" && scripts/build-release.sh | tail -n 1)
+    [ -z "$digest" ] || echo "$digest" >"$stamp"
+  else
     pkgs=()
     for p in "${pkgs_of[@]}"; do pkgs+=(-p "$p"); done
     (cd "$repo" && cargo build "${pkgs[@]}" >&2)
+    [ -z "$digest" ] || echo "$digest" >"$stamp"
   fi
 fi
 for b in "${bins[@]}"; do

@@ -44,6 +44,7 @@ fn inventory() -> Inventory {
         major: 1,
         minor,
         file_mode: Some(0o666),
+        gid: None,
     };
     Inventory {
         root: "/".into(),

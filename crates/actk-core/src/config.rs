@@ -11,7 +11,7 @@
 //! root = "/"                           # host root that discovery reads (a driver container: /run/nvidia/driver)
 //! driver_root = "/run/nvidia/driver"   # unset: root; where the driver's libraries are when not in root
 //! profiles_dir = "/etc/actk/profiles.d"
-//! log_file = "/var/log/actk-runtime.log"   # unset: actk-runtime logs nowhere (stderr only on errors)
+//! log_file = "/var/log/actk-runtime.log"   # unset: no log file (actk-runtime and actk-hook say only errors, on stderr)
 //! log_level = "info"
 //! hook_path = "/usr/bin/actk-hook"     # unset: the actk-hook next to actk-runtime
 //! [nvidia]
@@ -59,7 +59,9 @@ pub struct Config {
     pub driver_root: Option<PathBuf>,
     /// Directory of user vendor profiles (`*.toml`).
     pub profiles_dir: PathBuf,
-    /// File actk-runtime appends its log to; `None`: no log file.
+    /// File actk-runtime, actk-hook and actk-nri append their log to (warnings and what they
+    /// served: a hook's stderr is discarded by runc when the hook succeeds, so this is where a
+    /// warning of `docker run --gpus` is found); `None`: no log file.
     pub log_file: Option<PathBuf>,
     /// tracing level filter (`error`, `warn`, `info`, `debug`, `trace`).
     pub log_level: String,
@@ -362,7 +364,8 @@ root = {root:?}
 # Directory of user vendor profiles (*.toml); a profile named like a built-in replaces it.
 profiles_dir = {profiles_dir:?}
 
-# File actk-runtime appends its log to (unset: no log file; errors still go to stderr).
+# File actk-runtime, actk-hook and actk-nri append their log to: warnings and what they served
+# (unset: no log file; errors still go to stderr).
 # log_file = "/var/log/actk-runtime.log"
 
 # Log level: error, warn, info, debug or trace.

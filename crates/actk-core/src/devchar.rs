@@ -68,6 +68,7 @@ pub fn nodes_of_edits(edits: &crate::cdi::ContainerEdits) -> Vec<DeviceNode> {
                 major: u32::try_from(n.major?).ok()?,
                 minor: u32::try_from(n.minor?).ok()?,
                 file_mode: n.file_mode,
+                gid: n.gid,
             })
         })
         .collect()
@@ -107,6 +108,7 @@ mod tests {
             major,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         }
     }
 

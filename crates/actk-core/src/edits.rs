@@ -5,21 +5,28 @@
 //! the OCI runtime spec (config.md "Mounts", "POSIX process" `user.additionalGids`, "Hooks";
 //! config-linux.md "Devices", "Allowed Device list").
 //!
-//! Rules (CDI SPEC.md "Container Edits" applied as OCI fields):
+//! Rules (CDI SPEC.md "Container Edits" applied as OCI fields, in the order and with the
+//! defaults of the reference library, container-device-interface `pkg/cdi` `ContainerEdits.Apply`):
 //! - device nodes -> `linux.devices[]` (`path`, `type`, `major`, `minor`, `fileMode`, `uid`,
-//!   `gid`), an entry with the same `path` is replaced in place (in a user namespace a node whose
-//!   `hostPath` differs from its `path` becomes a bind mount from `hostPath` instead, since runc
-//!   would bind-mount it from `path`, which that host lacks); and an allow rule
-//!   `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
+//!   `gid`): an entry with the same `path` is removed and the node added after the others (in
+//!   a user namespace a node whose `hostPath` differs from its `path` becomes a bind mount from
+//!   `hostPath` instead, since runc would bind-mount it from `path`, which that host lacks). A
+//!   node whose edit names no `uid` (`gid`) gets `process.user.uid` (`gid`) when that is not 0,
+//!   so a non-root container owns the nodes it is given (runc would make them root's); and an
+//!   allow rule `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
 //!   deny-all earlier in the list).
-//! - mounts -> appended to `mounts[]`; one with the same `destination` is replaced in place.
-//! - env -> `process.env`: every entry with the same NAME is removed, then `NAME=value` appended
-//!   (the last duplicate wins anyway; removing the others keeps the list readable).
+//! - mounts -> an entry with the same `destination` is removed and the mount appended; then the
+//!   whole `mounts[]` is sorted by the depth of the destination (stable: `/a` before `/a/b/c`
+//!   whatever order a spec lists them in, and the order of equal depths kept), as the reference
+//!   library, Docker and CRI-O order mounts.
+//! - env -> `process.env`: the last entry with the same NAME (the one that counts) is replaced in
+//!   place, a new NAME appended; earlier duplicates stay where the engine put them.
 //! - hooks -> `hooks.<stage>[]`, each with an explicit `env` (a minimal PATH when the edit has
 //!   none: a hook must never inherit the engine's environment); a hook already in the stage
 //!   (same path and argv, [`same_hook`]) is not added again.
-//! - additional GIDs -> `process.user.additionalGids`, each at most once.
+//! - additional GIDs -> `process.user.additionalGids`, each at most once; 0 is skipped
+//!   (SPEC.md: "Values of 0 are ignored").
 //! - net devices (CDI 1.1 `netDevices`) -> `linux.netDevices` (runtime-spec config-linux.md
 //!   "Network Devices"): an object keyed by the host interface name whose value names the
 //!   interface in the container, `{"eth1": {"name": "net1"}}`; an entry with the same key is
@@ -120,13 +127,23 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
 
     if !edits.env.is_empty() {
         let env = array_at(root, &["process", "env"])?;
+        // The last entry of each NAME (the one that counts) is replaced in place; a new NAME is
+        // appended (the reference library's order).
+        let name = |s: &str| s.split_once('=').map_or(s, |(n, _)| n).to_string();
+        let mut last: std::collections::HashMap<String, usize> =
+            env.iter().enumerate().filter_map(|(i, v)| v.as_str().map(|s| (name(s), i))).collect();
         for e in &edits.env {
-            let name = e.split_once('=').map(|(n, _)| n).unwrap_or(e);
-            env.retain(|v| v.as_str().and_then(|s| s.split_once('=')).is_none_or(|(n, _)| n != name));
-            env.push(Value::String(e.clone()));
+            match last.get(&name(e)) {
+                Some(&i) => env[i] = Value::String(e.clone()),
+                None => {
+                    env.push(Value::String(e.clone()));
+                    last.insert(name(e), env.len() - 1);
+                }
+            }
         }
     }
 
+    let mut mounts_changed = false;
     if !edits.device_nodes.is_empty() {
         // In a user namespace runc cannot mknod; it bind-mounts each linux.devices entry from the
         // same path on the host. A node that exists only elsewhere on the host (a driver root,
@@ -135,21 +152,24 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         let userns = runtime_in_userns || has_user_namespace(root);
         let (moved, direct): (Vec<&DeviceNode>, Vec<&DeviceNode>) =
             edits.device_nodes.iter().partition(|n| userns && n.host_path.as_deref().is_some_and(|h| h != n.path));
-        let entries = direct.into_iter().map(device_json).collect::<Result<Vec<_>, _>>()?;
+        let owner = process_owner(root);
+        let entries = direct.into_iter().map(|n| device_json(n, owner)).collect::<Result<Vec<_>, _>>()?;
         for n in &moved {
-            device_json(n)?; // same checks as a linux.devices entry (numbers present)
+            device_json(n, owner)?; // same checks as a linux.devices entry (numbers present)
         }
         if !entries.is_empty() {
-            upsert_all(array_at(root, &["linux", "devices"])?, "path", entries);
+            replace_all(array_at(root, &["linux", "devices"])?, "path", entries, true);
         }
         if !moved.is_empty() {
             let binds = moved.iter().map(|n| device_bind_json(n)).collect();
-            upsert_all(array_at(root, &["mounts"])?, "destination", binds);
+            replace_all(array_at(root, &["mounts"])?, "destination", binds, false);
+            mounts_changed = true;
         }
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
-            let access = node.permissions.as_deref().unwrap_or("rwm");
+            // Absent or empty: rwm (CDI SPEC.md).
+            let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
             // The rule as it would be written, compared field by field (building each rule to
             // compare it with every other was most of this loop's allocations).
@@ -176,7 +196,12 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
     }
 
     if !edits.mounts.is_empty() {
-        upsert_all(array_at(root, &["mounts"])?, "destination", edits.mounts.iter().map(mount_json).collect());
+        let entries = edits.mounts.iter().map(mount_json).collect();
+        replace_all(array_at(root, &["mounts"])?, "destination", entries, false);
+        mounts_changed = true;
+    }
+    if mounts_changed && let Some(Value::Array(mounts)) = root.get_mut("mounts") {
+        sort_mounts(mounts);
     }
 
     for h in &edits.hooks {
@@ -187,9 +212,9 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         }
     }
 
-    if !edits.additional_gids.is_empty() {
+    if edits.additional_gids.iter().any(|g| *g != 0) {
         let gids = array_at(root, &["process", "user", "additionalGids"])?;
-        for g in &edits.additional_gids {
+        for g in edits.additional_gids.iter().filter(|g| **g != 0) {
             let v = json!(g);
             if !gids.contains(&v) {
                 gids.push(v);
@@ -344,7 +369,76 @@ fn node_type(n: &DeviceNode) -> String {
     n.node_type.clone().unwrap_or_else(|| "c".into())
 }
 
-fn device_json(n: &DeviceNode) -> Result<Value, EditError> {
+/// `process.user`'s uid and gid of a whole config.json, each when it is not 0: the owner a
+/// device node gets when its edit names none, as the reference library gives it (actk-hook
+/// gives the nodes it makes to the same owner).
+pub fn node_owner(spec: &Value) -> (Option<u32>, Option<u32>) {
+    spec.as_object().map(process_owner).unwrap_or_default()
+}
+
+fn process_owner(root: &Map<String, Value>) -> (Option<u32>, Option<u32>) {
+    let user = root.get("process").and_then(|p| p.get("user"));
+    let id = |k: &str| {
+        user.and_then(|u| u.get(k)).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok()).filter(|v| *v != 0)
+    };
+    (id("uid"), id("gid"))
+}
+
+/// Puts `entries` into `list` one by one as the reference library does: the first element with
+/// the entry's `key` is removed, then (`replace_again`, its AddDevice) another element with that
+/// key is replaced in place, else the entry is appended (its AddMount always appends). So an
+/// entry given twice ends up once, the later one. (A scan per entry: a start adds dozens of
+/// entries to a list of dozens, microseconds.)
+fn replace_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>, replace_again: bool) {
+    for entry in entries {
+        let k = entry.get(key).and_then(Value::as_str).map(str::to_string);
+        let same = |v: &Value| k.is_some() && v.get(key).and_then(Value::as_str) == k.as_deref();
+        if let Some(i) = list.iter().position(same) {
+            list.remove(i);
+        }
+        match list.iter().position(same).filter(|_| replace_again) {
+            Some(i) => list[i] = entry,
+            None => list.push(entry),
+        }
+    }
+}
+
+/// Sorts mounts by the depth of their destination, stably: a mount is attached after every
+/// mount of a shallower path, so a parent never hides a child (Docker's and the reference
+/// library's order: the number of `/` in the cleaned path).
+pub fn sort_mounts(mounts: &mut [Value]) {
+    mounts.sort_by_key(|m| mount_depth(m.get("destination").and_then(Value::as_str).unwrap_or("")));
+}
+
+/// The number of separators in `path` cleaned as Go's `filepath.Clean` does (`/` is 1, `/a/b`
+/// is 2, `/a//b/../c/` is 2, a relative `a/b` is 1).
+pub fn mount_depth(path: &str) -> usize {
+    let abs = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != "..") {
+                    parts.pop();
+                } else if !abs {
+                    parts.push("..");
+                }
+            }
+            _ => parts.push(p),
+        }
+    }
+    match (abs, parts.len()) {
+        (true, 0) => 1,
+        (true, n) => n,
+        (false, 0) => 0,
+        (false, n) => n - 1,
+    }
+}
+
+/// A `linux.devices` entry for `n`; `owner` is the container user's (uid, gid) for a node whose
+/// edit names none ([`process_owner`]).
+fn device_json(n: &DeviceNode, owner: (Option<u32>, Option<u32>)) -> Result<Value, EditError> {
     let t = node_type(n);
     // Sized up front: growing an (order-preserving) map reallocates twice on the way to 4 keys.
     let mut m = Map::with_capacity(7);
@@ -363,10 +457,10 @@ fn device_json(n: &DeviceNode) -> Result<Value, EditError> {
     if let Some(mode) = n.file_mode {
         m.insert("fileMode".into(), json!(mode));
     }
-    if let Some(uid) = n.uid {
+    if let Some(uid) = n.uid.or(owner.0) {
         m.insert("uid".into(), json!(uid));
     }
-    if let Some(gid) = n.gid {
+    if let Some(gid) = n.gid.or(owner.1) {
         m.insert("gid".into(), json!(gid));
     }
     Ok(Value::Object(m))
@@ -419,47 +513,6 @@ fn hook_json(h: &Hook) -> Value {
         m.insert("timeout".into(), json!(t));
     }
     Value::Object(m)
-}
-
-/// For each entry: replaces the element whose string `key` equals the entry's, in place, or
-/// appends it. The elements are indexed by key once, so this stays linear in the list and the
-/// entries (a container start adds dozens of mounts to a spec that has dozens already).
-fn upsert_all(list: &mut Vec<Value>, key: &str, entries: Vec<Value>) {
-    // Where each entry goes, worked out first with the keys borrowed (no copy of any string):
-    // `Some(i)` replaces element i, `None` appends.
-    let targets: Vec<Option<usize>> = {
-        let mut index: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-        for (i, v) in list.iter().enumerate() {
-            if let Some(k) = v.get(key).and_then(Value::as_str) {
-                index.entry(k).or_insert(i);
-            }
-        }
-        let mut next = list.len();
-        entries
-            .iter()
-            .map(|e| {
-                let k = e.get(key).and_then(Value::as_str);
-                match k.and_then(|k| index.get(k)).copied() {
-                    Some(i) => Some(i),
-                    None => {
-                        if let Some(k) = k {
-                            index.insert(k, next);
-                        }
-                        next += 1;
-                        None
-                    }
-                }
-            })
-            .collect()
-    };
-    for (entry, target) in entries.into_iter().zip(targets) {
-        // An index past the list's original end names an entry this call appended earlier;
-        // the appends happen in order, so it is there by now.
-        match target {
-            Some(i) => list[i] = entry,
-            None => list.push(entry),
-        }
-    }
 }
 
 /// The object at `path` under `root`, created (empty) where missing.
@@ -544,28 +597,132 @@ mod tests {
     }
 
     #[test]
-    fn upsert_replaces_in_place_appends_in_order_and_a_later_duplicate_wins() {
-        let mut list = vec![json!({"d": "/a", "v": 1}), json!({"d": "/b", "v": 1}), json!({"x": 0})];
-        let entries =
-            vec![json!({"d": "/c", "v": 2}), json!({"d": "/a", "v": 2}), json!({"d": "/c", "v": 3}), json!({"y": 1})];
-        upsert_all(&mut list, "d", entries);
+    fn replace_all_removes_the_first_of_a_key_then_replaces_another_or_appends() {
+        let mut list =
+            vec![json!({"d": "/a", "v": 1}), json!({"d": "/b", "v": 1}), json!({"x": 0}), json!({"d": "/a", "v": 9})];
+        replace_all(
+            &mut list,
+            "d",
+            vec![json!({"d": "/c", "v": 2}), json!({"d": "/a", "v": 2}), json!({"y": 1})],
+            true,
+        );
         assert_eq!(
             list,
             vec![
-                json!({"d": "/a", "v": 2}),
                 json!({"d": "/b", "v": 1}),
                 json!({"x": 0}),
-                json!({"d": "/c", "v": 3}),
+                json!({"d": "/a", "v": 2}),
+                json!({"d": "/c", "v": 2}),
                 json!({"y": 1})
             ]
         );
+        // Given twice: the later one, once.
+        let mut list = vec![];
+        replace_all(&mut list, "d", vec![json!({"d": "/a", "v": 1}), json!({"d": "/a", "v": 2})], true);
+        assert_eq!(list, vec![json!({"d": "/a", "v": 2})]);
+        let mut list = vec![json!({"d": "/a", "v": 1}), json!({"d": "/b", "v": 1})];
+        replace_all(&mut list, "d", vec![json!({"d": "/a", "v": 2})], false);
+        assert_eq!(list, vec![json!({"d": "/b", "v": 1}), json!({"d": "/a", "v": 2})]);
+    }
+
+    #[test]
+    fn mount_depth_counts_separators_of_the_cleaned_path() {
+        for (p, d) in [
+            ("/", 1),
+            ("/a", 1),
+            ("/a/b", 2),
+            ("/a//b/", 2),
+            ("/a/./b/../c", 2),
+            ("/..", 1),
+            ("a/b", 1),
+            ("", 0),
+            (".", 0),
+        ] {
+            assert_eq!(mount_depth(p), d, "{p}");
+        }
+    }
+
+    /// Issue 25 item 4: a spec listing /a/b/c before /a must not leave /a/b/c hidden under /a:
+    /// mounts are sorted by depth, stably, the engine's ones included (the reference library's
+    /// order), and applying twice still equals once.
+    #[test]
+    fn item4_mounts_are_ordered_by_depth() {
+        let m = |c: &str| Mount { host_path: format!("/host{c}"), container_path: c.into(), ..Default::default() };
+        let e = ContainerEdits { mounts: vec![m("/a/b/c"), m("/a"), m("/etc/hosts"), m("/a/b")], ..Default::default() };
+        let mut s = json!({"mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+            {"destination": "/etc/hosts", "type": "bind", "source": "/engine/hosts"}
+        ]});
+        apply(&mut s, &e).unwrap();
+        let dests: Vec<&str> =
+            s["mounts"].as_array().unwrap().iter().map(|m| m["destination"].as_str().unwrap()).collect();
+        assert_eq!(dests, ["/proc", "/dev", "/a", "/dev/pts", "/etc/hosts", "/a/b", "/a/b/c"]);
+        assert_eq!(s["mounts"][4]["source"], "/host/etc/hosts", "the edit replaced the engine's mount");
+        let mut twice = s.clone();
+        apply(&mut twice, &e).unwrap();
+        assert_eq!(twice, s);
+    }
+
+    /// Issue 25 items 2 and 9: a node whose edit names no uid/gid is given to the container's
+    /// user (not root: runc would make it root:root, which a non-root user cannot open at 0660);
+    /// a uid/gid of 0 in process.user leaves it to runc; additional GID 0 is skipped.
+    #[test]
+    fn item2_nodes_go_to_the_container_user_and_gid_0_is_not_added() {
+        let e = ContainerEdits {
+            device_nodes: vec![
+                DeviceNode {
+                    path: "/dev/dri/renderD128".into(),
+                    node_type: Some("c".into()),
+                    major: Some(226),
+                    minor: Some(128),
+                    file_mode: Some(0o660),
+                    gid: Some(109),
+                    ..Default::default()
+                },
+                DeviceNode {
+                    path: "/dev/nvidia0".into(),
+                    node_type: Some("c".into()),
+                    major: Some(195),
+                    minor: Some(0),
+                    uid: Some(7),
+                    ..Default::default()
+                },
+            ],
+            additional_gids: vec![0, 109],
+            ..Default::default()
+        };
+        let mut s = json!({"process": {"user": {"uid": 1000, "gid": 1000}}});
+        apply(&mut s, &e).unwrap();
+        assert_eq!(
+            s["linux"]["devices"],
+            json!([
+                {"path": "/dev/dri/renderD128", "type": "c", "major": 226, "minor": 128, "fileMode": 0o660, "uid": 1000, "gid": 109},
+                {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "uid": 7, "gid": 1000}
+            ])
+        );
+        assert_eq!(s["process"]["user"]["additionalGids"], json!([109]));
+        let mut root = json!({"process": {"user": {"uid": 0, "gid": 0}}});
+        apply(&mut root, &ContainerEdits { additional_gids: vec![0], ..e.clone() }).unwrap();
+        assert_eq!(
+            root["linux"]["devices"][1],
+            json!({"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "uid": 7})
+        );
+        let mut only_zero = json!({});
+        apply(&mut only_zero, &ContainerEdits { additional_gids: vec![0], ..Default::default() }).unwrap();
+        assert_eq!(only_zero, json!({}));
     }
 
     #[test]
     fn applies_every_kind_of_edit() {
         let mut s = base();
         apply(&mut s, &edits()).unwrap();
-        assert_eq!(s["process"]["env"], json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=void", "ACTK=1"]));
+        assert_eq!(
+            s["process"]["env"],
+            json!(["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void", "ACTK=1"]),
+            "the last NVIDIA_VISIBLE_DEVICES (the one that counts) replaced in place"
+        );
         assert_eq!(
             s["linux"]["devices"],
             json!([
@@ -608,7 +765,7 @@ mod tests {
         let mut s = json!({"ociVersion": "1.0.2"});
         apply(&mut s, &edits()).unwrap();
         assert_eq!(s["linux"]["devices"].as_array().unwrap().len(), 2);
-        assert_eq!(s["process"]["user"]["additionalGids"], json!([44, 0]));
+        assert_eq!(s["process"]["user"]["additionalGids"], json!([44]), "additional GID 0 is skipped (SPEC.md)");
     }
 
     #[test]

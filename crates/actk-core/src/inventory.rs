@@ -154,6 +154,10 @@ pub struct DeviceNode {
     pub minor: u32,
     /// Permission bits of the host node (`0o666`), when known.
     pub file_mode: Option<u32>,
+    /// Group of the host node (`render`'s gid for an AMD render node), when known. Generated
+    /// specs carry it when it is not root's, so the node keeps its group in the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// What a host file is, which decides where it is mounted and whether ldconfig must see it.
@@ -251,6 +255,7 @@ mod tests {
             major: 195,
             minor: 0,
             file_mode: None,
+            gid: None,
         };
         let mut inv = Inventory {
             vendors: vec![VendorInventory {

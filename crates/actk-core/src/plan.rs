@@ -249,6 +249,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             OnRefused::Warn => warnings.extend(lines.into_iter().map(|l| format!("{l}; request ignored"))),
         }
     }
+    warnings.extend(device_env_alone(&env, &req, &ctx.profiles));
     if req.vendors.is_empty() && req.cdi_names.is_empty() && req.mig_capabilities.is_empty() {
         return Ok(Plan { warnings, ..Plan::default() });
     }
@@ -302,7 +303,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 let inventory = state.inventory();
                 let vendor = inventory.vendor(&vr.profile);
                 let indexes = indexes_of_names(vendor, &names);
-                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                let (env_edits, notes) = device_env_edits(device_env, &vr.into(), vendor, &indexes, &env)?;
                 plan.edits.env.extend(env_edits);
                 plan.warnings.extend(notes);
             }
@@ -351,7 +352,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             })?;
             let indexes = resolved.devices.clone();
             if !device_env.is_empty() && !indexes.is_empty() {
-                let (env_edits, notes) = device_env_edits(device_env, vr, vendor, &indexes, &env)?;
+                let (env_edits, notes) = device_env_edits(device_env, &vr.into(), vendor, &indexes, &env)?;
                 plan.edits.env.extend(env_edits);
                 plan.warnings.extend(notes);
             }
@@ -439,12 +440,33 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 });
             }
         }
+        // A profile's device variables (HABANA_VISIBLE_MODULES) for its devices asked for by
+        // CDI name, as the device plugin and the DRA driver hand Gaudi devices out; a kind a
+        // selection variable asked for already has them.
+        for p in ctx.profiles.iter().filter(|p| !p.selection.device_env.is_empty()) {
+            if req.vendors.iter().any(|v| v.profile == p.name) {
+                continue;
+            }
+            let asked: Vec<&CdiNameRequest> =
+                req.cdi_names.iter().filter(|n| n.name.split_once('=').is_some_and(|(k, _)| k == p.kind)).collect();
+            let Some(first) = asked.first() else { continue };
+            let names: Vec<String> =
+                asked.iter().filter_map(|n| n.name.split_once('=')).map(|(_, d)| d.to_string()).collect();
+            let value = asked.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(",");
+            let asker = Asker { variable: &first.source, value: &value, kind: &p.kind };
+            let inventory = state.inventory();
+            let vendor = inventory.vendor(&p.name);
+            let indexes = indexes_of_names(vendor, &names);
+            let (env_edits, notes) = device_env_edits(&p.selection.device_env, &asker, vendor, &indexes, &env)?;
+            plan.edits.env.extend(env_edits);
+            plan.warnings.extend(notes);
+        }
     }
 
     // The registry this start used: loaded here, or handed in by a long-running caller.
     let used = state.registry.as_ref().or(ctx.registry.as_deref().filter(|_| state.registry_used));
     if let Some(reg) = used {
-        plan.warnings.extend(reg.errors().iter().map(|e| format!("CDI spec file skipped: {e}")));
+        plan.warnings.extend(reg.errors().iter().map(|e| e.warning()));
     }
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
@@ -532,13 +554,51 @@ fn indexes_of_names(vendor: Option<&crate::inventory::VendorInventory>, names: &
     out
 }
 
+/// Warnings for a profile's device variable set without a request of that profile
+/// (`HABANA_VISIBLE_MODULES` alone): it names modules of the devices something else selects
+/// and selects nothing itself, which a user who set it to pick devices must learn.
+fn device_env_alone(env: &[String], req: &request::Request, profiles: &[Profile]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in profiles {
+        let asked = req.vendors.iter().any(|v| v.profile == p.name)
+            || req.cdi_names.iter().any(|n| n.name.split_once('=').is_some_and(|(k, _)| k == p.kind));
+        if asked {
+            continue;
+        }
+        for e in &p.selection.device_env {
+            if let Some(v) = request::env_value(env, &e.name).filter(|v| !v.trim().is_empty()) {
+                let by = p.selection.env.first().map(|s| format!("{s} or ")).unwrap_or_default();
+                out.push(format!(
+                    "{}={v} selects no {} device by itself: {by}a CDI name {}=N selects them, and {} then lists their {} (nothing of {} is given to this container)",
+                    e.name, p.kind, p.kind, e.name, e.attribute, p.kind
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Who asked for the devices of a [`device_env_edits`] call, for its messages: a selection
+/// variable and its value, or the CDI names of one kind and where they came from.
+struct Asker<'a> {
+    variable: &'a str,
+    value: &'a str,
+    kind: &'a str,
+}
+
+impl<'a> From<&'a VendorRequest> for Asker<'a> {
+    fn from(vr: &'a VendorRequest) -> Self {
+        Asker { variable: &vr.variable, value: &vr.value, kind: &vr.kind }
+    }
+}
+
 /// The env edits of a profile's `selection.device_env` for the selected devices `indexes`
 /// (ascending), and notes for the plan's warnings. A variable the container sets itself is kept
 /// when every value in it belongs to a selected device (Habana: HABANA_VISIBLE_MODULES naming a
 /// subset of the modules mounted); otherwise the request is refused naming both variables.
 fn device_env_edits(
     entries: &[crate::profile::DeviceEnv],
-    vr: &VendorRequest,
+    vr: &Asker<'_>,
     vendor: Option<&crate::inventory::VendorInventory>,
     indexes: &[u32],
     env: &[String],
@@ -827,24 +887,35 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEd
 }
 
 /// Fills `type`, `major`, `minor` of device nodes that lack them from the host node
-/// (`hostPath`, else `path`), as CDI SPEC.md allows specs to omit them.
+/// (`hostPath`, else `path`), as CDI SPEC.md allows specs to omit them, and `fileMode` of every
+/// node that lacks it (nvidia-ctk writes `path`/`hostPath` only): the container's node then has
+/// the host node's mode, as with the reference library, where runc would make it 0666. A node
+/// whose numbers are given keeps going when its host node cannot be read (the reference's
+/// "minimally specified" node); without numbers that is an error.
 fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     for n in &mut edits.device_nodes {
-        if n.major.is_some() && n.minor.is_some() || n.node_type.as_deref() == Some("p") {
+        let has_numbers = n.major.is_some() && n.minor.is_some() || n.node_type.as_deref() == Some("p");
+        if has_numbers && n.file_mode.is_some() {
             continue;
         }
         let host = n.host_path.clone().unwrap_or_else(|| n.path.clone());
-        let md = std::fs::metadata(&host).map_err(|e| PlanError::DeviceNode {
-            path: n.path.clone(),
-            host_path: host.clone(),
-            message: e.to_string(),
-        })?;
+        let md = match std::fs::metadata(&host) {
+            Ok(md) => md,
+            Err(_) if has_numbers => continue,
+            Err(e) => {
+                return Err(PlanError::DeviceNode { path: n.path.clone(), host_path: host, message: e.to_string() });
+            }
+        };
         let ft = md.file_type();
         let t = if ft.is_char_device() {
             "c"
         } else if ft.is_block_device() {
             "b"
+        } else if ft.is_fifo() {
+            "p"
+        } else if has_numbers {
+            continue;
         } else {
             return Err(PlanError::DeviceNode {
                 path: n.path.clone(),
@@ -852,6 +923,13 @@ fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
                 message: "not a device node".into(),
             });
         };
+        if n.file_mode.is_none() {
+            n.file_mode = Some(md.mode() & 0o7777);
+        }
+        if has_numbers || t == "p" {
+            n.node_type.get_or_insert_with(|| t.to_string());
+            continue;
+        }
         let rdev = md.rdev();
         n.node_type.get_or_insert_with(|| t.to_string());
         n.major = Some(i64::from(libc::major(rdev)));
@@ -891,6 +969,7 @@ mod tests {
             major: 195,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         }
     }
 
@@ -1001,6 +1080,7 @@ mod tests {
                     major: 261,
                     minor: i,
                     file_mode: Some(0o666),
+                    gid: None,
                 }],
                 attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
                 ..Default::default()
@@ -1052,6 +1132,39 @@ mod tests {
         let p = plan(&spec(&["HABANA_VISIBLE_DEVICES=7"]), &gaudi_ctx(Some(d.path()))).unwrap();
         assert!(p.served[0].from_spec);
         assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=0"]);
+    }
+
+    /// Issue 25 item 9: Gaudi devices asked for by CDI name (an annotation, as the device plugin
+    /// hands them out; the device list) get HABANA_VISIBLE_MODULES too; the variable alone
+    /// selects nothing and says so.
+    #[test]
+    fn item9_habana_visible_modules_for_cdi_names_and_a_warning_when_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let s = json!({"cdiVersion": "0.5.0", "kind": "habana.ai/gaudi", "devices": [
+            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/null", "type": "c", "major": 1, "minor": 3}]}},
+            {"name": "7", "containerEdits": {"deviceNodes": [{"path": "/dev/zero", "type": "c", "major": 1, "minor": 5}]}}]});
+        std::fs::write(d.path().join("gaudi.json"), s.to_string()).unwrap();
+        let c = gaudi_ctx(Some(d.path()));
+        let by_name = json!({"process": {"env": []}, "annotations": {"cdi.k8s.io/actk_habana.ai_gaudi": "habana.ai/gaudi=1,habana.ai/gaudi=7"}});
+        let p = plan(&by_name, &c).unwrap();
+        assert_eq!(p.edits.env, vec!["HABANA_VISIBLE_MODULES=2,0"]);
+        assert_eq!(paths(&p), vec!["/dev/null", "/dev/zero"]);
+        // A value the container sets is still checked against what it was given.
+        let mut narrowed = by_name.clone();
+        narrowed["process"]["env"] = json!(["HABANA_VISIBLE_MODULES=4"]);
+        let e = plan(&narrowed, &c).unwrap_err().to_string();
+        assert!(e.starts_with("HABANA_VISIBLE_MODULES=4: module_id \"4\" is not one of the devices"), "{e}");
+        let alone = plan(&spec(&["HABANA_VISIBLE_MODULES=0,1"]), &c).unwrap();
+        assert!(alone.is_empty(), "nothing selected");
+        assert_eq!(alone.warnings.len(), 1);
+        assert!(
+            alone.warnings[0].starts_with("HABANA_VISIBLE_MODULES=0,1 selects no habana.ai/gaudi device by itself: HABANA_VISIBLE_DEVICES or a CDI name"),
+            "{:?}",
+            alone.warnings
+        );
+        assert!(
+            plan(&spec(&["HABANA_VISIBLE_DEVICES=1", "HABANA_VISIBLE_MODULES=2"]), &c).unwrap().warnings.is_empty()
+        );
     }
 
     /// Issue 13 item 6: NVIDIA_REQUIRE_* is checked against the host root's driver before any
@@ -1115,6 +1228,11 @@ mod tests {
             (Some("c"), Some(1), Some(3)),
             "numbers from the host node"
         );
+        // Issue 25 item 3: and the host node's mode (runc would make it 0666 whatever the host's).
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata("/dev/null").unwrap().permissions());
+        assert_eq!(n.file_mode, Some(mode & 0o7777));
+        let all = plan(&spec(&["NVIDIA_VISIBLE_DEVICES=all"]), &ctx(Some(d.path()))).unwrap();
+        assert_eq!(all.edits.device_nodes[0].file_mode, Some(mode & 0o7777), "numbers given, mode filled");
         assert_eq!(p.edits.env, vec!["FROM_SPEC=1"]);
         assert!(p.served[0].from_spec);
 
@@ -1246,6 +1364,7 @@ mod tests {
                 major: 507,
                 minor,
                 file_mode: Some(0o666),
+                gid: None,
             });
         }
         v.host_files = vec![HostFile {

@@ -86,6 +86,31 @@ impl Profile {
         caps
     }
 
+    /// The profile's device variables (`selection.device_env`: `HABANA_VISIBLE_MODULES`) for
+    /// devices `indexes` of `vendor`, as `(name, value)` with the devices' attribute values in
+    /// the order of `indexes`, comma-separated (`("HABANA_VISIBLE_MODULES", "2,0")`). An entry
+    /// some device lacks the attribute of is left out. For answers that name the devices
+    /// otherwise (the device plugin's Allocate, the DRA driver's claim specs); planning checks a
+    /// value the container set itself.
+    pub fn device_env_for(&self, vendor: &crate::inventory::VendorInventory, indexes: &[u32]) -> Vec<(String, String)> {
+        if indexes.is_empty() {
+            return Vec::new();
+        }
+        self.selection
+            .device_env
+            .iter()
+            .filter_map(|e| {
+                let values: Option<Vec<&str>> = indexes
+                    .iter()
+                    .map(|i| {
+                        vendor.devices.iter().find(|d| d.index == *i)?.attributes.get(&e.attribute).map(|v| v.trim())
+                    })
+                    .collect();
+                Some((e.name.clone(), values?.join(",")))
+            })
+            .collect()
+    }
+
     /// A copy of this profile with only the capabilities for which `keep` holds (by name); the
     /// others are never copied. A container start discovers with the few capabilities it asks
     /// for, and cloning every profile whole (every library list of every capability) was a few
@@ -541,6 +566,26 @@ pub fn check_kind(kind: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 25 item 9: the Gaudi profile's HABANA_VISIBLE_MODULES for given devices, in their
+    /// order; nothing when a device lacks the attribute or none is given.
+    #[test]
+    fn device_env_lists_the_devices_attribute_in_order() {
+        use crate::inventory::{Device, VendorInventory};
+        let gaudi = builtin().into_iter().find(|p| p.name == "gaudi").unwrap();
+        let dev = |i: u32, m: Option<&str>| Device {
+            index: i,
+            attributes: m.map(|m| [("module_id".to_string(), format!("{m}\n"))].into()).unwrap_or_default(),
+            ..Default::default()
+        };
+        let v =
+            VendorInventory { devices: vec![dev(0, Some("3")), dev(1, Some("2")), dev(2, None)], ..Default::default() };
+        assert_eq!(gaudi.device_env_for(&v, &[1, 0]), [("HABANA_VISIBLE_MODULES".to_string(), "2,3".to_string())]);
+        assert!(gaudi.device_env_for(&v, &[0, 2]).is_empty(), "device 2 has no module_id");
+        assert!(gaudi.device_env_for(&v, &[]).is_empty());
+        let nvidia = builtin().into_iter().find(|p| p.name == "nvidia").unwrap();
+        assert!(nvidia.device_env_for(&v, &[0]).is_empty());
+    }
 
     #[test]
     fn builtins_parse_validate_and_have_the_documented_kinds() {

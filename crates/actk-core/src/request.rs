@@ -27,6 +27,15 @@
 //! Duplicates: when a variable appears several times in `process.env`, the LAST one wins (Docker
 //! appends its own values after the image's; field case F01).
 //!
+//! Answers per resource: a container that asks the device plugin for two resources of one vendor
+//! (`nvidia.com/mig-1g.10gb` and `nvidia.com/mig-2g.20gb`) gets two answers for the one selection
+//! variable, and the kubelet keeps only one of them. The plugin's `envvar` strategy therefore also
+//! writes each answer to a variable of its own, [`per_resource_variable`]
+//! (`NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_MIG_1G_10GB`), and the selection is the union of the
+//! selection variable and every such variable of it (issue 28 item 10). They are env like the
+//! selection variable, under the same trust policy key (`env_requests`): they widen nothing a
+//! container could not already ask for with the selection variable itself.
+//!
 //! Who may ask: [`collect_from`] takes a [`Sources`] that says which inputs the node's trust
 //! policy ([`crate::policy`]) trusts for this container. A selection variable or annotation from
 //! an untrusted input is not parsed; it is listed in [`Request::refused`]. The device list
@@ -270,6 +279,51 @@ fn check_size(var: &str, value: &str) -> Result<(), RequestError> {
 /// top of the capability names the profile itself lists.
 pub const DRIVER_CAPABILITIES: &[&str] = &["compute", "utility", "graphics", "video", "display", "compat32", "ngx"];
 
+/// What sits between a selection variable and a resource's suffix in [`per_resource_variable`].
+pub const PER_RESOURCE_INFIX: &str = "_ACTK_";
+
+/// The variable holding the device plugin's answer for `resource` under selection variable
+/// `var`: `var` + [`PER_RESOURCE_INFIX`] + the resource name in upper case with every other
+/// character `_` (`NVIDIA_VISIBLE_DEVICES`, `nvidia.com/mig-1g.10gb` ->
+/// `NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_MIG_1G_10GB`). See the module docs.
+pub fn per_resource_variable(var: &str, resource: &str) -> String {
+    let suffix: String =
+        resource.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect();
+    format!("{var}{PER_RESOURCE_INFIX}{suffix}")
+}
+
+/// The per-resource variables of selection variable `var` in `env` ([`per_resource_variable`]),
+/// by name (the last entry of a name wins, as for every variable).
+fn per_resource_values<'a>(env: &'a [String], var: &str) -> BTreeMap<&'a str, &'a str> {
+    let prefix = format!("{var}{PER_RESOURCE_INFIX}");
+    let mut out = BTreeMap::new();
+    for e in env {
+        if let Some((name, value)) = e.split_once('=')
+            && name.len() > prefix.len()
+            && name.starts_with(&prefix)
+        {
+            out.insert(name, value);
+        }
+    }
+    out
+}
+
+/// The union of a selection variable's value and its per-resource answers: `all` when one is
+/// `all`, else every listed entry (duplicates are removed at resolution), `none` when every one
+/// that asks is `none`, empty when none asks.
+fn merge_answers<'a>(base: Option<&'a str>, answers: impl Iterator<Item = &'a str>) -> String {
+    let parts: Vec<&str> = base.into_iter().chain(answers).map(str::trim).filter(|v| asks(v)).collect();
+    if parts.iter().any(|p| p.eq_ignore_ascii_case("all")) {
+        return "all".into();
+    }
+    let lists: Vec<&str> = parts.iter().copied().filter(|p| !p.eq_ignore_ascii_case("none")).collect();
+    match (lists.is_empty(), parts.is_empty()) {
+        (false, _) => lists.join(","),
+        (true, false) => "none".into(),
+        (true, true) => String::new(),
+    }
+}
+
 /// The value of `name` in an OCI `process.env` list (`NAME=value` strings): the LAST entry wins.
 pub fn env_value<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
     env.iter().rev().find_map(|e| e.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')))
@@ -315,6 +369,17 @@ pub fn collect_from(
     for profile in profiles {
         let sel = &profile.selection;
         let devices_var = sel.env.iter().find_map(|v| env_value(env, v).map(|val| (v.as_str(), val)));
+        // The device plugin's answers per resource (module docs), merged into the first variable.
+        let answers = sel.env.first().map(|v| (v.as_str(), per_resource_values(env, v)));
+        let merged: String;
+        let devices_var = match answers.filter(|(_, a)| !a.is_empty()) {
+            None => devices_var,
+            Some((var, a)) => {
+                // No note: this is every envvar allocation's normal case, not worth a warning.
+                merged = merge_answers(devices_var.map(|(_, v)| v), a.values().copied());
+                Some((var, merged.as_str()))
+            }
+        };
         let cores_var = sel.cores_env.as_deref().and_then(|v| env_value(env, v).map(|val| (v, val)));
         let listed: Vec<&ListedDevice> = sources.device_list.iter().filter(|d| d.kind == profile.kind).collect();
         if !listed.is_empty() {
@@ -1052,6 +1117,52 @@ mod tests {
         }
         // A variable whose name only starts like the selection variable is not it.
         assert_eq!(req(&["NVIDIA_VISIBLE_DEVICES_X=1"]).unwrap(), Request::default());
+    }
+
+    /// Issue 28 item 10: the device plugin answers each resource in a variable of its own; the
+    /// selection is the union with the selection variable (of which the kubelet kept one answer),
+    /// under the same trust as the selection variable.
+    #[test]
+    fn answers_per_resource_compose() {
+        let mig1 = per_resource_variable("NVIDIA_VISIBLE_DEVICES", "nvidia.com/mig-1g.10gb");
+        assert_eq!(mig1, "NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_MIG_1G_10GB");
+        let mig2 = per_resource_variable("NVIDIA_VISIBLE_DEVICES", "nvidia.com/mig-2g.20gb");
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=MIG-b", &format!("{mig1}=MIG-a"), &format!("{mig2}=MIG-b")]).unwrap();
+        assert_eq!(
+            r.vendors[0].selection,
+            Selection::Devices(vec![
+                DeviceRef::Mig("MIG-b".into()),
+                DeviceRef::Mig("MIG-a".into()),
+                DeviceRef::Mig("MIG-b".into())
+            ])
+        );
+        assert_eq!(r.vendors[0].variable, "NVIDIA_VISIBLE_DEVICES");
+        // `all` anywhere is all; `none` adds nothing to a list; void answers ask nothing.
+        let r = req(&[&format!("{mig1}=1"), &format!("{mig2}=all")]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::All);
+        let r = req(&["NVIDIA_VISIBLE_DEVICES=none", &format!("{mig1}=2"), &format!("{mig2}=void")]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(2)]));
+        assert_eq!(req(&[&format!("{mig1}=void")]).unwrap(), Request::default());
+        // The last entry of a name wins, as for every variable.
+        let r = req(&[&format!("{mig1}=1"), &format!("{mig1}=3")]).unwrap();
+        assert_eq!(r.vendors[0].selection, Selection::Devices(vec![DeviceRef::Index(3)]));
+        // Neuron: two answers of AWS_NEURON_VISIBLE_DEVICES (neuron and neurondevice).
+        let dev = per_resource_variable("AWS_NEURON_VISIBLE_DEVICES", "aws.amazon.com/neurondevice");
+        let r = req(&["AWS_NEURON_VISIBLE_DEVICES=0", &format!("{dev}=4-5")]).unwrap();
+        assert_eq!(r.vendors[0].resolve(Some(&inv("aws.amazon.com/neuron", 12, Some(2)))).unwrap(), vec![0, 4, 5]);
+        // Untrusted env: refused like the selection variable, not parsed.
+        let e = env(&[&format!("{mig1}=0,,x")]);
+        let sources = Sources {
+            env: &e,
+            annotations: &BTreeMap::new(),
+            device_list: &[],
+            env_trusted: false,
+            annotations_trusted: false,
+        };
+        let r = collect_from(&sources, &[nvidia()], &BTreeMap::new()).unwrap();
+        assert!(r.vendors.is_empty());
+        assert_eq!(r.refused.len(), 1, "{:?}", r.refused);
+        assert_eq!(r.refused[0].channel, Channel::Env);
     }
 
     #[test]

@@ -147,6 +147,13 @@ fn mi300x_eight_gpus_fully_xgmi_linked() {
         assert!(d.pci_bus_id.is_some() && d.uuid.is_some());
     }
     assert_eq!(v.shared_nodes.iter().map(|n| n.path.as_str()).collect::<Vec<_>>(), ["/dev/kfd"]);
+    // Issue 25 item 2: the host nodes' owners, as Ubuntu's udev rules make them (fixtures/
+    // amd-mi300x/SOURCES.md), are what discovery reports and generated specs carry.
+    let render = &v.devices[0].nodes[0];
+    assert_eq!((render.file_mode, render.gid), (Some(0o660), Some(109)), "renderD128 is 0660 root:render");
+    let card = v.devices[0].nodes.iter().find(|n| n.path.starts_with("/dev/dri/card")).unwrap();
+    assert_eq!((card.file_mode, card.gid), (Some(0o660), Some(44)), "card1 is 0660 root:video");
+    assert_eq!((v.shared_nodes[0].file_mode, v.shared_nodes[0].gid), (Some(0o660), Some(109)), "/dev/kfd");
 }
 
 #[test]

@@ -23,7 +23,7 @@ mod common;
 use common::check;
 
 fn node(path: String, major: u32, minor: u32) -> DeviceNode {
-    DeviceNode { host_path: path.clone().into(), path, node_type: 'c', major, minor, file_mode: Some(0o666) }
+    DeviceNode { host_path: path.clone().into(), path, node_type: 'c', major, minor, file_mode: Some(0o666), gid: None }
 }
 
 /// 8 GPUs (one with its node gone, as after a hot unplug) and 12 Neuron devices of 2 cores.

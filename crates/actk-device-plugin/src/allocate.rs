@@ -9,7 +9,10 @@
 //!   SPEC.md annotation form `cdi.k8s.io/<plugin>_<id>`), for runtimes that read CDI
 //!   annotations but not the CRI field;
 //! - `envvar`: the vendor's selection variable (`NVIDIA_VISIBLE_DEVICES=<UUIDs>`,
-//!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook;
+//!   `AWS_NEURON_VISIBLE_DEVICES=<ids>`), for actk-runtime or a vendor runtime/hook, and the same
+//!   value in the resource's own variable (actk_core::request::per_resource_variable), since the
+//!   kubelet keeps one value of a variable that two resources of a container set: actk-runtime,
+//!   actk-hook and actk-nri take the union, so two MIG profiles in one container compose;
 //! - `device-specs`: kubelet DeviceSpecs, mounts and env taken from the CDI container edits
 //!   actk generates (actk_core::cdi::edits_for), which work with any runtime;
 //! - `volume-mounts`: the device list, a read-only mount of `/dev/null` at
@@ -133,6 +136,28 @@ pub enum AllocateError {
         count: usize,
         /// Replicas per device.
         replicas: u32,
+    },
+    /// Replicas of a time-sliced resource that name fewer devices than replicas while replicas
+    /// of other devices were free (issue 28 item 9): the container would see fewer devices than
+    /// it asked for although the node had them (the kubelet did not follow the preferred
+    /// allocation, which spreads before stacking).
+    #[error(
+        "request for {count} {resource} names {devices} device(s) ({named}) although replicas of {free} were free: a \
+         container sees a device once however many of its replicas it holds, so it would get {devices} for {count}; \
+         the kubelet did not follow the preferred allocation (which spreads replicas over devices), so create the pod \
+         again"
+    )]
+    StackedReplicas {
+        /// The resource name.
+        resource: String,
+        /// IDs asked for.
+        count: usize,
+        /// Distinct devices they name.
+        devices: usize,
+        /// Those devices (`0`, `1:4` for a MIG device).
+        named: String,
+        /// Devices with a free replica the request could have had instead (abbreviated).
+        free: String,
     },
     /// A CDI strategy is on, but no spec in the node's spec directories defines the device
     /// (F18): handing out a name anyway would fail the container later as `unresolvable`.
@@ -335,6 +360,11 @@ pub fn container_response(
     if let Some(mps) = &res.mps {
         mps_edits(res, mps, &devices, &mut resp);
     }
+    // The devices as the vendor's software names them (HABANA_VISIBLE_MODULES = their module
+    // ids), whatever strategy names the devices: as Habana's device plugin answers.
+    for (name, value) in res.profile.device_env_for(&res.vendor, &devices) {
+        resp.envs.insert(name, value);
+    }
     for s in &opts.strategies {
         match s {
             Strategy::CdiCri => resp.cdi_devices.extend(names.iter().map(|n| CdiDevice { name: n.clone() })),
@@ -343,7 +373,11 @@ pub fn container_response(
             }
             Strategy::EnvVar => {
                 if let Some(var) = sel.env.first() {
-                    resp.envs.insert(var.clone(), env_value(res, &targets));
+                    let value = env_value(res, &targets);
+                    // The kubelet keeps one value of `var` when several resources of the vendor
+                    // answer one container; the runtime takes the union of these (issue 28 item 10).
+                    resp.envs.insert(actk_core::request::per_resource_variable(var, &res.name), value.clone());
+                    resp.envs.insert(var.clone(), value);
                 }
             }
             Strategy::DeviceSpecs => device_specs(res, &devices, &migs, opts, &mut resp),
@@ -363,6 +397,66 @@ pub fn container_response(
         }
     }
     Ok(resp)
+}
+
+/// Checks that replicas of a time-sliced resource add up (issue 28 item 9): `ids` asked by one
+/// container name as many devices as IDs, unless no replica of another device was free.
+/// `unavailable`: IDs of `res` held by other containers or withdrawn (crate::held), which the
+/// kubelet could not have given instead. A resource without replicas always passes.
+///
+/// Errors: [`AllocateError::StackedReplicas`] naming the devices asked for and those that had a
+/// free replica.
+pub fn check_replica_spread(
+    res: &Resource,
+    ids: &[String],
+    unavailable: &BTreeSet<String>,
+) -> Result<(), AllocateError> {
+    if res.replicas <= 1 {
+        return Ok(());
+    }
+    let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
+    let mut named: Vec<(u32, Option<u32>)> = Vec::new();
+    for u in res.units.iter().filter(|u| wanted.contains(u.id.as_str())) {
+        if !named.contains(&u.target()) {
+            named.push(u.target());
+        }
+    }
+    if named.len() >= wanted.len() {
+        return Ok(());
+    }
+    let mut free: Vec<(u32, Option<u32>)> = Vec::new();
+    for u in &res.units {
+        let t = u.target();
+        if !wanted.contains(u.id.as_str()) && !unavailable.contains(&u.id) && !named.contains(&t) && !free.contains(&t)
+        {
+            free.push(t);
+        }
+    }
+    if free.is_empty() {
+        return Ok(());
+    }
+    let show = |t: &[(u32, Option<u32>)]| {
+        let mut v: Vec<String> = t
+            .iter()
+            .map(|(d, m)| match m {
+                Some(m) => format!("{d}:{m}"),
+                None => d.to_string(),
+            })
+            .collect();
+        if v.len() > 6 {
+            let n = v.len();
+            v.truncate(4);
+            v.push(format!("... {n} in all"));
+        }
+        v.join(", ")
+    };
+    Err(AllocateError::StackedReplicas {
+        resource: res.name.clone(),
+        count: wanted.len(),
+        devices: named.len(),
+        named: show(&named),
+        free: show(&free),
+    })
 }
 
 /// The selection variable's value: UUIDs for NVIDIA (NVIDIA_VISIBLE_DEVICES takes GPU UUIDs,
@@ -490,6 +584,7 @@ mod tests {
             major: 195,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         };
         let vendor = VendorInventory {
             profile: "nvidia".into(),
@@ -592,6 +687,78 @@ mod tests {
         assert!(msg.contains("no spec there has kind nvidia.com/gpu"), "{msg}");
         // Strategies without CDI names need no spec.
         container_response(&res, &[res.units[0].id.clone()], &opts("envvar,device-specs"), &none).unwrap();
+    }
+
+    /// Issue 25 item 9: Gaudi devices handed out by CDI name get HABANA_VISIBLE_MODULES (their
+    /// module ids, in the order given), as Habana's device plugin sets it, with any strategy.
+    #[test]
+    fn item9_gaudi_answers_carry_habana_visible_modules() {
+        use actk_core::inventory::{Device, DeviceNode, Inventory, VendorInventory};
+        let modules = [3, 2, 1, 6, 7, 4, 5, 0];
+        let vendor = VendorInventory {
+            profile: "gaudi".into(),
+            kind: "habana.ai/gaudi".into(),
+            devices: (0..8u32)
+                .map(|i| Device {
+                    index: i,
+                    nodes: vec![DeviceNode {
+                        path: format!("/dev/accel/accel{i}"),
+                        host_path: format!("/dev/accel/accel{i}").into(),
+                        node_type: 'c',
+                        major: 261,
+                        minor: i,
+                        file_mode: Some(0o666),
+                        gid: None,
+                    }],
+                    attributes: [("module_id".to_string(), modules[i as usize].to_string())].into(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let inv = Inventory { vendors: vec![vendor], ..Default::default() };
+        let res = crate::resources::build(&inv, &actk_core::profile::builtin(), &Default::default()).remove(0);
+        let profile = actk_core::profile::builtin().into_iter().find(|p| p.name == "gaudi").unwrap();
+        let spec = actk_core::cdi::generate(&profile, &res.vendor, &Default::default()).unwrap();
+        let mut reg = Registry::default();
+        reg.add(spec, "/var/run/cdi/habana.ai-gaudi.json".into(), 0);
+        let names = CdiNames::from_registry(&res, &reg);
+        let ids: Vec<String> = [1usize, 7].iter().map(|&i| res.units[i].id.clone()).collect();
+        for strategy in ["cdi-cri", "cdi-annotations", "volume-mounts"] {
+            let r = container_response(&res, &ids, &opts(strategy), &names).unwrap();
+            assert_eq!(r.envs.get("HABANA_VISIBLE_MODULES").map(String::as_str), Some("2,0"), "{strategy}");
+        }
+    }
+
+    /// Issue 28 item 9: replicas that stack on one device while another device has a free
+    /// replica are refused; stacking is accepted when nothing else was free.
+    #[test]
+    fn stacked_replicas_are_refused_only_when_another_device_was_free() {
+        let mut res = gpus();
+        res.units = res
+            .units
+            .iter()
+            .flat_map(|u| {
+                (0..2).map(move |n| crate::resources::Unit {
+                    id: format!("{}::{n}", u.id),
+                    replica: Some(n),
+                    ..u.clone()
+                })
+            })
+            .collect();
+        res.replicas = 2;
+        let id = |gpu: usize, r: usize| res.units[gpu * 2 + r].id.clone();
+        let none = BTreeSet::new();
+        check_replica_spread(&res, &[id(0, 0), id(1, 0)], &none).unwrap();
+        let e = check_replica_spread(&res, &[id(0, 0), id(0, 1)], &none).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("request for 2 nvidia.com/gpu names 1 device(s) (0)"), "{msg}");
+        assert!(msg.contains("replicas of 1, 2, 3 were free"), "{msg}");
+        // Every replica of GPUs 1-3 held or withdrawn: stacking is all the node can give.
+        let taken: BTreeSet<String> = (1..4).flat_map(|g| [id(g, 0), id(g, 1)]).collect();
+        check_replica_spread(&res, &[id(0, 0), id(0, 1)], &taken).unwrap();
+        // A resource without replicas is never checked.
+        check_replica_spread(&gpus(), &[gpus().units[0].id.clone()], &none).unwrap();
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //! The file (default [`DEFAULT_CONFIG`], or `--config` / `ACTK_DEVICE_PLUGIN_CONFIG`) has the
 //! keys of [`FileConfig`]; a missing default file is not an error, a missing named file is. A
 //! file ending in `.yaml`/`.yml` is read as NVIDIA k8s-device-plugin's config (`version: v1`,
-//! `flags.migStrategy`, `sharing.timeSlicing`), so a ConfigMap written for NVIDIA's plugin keeps
-//! working; its other keys are named in a warning and not used.
+//! `flags.migStrategy`, `sharing.timeSlicing`, `sharing.mps`), so a ConfigMap written for NVIDIA's
+//! plugin keeps working; its other keys are named in a warning and not used. A TOML file can also
+//! name such a file, or a directory of them (a mounted ConfigMap of NVIDIA's chart, one config
+//! per key), with `nvidia_config` (and `nvidia_config_name`): its MIG strategy and sharing are
+//! then taken from there.
 //! Flags and their environment variables are declared in the binary (clap, `env` feature);
 //! [`Settings::merge`] takes the value given on the command line or in the environment first,
 //! then the file's, then the default.
@@ -39,6 +42,10 @@ pub struct FileConfig {
     pub socket_dir: Option<PathBuf>,
     /// The kubelet's Registration socket (default `<socket_dir>/kubelet.sock`).
     pub kubelet_socket: Option<PathBuf>,
+    /// The kubelet's PodResources socket (default
+    /// [`crate::api::podresources::DEFAULT_SOCKET`]): which devices the node's pods hold, so
+    /// that hardware held through one resource is withdrawn from the others (crate::held).
+    pub pod_resources_socket: Option<PathBuf>,
     /// Allocate strategies, combined (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`, `volume-mounts`).
     pub strategies: Option<Vec<String>>,
     /// Only these resource names are served (default: every resource of every vendor found).
@@ -68,6 +75,14 @@ pub struct FileConfig {
     pub sharing: Option<SharingFile>,
     /// Health checks.
     pub health: Option<HealthFile>,
+    /// A config file in NVIDIA k8s-device-plugin's format (`version: v1`), or a directory of
+    /// them (a ConfigMap mounted as a volume: one file per key), whose `flags.migStrategy`,
+    /// `sharing.timeSlicing` and `sharing.mps` are used as this file's `mig_strategy` and
+    /// `[sharing]` (giving one in both places is an error).
+    pub nvidia_config: Option<PathBuf>,
+    /// Which file of the `nvidia_config` directory (NVIDIA's chart `config.default`); without
+    /// it the directory must hold exactly one (NVIDIA's `single` fallback).
+    pub nvidia_config_name: Option<String>,
 }
 
 /// `[sharing]`: how devices are shared.
@@ -133,6 +148,40 @@ pub struct SharedResourceFile {
     pub replicas: i64,
     /// Serve it under this name instead.
     pub rename: Option<String>,
+    /// Which devices (NVIDIA's `devices`): `"all"` (the default), or a list of device indexes,
+    /// `GPU:MIG` indexes and UUIDs.
+    pub devices: Option<DevicesFile>,
+}
+
+/// NVIDIA's `devices` of a shared resource: `all`, a count, or a list.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum DevicesFile {
+    /// `all` (another word is an error).
+    Word(String),
+    /// A device count (NVIDIA's form; refused with the fix: list the devices).
+    Count(i64),
+    /// Device indexes (numbers or strings), `GPU:MIG` indexes, UUIDs.
+    List(Vec<DeviceRefFile>),
+}
+
+/// One entry of a `devices` list: YAML writes `[0, 1]` as numbers.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum DeviceRefFile {
+    /// A device index.
+    Index(u64),
+    /// An index as text, `GPU:MIG`, or a UUID.
+    Text(String),
+}
+
+impl DeviceRefFile {
+    fn text(&self) -> String {
+        match self {
+            DeviceRefFile::Index(i) => i.to_string(),
+            DeviceRefFile::Text(t) => t.trim().to_string(),
+        }
+    }
 }
 
 /// `[health]`.
@@ -141,8 +190,9 @@ pub struct SharedResourceFile {
 pub struct HealthFile {
     /// Xids ignored on top of NVIDIA's application Xids (13, 31, 43, 45, 68, 109).
     pub ignored_xids: Option<Vec<u64>>,
-    /// How long after its last critical Xid a GPU that answers NVML is Healthy again, in
-    /// milliseconds; 0 keeps it Unhealthy until the plugin restarts (NVIDIA's behaviour).
+    /// How long after its last critical Xid (or rise of an uncorrectable error counter, of any
+    /// vendor: actk-node's health engine) a device is Healthy again, in milliseconds; 0 keeps
+    /// it Unhealthy until the plugin restarts (NVIDIA's behaviour for Xids).
     pub xid_recovery_ms: Option<u64>,
 }
 
@@ -192,8 +242,94 @@ impl FileConfig {
         if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             return nvidia_yaml(path, &text);
         }
-        toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })
+        let mut f: FileConfig = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })?;
+        if let Some(n) = f.nvidia_config.clone() {
+            let file = nvidia_config_file(&n, f.nvidia_config_name.as_deref(), path)?;
+            let text =
+                std::fs::read_to_string(&file).map_err(|source| ConfigError::Read { path: file.clone(), source })?;
+            f.take_nvidia(nvidia_yaml(&file, &text)?, path, &file)?;
+        }
+        Ok(f)
+    }
+
+    /// Takes the MIG strategy and sharing of NVIDIA's config `nv` (read from `nv_path`, named by
+    /// this file `path`); a value set in both is an error naming both.
+    fn take_nvidia(&mut self, nv: FileConfig, path: &Path, nv_path: &Path) -> Result<(), ConfigError> {
+        let both = |key: &str, ours: String| ConfigError::Invalid {
+            origin: path.display().to_string(),
+            key: key.into(),
+            value: ours,
+            expected: format!("set in one place only: {} (nvidia_config) sets it too", nv_path.display()),
+        };
+        if let Some(m) = nv.mig_strategy {
+            if let Some(ours) = &self.mig_strategy
+                && *ours != m
+            {
+                return Err(both("mig_strategy", ours.clone()));
+            }
+            self.mig_strategy = Some(m);
+        }
+        let nv_sharing = nv.sharing.unwrap_or_default();
+        let sharing = self.sharing.get_or_insert_with(Default::default);
+        if let Some(t) = nv_sharing.time_slicing {
+            if sharing.time_slicing.as_ref().is_some_and(|x| !x.resources.is_empty()) {
+                return Err(both("sharing.time_slicing", "its resources".into()));
+            }
+            sharing.time_slicing = Some(t);
+        }
+        if let Some(m) = nv_sharing.mps {
+            match &mut sharing.mps {
+                Some(ours) if !ours.resources.is_empty() => return Err(both("sharing.mps", "its resources".into())),
+                // This file keeps the host directories, NVIDIA's gives the resources.
+                Some(ours) => ours.resources = m.resources,
+                None => sharing.mps = Some(m),
+            }
+        }
+        if sharing.time_slicing.is_none() && sharing.mps.is_none() {
+            self.sharing = None;
+        }
+        Ok(())
+    }
+}
+
+/// The file of NVIDIA's config `p`: `p` itself, or in a directory (a ConfigMap volume: one
+/// file per key, beside Kubernetes' `..data` entries) the one named `name`, else the only one.
+fn nvidia_config_file(p: &Path, name: Option<&str>, origin: &Path) -> Result<PathBuf, ConfigError> {
+    let invalid = |value: String, expected: String| ConfigError::Invalid {
+        origin: origin.display().to_string(),
+        key: "nvidia_config".into(),
+        value,
+        expected,
+    };
+    if !p.is_dir() {
+        return Ok(p.to_path_buf());
+    }
+    let mut keys: Vec<String> = std::fs::read_dir(p)
+        .map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    keys.sort();
+    match name {
+        Some(n) if keys.iter().any(|k| k == n) => Ok(p.join(n)),
+        Some(n) => Err(invalid(
+            format!("{} (nvidia_config_name {n:?})", p.display()),
+            format!(
+                "a config named {n:?} in the ConfigMap; it has {} (the chart's config.default names one of them)",
+                if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+            ),
+        )),
+        None if keys.len() == 1 => Ok(p.join(&keys[0])),
+        None => Err(invalid(
+            p.display().to_string(),
+            format!(
+                "one config, or nvidia_config_name naming one (the chart's config.default): the ConfigMap has {}; \
+                 choosing a config by the node label nvidia.com/device-plugin.config is not supported",
+                if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
+            ),
+        )),
     }
 }
 
@@ -242,7 +378,7 @@ struct NvidiaSharedResource {
     name: String,
     replicas: i64,
     rename: Option<String>,
-    devices: Option<serde::de::IgnoredAny>,
+    devices: Option<DevicesFile>,
 }
 
 fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
@@ -265,19 +401,14 @@ fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
         resources: t
             .resources
             .into_iter()
-            .map(|r| {
-                if r.devices.is_some() {
-                    unused.push(format!("sharing.timeSlicing.resources[{}].devices (every device is shared)", r.name));
-                }
-                SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename }
-            })
+            .map(|r| SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename, devices: r.devices })
             .collect(),
     });
     let mps = y.sharing.mps.map(|m| MpsFile {
         resources: m
             .resources
             .into_iter()
-            .map(|r| SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename })
+            .map(|r| SharedResourceFile { name: r.name, replicas: r.replicas, rename: r.rename, devices: r.devices })
             .collect(),
         ..Default::default()
     });
@@ -301,6 +432,8 @@ pub struct Overrides {
     pub socket_dir: Option<PathBuf>,
     /// `--kubelet-socket` / `ACTK_DEVICE_PLUGIN_KUBELET_SOCKET`.
     pub kubelet_socket: Option<PathBuf>,
+    /// `--pod-resources-socket` / `ACTK_DEVICE_PLUGIN_POD_RESOURCES_SOCKET`.
+    pub pod_resources_socket: Option<PathBuf>,
     /// `--strategies` / `ACTK_DEVICE_PLUGIN_STRATEGIES` (comma-separated).
     pub strategies: Option<Vec<String>>,
     /// `--resources` / `ACTK_DEVICE_PLUGIN_RESOURCES` (comma-separated).
@@ -338,6 +471,8 @@ pub struct Settings {
     pub socket_dir: PathBuf,
     /// Kubelet Registration socket.
     pub kubelet_socket: PathBuf,
+    /// Kubelet PodResources socket.
+    pub pod_resources_socket: PathBuf,
     /// Allocate strategies, in the order given, without duplicates.
     pub strategies: Vec<Strategy>,
     /// Resource name filter (`None`: all).
@@ -406,10 +541,43 @@ fn check_time_slicing(t: &TimeSlicingFile, origin: &str) -> Result<TimeSlicing, 
         {
             return Err(bad("rename", n.clone(), "an extended resource name such as nvidia.com/gpu.shared".into()));
         }
-        if out.resources.iter().any(|x: &SharedResource| x.name == r.name) {
-            return Err(bad("name", r.name.clone(), "each resource once".into()));
+        let devices = match &r.devices {
+            None => None,
+            Some(DevicesFile::Word(w)) if w.trim().eq_ignore_ascii_case("all") => None,
+            Some(DevicesFile::Word(w)) => {
+                return Err(bad(
+                    "devices",
+                    w.clone(),
+                    "all, or a list of device indexes, GPU:MIG indexes or UUIDs".into(),
+                ));
+            }
+            Some(DevicesFile::Count(n)) => {
+                return Err(bad(
+                    "devices",
+                    n.to_string(),
+                    "all, or a list of the devices to share (indexes, GPU:MIG indexes or UUIDs): a device count is not supported"
+                        .into(),
+                ));
+            }
+            Some(DevicesFile::List(l)) if l.is_empty() => {
+                return Err(bad("devices", "[]".into(), "all, or at least one device".into()));
+            }
+            Some(DevicesFile::List(l)) => Some(l.iter().map(DeviceRefFile::text).collect::<Vec<_>>()),
+        };
+        for x in out.resources.iter().filter(|x: &&SharedResource| x.name == r.name) {
+            // One resource split by device (NVIDIA's per-device entries): lists, disjoint.
+            let (Some(a), Some(b)) = (&x.devices, &devices) else {
+                return Err(bad(
+                    "name",
+                    r.name.clone(),
+                    "each resource once, or several entries each with its own devices list".into(),
+                ));
+            };
+            if let Some(d) = b.iter().find(|d| a.contains(d)) {
+                return Err(bad("devices", d.clone(), format!("a device in one entry of {} only", r.name)));
+            }
         }
-        out.resources.push(SharedResource { name: r.name.clone(), replicas, rename: r.rename.clone() });
+        out.resources.push(SharedResource { name: r.name.clone(), replicas, rename: r.rename.clone(), devices });
     }
     Ok(out)
 }
@@ -571,6 +739,16 @@ impl Settings {
                             expected: "no rename for MPS resources".into(),
                         });
                     }
+                    if let Some(d) = &r.devices {
+                        return Err(ConfigError::Invalid {
+                            origin: file_origin.into(),
+                            key: "sharing.mps.resources.devices".into(),
+                            value: d.join(","),
+                            expected: "all: an MPS resource shares every device of the resource (it keeps its name, \
+                                       so devices left out would not be served)"
+                                .into(),
+                        });
+                    }
                 }
                 Some(Mps {
                     pipe_directory: m
@@ -591,6 +769,10 @@ impl Settings {
             profiles_dir: o.profiles_dir.or(f.profiles_dir),
             socket_dir,
             kubelet_socket,
+            pod_resources_socket: o
+                .pod_resources_socket
+                .or(f.pod_resources_socket)
+                .unwrap_or_else(|| PathBuf::from(crate::api::podresources::DEFAULT_SOCKET)),
             strategies: parsed,
             resources: o.resources.or(f.resources),
             device_ids,
@@ -682,7 +864,10 @@ mod tests {
         assert_eq!(s.mig_strategy, MigStrategy::Mixed);
         let t = s.time_slicing.unwrap();
         assert!(t.rename_by_default);
-        assert_eq!(t.resources, [SharedResource { name: "nvidia.com/gpu".into(), replicas: 4, rename: None }]);
+        assert_eq!(
+            t.resources,
+            [SharedResource { name: "nvidia.com/gpu".into(), replicas: 4, rename: None, devices: None }]
+        );
         for (replicas, shown) in [("0", "0"), ("1000000", "1000000"), ("-3", "-3")] {
             let file: FileConfig = toml::from_str(&format!(
                 "[[sharing.time_slicing.resources]]\nname = \"amd.com/gpu\"\nreplicas = {replicas}\n"
@@ -716,6 +901,97 @@ mod tests {
         assert_eq!(t.resources[0].replicas, 4);
         std::fs::write(&p, "version: v2\n").unwrap();
         assert!(FileConfig::load(&p, true).unwrap_err().to_string().contains("version = \"v2\""));
+    }
+
+    /// NVIDIA's `devices` lists split a resource (issue 28 item 3); a count, an empty list, an
+    /// overlap and a list for MPS are refused naming the key and the fix.
+    #[test]
+    fn nvidia_device_lists_are_read_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("config.yaml");
+        let yaml = |entries: &str| format!("version: v1\nsharing:\n  timeSlicing:\n    resources:\n{entries}");
+        std::fs::write(
+            &p,
+            yaml("    - name: nvidia.com/gpu\n      rename: nvidia.com/gpu-light\n      devices: [0, \"GPU-1\"]\n      replicas: 2\n    - name: nvidia.com/gpu\n      rename: nvidia.com/gpu-heavy\n      devices: [\"2\"]\n      replicas: 4\n    - name: amd.com/gpu\n      devices: all\n      replicas: 3\n"),
+        )
+        .unwrap();
+        let s = Settings::merge(Overrides::default(), FileConfig::load(&p, true).unwrap(), "config.yaml").unwrap();
+        let r = &s.time_slicing.unwrap().resources;
+        assert_eq!(r[0].devices.as_deref(), Some(&["0".to_string(), "GPU-1".to_string()][..]));
+        assert_eq!(r[1].devices.as_deref(), Some(&["2".to_string()][..]));
+        assert_eq!(r[2].devices, None, "all");
+        for (entries, words) in [
+            (
+                "    - name: nvidia.com/gpu\n      devices: 2\n      replicas: 2\n",
+                &["devices = \"2\"", "a device count is not supported"][..],
+            ),
+            ("    - name: nvidia.com/gpu\n      devices: []\n      replicas: 2\n", &["at least one device"][..]),
+            (
+                "    - name: nvidia.com/gpu\n      devices: [0]\n      replicas: 2\n    - name: nvidia.com/gpu\n      rename: x.com/y\n      devices: [0]\n      replicas: 2\n",
+                &["resources[1].devices = \"0\"", "one entry of nvidia.com/gpu only"][..],
+            ),
+            (
+                "    - name: nvidia.com/gpu\n      replicas: 2\n    - name: nvidia.com/gpu\n      devices: [1]\n      replicas: 2\n",
+                &["each resource once, or several entries each with its own devices list"][..],
+            ),
+        ] {
+            std::fs::write(&p, yaml(entries)).unwrap();
+            let err = Settings::merge(Overrides::default(), FileConfig::load(&p, true).unwrap(), "config.yaml")
+                .unwrap_err()
+                .to_string();
+            for w in words {
+                assert!(err.contains(w), "{entries}: {err}");
+            }
+        }
+        std::fs::write(&p, "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      devices: [0]\n      replicas: 2\n").unwrap();
+        let err =
+            Settings::merge(Overrides::default(), FileConfig::load(&p, true).unwrap(), "c").unwrap_err().to_string();
+        assert!(err.contains("sharing.mps.resources.devices") && err.contains("every device"), "{err}");
+    }
+
+    /// A ConfigMap of NVIDIA's chart mounted as a directory (`config.name`/`config.map`): the
+    /// config named by `nvidia_config_name` (`config.default`), else the only one; its MIG
+    /// strategy and sharing are the plugin's, and one set in both places is an error.
+    #[test]
+    fn nvidia_configmap_directory_is_read_by_name_or_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cm = tmp.path().join("nvidia");
+        std::fs::create_dir_all(cm.join("..2026_12_03_10_00_00.1")).unwrap();
+        std::fs::write(cm.join("mig-mixed"), "version: v1\nflags:\n  migStrategy: mixed\n").unwrap();
+        let toml_path = tmp.path().join("dp.toml");
+        let load = |toml: &str| {
+            std::fs::write(&toml_path, toml).unwrap();
+            FileConfig::load(&toml_path, true).and_then(|f| Settings::merge(Overrides::default(), f, "dp.toml"))
+        };
+        let dir = format!("nvidia_config = {:?}\n", cm.display().to_string());
+        assert_eq!(load(&dir).unwrap().mig_strategy, MigStrategy::Mixed, "the only config");
+        std::fs::write(
+            cm.join("shared"),
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        )
+        .unwrap();
+        let err = load(&dir).unwrap_err().to_string();
+        assert!(err.contains("the ConfigMap has mig-mixed, shared") && err.contains("config.default"), "{err}");
+        let s = load(&format!("{dir}nvidia_config_name = \"shared\"\n")).unwrap();
+        assert_eq!(s.time_slicing.unwrap().resources[0].replicas, 4);
+        assert_eq!(s.mig_strategy, MigStrategy::None);
+        let err = load(&format!("{dir}nvidia_config_name = \"gone\"\n")).unwrap_err().to_string();
+        assert!(err.contains("a config named \"gone\""), "{err}");
+        // MIG strategy in both places, differently: refused naming both.
+        let err = load(&format!("{dir}nvidia_config_name = \"mig-mixed\"\nmig_strategy = \"single\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mig_strategy") && err.contains("mig-mixed (nvidia_config) sets it too"), "{err}");
+        // This file's MPS directories with NVIDIA's MPS resources.
+        std::fs::write(
+            cm.join("mps"),
+            "version: v1\nsharing:\n  mps:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let s = load(&format!("{dir}nvidia_config_name = \"mps\"\n[sharing.mps]\npipe_directory = \"/run/mps\"\n"))
+            .unwrap();
+        let m = s.mps.unwrap();
+        assert_eq!((m.pipe_directory.as_path(), m.resources[0].replicas), (Path::new("/run/mps"), 2));
     }
 
     #[test]

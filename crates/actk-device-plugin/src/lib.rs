@@ -11,13 +11,18 @@
 //!   (`cdi-cri`, `cdi-annotations`, `envvar`, `device-specs`);
 //! - [`health`]: the node layer's health engine (actk-node): device probes over the host root,
 //!   the NVML Xid watch and the polling loop that publishes changes;
+//! - [`held`]: the ledger of units handed out (Allocate answers, reconciled with the kubelet's
+//!   PodResources), which withdraws hardware held through one resource from the others over it;
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
-//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node).
+//!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node), [`dra_servers`]
+//!   (the kinds the DRA driver serves on this node, left alone).
 
 pub mod allocate;
 pub mod api;
 pub mod config;
+pub mod dra_servers;
+pub mod held;
 pub mod manager;
 pub mod metrics;
 pub mod resources;

@@ -7,6 +7,8 @@
 
 use actk_device_plugin::allocate::{AllocateOptions, Strategy};
 use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
+use actk_device_plugin::dra_servers::DraServers;
+use actk_device_plugin::held::{self, Ledger};
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
 use actk_device_plugin::{health, resources};
@@ -42,12 +44,24 @@ struct Cli {
     /// The kubelet's Registration socket (default <socket-dir>/kubelet.sock).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_KUBELET_SOCKET")]
     kubelet_socket: Option<PathBuf>,
+    /// The kubelet's PodResources socket (default /var/lib/kubelet/pod-resources/kubelet.sock):
+    /// which devices the node's pods hold, so that hardware held through one resource
+    /// (aws.amazon.com/neuroncore) is withdrawn from the others over it (aws.amazon.com/neuron).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_POD_RESOURCES_SOCKET")]
+    pod_resources_socket: Option<PathBuf>,
     /// Allocate strategies, comma-separated: cdi-cri, cdi-annotations, envvar, device-specs, volume-mounts.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_STRATEGIES", value_delimiter = ',')]
     strategies: Option<Vec<String>>,
     /// Only serve these resource names (comma-separated).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
     resources: Option<Vec<String>>,
+    /// The DRA driver's servers file: the profiles it serves on this node, whose resources this
+    /// plugin leaves alone (one kind, one server; the node label actk.dev/<profile>.server).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_DRA_SERVERS_FILE")]
+    dra_servers_file: Option<PathBuf>,
+    /// Profiles the DRA driver serves while its servers file is not there (comma-separated).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_DRA_DEFAULT_PROFILES", value_delimiter = ',')]
+    dra_default_profiles: Option<Vec<String>>,
     /// Kubelet device IDs: uuid (default; stable across reboots) or index.
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_DEVICE_IDS")]
     device_ids: Option<String>,
@@ -74,9 +88,18 @@ struct Cli {
     /// How partitioned AMD GPUs are named: single (amd.com/gpu) or mixed (amd.com/cpx_nps4, ...).
     #[arg(long, env = "ACTK_DEVICE_PLUGIN_RESOURCE_NAMING_STRATEGY")]
     resource_naming_strategy: Option<String>,
+    /// Keep this file while the plugin is ready: every resource it serves has registered with
+    /// the kubelet (a node without devices: once discovery ran). For a readiness probe.
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_READY_FILE")]
+    ready_file: Option<PathBuf>,
+    /// Exit 0 when FILE (a --ready-file) exists, 1 when not, and do nothing else (every other
+    /// setting is ignored): the exec readiness probe of an image without a shell, which runs in
+    /// the plugin's container with its environment.
+    #[arg(long, value_name = "FILE")]
+    check_ready: Option<PathBuf>,
 }
 
-fn settings(cli: Cli) -> Result<Settings> {
+fn settings(cli: Cli) -> Result<(Settings, Option<PathBuf>)> {
     let (file, origin) = match &cli.config {
         Some(p) => (FileConfig::load(p, true)?, p.display().to_string()),
         None => (FileConfig::load(std::path::Path::new(DEFAULT_CONFIG), false)?, DEFAULT_CONFIG.to_string()),
@@ -87,6 +110,7 @@ fn settings(cli: Cli) -> Result<Settings> {
         profiles_dir: cli.profiles_dir,
         socket_dir: cli.socket_dir,
         kubelet_socket: cli.kubelet_socket,
+        pod_resources_socket: cli.pod_resources_socket,
         strategies: cli.strategies,
         resources: cli.resources,
         device_ids: cli.device_ids,
@@ -99,19 +123,29 @@ fn settings(cli: Cli) -> Result<Settings> {
         resource_naming_strategy: cli.resource_naming_strategy,
         logical_core_size: std::env::var("NEURON_LOGICAL_NC_CONFIG").ok(),
     };
-    Ok(Settings::merge(o, file, &origin)?)
+    Ok((Settings::merge(o, file, &origin)?, cli.ready_file))
 }
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ACTK_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let s = settings(Cli::parse())?;
+    let cli = Cli::parse();
+    if let Some(f) = &cli.check_ready {
+        std::process::exit(if f.exists() { 0 } else { 1 });
+    }
+    let dra = DraServers {
+        file: cli.dra_servers_file.clone(),
+        default: cli.dra_default_profiles.iter().flatten().filter(|p| !p.is_empty()).cloned().collect(),
+    };
+    let (s, ready_file) = settings(cli)?;
     // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
     let rt =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
-    rt.block_on(run(s))
+    rt.block_on(run(s, ready_file, dra))
 }
 
 /// How often discovery runs again: while no device has been found (a driver container often
@@ -120,7 +154,7 @@ fn main() -> Result<()> {
 /// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
-async fn run(s: Settings) -> Result<()> {
+async fn run(s: Settings, ready_file: Option<PathBuf>, dra: DraServers) -> Result<()> {
     // A root that is not there is a configuration error, unlike a root without devices (a driver
     // may load later): say so and stop, so a pod shows it in its status.
     if !s.root.is_dir() {
@@ -142,7 +176,18 @@ async fn run(s: Settings) -> Result<()> {
             }
         });
     }
+    // One ledger for the life of the process: what pods hold outlives a new set of devices (a
+    // GPU held whole while its MIG mode changed stays withdrawn from its MIG resources).
+    let readiness = Arc::new(manager::Readiness::new(ready_file));
+    let ledger = Arc::new(Ledger::default());
+    // What the node's pods hold before anything is served, so a restarted plugin never lists a
+    // held unit as free (the loop below logs when the socket does not answer).
+    if let Ok(listed) = held::list_assignments(&s.pod_resources_socket).await {
+        ledger.reconcile(listed);
+    }
+    let _reconcile = Tasks(vec![tokio::spawn(held::reconcile_loop(ledger.clone(), s.pod_resources_socket.clone()))]);
     let mut first = true;
+    let mut left_before: Option<std::collections::BTreeSet<String>> = None;
     // One pass per set of devices: serve it until discovery sees another (a device that got its
     // node late, one that went, a driver upgrade with other files), then serve the new one.
     loop {
@@ -157,7 +202,18 @@ async fn run(s: Settings) -> Result<()> {
                 mps: s.mps.as_ref(),
                 logical_core_size: s.logical_core_size,
             };
-            let res = resources::build(&inventory, &profiles, &build);
+            let mut res = resources::build(&inventory, &profiles, &build);
+            // One kind, one server: what the DRA driver serves on this node is left to it.
+            let (left, from) = dra.profiles();
+            if dra.enabled() && left_before.as_ref() != Some(&left) {
+                let names: Vec<&str> = left.iter().map(String::as_str).collect();
+                tracing::info!(
+                    "profiles the DRA driver serves on this node (from {from}): {}",
+                    if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                );
+                left_before = Some(left.clone());
+            }
+            res.retain(|r| !left.contains(&r.profile.name));
             if first || !res.is_empty() {
                 for w in &inventory.warnings {
                     tracing::warn!("discovery: {w}");
@@ -173,6 +229,8 @@ async fn run(s: Settings) -> Result<()> {
                     REDISCOVER.as_secs()
                 );
                 first = false;
+                // Nothing to serve is a working plugin on a node without accelerators.
+                readiness.serving([]);
             }
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {}
@@ -181,11 +239,18 @@ async fn run(s: Settings) -> Result<()> {
             }
         };
         let seen = fingerprint(&inventory);
-        let (sockets, tasks) = serve(&s, res, &metrics);
+        let left_seen = dra.profiles().0;
+        ledger.learn(&res);
+        readiness.serving(res.iter().map(|r| r.name.clone()));
+        let tasks = serve(&s, res, &metrics, &ledger, &readiness);
         let changed = loop {
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
                     if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
+                        break true;
+                    }
+                    if dra.profiles().0 != left_seen {
+                        tracing::info!("what the DRA driver serves on this node changed; serving the rest again");
                         break true;
                     }
                 }
@@ -193,10 +258,9 @@ async fn run(s: Settings) -> Result<()> {
                 _ = tokio::signal::ctrl_c() => break false,
             }
         };
+        // Each manager removes the socket it bound (not one a newer pod bound since) when its
+        // task is dropped.
         drop(tasks);
-        for p in sockets {
-            let _ = std::fs::remove_file(p);
-        }
         if !changed {
             break;
         }
@@ -223,9 +287,15 @@ impl Drop for Tasks {
     }
 }
 
-/// Serves `res` (a manager per resource, a health loop per vendor); returns the socket paths and
-/// the tasks, which stop when dropped.
-fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) -> (Vec<PathBuf>, Tasks) {
+/// Serves `res` (a manager per resource, a health loop per vendor); returns the tasks, which
+/// stop when dropped.
+fn serve(
+    s: &Settings,
+    res: Vec<resources::Resource>,
+    metrics: &Arc<Metrics>,
+    ledger: &Arc<Ledger>,
+    readiness: &Arc<manager::Readiness>,
+) -> Tasks {
     // CDI strategies hand out names that the runtime must find in the node's spec directories.
     let spec_dirs: Vec<PathBuf> =
         s.spec_dirs.iter().map(|d| s.host_mount.join(d.strip_prefix("/").unwrap_or(d))).collect();
@@ -253,31 +323,27 @@ fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) ->
             logical_core_size: s.logical_core_size,
         }),
         strict_topology: s.strict_topology,
+        ledger: ledger.clone(),
+        readiness: readiness.clone(),
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
-    // and the MIG resources), with the NVML Xid watch for NVIDIA GPUs.
+    // and the MIG resources): actk-node's engine, with the NVML watch for NVIDIA GPUs and the
+    // vendor's error counters.
     let mut health_rx = BTreeMap::new();
-    let mut sockets = Vec::new();
     let mut tasks = Vec::new();
     for r in res {
         let rx = health_rx
             .entry(r.vendor.profile.clone())
             .or_insert_with(|| {
-                let xids = (r.profile.discovery == "nvidia").then(|| {
-                    let policy = health::XidPolicy::new(
-                        &s.ignored_xids,
-                        s.xid_recovery,
-                        std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
-                        std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
-                    );
-                    health::spawn_xid_watch(&s.root, health::watched_gpus(&r.vendor), policy, s.health_interval)
-                });
-                health::spawn(
-                    r.vendor.kind.clone(),
-                    health::probes(&s.root, &r.vendor),
-                    xids.flatten(),
-                    s.health_interval,
-                )
+                let policy = health::XidPolicy::new(
+                    &s.ignored_xids,
+                    s.xid_recovery,
+                    std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
+                    std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
+                );
+                let opts = health::HealthOptions { policy, poll: s.health_interval };
+                let monitor = health::Monitor::new(&s.root, &r.profile, &r.vendor, &opts);
+                health::spawn(r.vendor.kind.clone(), monitor, s.health_interval)
             })
             .clone();
         tracing::info!(
@@ -286,8 +352,7 @@ fn serve(s: &Settings, res: Vec<resources::Resource>, metrics: &Arc<Metrics>) ->
             r.units.len(),
             s.socket_dir.join(r.socket_name()).display()
         );
-        sockets.push(s.socket_dir.join(r.socket_name()));
         tasks.push(tokio::spawn(manager::run(Arc::new(r), rx, cfg.clone(), metrics.clone())));
     }
-    (sockets, Tasks(tasks))
+    Tasks(tasks)
 }

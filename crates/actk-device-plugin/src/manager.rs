@@ -11,18 +11,31 @@
 //!
 //! Any of these ends the session and a new one starts at once, so re-registration happens
 //! well within 5 s. Nothing here exits the process: every failure is logged and retried.
+//!
+//! A socket replaced by one that answers is another instance serving the resource (the new pod
+//! of a rolling update with surge, which registers while this one still runs): this one stands
+//! down, serving and registering nothing, until that socket is gone or stops answering (the new
+//! pod failed), and then serves again. It removes only a socket file it bound itself, so the
+//! old pod's exit never takes the new pod's socket.
+//!
+//! [`Readiness`]: the pod's readiness file, present once every resource of the set being served
+//! has registered (a node without devices is ready once discovery ran), for an exec readiness
+//! probe (`--check-ready`): Helm's `--wait` and a surge rollout then wait for a plugin that
+//! really serves.
 
 use crate::allocate::AllocateOptions;
 use crate::api::device_plugin_server::DevicePluginServer;
 use crate::api::registration_client::RegistrationClient;
 use crate::api::{DevicePluginOptions, RegisterRequest, VERSION};
 use crate::health::HealthMap;
+use crate::held::Ledger;
 use crate::metrics::Metrics;
 use crate::resources::Resource;
 use crate::service::Plugin;
+use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot, watch};
 
@@ -44,6 +57,92 @@ pub struct ManagerConfig {
     pub allocate: Arc<AllocateOptions>,
     /// Whether a poor placement is an error.
     pub strict_topology: bool,
+    /// What is held, shared by every resource (crate::held).
+    pub ledger: Arc<Ledger>,
+    /// The pod's readiness file.
+    pub readiness: Arc<Readiness>,
+}
+
+/// Whether every resource being served has registered, kept in a file for an exec readiness
+/// probe (see the module docs).
+#[derive(Debug, Default)]
+pub struct Readiness {
+    file: Option<PathBuf>,
+    /// (resources being served, those that registered since).
+    state: Mutex<(BTreeSet<String>, BTreeSet<String>)>,
+}
+
+impl Readiness {
+    /// Readiness kept in `file` (none: nothing written). A file left by an earlier run of the
+    /// container (the directory outlives it) is removed at once.
+    pub fn new(file: Option<PathBuf>) -> Readiness {
+        if let Some(f) = &file {
+            let _ = std::fs::remove_file(f);
+        }
+        Readiness { file, state: Mutex::new(Default::default()) }
+    }
+
+    /// A new set of resources is served (empty: none found): ready once each registered.
+    pub fn serving(&self, names: impl IntoIterator<Item = String>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        *s = (names.into_iter().collect(), BTreeSet::new());
+        self.write(&s);
+    }
+
+    /// `name` registered with the kubelet.
+    pub fn registered(&self, name: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.1.insert(name.to_string());
+        self.write(&s);
+    }
+
+    /// Whether every resource served has registered.
+    pub fn is_ready(&self) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0.is_subset(&s.1)
+    }
+
+    fn write(&self, s: &(BTreeSet<String>, BTreeSet<String>)) {
+        let Some(f) = &self.file else { return };
+        let ready = s.0.is_subset(&s.1);
+        let done = if ready {
+            std::fs::write(f, format!("serving {}\n", s.0.iter().cloned().collect::<Vec<_>>().join(", ")))
+        } else {
+            match std::fs::remove_file(f) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
+        };
+        if let Err(e) = done {
+            tracing::warn!("readiness file {}: {e}", f.display());
+        }
+    }
+}
+
+/// Whether a device plugin answers on socket `p` (another instance of this plugin).
+async fn answers(p: &Path) -> bool {
+    let call = async {
+        let ch = crate::uds::connect(p).await.ok()?;
+        crate::api::device_plugin_client::DevicePluginClient::new(ch)
+            .get_device_plugin_options(crate::api::Empty {})
+            .await
+            .ok()
+    };
+    tokio::time::timeout(CALL_TIMEOUT, call).await.ok().flatten().is_some()
+}
+
+/// Removes the socket file it guards when dropped, if it is still the one this process bound.
+struct OwnSocket {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+impl Drop for OwnSocket {
+    fn drop(&mut self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Identity of a file: (device, inode); `None` when absent.
@@ -102,9 +201,11 @@ pub async fn run(
             }
         };
         let own = file_id(&sock);
+        let _guard = OwnSocket { path: sock.clone(), id: own };
         let ended = Arc::new(Notify::new());
         let plugin = Plugin::new(
             res.clone(),
+            cfg.ledger.clone(),
             health.clone(),
             cfg.allocate.clone(),
             cfg.strict_topology,
@@ -121,14 +222,29 @@ pub async fn run(
                 }),
         ));
         let reason = session(&res, &cfg, &sock, own, &endpoint, &ended, &metrics, &mut logged_wait).await;
-        tracing::info!("{}: {reason}; serving {} again and re-registering", res.name, sock.display());
         let _ = stop_tx.send(());
         // Streams to a dead kubelet may hold a graceful shutdown open forever: cut them off.
         if tokio::time::timeout(Duration::from_millis(500), &mut server.0).await.is_err() {
             server.0.abort();
         }
+        if file_id(&sock).is_some_and(|id| Some(id) != own) && answers(&sock).await {
+            tracing::info!(
+                "{}: another instance serves {} now (a rolling update's new pod): standing down while it does",
+                res.name,
+                sock.display()
+            );
+            while file_id(&sock).is_some() && answers(&sock).await {
+                tokio::time::sleep(STAND_DOWN_POLL).await;
+            }
+            tracing::info!("{}: {} is no longer served: serving it again", res.name, sock.display());
+            continue;
+        }
+        tracing::info!("{}: {reason}; serving {} again and re-registering", res.name, sock.display());
     }
 }
+
+/// How often a stood-down instance looks whether the other one still serves.
+pub const STAND_DOWN_POLL: Duration = Duration::from_secs(1);
 
 /// A task that is aborted when this handle is dropped.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
@@ -183,6 +299,7 @@ async fn session(
     }
     *logged_wait = false;
     metrics.update(&res.name, |m| m.registrations += 1);
+    cfg.readiness.registered(&res.name);
     tracing::info!("{}: registered with the kubelet as {endpoint} ({} devices)", res.name, res.units.len());
     loop {
         tokio::select! {

@@ -124,7 +124,7 @@ pub struct TimeSlicing {
     pub resources: Vec<SharedResource>,
 }
 
-/// One time-sliced resource.
+/// One time-sliced resource (NVIDIA's `sharing.timeSlicing.resources[]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedResource {
     /// The resource as it would be served unshared (`nvidia.com/gpu`, `amd.com/gpu`, `nvidia.com/mig-1g.10gb`).
@@ -133,6 +133,11 @@ pub struct SharedResource {
     pub replicas: u32,
     /// Serve it under this name instead.
     pub rename: Option<String>,
+    /// Only these devices of the resource (NVIDIA's `devices` list: device indexes `0`, MIG
+    /// indexes `0:1`, or UUIDs `GPU-...`/`MIG-...`/serials); `None`: every device (`all`). Devices
+    /// no entry lists stay under the resource's own name, unshared, unless an entry keeps that
+    /// name, which then serves them once each next to its replicas.
+    pub devices: Option<Vec<String>>,
 }
 
 /// CUDA MPS (NVIDIA device plugin `sharing.mps`): GPUs shared through an MPS control daemon
@@ -308,7 +313,7 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], opts: &BuildOptions<'_
         }
     }
     if let Some(ts) = opts.time_slicing {
-        apply_time_slicing(&mut out, ts);
+        apply_time_slicing(&mut out, ts, None);
     }
     if let Some(mps) = opts.mps {
         // MPS: replicas as time-slicing does, one replica per request (NVIDIA's rule), and
@@ -318,17 +323,7 @@ pub fn build(inventory: &Inventory, profiles: &[Profile], opts: &BuildOptions<'_
             fail_requests_greater_than_one: true,
             resources: mps.resources.clone(),
         };
-        let before: Vec<String> = out.iter().map(|r| r.name.clone()).collect();
-        apply_time_slicing(&mut out, &ts);
-        for (r, old) in out.iter_mut().zip(before) {
-            if mps.resources.iter().any(|m| m.name == old) {
-                if r.profile.discovery != "nvidia" {
-                    tracing::error!("MPS: {old} is not an NVIDIA resource; it is served without MPS");
-                    continue;
-                }
-                r.mps = Some(mps.clone());
-            }
-        }
+        apply_time_slicing(&mut out, &ts, Some(mps));
     }
     out
 }
@@ -467,48 +462,116 @@ fn core_units(vendor: &VendorInventory, lnc: u32) -> Option<Vec<Unit>> {
     Some(units)
 }
 
-/// Replicate the units of each shared resource and rename it (see [`TimeSlicing`]).
-fn apply_time_slicing(resources: &mut [Resource], ts: &TimeSlicing) {
-    for shared in &ts.resources {
-        let Some(pos) = resources.iter().position(|r| r.name == shared.name) else {
+/// Whether unit `u` of `vendor` is named by `entry` of a shared resource's `devices` list: the
+/// device index, the `GPU:MIG` index, or the device's or MIG device's UUID/serial (any case).
+fn device_listed(vendor: &VendorInventory, u: &Unit, entry: &str) -> bool {
+    let e = entry.trim();
+    let dev = vendor.devices.iter().find(|d| d.index == u.device);
+    match u.mig {
+        Some(m) => {
+            let uuid = dev.and_then(|d| d.mig.as_ref()).and_then(|x| x.devices.iter().find(|x| x.index == m));
+            e == format!("{}:{m}", u.device) || uuid.is_some_and(|x| x.uuid.eq_ignore_ascii_case(e))
+        }
+        None => {
+            e == u.device.to_string() || dev.and_then(|d| d.uuid.as_deref()).is_some_and(|x| x.eq_ignore_ascii_case(e))
+        }
+    }
+}
+
+/// Replicate the units of each shared resource and rename it (see [`TimeSlicing`]); entries with
+/// a `devices` list take only those devices, the others stay under the resource's own name.
+/// With `mps`, the shared resources are marked as served through that MPS daemon.
+fn apply_time_slicing(resources: &mut Vec<Resource>, ts: &TimeSlicing, mps: Option<&Mps>) {
+    let mut names: Vec<&str> = ts.resources.iter().map(|r| r.name.as_str()).collect();
+    names.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    for name in names.into_iter().filter(|n| seen.insert(*n)) {
+        let Some(pos) = resources.iter().position(|r| r.name == name) else {
             let served: Vec<&str> = resources.iter().map(|r| r.name.as_str()).collect();
             tracing::warn!(
-                "time-slicing: {} is not served on this node (served: {}); its replicas setting is not used here",
-                shared.name,
+                "time-slicing: {name} is not served on this node (served: {}); its replicas setting is not used here",
                 if served.is_empty() { "none".to_string() } else { served.join(", ") }
             );
             continue;
         };
-        let new_name = match (&shared.rename, ts.rename_by_default) {
-            (Some(n), _) => n.clone(),
-            (None, true) => format!("{}.shared", shared.name),
-            (None, false) => shared.name.clone(),
-        };
-        let collides = new_name != shared.name && resources.iter().any(|r| r.name == new_name);
-        if collides {
-            tracing::error!(
-                "time-slicing: {} cannot be renamed to {new_name}: that resource is served already; kept as {}",
-                shared.name,
-                shared.name
-            );
+        let base = resources.remove(pos);
+        if mps.is_some() && base.profile.discovery != "nvidia" {
+            tracing::error!("MPS: {name} is not an NVIDIA resource; it is served without MPS");
+            resources.insert(pos, base);
+            continue;
         }
-        let r = &mut resources[pos];
-        if !collides {
-            r.name = new_name;
-        }
-        r.units = r
-            .units
-            .iter()
-            .flat_map(|u| {
-                (0..shared.replicas).map(move |n| Unit {
-                    id: format!("{}{REPLICA_SEPARATOR}{n}", u.id),
-                    replica: Some(n),
-                    ..u.clone()
+        let mut left: Vec<Unit> = base.units.clone();
+        let mut made: Vec<Resource> = Vec::new();
+        for shared in ts.resources.iter().filter(|r| r.name == name) {
+            let units: Vec<Unit> = match &shared.devices {
+                None => std::mem::take(&mut left),
+                Some(list) => {
+                    for e in list {
+                        if !base.units.iter().any(|u| device_listed(&base.vendor, u, e)) {
+                            tracing::warn!("time-slicing: {name} has no device {e:?} on this node; not shared");
+                        }
+                    }
+                    let (mine, rest): (Vec<Unit>, Vec<Unit>) =
+                        left.into_iter().partition(|u| list.iter().any(|e| device_listed(&base.vendor, u, e)));
+                    left = rest;
+                    mine
+                }
+            };
+            if units.is_empty() {
+                continue;
+            }
+            let mut new_name = match (&shared.rename, ts.rename_by_default) {
+                (Some(n), _) => n.clone(),
+                (None, true) => format!("{name}.shared"),
+                (None, false) => name.to_string(),
+            };
+            let taken = |n: &str| resources.iter().chain(made.iter()).any(|r| r.name == n);
+            if new_name != name && taken(&new_name) {
+                tracing::error!(
+                    "time-slicing: {name} cannot be renamed to {new_name}: that resource is served already; kept as {name}"
+                );
+                new_name = name.to_string();
+            }
+            let units = units
+                .iter()
+                .flat_map(|u| {
+                    (0..shared.replicas).map(move |n| Unit {
+                        id: format!("{}{REPLICA_SEPARATOR}{n}", u.id),
+                        replica: Some(n),
+                        ..u.clone()
+                    })
                 })
-            })
-            .collect();
-        r.replicas = shared.replicas;
-        r.fail_requests_greater_than_one = ts.fail_requests_greater_than_one;
+                .collect();
+            made.push(Resource {
+                name: new_name,
+                units,
+                replicas: shared.replicas,
+                fail_requests_greater_than_one: ts.fail_requests_greater_than_one,
+                mps: mps.cloned(),
+                ..base.clone()
+            });
+        }
+        if !left.is_empty() {
+            // Devices no entry lists: once each, under the resource's own name.
+            match made.iter_mut().find(|r| r.name == name) {
+                Some(r) if r.mps.is_none() => r.units.extend(left),
+                Some(_) => tracing::error!(
+                    "MPS: {name} keeps its name for some of its devices only; the others ({}) are not served (rename the MPS entry)",
+                    left.iter().map(|u| u.device.to_string()).collect::<Vec<_>>().join(", ")
+                ),
+                None => made.push(Resource { units: left, ..base.clone() }),
+            }
+        }
+        for (i, r) in made.into_iter().enumerate() {
+            if resources.iter().any(|x| x.name == r.name) {
+                tracing::error!(
+                    "time-slicing: two entries of {name} are both served as {}; the second is not served",
+                    r.name
+                );
+                continue;
+            }
+            resources.insert((pos + i).min(resources.len()), r);
+        }
     }
 }
 
@@ -723,7 +786,7 @@ mod tests {
         let ts = TimeSlicing {
             rename_by_default: true,
             fail_requests_greater_than_one: true,
-            resources: vec![SharedResource { name: "nvidia.com/gpu".into(), replicas: 3, rename: None }],
+            resources: vec![SharedResource { name: "nvidia.com/gpu".into(), replicas: 3, rename: None, devices: None }],
         };
         let res = build(&inv, &profiles, &BuildOptions { time_slicing: Some(&ts), ..Default::default() });
         assert_eq!(res[0].name, "nvidia.com/gpu.shared");
@@ -736,10 +799,50 @@ mod tests {
                 name: "nvidia.com/gpu".into(),
                 replicas: 2,
                 rename: Some("nvidia.com/gpu-small".into()),
+                devices: None,
             }],
             ..Default::default()
         };
         let res = build(&inv, &profiles, &BuildOptions { time_slicing: Some(&ts), ..Default::default() });
         assert_eq!((res[0].name.as_str(), res[0].units.len()), ("nvidia.com/gpu-small", 4));
+    }
+
+    /// NVIDIA's `devices` lists: one resource split by device into renamed shared resources;
+    /// devices no entry lists stay under the resource's own name, once each.
+    #[test]
+    fn time_slicing_device_lists_split_a_resource() {
+        let profiles = actk_core::profile::builtin();
+        let inv = gpus(&[], 4);
+        let entry = |rename: Option<&str>, replicas, devices: &[&str]| SharedResource {
+            name: "nvidia.com/gpu".into(),
+            replicas,
+            rename: rename.map(String::from),
+            devices: Some(devices.iter().map(|d| d.to_string()).collect()),
+        };
+        let ts = TimeSlicing {
+            resources: vec![
+                entry(Some("nvidia.com/gpu-light"), 2, &["0"]),
+                entry(Some("nvidia.com/gpu-heavy"), 4, &["gpu-1"]),
+            ],
+            ..Default::default()
+        };
+        let res = build(&inv, &profiles, &BuildOptions { time_slicing: Some(&ts), ..Default::default() });
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            summary(&res),
+            [
+                ("nvidia.com/gpu-light".to_string(), s(&["GPU-0::0", "GPU-0::1"])),
+                ("nvidia.com/gpu-heavy".to_string(), s(&["GPU-1::0", "GPU-1::1", "GPU-1::2", "GPU-1::3"])),
+                ("nvidia.com/gpu".to_string(), s(&["GPU-2", "GPU-3"])),
+            ]
+        );
+        assert_eq!((res[0].replicas, res[1].replicas, res[2].replicas), (2, 4, 1));
+        // An entry that keeps the name serves the unlisted devices once each next to its replicas.
+        let ts = TimeSlicing { resources: vec![entry(None, 2, &["3"])], ..Default::default() };
+        let res = build(&inv, &profiles, &BuildOptions { time_slicing: Some(&ts), ..Default::default() });
+        assert_eq!(
+            summary(&res),
+            [("nvidia.com/gpu".to_string(), s(&["GPU-3::0", "GPU-3::1", "GPU-0", "GPU-1", "GPU-2"]))]
+        );
     }
 }

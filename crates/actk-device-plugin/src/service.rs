@@ -1,6 +1,6 @@
 //! The DevicePlugin gRPC service of one resource (kubelet device plugin API v1beta1).
 
-use crate::allocate::{AllocateError, AllocateOptions, CdiNames, container_response};
+use crate::allocate::{AllocateError, AllocateOptions, CdiNames, check_replica_spread, container_response};
 use crate::api::device_plugin_server::DevicePlugin;
 use crate::api::{
     self, AllocateRequest, AllocateResponse, ContainerPreferredAllocationResponse, DevicePluginOptions, Empty,
@@ -8,10 +8,11 @@ use crate::api::{
     PreferredAllocationResponse, TopologyInfo,
 };
 use crate::health::HealthMap;
+use crate::held::Ledger;
 use crate::metrics::Metrics;
 use crate::resources::Resource;
 use crate::topology::{self, Node};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -20,9 +21,11 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-/// The service: a resource, the health channel of its vendor, and how to answer.
+/// The service: a resource, the health channel of its vendor, the ledger of what is held, and
+/// how to answer.
 pub struct Plugin {
     res: Arc<Resource>,
+    ledger: Arc<Ledger>,
     health: watch::Receiver<HealthMap>,
     opts: Arc<AllocateOptions>,
     strict_topology: bool,
@@ -54,16 +57,19 @@ fn spec_dirs_stamp(dirs: &[PathBuf]) -> SpecDirsStamp {
 
 impl Plugin {
     /// A service for `res`. `stream_ended` is notified when a ListAndWatch stream ends (the
-    /// kubelet went away), which the manager takes as a sign to re-register.
+    /// kubelet went away), which the manager takes as a sign to re-register. `ledger` is shared
+    /// by every resource's service.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         res: Arc<Resource>,
+        ledger: Arc<Ledger>,
         health: watch::Receiver<HealthMap>,
         opts: Arc<AllocateOptions>,
         strict_topology: bool,
         metrics: Arc<Metrics>,
         stream_ended: Arc<Notify>,
     ) -> Plugin {
-        Plugin { res, health, opts, strict_topology, metrics, stream_ended, cdi: Arc::new(Mutex::new(None)) }
+        Plugin { res, ledger, health, opts, strict_topology, metrics, stream_ended, cdi: Arc::new(Mutex::new(None)) }
     }
 
     /// The CDI names of the node's specs as they are now: read again when a spec file changed
@@ -99,12 +105,20 @@ pub const SPEC_POLL: Duration = Duration::from_secs(1);
 /// device's state covers its MIG devices and replicas) and its NUMA node (no topology when
 /// unknown).
 ///
+/// `withdrawn`: IDs whose hardware is held through another resource (crate::held): Unhealthy,
+/// so the kubelet neither counts nor hands them out while that lasts.
+///
 /// `cdi`: the CDI names of the node's specs, when Allocate answers with CDI names (the
 /// `cdi-cri` and `cdi-annotations` strategies). A whole device that no spec names is reported
 /// Unhealthy, since Allocate cannot answer for it: the kubelet then neither counts it as
 /// allocatable nor admits a pod onto it, until the node's CDI generator has written the spec
 /// (right after the chart's pod starts, or when the generator stopped).
-pub fn device_list(res: &Resource, health: &HealthMap, cdi: Option<&CdiNames>) -> Vec<api::Device> {
+pub fn device_list(
+    res: &Resource,
+    health: &HealthMap,
+    cdi: Option<&CdiNames>,
+    withdrawn: &BTreeSet<String>,
+) -> Vec<api::Device> {
     // An MPS resource is usable only while the node's MPS control daemon runs.
     let mps_down = res.mps.as_ref().is_some_and(|m| !mps_daemon_running(&m.pipe_directory));
     res.units
@@ -113,7 +127,11 @@ pub fn device_list(res: &Resource, health: &HealthMap, cdi: Option<&CdiNames>) -
             let unnamed = u.mig.is_none() && cdi.is_some_and(|c| c.get(u.device).is_none());
             api::Device {
                 id: u.id.clone(),
-                health: if mps_down || unnamed || crate::health::unhealthy(health, u.target()).is_some() {
+                health: if mps_down
+                    || unnamed
+                    || withdrawn.contains(&u.id)
+                    || crate::health::unhealthy(health, u.target()).is_some()
+                {
                     api::UNHEALTHY
                 } else {
                     api::HEALTHY
@@ -228,10 +246,28 @@ impl DevicePlugin for Plugin {
         let ended = self.stream_ended.clone();
         let opts = self.opts.clone();
         let cache = self.cdi.clone();
+        let ledger = self.ledger.clone();
+        let mut held = ledger.subscribe();
         tokio::spawn(async move {
             let mut last: Option<Vec<api::Device>> = None;
             let mut unnamed_before: Vec<u32> = vec![];
+            let mut withdrawn_before: BTreeSet<String> = BTreeSet::new();
             loop {
+                held.borrow_and_update();
+                let withdrawn = ledger.withdrawn(&res);
+                if withdrawn != withdrawn_before {
+                    tracing::info!(
+                        "{}: {} device(s) withdrawn while their hardware is held through another resource{}",
+                        res.name,
+                        withdrawn.len(),
+                        if withdrawn.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", withdrawn.iter().cloned().collect::<Vec<_>>().join(", "))
+                        }
+                    );
+                    withdrawn_before = withdrawn.clone();
+                }
                 let cdi = opts.names_cdi_devices().then(|| cdi_names(&res, &opts.spec_dirs, &cache));
                 if let Some(c) = &cdi {
                     let unnamed: Vec<u32> =
@@ -245,7 +281,7 @@ impl DevicePlugin for Plugin {
                     }
                     unnamed_before = unnamed;
                 }
-                let list = device_list(&res, &health.borrow_and_update(), cdi.as_deref());
+                let list = device_list(&res, &health.borrow_and_update(), cdi.as_deref(), &withdrawn);
                 if last.as_ref() != Some(&list) {
                     let (h, u) = count_health(&list);
                     metrics.update(&res.name, |m| (m.healthy, m.unhealthy) = (h, u));
@@ -267,6 +303,7 @@ impl DevicePlugin for Plugin {
                 };
                 tokio::select! {
                     changed = health.changed() => if changed.is_err() { break },
+                    _ = held.changed() => {}
                     _ = recheck => {}
                     _ = tx.closed() => break,
                 }
@@ -281,8 +318,9 @@ impl DevicePlugin for Plugin {
         req: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let mut out = PreferredAllocationResponse::default();
+        let withdrawn = self.ledger.withdrawn(&self.res);
         for c in req.into_inner().container_requests {
-            let avail = self.ids_to_positions(&c.available_device_i_ds, "available")?;
+            let mut avail = self.ids_to_positions(&c.available_device_i_ds, "available")?;
             let must = self.ids_to_positions(&c.must_include_device_i_ds, "must-include")?;
             let size = usize::try_from(c.allocation_size).map_err(|_| {
                 Status::invalid_argument(format!(
@@ -290,6 +328,16 @@ impl DevicePlugin for Plugin {
                     self.res.name, c.allocation_size
                 ))
             })?;
+            // Units withdrawn since the kubelet's last device list are not offered, while enough
+            // others are (Allocate would refuse them).
+            let usable: Vec<u32> = avail
+                .iter()
+                .copied()
+                .filter(|p| must.contains(p) || !withdrawn.contains(&self.res.units[*p as usize].id))
+                .collect();
+            if usable.len() >= size {
+                avail = usable;
+            }
             let choice = self
                 .choose(&avail, &must, size)
                 .map_err(|e| Status::invalid_argument(format!("{}: {e}", self.res.name)))?;
@@ -330,6 +378,30 @@ impl DevicePlugin for Plugin {
                         self.metrics.update(&self.res.name, |m| m.allocate_errors += 1);
                         return Err(Status::invalid_argument(e.to_string()));
                     }
+                }
+            }
+            // Counts that add up, then no hardware held through another resource (crate::held).
+            for c in &containers {
+                let mut unavailable = self.ledger.held_ids(&self.res);
+                unavailable.extend(self.ledger.withdrawn(&self.res));
+                let checked = check_replica_spread(&self.res, &c.devices_ids, &unavailable)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| self.ledger.claim(&self.res, &c.devices_ids).map_err(|e| e.to_string()));
+                if let Err(e) = checked {
+                    self.metrics.update(&self.res.name, |m| m.allocate_errors += 1);
+                    tracing::warn!("Allocate refused: {e}");
+                    return Err(Status::invalid_argument(e));
+                }
+                let targets: BTreeSet<(u32, Option<u32>)> =
+                    c.devices_ids.iter().filter_map(|id| self.res.unit(id)).map(|u| u.target()).collect();
+                if targets.len() < c.devices_ids.len() && self.res.replicas > 1 {
+                    tracing::warn!(
+                        "{}: a container got {} replicas of {} device(s): no replica of another device was free, \
+                         and it sees each device once",
+                        self.res.name,
+                        c.devices_ids.len(),
+                        targets.len()
+                    );
                 }
             }
             let n = out.container_responses.len() as u64;

@@ -520,6 +520,395 @@ fn helm_chart_nri_plugin() {
     assert_eq!(args[2], "--idx=07", "{args}");
 }
 
+/// Helm gives templates no access to values.yaml itself: files/defaults.yaml is its copy, from
+/// which every template fills in keys an earlier revision's values lack (issue 28 item 11).
+#[test]
+fn chart_defaults_file_is_values_yaml() {
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let values = std::fs::read_to_string(chart.join("values.yaml")).unwrap();
+    let defaults = std::fs::read_to_string(chart.join("files/defaults.yaml")).unwrap();
+    assert!(
+        values == defaults,
+        "files/defaults.yaml differs from values.yaml: cp deploy/helm/actk-device-plugin/values.yaml deploy/helm/actk-device-plugin/files/defaults.yaml"
+    );
+}
+
+/// `helm template` of the chart at `chart` with `set` values and `--kube-version 1.34`: the
+/// documents, or helm's error text.
+fn render_chart(helm: &Path, chart: &Path, set: &[&str]) -> Result<Vec<Value>, String> {
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "actk-device-plugin", "--namespace", "kube-system"]).arg(chart);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let o = cmd.output().unwrap();
+    if !o.status.success() {
+        return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+    }
+    Ok(docs(&String::from_utf8_lossy(&o.stdout), "helm template output"))
+}
+
+/// Copies the chart directory to `dest`.
+fn copy_chart(dest: &Path) {
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let ok = Command::new("cp").arg("-r").arg(&chart).arg(dest).status().unwrap().success();
+    assert!(ok, "cp -r {}", chart.display());
+}
+
+/// Issue 28 item 11: `helm upgrade --reuse-values` from every earlier revision of the chart.
+/// Helm then renders this chart's templates and checks its schema with the old revision's
+/// values only (its defaults and the user's, none of this chart's): the test puts each
+/// values.yaml of the repository's history (`git log -- values.yaml`) in place of this one's in a
+/// copy of the chart, which is exactly that, and every rendering must succeed and configure
+/// the plugin with keys it accepts.
+#[test]
+fn every_earlier_values_yaml_renders_as_reuse_values_would() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let path = "deploy/helm/actk-device-plugin/values.yaml";
+    let log = Command::new("git").current_dir(repo()).args(["log", "--format=%H", "--", path]).output();
+    let commits: Vec<String> = match log {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect(),
+        _ => {
+            eprintln!("skipping: not a git checkout (the chart's history is what is tested)");
+            return;
+        }
+    };
+    let shallow = Command::new("git").current_dir(repo()).args(["rev-parse", "--is-shallow-repository"]).output();
+    if shallow.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "true") {
+        eprintln!("note: a shallow clone: only the {} revisions it has are rendered", commits.len());
+    } else {
+        assert!(commits.len() >= 8, "the chart's values.yaml has a history: {commits:?}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let chart = tmp.path().join("chart");
+    copy_chart(&chart);
+    for c in &commits {
+        let old = Command::new("git").current_dir(repo()).args(["show", &format!("{c}:{path}")]).output().unwrap();
+        assert!(old.status.success(), "git show {c}:{path}");
+        std::fs::write(chart.join("values.yaml"), &old.stdout).unwrap();
+        let what = format!("values.yaml of {}", &c[..12]);
+        let all = render_chart(&helm, &chart, &[]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_daemonset(&all, &what);
+        // The parts an old revision had no value for stay off (nri, sharing), as before.
+        assert!(!all.iter().any(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"), "{what}");
+        // And with what a user would switch on in the same upgrade (--reuse-values --set ...).
+        let all = render_chart(&helm, &chart, &["nri.enabled=true", "config.strategies={volume-mounts}"])
+            .unwrap_or_else(|e| panic!("{what} with nri.enabled: {e}"));
+        assert!(all.iter().any(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"), "{what}");
+    }
+}
+
+/// The plugin's config file from the chart (the ConfigMap's device-plugin.toml), loaded as the
+/// plugin loads it, with NVIDIA's ConfigMap (config.map) written where the pod mounts it.
+fn plugin_settings(all: &[Value]) -> Settings {
+    let tmp = tempfile::tempdir().unwrap();
+    let cm = |suffix: &str| {
+        all.iter()
+            .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"].as_str().is_some_and(|n| n.ends_with(suffix)))
+    };
+    let mut text = cm("actk-device-plugin").unwrap()["data"]["device-plugin.toml"].as_str().unwrap().to_string();
+    if let Some(nv) = cm("-nvidia-config") {
+        let dir = tmp.path().join("nvidia");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (k, v) in nv["data"].as_object().unwrap() {
+            std::fs::write(dir.join(k), v.as_str().unwrap()).unwrap();
+        }
+        text = text.replace("/etc/actk/nvidia", dir.to_str().unwrap());
+    }
+    let f = tmp.path().join("device-plugin.toml");
+    std::fs::write(&f, &text).unwrap();
+    let file = FileConfig::load(&f, true).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    Settings::merge(Default::default(), file, "chart").unwrap_or_else(|e| panic!("{e}:\n{text}"))
+}
+
+/// Issue 28 item 3: values written for NVIDIA's chart either work (MIG strategy at the top or
+/// in flags, list and ID strategies, compatWithCPUManager, config.map/config.name/default, pull
+/// secrets, affinity, pod annotations) or are refused at install time naming actk's value to use;
+/// nothing is dropped silently (an unknown key is refused by the schema).
+#[test]
+fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let ok = |set: &[&str]| render_chart(&helm, &chart, set).unwrap_or_else(|e| panic!("{set:?}: {e}"));
+    use actk_device_plugin::resources::MigStrategy;
+    assert_eq!(plugin_settings(&ok(&["migStrategy=mixed"])).mig_strategy, MigStrategy::Mixed);
+    assert_eq!(plugin_settings(&ok(&["flags.migStrategy=single"])).mig_strategy, MigStrategy::Single);
+    let s = plugin_settings(&ok(&["deviceListStrategy=volume-mounts\\,cdi-annotations", "deviceIDStrategy=index"]));
+    assert_eq!(s.strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ["volume-mounts", "cdi-annotations"]);
+    assert_eq!(s.device_ids, actk_device_plugin::resources::DeviceIds::Index);
+    let s = plugin_settings(&ok(&["compatWithCPUManager=true"]));
+    assert_eq!(s.strategies.iter().map(|s| s.to_string()).collect::<Vec<_>>(), ["cdi-cri", "device-specs"]);
+    // NVIDIA's defaults (what a copied values.yaml of theirs carries) change nothing.
+    let defaults = ok(&[
+        "migStrategy=null",
+        "failOnInitError=false",
+        "gfd.enabled=false",
+        "mps.root=/run/nvidia/mps",
+        "allowDefaultNamespace=false",
+        "nfd.worker.config.sources.pci.deviceLabelFields={vendor}",
+        "deviceDiscoveryStrategy=auto",
+    ]);
+    assert_eq!(defaults, ok(&[]));
+    // config.map: NVIDIA's configs in a ConfigMap of the chart, mounted; config.default picks.
+    let cfgs = [
+        "config.map.default=version: v1\nflags:\n  migStrategy: none\n",
+        "config.map.shared=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n      devices: [0]\n",
+        "config.default=shared",
+    ];
+    let all = ok(&cfgs);
+    let s = plugin_settings(&all);
+    let t = s.time_slicing.unwrap();
+    assert_eq!((t.resources[0].replicas, t.resources[0].devices.as_deref()), (4, Some(&["0".to_string()][..])));
+    let pod = &plugin_daemonset(&all, "config.map")["spec"]["template"]["spec"];
+    let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "nvidia-config").unwrap();
+    assert_eq!(vol["configMap"]["name"], "actk-device-plugin-nvidia-config");
+    // config.name: the admin's own ConfigMap.
+    let all = ok(&["config.name=nvidia-device-plugin-configs"]);
+    let pod = &plugin_daemonset(&all, "config.name")["spec"]["template"]["spec"];
+    let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "nvidia-config").unwrap();
+    assert_eq!(vol["configMap"]["name"], "nvidia-device-plugin-configs");
+    let mount = container(pod, "actk-device-plugin")["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "nvidia-config")
+        .cloned()
+        .unwrap();
+    assert_eq!((mount["mountPath"].as_str(), mount["readOnly"].as_bool()), (Some("/etc/actk/nvidia"), Some(true)));
+    // Pod fields NVIDIA's chart has.
+    let all = ok(&["imagePullSecrets[0].name=registry", "podAnnotations.team=ml", "affinity.nodeAffinity.x=y"]);
+    let tpl = &plugin_daemonset(&all, "pod fields")["spec"]["template"];
+    assert_eq!(tpl["spec"]["imagePullSecrets"][0]["name"], "registry");
+    assert_eq!(tpl["metadata"]["annotations"]["team"], "ml");
+    assert_eq!(tpl["spec"]["affinity"]["nodeAffinity"]["x"], "y");
+    for (set, words) in [
+        ("failOnInitError=true", &["failOnInitError", "looks again every 5 s"][..]),
+        ("nvidiaDriverRoot=/run/nvidia/driver", &["nvidiaDriverRoot", "set hostRoot"][..]),
+        ("gdsEnabled=true", &["gdsEnabled", "user profile"][..]),
+        ("deviceDiscoveryStrategy=tegra", &["deviceDiscoveryStrategy", "vendor profiles"][..]),
+        ("runtimeClassName=nvidia", &["runtimeClassName", "no runtime class"][..]),
+        ("fullnameOverride=x", &["fullnameOverride", "release name"][..]),
+        ("securityContext.privileged=true", &["securityContext", "unprivileged"][..]),
+        ("gfd.enabled=true", &["gfd.enabled", "gpu-feature-discovery"][..]),
+        ("mps.root=/var/mps", &["mps.root", "sharing.mps.pipeDirectory"][..]),
+        ("cdi.nvidiaHookPath=/usr/bin/nvidia-cdi-hook", &["cdi.nvidiaHookPath", "cdi.ldcacheHook"][..]),
+        ("devicePlugin.containers.main.env[0].name=X", &["devicePlugin.containers", "extraEnv"][..]),
+        ("flags.plugin.passDeviceSpecs=true", &["flags.plugin", "config.map"][..]),
+        (
+            "migStrategy=mixed,config.migStrategy=single",
+            &["migStrategy is \"mixed\"", "config.migStrategy is \"single\""][..],
+        ),
+        ("deviceListStrategy=envvar,config.strategies={volume-mounts}", &["deviceListStrategy", "set one of them"][..]),
+        ("config.name=a,config.map.b=x", &["config.name and config.map"][..]),
+        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label"][..]),
+        ("config.map.a=x,config.default=b", &["config.default \"b\" is not a key of config.map (a)"][..]),
+        ("migStrategy=all", &["migStrategy"][..]),
+        ("someTypo=1", &["someTypo", "not allowed"][..]),
+        (
+            "sharing.timeSlicing.resources[0].name=nvidia.com/gpu,sharing.timeSlicing.resources[0].replicas=2,sharing.timeSlicing.resources[0].devices=2",
+            &["sharing.timeSlicing.resources.0.devices"][..],
+        ),
+    ] {
+        let err = render_chart(&helm, &chart, &[set]).err().unwrap_or_else(|| panic!("{set} must be refused"));
+        for w in words {
+            assert!(err.contains(w), "{set}: the error names {w}: {err}");
+        }
+    }
+}
+
+/// MPS from the chart (sharing.mps, as the docs describe it): the plugin's [sharing.mps], and
+/// the daemon's pipe directory mounted read-only at its node path (the plugin watches the
+/// daemon's control FIFO there and hands the same path to the kubelet for the clients).
+#[test]
+fn mps_values_reach_the_plugin_with_the_pipe_directory_mounted() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let all = render_chart(
+        &helm,
+        &chart,
+        &[
+            "sharing.mps.pipeDirectory=/run/mps/pipe",
+            "sharing.mps.shmDirectory=/run/mps/shm",
+            "sharing.mps.resources[0].name=nvidia.com/gpu",
+            "sharing.mps.resources[0].replicas=3",
+        ],
+    )
+    .unwrap();
+    check_daemonset(&all, "helm template (mps)");
+    let m = plugin_settings(&all).mps.expect("[sharing.mps]");
+    assert_eq!(m.pipe_directory, Path::new("/run/mps/pipe"));
+    assert_eq!(m.shm_directory.as_deref(), Some(Path::new("/run/mps/shm")));
+    assert_eq!((m.resources[0].name.as_str(), m.resources[0].replicas), ("nvidia.com/gpu", 3));
+    let pod = &plugin_daemonset(&all, "mps")["spec"]["template"]["spec"];
+    let mount = container(pod, "actk-device-plugin")["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "mps-pipes")
+        .cloned()
+        .expect("the pipe directory mounted");
+    assert_eq!((mount["mountPath"].as_str(), mount["readOnly"].as_bool()), (Some("/run/mps/pipe"), Some(true)));
+    // Without MPS nothing of it is mounted.
+    let plain = render_chart(&helm, &chart, &[]).unwrap();
+    let pod = &plugin_daemonset(&plain, "plain")["spec"]["template"]["spec"];
+    assert!(!pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "mps-pipes"));
+    // A rename (NVIDIA has none for MPS) is refused by the schema.
+    let err = render_chart(
+        &helm,
+        &chart,
+        &[
+            "sharing.mps.resources[0].name=nvidia.com/gpu",
+            "sharing.mps.resources[0].replicas=3",
+            "sharing.mps.resources[0].rename=nvidia.com/gpu.mps",
+        ],
+    )
+    .unwrap_err();
+    assert!(err.contains("sharing.mps.resources.0"), "{err}");
+}
+
+/// Issue 28 items 1 and 6: the plugin reads the kubelet's PodResources (its directory mounted
+/// read-only), is ready only once it serves (an exec probe of its own readiness file), and rolls
+/// with a surge so that `helm upgrade --wait` waits for that; the node setup and the NRI plugin,
+/// which must not run twice on a node, roll one at a time. The generator names its specs after
+/// the release.
+#[test]
+fn plugin_rolls_with_surge_behind_a_readiness_probe_and_reads_pod_resources() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let all = render_chart(
+        &helm,
+        &chart,
+        &[
+            "nodeSetup.enabled=true",
+            "nri.enabled=true",
+            "config.strategies={volume-mounts}",
+            "kubeletPodResourcesDir=/k/pr",
+        ],
+    )
+    .unwrap();
+    let ds = plugin_daemonset(&all, "rollout");
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
+    );
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = container(pod, "actk-device-plugin");
+    let probe = &c["readinessProbe"]["exec"]["command"];
+    assert_eq!(probe, &serde_json::json!(["/usr/bin/actk-device-plugin", "--check-ready", "/run/actk/ready"]));
+    let env = |n: &str| c["env"].as_array().unwrap().iter().find(|e| e["name"] == n).map(|e| e["value"].clone());
+    assert_eq!(env("ACTK_DEVICE_PLUGIN_READY_FILE"), Some("/run/actk/ready".into()));
+    assert_eq!(env("ACTK_DEVICE_PLUGIN_POD_RESOURCES_SOCKET"), Some("/k/pr/kubelet.sock".into()));
+    let run = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "run").unwrap();
+    assert!(run["emptyDir"].is_object(), "the readiness file is in the pod's own memory: {run}");
+    let pr = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "pod-resources").unwrap();
+    assert_eq!((pr["mountPath"].as_str(), pr["readOnly"].as_bool()), (Some("/k/pr"), Some(true)));
+    // The probe command is one the binary has.
+    // In the container's environment (its ACTK_* variables are set too, clap reads them).
+    let probe = |file: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"));
+        cmd.arg("--check-ready").arg(file);
+        for e in c["env"].as_array().unwrap() {
+            if let (Some(k), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.output().unwrap()
+    };
+    let o = probe(Path::new("/nonexistent"));
+    assert_eq!(o.status.code(), Some(1), "not ready without the file: {}", String::from_utf8_lossy(&o.stderr));
+    let ready = tempfile::NamedTempFile::new().unwrap();
+    assert_eq!(probe(ready.path()).status.code(), Some(0), "ready with it");
+    for component in ["node-setup", "nri-plugin"] {
+        let d = all
+            .iter()
+            .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+            .unwrap();
+        assert_eq!(d["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], 1, "{component}");
+    }
+    let generator = container(pod, "cdi-spec-generator");
+    assert!(generator["args"].as_array().unwrap().iter().any(|a| a == "--owner=actk-device-plugin"), "{generator}");
+}
+
+/// The install notes name NVIDIA values that have no effect here (they configure parts actk
+/// does not deploy), so those are not dropped silently either. Helm renders NOTES.txt only on
+/// install; the test renders a copy of it as a template.
+#[test]
+fn install_notes_name_nvidia_values_without_effect() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let chart = tmp.path().join("chart");
+    copy_chart(&chart);
+    // Helm reads every other template as YAML: the notes become one string of a document.
+    std::fs::rename(chart.join("templates/NOTES.txt"), chart.join("files/notes.tpl")).unwrap();
+    std::fs::write(chart.join("templates/notes.yaml"), "text: {{ tpl (.Files.Get \"files/notes.tpl\") . | toJson }}\n")
+        .unwrap();
+    let notes = |set: &[&str]| {
+        let mut cmd = Command::new(&helm);
+        cmd.args(["template", "x", "--show-only", "templates/notes.yaml"]).arg(&chart);
+        for s in set {
+            cmd.args(["--set", s]);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let doc: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&o.stdout)).unwrap();
+        doc["text"].as_str().unwrap().to_string()
+    };
+    let text = notes(&["nfd.master.serviceAccount.create=true", "mps.enableHostPID=true"]);
+    assert!(text.contains("no effect here") && text.contains("nfd, mps.enableHostPID"), "{text}");
+    assert!(!notes(&[]).contains("no effect"), "nothing to say by default");
+}
+
+/// The DRA examples create claims and templates only: nothing there holds a GPU or pulls an image.
+#[test]
+fn dra_examples_create_only_claims_and_templates() {
+    let text = std::fs::read_to_string(repo().join("deploy/kubernetes/actk-dra-examples.yaml")).unwrap();
+    let all = docs(&text, "actk-dra-examples.yaml");
+    for d in &all {
+        let kind = d["kind"].as_str().unwrap_or_default();
+        assert!(kind == "ResourceClaimTemplate" || kind == "ResourceClaim", "{kind}: {d}");
+    }
+    assert!(all.iter().any(|d| d["kind"] == "ResourceClaim"));
+}
+
+/// Keys an earlier revision lacks are filled in, but a value given as false, 0 or "" stays
+/// what it was given (a fill that took those for missing turned devicePlugin.enabled=false into
+/// true, seen on the test cluster), and a map given as null is filled in whole.
+#[test]
+fn values_given_as_false_stay_false_and_null_maps_get_defaults() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let chart = repo().join("deploy/helm/actk-device-plugin");
+    let all = render_chart(&helm, &chart, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    let ds: Vec<&str> =
+        all.iter().filter(|d| d["kind"] == "DaemonSet").filter_map(|d| d["metadata"]["name"].as_str()).collect();
+    assert_eq!(ds, ["actk-device-plugin-dra"], "no device plugin DaemonSet");
+    let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false", "metrics.port=0"]);
+    let all = all.expect_err("metrics.port 0 is refused by the schema");
+    assert!(all.contains("metrics.port"), "{all}");
+    let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false"]).unwrap();
+    let pod = &plugin_daemonset(&all, "generate=false")["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"].as_array().unwrap().len(), 1, "no generator: {pod}");
+    let all = render_chart(&helm, &chart, &["nri=null", "sharing=null"]).unwrap();
+    check_daemonset(&all, "null maps");
+}
+
 /// `helm template` with its own arguments (`--api-versions`, `--set`).
 fn render_args(helm: &Path, args: &[&str]) -> Result<Vec<Value>, String> {
     let chart = repo().join("deploy/helm/actk-device-plugin");

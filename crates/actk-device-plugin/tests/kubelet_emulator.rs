@@ -9,9 +9,17 @@
 //! re-created), a kubelet restart that wipes the socket directory (F12), a late kubelet.sock,
 //! and a real runc container started from an Allocate answer; with the NVML test double of the
 //! NVIDIA fixtures: MIG strategies (mixed on the DGX A100), time-slicing (F20), Xid health, and
-//! NVLink peers in the preferred allocation.
+//! NVLink peers in the preferred allocation. The emulated kubelet also serves PodResources
+//! (`List`: what the test says pods hold), from which the plugin learns what is held: hardware
+//! covered by several resources (Neuron devices and cores) is never handed out twice (issue 28).
 
 use actk_device_plugin::api::device_plugin_client::DevicePluginClient;
+use actk_device_plugin::api::podresources::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use actk_device_plugin::api::podresources::{
+    ContainerDevices, ContainerResources, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
+};
 use actk_device_plugin::api::registration_server::{Registration, RegistrationServer};
 use actk_device_plugin::api::{
     AllocateRequest, ContainerAllocateRequest, ContainerAllocateResponse, ContainerPreferredAllocationRequest, Empty,
@@ -20,6 +28,7 @@ use actk_device_plugin::api::{
 use actk_testsupport::fixture::{self, Fixture};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tonic::{Request, Response, Status, Streaming};
@@ -51,22 +60,77 @@ impl Registration for Kubelet {
     }
 }
 
-/// An emulated kubelet: its socket directory and the Registration server on kubelet.sock.
+/// The PodResources service of the emulated kubelet: it lists what the test says the node's
+/// pods hold, as (resource, device IDs) per container.
+#[derive(Clone, Default)]
+struct PodResourcesState(Arc<Mutex<Held>>);
+
+/// (resource, device IDs) per container.
+type Held = Vec<(String, Vec<String>)>;
+
+impl PodResourcesState {
+    fn set(&self, held: &[(&str, &[&str])]) {
+        *self.0.lock().unwrap() =
+            held.iter().map(|(r, ids)| (r.to_string(), ids.iter().map(|i| i.to_string()).collect())).collect();
+    }
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for PodResourcesState {
+    async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
+        let held = self.0.lock().unwrap().clone();
+        let pod_resources = held
+            .into_iter()
+            .enumerate()
+            .map(|(i, (resource_name, device_ids))| PodResources {
+                name: format!("pod-{i}"),
+                namespace: "default".into(),
+                containers: vec![ContainerResources {
+                    name: "c".into(),
+                    devices: vec![ContainerDevices { resource_name, device_ids }],
+                }],
+            })
+            .collect();
+        Ok(Response::new(ListPodResourcesResponse { pod_resources }))
+    }
+}
+
+/// Where the emulated kubelet serves PodResources: a directory of its own under the socket
+/// directory (a kubelet restart wipes the sockets of the directory, not its subdirectories).
+fn pod_resources_socket(socket_dir: &Path) -> PathBuf {
+    socket_dir.join("pod-resources/kubelet.sock")
+}
+
+/// An emulated kubelet: its socket directory, the Registration server on kubelet.sock, and the
+/// PodResources server.
 struct Emulator {
     dir: PathBuf,
     registered: mpsc::UnboundedReceiver<RegisterRequest>,
     tx: mpsc::UnboundedSender<RegisterRequest>,
     stop: Option<oneshot::Sender<()>>,
+    pods: PodResourcesState,
+    pods_served: bool,
 }
 
 impl Emulator {
     fn new(dir: &Path) -> Emulator {
         let (tx, registered) = mpsc::unbounded_channel();
-        Emulator { dir: dir.to_path_buf(), registered, tx, stop: None }
+        Emulator { dir: dir.to_path_buf(), registered, tx, stop: None, pods: Default::default(), pods_served: false }
     }
 
-    /// Start serving kubelet.sock, as a kubelet does when it starts.
+    /// Start serving kubelet.sock, as a kubelet does when it starts (and PodResources, once).
     fn start(&mut self) {
+        if !self.pods_served {
+            let sock = pod_resources_socket(&self.dir);
+            std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+            let listener = tokio::net::UnixListener::bind(&sock).expect("bind pod-resources/kubelet.sock");
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(PodResourcesListerServer::new(self.pods.clone()))
+                    .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+            );
+            self.pods_served = true;
+        }
         let sock = self.dir.join("kubelet.sock");
         let _ = std::fs::remove_file(&sock);
         let listener = tokio::net::UnixListener::bind(&sock).expect("bind kubelet.sock");
@@ -170,6 +234,8 @@ impl PluginProcess {
             .arg("--profiles-dir")
             .arg(config.path().join("profiles.d"))
             .args(if args.contains(&"--spec-dirs") { vec![] } else { vec!["--spec-dirs".into(), spec_dir] })
+            .arg("--pod-resources-socket")
+            .arg(pod_resources_socket(socket_dir))
             .args(args)
             .env("ACTK_LOG", "actk_device_plugin=debug,info")
             .stdin(Stdio::null())
@@ -416,11 +482,12 @@ async fn f10_preferred_allocation_over_grpc_is_a_contiguous_pair() {
     let mut client = kubelet.dial(cores).await;
     let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
     assert_eq!(next_list(&mut stream, Duration::from_secs(5)).await.devices.len(), 24, "12 devices x 2 cores");
-    let alloc = client.allocate(one(&["6", "7"])).await.unwrap().into_inner();
+    // (Cores of device 5: devices 3 and 4 are held through aws.amazon.com/neuron above.)
+    let alloc = client.allocate(one(&["10", "11"])).await.unwrap().into_inner();
     let c = &alloc.container_responses[0];
-    assert_eq!(c.envs["NEURON_RT_VISIBLE_CORES"], "6,7");
-    assert_eq!(c.envs["AWS_NEURON_VISIBLE_DEVICES"], "3");
-    assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["aws.amazon.com/neuron=3"]);
+    assert_eq!(c.envs["NEURON_RT_VISIBLE_CORES"], "10,11");
+    assert_eq!(c.envs["AWS_NEURON_VISIBLE_DEVICES"], "5");
+    assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["aws.amazon.com/neuron=5"]);
 }
 
 #[tokio::test]
@@ -960,9 +1027,28 @@ async fn f20_time_slicing_4_replicas_on_the_8_gpu_dgx_gives_32_and_two_pods_shar
         assert_eq!(c.cdi_devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(), ["nvidia.com/gpu=0"]);
         answers.push(c);
     }
-    // Two replicas of one GPU in one container are one GPU.
-    let resp =
-        client.allocate(one(&[&format!("{}::1", uuids[0]), &format!("{}::3", uuids[0])])).await.unwrap().into_inner();
+    // Two replicas of GPU 0 for one container while other GPUs have free replicas: refused, the
+    // container would see one GPU for two (issue 28 item 9).
+    let stacked = [format!("{}::1", uuids[0]), format!("{}::3", uuids[0])];
+    let err = client.allocate(one(&[&stacked[0], &stacked[1]])).await.unwrap_err();
+    assert!(
+        err.message().contains("request for 2 nvidia.com/gpu names 1 device(s) (0)")
+            && err.message().contains("were free"),
+        "{}",
+        err.message()
+    );
+    // With every replica of GPUs 1-7 held by pods (the kubelet's PodResources), stacking is all
+    // the node can give: two replicas of one GPU in one container are that GPU once.
+    let others: Vec<String> = ids.iter().filter(|i| !i.starts_with(&uuids[0])).cloned().collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    kubelet.pods.set(&[("nvidia.com/gpu", &others)]);
+    let resp = loop {
+        match client.allocate(one(&[&stacked[0], &stacked[1]])).await {
+            Ok(r) => break r.into_inner(),
+            Err(e) if e.message().contains("were free") => tokio::time::sleep(Duration::from_millis(200)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
     assert_eq!(resp.container_responses[0].cdi_devices.len(), 1);
     // Both pods' containers run at the same time with /dev/nvidia0 (real runc, from the device specs).
     let script = "for f in /dev/nvidia*; do [ -c \"$f\" ] && echo $f; done; sleep 1";
@@ -1093,6 +1179,47 @@ async fn an_xid_raised_in_the_double_turns_the_gpu_unhealthy_within_2s_and_it_re
     assert_eq!(health_of(&back, "5"), "Healthy");
 }
 
+/// The real path of host path `path` in fixture `f` (links resolved inside the root, so a
+/// write never leaves it).
+fn real(f: &Fixture, path: &str) -> PathBuf {
+    let host = actk_core::discover::HostRoot::new(&f.root);
+    host.host_path(host.resolve(path).unwrap())
+}
+
+/// ListAndWatch health comes from actk-node's engine for every vendor: an AMD GPU whose RAS
+/// `ue` count rises is Unhealthy within 2 s and healthy again after the quiet time
+/// (`health.xid_recovery_ms`); a Neuron device's uncorrectable HBM ECC count does the same.
+#[tokio::test]
+async fn vendor_error_counters_turn_devices_unhealthy_in_list_and_watch() {
+    for (fixture, path, id, text) in [
+        ("amd-mi300x", "/sys/class/drm/card2/device/ras/umc_err_count", "1", "ue: 1\nce: 0\nde: 0\n"),
+        ("aws-inf2-48xlarge", "/sys/class/neuron_device/neuron4/stats/hardware/mem_ecc_uncorrected", "4", "3\n"),
+    ] {
+        let Some(f) = prepare(fixture) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let mut kubelet = Emulator::new(dir.path());
+        kubelet.start();
+        let _plugin = PluginProcess::start_with_config(
+            &f.root,
+            dir.path(),
+            "[health]\nxid_recovery_ms = 1500\n",
+            &["--device-ids", "index"],
+        );
+        let reg = kubelet.next_register(Duration::from_secs(10)).await;
+        let mut stream = kubelet.dial(&reg).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let first = next_list(&mut stream, Duration::from_secs(5)).await;
+        assert!(first.devices.iter().all(|d| d.health == "Healthy"), "{fixture}: {first:?}");
+        std::fs::write(real(&f, path), text).unwrap();
+        let t = Instant::now();
+        let update = next_list(&mut stream, Duration::from_secs(2)).await;
+        assert_eq!(health_of(&update, id), "Unhealthy", "{fixture}: after {:?}", t.elapsed());
+        assert_eq!(update.devices.iter().filter(|d| d.health == "Unhealthy").count(), 1, "{fixture}");
+        let back = next_list(&mut stream, Duration::from_secs(4)).await;
+        assert_eq!(health_of(&back, id), "Healthy", "{fixture}: healthy after the quiet time");
+        assert!(t.elapsed() >= Duration::from_millis(1400), "{fixture}: recovered after {:?}", t.elapsed());
+    }
+}
+
 #[tokio::test]
 async fn an_xid_on_a_mig_device_marks_only_that_mig_device() {
     let Some(f) = prepare("nvidia-dgx-a100") else { return };
@@ -1210,6 +1337,8 @@ async fn neuron_logical_cores_follow_the_plugins_lnc() {
         .arg("--spec-dirs")
         .arg(&spec_dir)
         .args(["--resources", "aws.amazon.com/neuroncore"])
+        .arg("--pod-resources-socket")
+        .arg(pod_resources_socket(dir.path()))
         .env("NEURON_LOGICAL_NC_CONFIG", "2")
         .env("ACTK_PROFILES_DIR", config.path().join("none"))
         .stdin(Stdio::null())
@@ -1271,4 +1400,222 @@ async fn mps_shares_gpus_through_the_nodes_mps_daemon() {
     // One replica per container, as NVIDIA's MPS sharing requires.
     let err = client.allocate(one(&[&format!("{}::0", uuids[2]), &format!("{}::0", uuids[3])])).await.unwrap_err();
     assert!(err.message().contains("too large"), "{}", err.message());
+}
+
+/// ListAndWatch updates of `stream` until one satisfies `ok`, within `limit`.
+async fn until(
+    stream: &mut Streaming<ListAndWatchResponse>,
+    limit: Duration,
+    what: &str,
+    ok: impl Fn(&ListAndWatchResponse) -> bool,
+) -> ListAndWatchResponse {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.message()).await {
+            Ok(Ok(Some(l))) if ok(&l) => return l,
+            Ok(Ok(Some(_))) => {}
+            other => panic!("{what}: not within {limit:?} ({other:?})"),
+        }
+    }
+}
+
+fn unhealthy(list: &ListAndWatchResponse) -> Vec<String> {
+    list.devices.iter().filter(|d| d.health != "Healthy").map(|d| d.id.clone()).collect()
+}
+
+/// Issue 28 item 1, on the inf2.48xlarge fixture: `aws.amazon.com/neuron`,
+/// `aws.amazon.com/neurondevice` and `aws.amazon.com/neuroncore` cover the same 12 devices. A
+/// unit handed out through one is withdrawn (Unhealthy) from the others while a pod holds it,
+/// an Allocate that still names it is refused naming the holder, the preferred allocation avoids
+/// it, and it comes back when the kubelet's PodResources no longer list it; a restarted plugin
+/// learns what is held from PodResources before it lists anything.
+#[tokio::test]
+async fn neuron_devices_and_their_cores_are_never_handed_out_twice() {
+    const DEV: &str = "aws.amazon.com/neuron";
+    const CORE: &str = "aws.amazon.com/neuroncore";
+    const ALIAS: &str = "aws.amazon.com/neurondevice";
+    let Some(f) = prepare("aws-inf2-48xlarge") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "envvar"]);
+    let regs = registrations(&mut kubelet, Duration::from_secs(10)).await;
+    assert_eq!(regs.keys().collect::<Vec<_>>(), [DEV, CORE, ALIAS]);
+    let mut clients = std::collections::BTreeMap::new();
+    let mut streams = std::collections::BTreeMap::new();
+    let mut ids = std::collections::BTreeMap::new();
+    for name in [DEV, CORE, ALIAS] {
+        let mut c = kubelet.dial(&regs[name]).await;
+        let mut s = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let l = next_list(&mut s, Duration::from_secs(5)).await;
+        assert!(unhealthy(&l).is_empty(), "{name}: {l:?}");
+        ids.insert(name, l.devices.iter().map(|d| d.id.clone()).collect::<Vec<_>>());
+        clients.insert(name, c);
+        streams.insert(name, s);
+    }
+    assert_eq!((ids[DEV].len(), ids[CORE].len(), ids[ALIAS].len()), (12, 24, 12));
+    assert_eq!(ids[DEV], ids[ALIAS], "two names for the same devices (serial numbers)");
+    let (dev0, dev1) = (ids[DEV][0].clone(), ids[DEV][1].clone());
+
+    // A neuroncore pod gets cores 0 and 1: device 0 leaves neuron and neurondevice.
+    let c = clients.get_mut(CORE).unwrap().allocate(one(&["0", "1"])).await.unwrap().into_inner();
+    assert_eq!(c.container_responses[0].envs["NEURON_RT_VISIBLE_CORES"], "0,1");
+    for name in [DEV, ALIAS] {
+        let l = until(streams.get_mut(name).unwrap(), Duration::from_secs(2), name, |l| !unhealthy(l).is_empty()).await;
+        assert_eq!(unhealthy(&l), std::slice::from_ref(&dev0), "{name}");
+    }
+    // The kubelet had not seen that yet and offers device 0: the preference avoids it.
+    let pref =
+        clients.get_mut(DEV).unwrap().get_preferred_allocation(preferred_req(ids[DEV].clone(), 1)).await.unwrap();
+    assert_ne!(pref.into_inner().container_responses[0].device_i_ds, std::slice::from_ref(&dev0));
+    // ... and an Allocate that names it anyway is refused, naming what holds it.
+    let err = clients.get_mut(DEV).unwrap().allocate(one(&[&dev0])).await.unwrap_err();
+    assert!(err.message().contains(&format!("in use through {CORE} (device 0)")), "{}", err.message());
+    // A neurondevice pod gets device 1: its cores and its neuron twin leave.
+    clients.get_mut(ALIAS).unwrap().allocate(one(&[&dev1])).await.unwrap();
+    let l = until(streams.get_mut(CORE).unwrap(), Duration::from_secs(2), CORE, |l| unhealthy(l).len() == 2).await;
+    assert_eq!(unhealthy(&l), ["2", "3"]);
+    let l = until(streams.get_mut(DEV).unwrap(), Duration::from_secs(2), DEV, |l| unhealthy(l).len() == 2).await;
+    assert_eq!(unhealthy(&l), [dev0.clone(), dev1.clone()]);
+    // Cores of a free device are still handed out.
+    clients.get_mut(CORE).unwrap().allocate(one(&["4"])).await.unwrap();
+
+    // The kubelet lists both pods: they stay held after the Allocate records age out.
+    kubelet.pods.set(&[(CORE, &["0", "1"]), (ALIAS, &[&dev1]), (CORE, &["4"])]);
+    tokio::time::sleep(actk_device_plugin::held::GRACE + actk_device_plugin::held::RECONCILE).await;
+    no_update(streams.get_mut(CORE).unwrap(), Duration::from_millis(100), "still held").await;
+    // The neuroncore pod goes: device 0 is handed out again.
+    kubelet.pods.set(&[(ALIAS, &[&dev1]), (CORE, &["4"])]);
+    let l = until(streams.get_mut(DEV).unwrap(), Duration::from_secs(6), DEV, |l| unhealthy(l).len() == 2).await;
+    assert_eq!(unhealthy(&l), [dev1.clone(), ids[DEV][2].clone()], "device 0 back, device 2 withdrawn for core 4");
+    clients.get_mut(DEV).unwrap().allocate(one(&[&dev0])).await.unwrap();
+
+    // A restarted plugin knows what pods hold before its first device list.
+    drop(streams);
+    drop(plugin);
+    kubelet.pods.set(&[(ALIAS, &[&dev1])]);
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--strategies", "envvar"]);
+    let regs = registrations(&mut kubelet, Duration::from_secs(10)).await;
+    let mut s = kubelet.dial(&regs[CORE]).await.list_and_watch(Empty {}).await.unwrap().into_inner();
+    assert_eq!(unhealthy(&next_list(&mut s, Duration::from_secs(5)).await), ["2", "3"]);
+}
+
+/// Issue 28 item 10: with the envvar strategy, a container asking for two MIG profiles
+/// (`nvidia.com/mig-1g.10gb` and `nvidia.com/mig-2g.20gb`, mixed strategy) gets both MIG
+/// devices. Both answers set NVIDIA_VISIBLE_DEVICES and the kubelet keeps one (in no fixed
+/// order: both orders are tried); each answer is also in its resource's own variable, and
+/// actk-runtime with the real runc gives the container the union.
+#[tokio::test]
+async fn two_mig_profiles_with_envvar_compose_through_actk_runtime() {
+    if !actk_testsupport::engines::require_root() {
+        return;
+    }
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    let state = State::of(&f.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--mig-strategy", "mixed", "--strategies", "envvar"]);
+    let regs = registrations(&mut kubelet, Duration::from_secs(10)).await;
+    let small = state.migs(1)[4];
+    let big = state.migs(0)[1];
+    assert_eq!((small.get("profile"), big.get("profile")), ("1g.10gb", "2g.20gb"));
+    let mut answers = Vec::new();
+    for (res, m) in [("nvidia.com/mig-1g.10gb", small), ("nvidia.com/mig-2g.20gb", big)] {
+        let mut c = kubelet.dial(&regs[res]).await;
+        let r = c.allocate(one(&[m.get("uuid")])).await.unwrap().into_inner().container_responses.remove(0);
+        assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], m.get("uuid"));
+        let own = actk_core::request::per_resource_variable("NVIDIA_VISIBLE_DEVICES", res);
+        assert_eq!(r.envs[&own], m.get("uuid"), "{own}");
+        answers.push(r.envs);
+    }
+    let cap = |gpu: u64, file: String| {
+        let t =
+            std::fs::read_to_string(f.path(&format!("proc/driver/nvidia/capabilities/gpu{gpu}/mig/{file}"))).unwrap();
+        format!("/dev/nvidia-caps/nvidia-cap{}", t.lines().next().unwrap().split_whitespace().nth(1).unwrap())
+    };
+    let mut want: std::collections::BTreeSet<String> = ["/dev/nvidia0".to_string(), "/dev/nvidia1".to_string()].into();
+    for (gpu, m) in [(1, small), (0, big)] {
+        want.insert(cap(gpu, format!("gi{}/access", m.num("gi"))));
+        want.insert(cap(gpu, format!("gi{}/ci{}/access", m.num("gi"), m.num("ci"))));
+    }
+    let config = actk_testsupport::engines::ActkConfig::new(&f.root).unwrap();
+    let cfg = config.write().unwrap();
+    for order in [[0, 1], [1, 0]] {
+        // The kubelet merges the answers' envs into one map: the later answer's value wins.
+        let mut env = std::collections::BTreeMap::new();
+        for i in order {
+            env.extend(answers[i].clone());
+        }
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env: Vec<&str> = env.iter().map(String::as_str).collect();
+        let script = "for f in /dev/nvidia* /dev/nvidia-caps/*; do [ -c \"$f\" ] && echo $f; done; true";
+        let bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", script], &env).unwrap();
+        let id = actk_testsupport::engines::unique_name("dp-two-migs");
+        let o =
+            actk_testsupport::engines::actk_runtime(&cfg, &["run", "--bundle", bundle.path().to_str().unwrap(), &id]);
+        let out = actk_testsupport::engines::expect_success("actk-runtime run", &o);
+        let seen: std::collections::BTreeSet<String> = out
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                l.starts_with("/dev/nvidia-caps/") || l.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()
+            })
+            .map(String::from)
+            .collect();
+        assert_eq!(seen, want, "order {order:?}, env {env:?}:\n{out}");
+    }
+}
+
+/// A rolling update with surge (issue 28 item 6): the new pod's plugin registers while the old
+/// one still runs. The old one stands down instead of taking the socket back (they would take
+/// turns every 100 ms), the old one's exit leaves the new one's socket, and when the new one dies
+/// first the old one serves again. The readiness file (the chart's exec probe,
+/// `--check-ready`) appears once every resource registered.
+#[tokio::test]
+async fn a_second_instance_takes_over_and_the_first_stands_down() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let ready = |p: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_actk-device-plugin")).arg("--check-ready").arg(p).status().unwrap().success()
+    };
+    let (ready_old, ready_new) =
+        (dir.path().join("pod-resources/ready-old"), dir.path().join("pod-resources/ready-new"));
+    let args = |file: &Path| vec!["--ready-file".to_string(), file.display().to_string()];
+    let a = args(&ready_old);
+    let mut old = PluginProcess::start(&f.root, dir.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "nvidia.com/gpu");
+    let t = Instant::now();
+    while !ready(&ready_old) && t.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready(&ready_old), "ready once nvidia.com/gpu registered");
+    let a = args(&ready_new);
+    let new = PluginProcess::start(&f.root, dir.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    kubelet.next_register(Duration::from_secs(10)).await;
+    // No tug of war: the old one does not register again while the new one serves.
+    kubelet.assert_no_register(Duration::from_secs(3)).await;
+    assert!(ready(&ready_new));
+    let sock = dir.path().join(&reg.endpoint);
+    // The new pod dies (SIGKILL: its socket file stays, answering nothing): the old one serves again.
+    drop(new);
+    let again = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(again.resource_name, "nvidia.com/gpu");
+    old.assert_running();
+    // A third one takes over, and the old one's orderly exit (SIGTERM) leaves its socket.
+    let third = PluginProcess::start(&f.root, dir.path(), &[]);
+    kubelet.next_register(Duration::from_secs(10)).await;
+    let third_socket = std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    rustix::process::kill_process(rustix::process::Pid::from_child(&old.child), rustix::process::Signal::TERM).unwrap();
+    let _ = old.child.wait();
+    assert_eq!(
+        std::fs::metadata(&sock).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).ok(),
+        Some(third_socket),
+        "the old plugin's exit must leave the new plugin's socket"
+    );
+    drop(third);
 }

@@ -20,7 +20,6 @@ use actk_dra::plugin::{self, Socket};
 use actk_dra::publish::{self, PublishConfig, Sink};
 use actk_dra::service::DraService;
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,8 +54,8 @@ fn us(d: Duration) -> String {
 
 struct First(Option<oneshot::Sender<usize>>);
 impl Sink for First {
-    async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
-        Ok(BTreeMap::new())
+    async fn node(&mut self) -> Result<publish::NodeView, String> {
+        Ok(Default::default())
     }
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(true)
@@ -80,6 +79,10 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         rediscover: Duration::from_secs(60),
         allow_device_plugin_overlap: false,
         state: None,
+        node_choice: None,
+        publish_lock: None,
+        defer_to: None,
+        metrics: None,
     };
     let t = Instant::now();
     let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
@@ -210,6 +213,10 @@ fn main() {
                     rediscover: Duration::from_secs(60),
                     allow_device_plugin_overlap: false,
                     state: None,
+                    node_choice: None,
+                    publish_lock: None,
+                    defer_to: None,
+                    metrics: None,
                 };
                 let t = Instant::now();
                 let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));

@@ -338,6 +338,9 @@ pub fn prepare(
         device_name_strategy: DeviceNameStrategy::Index,
         capabilities: opts.capabilities.clone(),
         ldcache_hook: opts.ldcache_hook.clone(),
+        // Claim specs are read by DRA's runtimes (containerd 2, CRI-O), which read CDI 0.7.0: a
+        // non-root pod gets the group of a node only that group may open (an AMD render node).
+        additional_gids: true,
     };
     let mut generated: BTreeMap<usize, Spec> = BTreeMap::new();
     for (vi, idxs) in &per_vendor {
@@ -353,6 +356,11 @@ pub fn prepare(
         spec.container_edits.device_nodes.retain(|n| !reserved_to_capabilities(profile, &n.path));
         for var in &profile.selection.env {
             spec.container_edits.env.push(format!("{var}=void"));
+        }
+        // The claim's devices as the vendor's software names them (HABANA_VISIBLE_MODULES).
+        let idxs: Vec<u32> = idxs.iter().copied().collect();
+        for (name, value) in profile.device_env_for(v, &idxs) {
+            spec.container_edits.env.push(format!("{name}={value}"));
         }
         generated.insert(*vi, spec);
     }

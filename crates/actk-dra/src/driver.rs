@@ -12,6 +12,12 @@
 //! Claims are handled one at a time under one lock (the work is a few small file writes); the
 //! API read happens outside the lock.
 //!
+//! Two driver processes can serve one node at once: during a rolling update the kubelet
+//! (1.33+) has the old pod and the new one registered, each with its own sockets, and may call
+//! either ([`crate::plugin::Sockets`]). The lock is therefore also a file lock,
+//! [`LOCK_FILE`] in the plugin directory (flock), and the checkpoint is read again from disk
+//! under it: what one process prepared, the other answers and unprepares.
+//!
 //! A claim is its namespace, name and UID together: both calls refuse a UID that is not a UID
 //! ([`claim::check_uid`], before it names a file) and a UID the checkpoint holds for another
 //! namespace or name; prepare also refuses an API object whose namespace, name or UID differs.
@@ -25,10 +31,14 @@ use actk_core::inventory::Inventory;
 use actk_core::profile::Profile;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::{Mutex, watch};
+use tokio::sync::{Mutex, MutexGuard, watch};
+
+/// File name of the lock that serializes prepare and unprepare across the driver processes of
+/// one node, in the directory of the checkpoint (the plugin directory).
+pub const LOCK_FILE: &str = "serialize.lock";
 
 /// Where claims are read from: the API server in the driver, a map in tests and benches.
 pub trait ClaimSource: Send + Sync + 'static {
@@ -57,6 +67,28 @@ pub struct Driver {
     pub inventory: watch::Receiver<Arc<Inventory>>,
     claims: Arc<dyn ClaimSource>,
     state: Mutex<Checkpoint>,
+    metrics: Option<crate::metrics::DraMetrics>,
+    lock_file: Option<PathBuf>,
+}
+
+/// The checkpoint while both locks are held (this process's and the node-wide file lock);
+/// dropping it releases them.
+struct Held<'a> {
+    cp: MutexGuard<'a, Checkpoint>,
+    _file: std::fs::File,
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = Checkpoint;
+    fn deref(&self) -> &Checkpoint {
+        &self.cp
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Checkpoint {
+        &mut self.cp
+    }
 }
 
 /// Why the driver cannot start.
@@ -82,19 +114,88 @@ impl Driver {
         claims: Arc<dyn ClaimSource>,
     ) -> Result<Driver, DriverError> {
         let cp = Checkpoint::load(&checkpoint_path, &node)?;
-        Ok(Driver { node, profiles, cdi_dir, checkpoint_path, spec_options, inventory, claims, state: Mutex::new(cp) })
+        Ok(Driver {
+            node,
+            profiles,
+            cdi_dir,
+            checkpoint_path,
+            spec_options,
+            inventory,
+            claims,
+            state: Mutex::new(cp),
+            metrics: None,
+            lock_file: None,
+        })
+    }
+
+    /// The driver counting prepared claims in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::DraMetrics) -> Driver {
+        metrics.prepared_claims(self.state.get_mut().claims.len());
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The metrics the driver counts in, when given ([`Driver::with_metrics`]).
+    pub fn metrics(&self) -> Option<&crate::metrics::DraMetrics> {
+        self.metrics.as_ref()
+    }
+
+    /// The driver with its node-wide lock file at `path` instead of [`LOCK_FILE`] beside the
+    /// checkpoint (tests that make the checkpoint's directory unusable).
+    pub fn with_lock_file(mut self, path: PathBuf) -> Driver {
+        self.lock_file = Some(path);
+        self
+    }
+
+    /// The node-wide lock file ([`LOCK_FILE`] beside the checkpoint, unless set).
+    pub fn lock_path(&self) -> PathBuf {
+        self.lock_file
+            .clone()
+            .unwrap_or_else(|| self.checkpoint_path.parent().unwrap_or(Path::new(".")).join(LOCK_FILE))
+    }
+
+    /// Takes this process's lock, then the node-wide file lock, and reads the checkpoint again
+    /// (another driver process may have changed it).
+    ///
+    /// Errors: the lock file cannot be opened or locked, or the checkpoint cannot be read (the
+    /// message names the file).
+    async fn hold(&self) -> Result<Held<'_>, String> {
+        let mut cp = self.state.lock().await;
+        let path = self.lock_path();
+        let shown = path.display().to_string();
+        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let f = std::fs::File::options().create(true).truncate(false).write(true).open(&path)?;
+            f.lock()?;
+            Ok(f)
+        })
+        .await
+        .map_err(|e| format!("locking {shown}: {e}"))?
+        .map_err(|e| format!("locking {shown}: {e}"))?;
+        *cp = Checkpoint::load(&self.checkpoint_path, &self.node).map_err(|e| e.to_string())?;
+        Ok(Held { cp, _file: file })
     }
 
     /// UIDs of the claims in the checkpoint.
-    pub async fn prepared_claims(&self) -> Vec<String> {
-        self.state.lock().await.claims.keys().cloned().collect()
+    ///
+    /// Errors: as [`Driver::hold`].
+    pub async fn prepared_claims(&self) -> Result<Vec<String>, String> {
+        Ok(self.hold().await?.claims.keys().cloned().collect())
     }
 
     /// Removes claim specs of this driver in the CDI directory that the checkpoint does not
     /// know (a driver killed between writing a spec and its checkpoint), so that no spec grants
     /// devices for a claim nobody prepared. Each removal is logged.
     pub async fn remove_orphan_specs(&self) {
-        let st = self.state.lock().await;
+        let st = match self.hold().await {
+            Ok(st) => st,
+            Err(e) => {
+                tracing::warn!("not removing orphan claim specs: {e}");
+                return;
+            }
+        };
         let Ok(entries) = std::fs::read_dir(&self.cdi_dir) else { return };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -117,7 +218,7 @@ impl Driver {
     pub async fn prepare(&self, want: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
         claim::check_uid(want).map_err(|e| e.to_string())?;
         {
-            let st = self.state.lock().await;
+            let st = self.hold().await?;
             Self::same_claim(&st, want)?;
             if let Some(e) = st.claims.get(&want.uid)
                 && e.spec.as_ref().is_none_or(|s| self.cdi_dir.join(s).exists())
@@ -133,7 +234,7 @@ impl Driver {
         let inventory = self.inventory.borrow().clone();
         let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &self.spec_options)
             .map_err(|e| e.to_string())?;
-        let mut st = self.state.lock().await;
+        let mut st = self.hold().await?;
         // Another call may have prepared this UID for another claim while the API was read.
         Self::same_claim(&st, want)?;
         let file = claim::spec_file_name(&want.uid);
@@ -158,6 +259,9 @@ impl Driver {
             return Err(format!("claim {want}: {e}; its CDI spec was removed again"));
         }
         *st = next;
+        if let Some(m) = &self.metrics {
+            m.prepared_claims(st.claims.len());
+        }
         tracing::info!(
             "prepared claim {want}: {}",
             prepared.devices.iter().map(|d| d.device.as_str()).collect::<Vec<_>>().join(", ")
@@ -172,7 +276,7 @@ impl Driver {
     /// spec cannot be removed, or the checkpoint cannot be written (both name the file).
     pub async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
         claim::check_uid(claim).map_err(|e| e.to_string())?;
-        let mut st = self.state.lock().await;
+        let mut st = self.hold().await?;
         Self::same_claim(&st, claim)?;
         let path = self.cdi_dir.join(claim::spec_file_name(&claim.uid));
         match std::fs::remove_file(&path) {
@@ -185,6 +289,9 @@ impl Driver {
             next.claims.remove(&claim.uid);
             next.save(&self.checkpoint_path).map_err(|e| format!("claim {claim}: {e}"))?;
             *st = next;
+            if let Some(m) = &self.metrics {
+                m.prepared_claims(st.claims.len());
+            }
             tracing::info!("unprepared claim {claim}");
         }
         Ok(())

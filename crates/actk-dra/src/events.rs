@@ -60,6 +60,9 @@ pub enum ProfileState {
     },
     /// Left out: a device plugin advertises this resource on the node.
     DevicePlugin(String),
+    /// Left out: the per-node choice gives it to the device plugin here (the label, or the
+    /// default, as `crate::servers::Choice::by_label` says it).
+    NodeLabel(String),
     /// Left out: the driver's profiles (`--profiles`) do not include it.
     NotServed,
 }
@@ -153,6 +156,14 @@ fn unservable(
             NOT_SERVED,
             format!("node {node}: the actk DRA driver here does not serve profile {profile} (chart: dra.profiles)"),
         )),
+        Some(ProfileState::NodeLabel(why)) => Some((
+            SERVED_BY_DEVICE_PLUGIN,
+            format!(
+                "node {node}: the device plugin serves {profile} there ({why}), so actk.dev publishes no {profile} devices for class {class} (one kind, one server); ask for the kind's extended resource in resources.limits on that node, or label it {}={}",
+                crate::servers::label(profile),
+                crate::servers::DRA
+            ),
+        )),
         Some(ProfileState::DevicePlugin(r)) => Some((
             SERVED_BY_DEVICE_PLUGIN,
             format!(
@@ -221,7 +232,14 @@ pub fn notices(
                     .filter(|o| o.kind == "Pod" && o.api_version == "v1")
                     .map(|o| pod_object(&claim.namespace, &o.name, &o.uid))
                     .collect();
-                for r in c.spec.devices.as_ref().and_then(|d| d.requests.as_ref()).into_iter().flatten() {
+                for r in c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.devices.as_ref())
+                    .and_then(|d| d.requests.as_ref())
+                    .into_iter()
+                    .flatten()
+                {
                     // (class, count: None for allocationMode All)
                     let wanted = |mode: Option<&String>, count: Option<i64>| match mode.map(String::as_str) {
                         Some("All") => None,
@@ -323,7 +341,7 @@ mod tests {
                 }]),
                 ..Default::default()
             },
-            spec: ResourceClaimSpec {
+            spec: Some(ResourceClaimSpec {
                 devices: Some(DeviceClaim {
                     requests: Some(vec![DeviceRequest {
                         name: "gpu".into(),
@@ -332,7 +350,7 @@ mod tests {
                     }]),
                     ..Default::default()
                 }),
-            },
+            }),
             status: None,
         }
     }
@@ -398,7 +416,11 @@ mod tests {
         let half = ProfileState::Published { whole: gpus(4..8), mig: gpus(0..4), unhealthy: 0 };
         let with_count = |n: i64| {
             let mut x = c.clone();
-            x.spec.devices.as_mut().unwrap().requests.as_mut().unwrap()[0].exactly.as_mut().unwrap().count = Some(n);
+            x.spec.as_mut().unwrap().devices.as_mut().unwrap().requests.as_mut().unwrap()[0]
+                .exactly
+                .as_mut()
+                .unwrap()
+                .count = Some(n);
             x
         };
         let n = notices("n1", &state(half.clone()), &classes(), &[with_count(5)]);

@@ -48,6 +48,16 @@ pub async fn node(client: &kube::Client, name: &str) -> Result<(NodeRef, BTreeMa
     Ok((NodeRef { name: name.to_string(), uid: n.metadata.uid }, alloc))
 }
 
+/// The Node `name`'s allocatable resources and labels ([`crate::publish::NodeView`]).
+///
+/// Errors: the API server's message, naming the node.
+pub async fn node_view(client: &kube::Client, name: &str) -> Result<crate::publish::NodeView, String> {
+    let n = Api::<Node>::all(client.clone()).get(name).await.map_err(|e| format!("node {name}: {e}"))?;
+    let allocatable =
+        n.status.and_then(|s| s.allocatable).unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
+    Ok(crate::publish::NodeView { allocatable, labels: n.metadata.labels.unwrap_or_default() })
+}
+
 /// Claims read from the API server.
 pub struct ApiClaims(pub kube::Client);
 

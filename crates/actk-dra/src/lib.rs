@@ -11,16 +11,21 @@
 //!   checkpoint), [`service`] (the gRPC services), [`plugin`] (the sockets), [`authority`]
 //!   (the registration socket's `:authority` fix), [`publish`] (discovery, health and the
 //!   ResourceSlice publisher), [`events`] (what a user sees when a claim cannot be served),
-//!   [`kube`] (the API server client).
+//!   [`kube`] (the API server client), [`discovery`] (what the API server serves),
+//!   [`servers`] (the per-node choice between the driver and the device plugin), [`metrics`]
+//!   (Prometheus).
 
 pub mod api;
 pub mod authority;
 pub mod checkpoint;
 pub mod claim;
+pub mod discovery;
 pub mod driver;
 pub mod events;
 pub mod kube;
+pub mod metrics;
 pub mod plugin;
 pub mod publish;
+pub mod servers;
 pub mod service;
 pub mod slice;

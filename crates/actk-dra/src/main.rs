@@ -2,11 +2,16 @@
 //! Kubernetes 1.34+). On each node it publishes the node's accelerators of every served profile
 //! as one ResourceSlice pool, keeps it current, and prepares allocated claims as transient CDI
 //! specs for the kubelet. Runs until SIGTERM/SIGINT.
+//!
+//! On SIGTERM it withdraws the pool, unless another process of the driver runs on the node (the
+//! new pod of a rolling update, [`actk_dra::plugin::others_alive`]): that one takes the pool
+//! over, and the running claims, the checkpoint and the specs stay as they are.
 
 use actk_dra::claim::SpecOptions;
 use actk_dra::driver::Driver;
-use actk_dra::plugin::{self, Socket};
-use actk_dra::publish::{self, ApiSink, PublishConfig};
+use actk_dra::plugin::{self, Socket, Sockets};
+use actk_dra::publish::{self, ApiSink, NodeChoice, PublishConfig};
+use actk_dra::servers::Server;
 use actk_dra::service::{DraService, Registrar};
 use actk_dra::slice::DRIVER;
 use anyhow::{Context, Result};
@@ -21,7 +26,7 @@ use tokio::sync::{oneshot, watch};
 #[command(name = "actk-dra-driver", version = actk_version::LONG, about = "Kubernetes DRA driver (actk.dev) for every accelerator vendor actk knows")]
 struct Cli {
     /// This node's name (the pool name); the chart sets it from spec.nodeName.
-    #[arg(long, env = "NODE_NAME")]
+    #[arg(long, env = "NODE_NAME", required_unless_present = "check_ready", default_value = "")]
     node_name: String,
     /// Host root to discover devices in (where the node's / is visible).
     #[arg(long, env = "ACTK_ROOT", default_value = "/")]
@@ -63,14 +68,49 @@ struct Cli {
     /// Publish kinds that a device plugin also advertises on this node (off: they are left out).
     #[arg(long, env = "ACTK_DRA_ALLOW_DEVICE_PLUGIN_OVERLAP")]
     allow_device_plugin_overlap: bool,
+    /// The per-node choice: the Node's labels `actk.dev/<profile>.server=dra|device-plugin`
+    /// decide which of the served profiles this driver takes on the node.
+    #[arg(long, env = "ACTK_DRA_SERVER_LABELS")]
+    server_labels: bool,
+    /// With --server-labels: what serves a profile on a node without its label (dra or
+    /// device-plugin).
+    #[arg(long, env = "ACTK_DRA_DEFAULT_SERVER", default_value = "dra", value_parser = parse_server)]
+    default_server: Server,
+    /// With --server-labels: the file telling the device plugin which profiles this driver
+    /// serves on the node (its --dra-servers-file).
+    #[arg(long, env = "ACTK_DRA_SERVERS_FILE")]
+    servers_file: Option<PathBuf>,
+    /// The pod's UID (metadata.uid): per-pod socket names, so that the old and the new pod of a
+    /// rolling update are both registered (kubelet 1.33+). Unset: the fixed names.
+    #[arg(long, env = "POD_UID")]
+    pod_uid: Option<String>,
+    /// `host:port` of a Prometheus /metrics endpoint; none by default.
+    #[arg(long, env = "ACTK_DRA_METRICS_ADDRESS")]
+    metrics_address: Option<std::net::SocketAddr>,
+    /// Keep this file while the kubelet has the driver registered (a readiness probe's file).
+    #[arg(long, env = "ACTK_DRA_READY_FILE")]
+    ready_file: Option<PathBuf>,
+    /// Exit 0 when FILE exists, 1 when not, and do nothing else: the exec readiness probe of an
+    /// image without a shell.
+    #[arg(long, value_name = "FILE")]
+    check_ready: Option<PathBuf>,
+}
+
+fn parse_server(s: &str) -> Result<Server, String> {
+    s.parse()
 }
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ACTK_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    if let Some(f) = &cli.check_ready {
+        std::process::exit(if f.exists() { 0 } else { 1 });
+    }
     if !(10..=60_000).contains(&cli.health_interval_ms) || !(100..=600_000).contains(&cli.rediscover_interval_ms) {
         anyhow::bail!(
             "--health-interval-ms must be 10..=60000 and --rediscover-interval-ms 100..=600000 (got {} and {})",
@@ -103,6 +143,26 @@ async fn run(cli: Cli) -> Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let client = actk_dra::kube::client(cli.kubeconfig.as_deref()).await?;
+    let metrics = actk_dra::metrics::DraMetrics::new();
+    if let Some(addr) = cli.metrics_address {
+        tokio::spawn(actk_dra::metrics::serve(addr, metrics.clone()));
+    }
+    // What the API server serves: resource.k8s.io/v1 is required; the rest is used where kept.
+    let api = loop {
+        match actk_dra::discovery::discover(&client, &cli.node_name).await {
+            Ok(f) => break f,
+            Err(e) => {
+                tracing::warn!("{e}; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = term.recv() => return Ok(()),
+                }
+            }
+        }
+    };
+    api.check()?;
+    tracing::info!("{}", api.summary());
+    metrics.api(&api);
     // The Node must exist (the kubelet registers it) before slices can name it as owner.
     let node = loop {
         match actk_dra::kube::node(&client, &cli.node_name).await {
@@ -124,19 +184,27 @@ async fn run(cli: Cli) -> Result<()> {
         }
     };
     let (inv_tx, inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
-    let driver = Arc::new(Driver::new(
-        node.name.clone(),
-        profiles.clone(),
-        cli.cdi_dir.clone(),
-        cli.plugin_dir.join(actk_dra::checkpoint::FILE_NAME),
-        SpecOptions {
-            host_mount: cli.host_mount.clone(),
-            capabilities: cli.capabilities.clone(),
-            ldcache_hook: cli.ldcache_hook.clone(),
-        },
-        inv_rx.clone(),
-        Arc::new(actk_dra::kube::ApiClaims(client.clone())),
-    )?);
+    let sockets =
+        Sockets::new(DRIVER, &cli.registry_dir, &cli.plugin_dir, cli.pod_uid.as_deref()).map_err(anyhow::Error::msg)?;
+    for gone in plugin::remove_stale(&[&cli.registry_dir, &cli.plugin_dir], DRIVER, &sockets) {
+        tracing::info!("removed {}: its driver process is gone", gone.display());
+    }
+    let driver = Arc::new(
+        Driver::new(
+            node.name.clone(),
+            profiles.clone(),
+            cli.cdi_dir.clone(),
+            cli.plugin_dir.join(actk_dra::checkpoint::FILE_NAME),
+            SpecOptions {
+                host_mount: cli.host_mount.clone(),
+                capabilities: cli.capabilities.clone(),
+                ldcache_hook: cli.ldcache_hook.clone(),
+            },
+            inv_rx.clone(),
+            Arc::new(actk_dra::kube::ApiClaims(client.clone())),
+        )?
+        .with_metrics(metrics.clone()),
+    );
     driver.remove_orphan_specs().await;
     let (state_tx, state_rx) = watch::channel(Arc::new(actk_dra::events::PoolState::default()));
     // Why a claim cannot be served here, as Events and claim conditions (actk_dra::events).
@@ -154,6 +222,15 @@ async fn run(cli: Cli) -> Result<()> {
         rediscover: Duration::from_millis(cli.rediscover_interval_ms),
         allow_device_plugin_overlap: cli.allow_device_plugin_overlap,
         state: Some(Arc::new(state_tx)),
+        node_choice: cli.server_labels.then(|| NodeChoice {
+            default: cli.default_server,
+            file: cli.servers_file.clone(),
+            node: node.name.clone(),
+        }),
+        publish_lock: Some(cli.plugin_dir.join(publish::PUBLISH_LOCK)),
+        // A driver of an earlier release (fixed socket names, no lock) publishes until it is gone.
+        defer_to: sockets.per_pod.then(|| cli.registry_dir.join(plugin::registration_socket_name(DRIVER))),
+        metrics: Some(metrics.clone()),
     };
     // Registration before publication: the publisher discovers and hands the driver its
     // inventory at once, but publishes only once the kubelet has registered the driver.
@@ -168,12 +245,34 @@ async fn run(cli: Cli) -> Result<()> {
     // Serve the DRA socket once the first inventory is there, then announce it to the kubelet.
     let mut first = inv_rx.clone();
     let _ = first.wait_for(|i| !i.root.as_os_str().is_empty()).await;
-    let dra_sock = cli.plugin_dir.join("dra.sock");
+    let dra_sock = sockets.dra.clone();
     let (ready_tx, ready_rx) = oneshot::channel();
     tokio::spawn(plugin::serve(dra_sock.clone(), Socket::Dra(DraService(driver.clone())), Some(ready_tx)));
     let _ = ready_rx.await;
+    let mut registered = status_tx.subscribe();
     let registrar = Arc::new(Registrar { name: DRIVER.into(), endpoint: dra_sock.clone(), status: status_tx });
-    let reg_sock = cli.registry_dir.join(plugin::registration_socket_name(DRIVER));
+    let reg_sock = sockets.registration.clone();
+    // Ready (the readiness probe's file) while the kubelet has this process registered: a
+    // rolling update stops the old pod only then.
+    {
+        let metrics = metrics.clone();
+        let ready_file = cli.ready_file.clone();
+        tokio::spawn(async move {
+            loop {
+                let yes = publish::is_registered(&registered.borrow_and_update());
+                metrics.set_registered(yes);
+                if let Some(f) = &ready_file {
+                    let r = if yes { std::fs::write(f, b"registered\n") } else { remove_if_there(f) };
+                    if let Err(e) = r {
+                        tracing::warn!("readiness file {}: {e}", f.display());
+                    }
+                }
+                if registered.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     tokio::spawn(plugin::serve(reg_sock.clone(), Socket::Registration(registrar), None));
     tracing::info!(
         "DRA driver {DRIVER} for node {}: serving {} and {}",
@@ -191,6 +290,26 @@ async fn run(cli: Cli) -> Result<()> {
     // socket goes. Specs and the checkpoint stay for the next driver process (running
     // containers keep their devices).
     publisher.abort();
+    if let Some(f) = &cli.ready_file {
+        let _ = remove_if_there(f);
+    }
+    let others = plugin::others_alive(&cli.registry_dir, DRIVER, &reg_sock);
+    if !others.is_empty() {
+        // A rolling update: the newer process takes the pool over (it waits for the publisher
+        // lock this one held), and keeps the servers file as it is.
+        tracing::info!(
+            "another driver process serves this node ({}); leaving the pool to it",
+            others.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+        let _ = std::fs::remove_file(&reg_sock);
+        let _ = std::fs::remove_file(&dra_sock);
+        tracing::info!("stopped");
+        return Ok(());
+    }
+    if let Some(f) = &cli.servers_file {
+        // Nothing of the driver serves the node any more: the device plugin may serve it all.
+        let _ = remove_if_there(f);
+    }
     match tokio::time::timeout(Duration::from_secs(10), actk_dra::kube::withdraw(&client, &node.name)).await {
         Ok(Ok(n)) => tracing::info!("withdrew the pool's {n} ResourceSlice(s)"),
         Ok(Err(e)) => tracing::warn!(
@@ -204,4 +323,12 @@ async fn run(cli: Cli) -> Result<()> {
     let _ = std::fs::remove_file(&dra_sock);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Removes `f`; a file that is not there is fine.
+fn remove_if_there(f: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(f) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }

@@ -11,6 +11,14 @@
 //! driver before that, so claims prepared by an earlier driver process are answered as soon as
 //! the kubelet asks. The driver withdraws the pool before it stops ([`crate::kube::withdraw`]).
 //!
+//! One publisher per node: during a rolling update two driver processes run on the node (the
+//! kubelet calls either, [`crate::driver`]), but only the one holding the publisher lock
+//! ([`PUBLISH_LOCK`], a flock in the plugin directory, held for the process's life) publishes;
+//! the other discovers, hands its driver the inventory and prepares claims, and takes over the
+//! pool (at a generation above the last published one) once the lock is free. A driver of an
+//! earlier release (no lock, the fixed socket name) is waited for the same way: while its
+//! registration socket answers ([`PublishConfig::defer_to`]).
+//!
 //! The published pool is checked at each discovery and published again (at a new generation)
 //! when it is gone or changed: the kubelet deletes the node's slices when it starts, and a
 //! driver's slices when the driver was unregistered for 30 s.
@@ -19,19 +27,22 @@
 //! plugin advertises on this node (Node allocatable above zero) is not published, with a warning
 //! naming the resource, unless `allow_device_plugin_overlap` is set; the chart's values decide
 //! which kinds each serves, and this check catches a second installation (another vendor's
-//! device plugin) doing the same.
+//! device plugin) doing the same. With the per-node choice on ([`NodeChoice`],
+//! [`crate::servers`]) the Node's labels decide which served profiles the driver takes on this
+//! node, and the servers file tells the device plugin.
 
 use actk_core::inventory::Inventory;
 use actk_core::profile::Profile;
 use actk_node::health::{self, Probe};
 use k8s_openapi::api::resource::v1::Device as SliceDevice;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::events::{PoolState, ProfileState};
+use crate::servers::{self, Server, ServersFile};
 use crate::slice::{self, NodeRef, device_name};
 
 /// What the publisher needs.
@@ -51,15 +62,73 @@ pub struct PublishConfig {
     pub allow_device_plugin_overlap: bool,
     /// Where the pool's state goes after each round, for the events ([`crate::events`]).
     pub state: Option<Arc<watch::Sender<Arc<PoolState>>>>,
+    /// The per-node choice of server ([`crate::servers`]); `None`: the driver serves `served`
+    /// wherever it runs (the chart's default).
+    pub node_choice: Option<NodeChoice>,
+    /// The node's publisher lock ([`PUBLISH_LOCK`] in the plugin directory); `None`: publish
+    /// without one (a single process).
+    pub publish_lock: Option<PathBuf>,
+    /// A registration socket of an earlier driver release (which takes no lock): while it
+    /// answers, that process publishes and this one waits.
+    pub defer_to: Option<PathBuf>,
+    /// Where the pool's figures go.
+    pub metrics: Option<crate::metrics::DraMetrics>,
+}
+
+/// File name of the node's publisher lock in the plugin directory.
+pub const PUBLISH_LOCK: &str = "publish.lock";
+
+/// Takes the publisher lock at `lock` when it is free and no earlier driver (`defer_to`
+/// answering) publishes: `Some(file)` holds it until dropped, `None` means another process
+/// publishes.
+///
+/// Errors: the lock file cannot be opened or locked for another reason than being held.
+pub fn try_lead(lock: &Path, defer_to: Option<&Path>) -> std::io::Result<Option<std::fs::File>> {
+    if let Some(sock) = defer_to
+        && std::os::unix::net::UnixStream::connect(sock).is_ok()
+    {
+        return Ok(None);
+    }
+    if let Some(dir) = lock.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let f = std::fs::File::options().create(true).truncate(false).write(true).open(lock)?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// The per-node choice between the DRA driver and the device plugin ([`crate::servers`]).
+#[derive(Debug, Clone)]
+pub struct NodeChoice {
+    /// What serves a profile of `served` on a node without its label.
+    pub default: Server,
+    /// Where the choice is written for the device plugin ([`ServersFile`]); `None`: nowhere.
+    pub file: Option<PathBuf>,
+    /// This node's name (written into the file).
+    pub node: String,
+}
+
+/// What the publisher reads of its Node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeView {
+    /// `status.allocatable` (`nvidia.com/gpu` -> `8`).
+    pub allocatable: BTreeMap<String, String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// The pool's state for the events: every discovered profile (`found`) as published, left to
 /// a device plugin (`overlap`) or not served; `inv` is the served inventory.
+#[allow(clippy::too_many_arguments)]
 pub fn pool_state(
     found: &Inventory,
     inv: &Inventory,
     served: Option<&BTreeSet<String>>,
     overlap: &BTreeMap<String, String>,
+    by_label: &BTreeMap<String, String>,
     unhealthy: &BTreeMap<String, String>,
     published: bool,
 ) -> PoolState {
@@ -67,6 +136,8 @@ pub fn pool_state(
     for v in found.vendors.iter().filter(|v| !v.devices.is_empty()) {
         let state = if let Some(r) = overlap.get(&v.profile) {
             ProfileState::DevicePlugin(r.clone())
+        } else if let Some(why) = by_label.get(&v.profile) {
+            ProfileState::NodeLabel(why.clone())
         } else if served.is_some_and(|s| !s.contains(&v.profile)) {
             ProfileState::NotServed
         } else {
@@ -125,22 +196,32 @@ pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
     out
 }
 
-/// Health probes of every device of `inv`, by slice device name.
-pub fn probes(inv: &Inventory) -> Vec<(String, Probe)> {
+/// Health probes of every device of `inv` (discovered with `profiles`), by slice device name.
+pub fn probes(inv: &Inventory, profiles: &[Profile]) -> Vec<(String, Probe)> {
     inv.vendors
         .iter()
-        .flat_map(|v| health::probes(&inv.root, v).into_iter().map(move |p| (device_name(&v.profile, p.index), p)))
+        .filter_map(|v| Some((v, profiles.iter().find(|p| p.name == v.profile)?)))
+        .flat_map(|(v, p)| {
+            health::probes(&inv.root, p, v).into_iter().map(move |pr| (device_name(&v.profile, pr.index), pr))
+        })
         .collect()
 }
 
 /// Where the slices go: the API server in the driver, a recorder in tests.
 pub trait Sink: Send {
-    /// Devices that a device plugin serves on this node, by profile (`allocatable` check).
-    fn allocatable(&mut self) -> impl Future<Output = Result<BTreeMap<String, String>, String>> + Send;
+    /// The Node's allocatable resources (what a device plugin serves on it) and labels (the
+    /// per-node choice of server).
+    fn node(&mut self) -> impl Future<Output = Result<NodeView, String>> + Send;
     /// Whether the pool the API server holds is still the one published at `generation` (the
     /// kubelet deletes a node's slices when it starts, and a driver's after it was away 30 s).
     /// Errors: the API server's message (the pool is then taken as intact).
     fn intact(&mut self, generation: i64) -> impl Future<Output = Result<bool, String>> + Send;
+    /// The newest pool generation the API server holds for this node (0: none), so that a
+    /// process taking the pool over from another publishes above it. Errors: the API server's
+    /// message.
+    fn newest_generation(&mut self) -> impl Future<Output = Result<i64, String>> + Send {
+        async { Ok(0) }
+    }
     /// Publishes the pool at `generation`. Errors: the API server's message.
     fn publish(
         &mut self,
@@ -158,8 +239,8 @@ pub struct ApiSink {
 }
 
 impl Sink for ApiSink {
-    async fn allocatable(&mut self) -> Result<BTreeMap<String, String>, String> {
-        crate::kube::node(&self.client, &self.node.name).await.map(|(_, a)| a)
+    async fn node(&mut self) -> Result<NodeView, String> {
+        crate::kube::node_view(&self.client, &self.node.name).await
     }
     async fn intact(&mut self, generation: i64) -> Result<bool, String> {
         let now = crate::kube::current_slices(&self.client, &self.node.name).await?;
@@ -167,6 +248,10 @@ impl Sink for ApiSink {
         Ok(!now.is_empty()
             && now.len() as i64 == count
             && now.iter().all(|s| s.spec.pool.generation == generation && s.spec.pool.resource_slice_count == count))
+    }
+    async fn newest_generation(&mut self) -> Result<i64, String> {
+        let now = crate::kube::current_slices(&self.client, &self.node.name).await?;
+        Ok(now.iter().map(|s| s.spec.pool.generation).max().unwrap_or(0))
     }
     async fn publish(&mut self, generation: i64, devices: Vec<SliceDevice>) -> Result<(), String> {
         let slices = slice::slices(&self.node, generation, devices);
@@ -200,6 +285,15 @@ pub async fn run<S: Sink>(
     let mut unhealthy_before: BTreeSet<String> = BTreeSet::new();
     let mut sent: Option<Vec<SliceDevice>> = None;
     let mut said_waiting = false;
+    let mut labels: BTreeMap<String, String> = BTreeMap::new();
+    let mut by_label: BTreeMap<String, String> = BTreeMap::new();
+    let mut said_ignored: BTreeSet<String> = BTreeSet::new();
+    let mut written: Option<ServersFile> = None;
+    let mut last_dra: Option<BTreeSet<String>> = None;
+    // The publisher lock, once held (kept for the life of the task).
+    let mut lead: Option<std::fs::File> = None;
+    let mut said_follower = false;
+    let mut said_lock_error = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
             found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
@@ -208,15 +302,58 @@ pub async fn run<S: Sink>(
                     tracing::warn!("discovery: {w}");
                 }
             }
+            let view = sink.node().await;
+            if let Ok(v) = &view {
+                labels = v.labels.clone();
+            }
             let overlap = if cfg.allow_device_plugin_overlap {
                 BTreeMap::new()
             } else {
-                match sink.allocatable().await {
-                    Ok(a) => device_plugin_profiles(&found, &cfg.profiles, &a),
+                match &view {
+                    Ok(v) => device_plugin_profiles(&found, &cfg.profiles, &v.allocatable),
                     Err(e) => {
                         tracing::warn!("cannot read the node's allocatable resources: {e}; keeping the last check");
                         warned_overlap.clone()
                     }
+                }
+            };
+            // The per-node choice: which of the served profiles this node gives the driver.
+            let here = match &cfg.node_choice {
+                None => cfg.served.clone(),
+                Some(nc) => {
+                    let may: BTreeSet<String> = match &cfg.served {
+                        Some(s) => s.clone(),
+                        None => cfg.profiles.iter().map(|p| p.name.clone()).collect(),
+                    };
+                    let choice = servers::choose(&may, &labels, nc.default);
+                    for (l, why) in &choice.ignored {
+                        if said_ignored.insert(l.clone()) {
+                            tracing::warn!("node label {l} is ignored: {why}");
+                        }
+                    }
+                    for (p, why) in &choice.by_label {
+                        if by_label.get(p) != Some(why) {
+                            tracing::info!("profile {p} is the device plugin's on this node ({why})");
+                        }
+                    }
+                    if last_dra.as_ref() != Some(&choice.dra) {
+                        tracing::info!(
+                            "profiles the DRA driver serves on this node: {}",
+                            choice.dra.iter().cloned().collect::<Vec<_>>().join(", ")
+                        );
+                        last_dra = Some(choice.dra.clone());
+                    }
+                    by_label = choice.by_label;
+                    let file = ServersFile { node: nc.node.clone(), dra: choice.dra.clone() };
+                    if let Some(path) = &nc.file
+                        && written.as_ref() != Some(&file)
+                    {
+                        match file.write(path) {
+                            Ok(()) => written = Some(file),
+                            Err(e) => tracing::warn!("cannot tell the device plugin what DRA serves here: {e}"),
+                        }
+                    }
+                    Some(choice.dra)
                 }
             };
             for (p, r) in &overlap {
@@ -228,8 +365,8 @@ pub async fn run<S: Sink>(
             }
             warned_overlap = overlap;
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
-            inv = served(&found, cfg.served.as_ref(), &excluded);
-            probe_list = probes(&inv);
+            inv = served(&found, here.as_ref(), &excluded);
+            probe_list = probes(&inv, &cfg.profiles);
             if published.is_some() {
                 match sink.intact(generation).await {
                     Ok(true) => {}
@@ -252,7 +389,7 @@ pub async fn run<S: Sink>(
                 if !unhealthy_before.contains(name) {
                     tracing::warn!("device {name} is unhealthy: {why}; it leaves the ResourceSlice");
                 }
-                Some((name.clone(), why))
+                Some((name.clone(), why.reason))
             })
             .collect();
         let unhealthy: BTreeSet<String> = why.keys().cloned().collect();
@@ -280,6 +417,43 @@ pub async fn run<S: Sink>(
                 }
                 continue;
             }
+            if let Some(lock) = &cfg.publish_lock
+                && lead.is_none()
+            {
+                match try_lead(lock, cfg.defer_to.as_deref()) {
+                    Ok(Some(f)) => {
+                        lead = Some(f);
+                        match sink.newest_generation().await {
+                            Ok(g) if g >= generation => generation = g + 1,
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!("cannot read the pool's newest generation: {e}"),
+                        }
+                        if said_follower {
+                            tracing::info!("the other driver process is gone; this one publishes the node's pool now");
+                        }
+                        if let Some(m) = &cfg.metrics {
+                            m.set_publisher(true);
+                        }
+                    }
+                    Ok(None) => {
+                        if !said_follower {
+                            tracing::info!(
+                                "another actk-dra-driver process publishes this node's pool (a rolling update); this one prepares claims and publishes once that one is gone"
+                            );
+                            said_follower = true;
+                        }
+                        tokio::time::sleep(cfg.health).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        // A lock that cannot be taken must not keep the node without a pool.
+                        if !said_lock_error {
+                            tracing::warn!("publisher lock {}: {e}; publishing without it", lock.display());
+                            said_lock_error = true;
+                        }
+                    }
+                }
+            }
             if published.is_some() {
                 generation += 1;
             }
@@ -294,6 +468,28 @@ pub async fn run<S: Sink>(
                             format!(" ({})", devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "))
                         }
                     );
+                    if let Some(m) = &cfg.metrics {
+                        let mut per: BTreeMap<String, usize> = BTreeMap::new();
+                        for v in &inv.vendors {
+                            let n = v
+                                .devices
+                                .iter()
+                                .filter(|d| devices.iter().any(|x| x.name == device_name(&v.profile, d.index)))
+                                .count();
+                            per.insert(v.profile.clone(), n);
+                        }
+                        let mut sick: BTreeMap<String, usize> = BTreeMap::new();
+                        for (name, _) in probe_list.iter().filter(|(n, _)| unhealthy.contains(n)) {
+                            let p = inv
+                                .vendors
+                                .iter()
+                                .find(|v| v.devices.iter().any(|d| device_name(&v.profile, d.index) == *name))
+                                .map(|v| v.profile.clone())
+                                .unwrap_or_default();
+                            *sick.entry(p).or_default() += 1;
+                        }
+                        m.pool(generation, &per, &sick);
+                    }
                     published = Some(devices);
                 }
                 Err(e) => {
@@ -305,7 +501,8 @@ pub async fn run<S: Sink>(
             }
         }
         if let Some(st) = &cfg.state {
-            let now = pool_state(&found, &inv, cfg.served.as_ref(), &warned_overlap, &why, published.is_some());
+            let now =
+                pool_state(&found, &inv, cfg.served.as_ref(), &warned_overlap, &by_label, &why, published.is_some());
             st.send_if_modified(|old| {
                 let changed = **old != now;
                 if changed {

@@ -69,10 +69,15 @@ macro_rules! dra_version {
                 &self,
                 req: Request<$v::NodePrepareResourcesRequest>,
             ) -> Result<Response<$v::NodePrepareResourcesResponse>, Status> {
+                let t = std::time::Instant::now();
                 let mut out = $v::NodePrepareResourcesResponse::default();
                 for c in req.into_inner().claims {
                     let claim = ClaimRef { namespace: c.namespace, uid: c.uid, name: c.name };
-                    let answer = match self.0.prepare(&claim).await {
+                    let result = self.0.prepare(&claim).await;
+                    if let Some(m) = self.0.metrics() {
+                        m.claim("prepare", result.is_ok());
+                    }
+                    let answer = match result {
                         Ok(devices) => $v::NodePrepareResourceResponse {
                             devices: devices
                                 .into_iter()
@@ -92,6 +97,15 @@ macro_rules! dra_version {
                     };
                     out.claims.insert(claim.uid, answer);
                 }
+                let took = t.elapsed();
+                if let Some(m) = self.0.metrics() {
+                    m.request("NodePrepareResources", took);
+                }
+                tracing::info!(
+                    "NodePrepareResources: {} claim(s) answered in {:.3} ms",
+                    out.claims.len(),
+                    took.as_secs_f64() * 1e3
+                );
                 Ok(Response::new(out))
             }
 
@@ -99,10 +113,15 @@ macro_rules! dra_version {
                 &self,
                 req: Request<$v::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$v::NodeUnprepareResourcesResponse>, Status> {
+                let t = std::time::Instant::now();
                 let mut out = $v::NodeUnprepareResourcesResponse::default();
                 for c in req.into_inner().claims {
                     let claim = ClaimRef { namespace: c.namespace, uid: c.uid, name: c.name };
-                    let error = match self.0.unprepare(&claim).await {
+                    let result = self.0.unprepare(&claim).await;
+                    if let Some(m) = self.0.metrics() {
+                        m.claim("unprepare", result.is_ok());
+                    }
+                    let error = match result {
                         Ok(()) => String::new(),
                         Err(e) => {
                             tracing::warn!("NodeUnprepareResources: {e}");
@@ -110,6 +129,9 @@ macro_rules! dra_version {
                         }
                     };
                     out.claims.insert(claim.uid, $v::NodeUnprepareResourceResponse { error });
+                }
+                if let Some(m) = self.0.metrics() {
+                    m.request("NodeUnprepareResources", t.elapsed());
                 }
                 Ok(Response::new(out))
             }

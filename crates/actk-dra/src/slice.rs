@@ -11,18 +11,25 @@
 //! | `profile` | string | actk profile (`nvidia`, `neuron`, ...) |
 //! | `vendor` | string | the kind's vendor (`nvidia.com`, `aws.amazon.com`, ...) |
 //! | `index` | int | index as the vendor tools number devices |
-//! | `uuid`, `model`, `pciBusID`, `driverVersion` | string | inventory, when known |
+//! | `uuid`, `model`, `pciBusID` | string | inventory, when known |
+//! | `driverVersion` | version | the kind's driver version as semver 2.0 ([`semver_of`]: `580.95.05` -> `580.95.5`, `2.24.7.0` -> `2.24.7+0`), for CEL `isGreaterThan(semver("570.0.0"))` |
 //! | `numaNode` | int | sysfs `numa_node`, when known |
 //! | `architecture` | string | Neuron `info/architecture/arch_type` |
+//! | `instanceType` | string | Neuron devices on EC2: the instance type (`trn1.32xlarge`, DMI `product_name` where `sys_vendor` is `Amazon EC2`) |
 //! | `hiveID` | string | AMD XGMI hive (KFD `hive_id`): GPUs with one value are XGMI-connected |
+//! | `computePartition`, `memoryPartition`, `partitionProfile` | string | AMD partition modes (`cpx`, `nps4`) and their profile `cpx_nps4` (the name ROCm's device plugin gives the resource) |
 //! | `ringPosition` | int | position in a link ring (Inferentia2 NeuronLink) |
 //! | `torusRow`, `torusColumn` | int | position in a `side x side` link torus (Trainium NeuronLink) |
-//! | `linkGroup2`, `linkGroup4`, `linkGroup8` | int | id of the aligned, connected group of that size holding the device |
+//! | `linkGroup2`, `linkGroup4`, `linkGroup8`, `linkGroup16` | int | id of the aligned, connected group of that size holding the device |
 //! | `migMode` | string | NVIDIA MIG mode, `enabled` or `disabled` (NVML `nvmlDeviceGetMigMode`, current; `nvidia-smi --query-gpu=mig.mode.current`), on GPUs that support MIG |
 //!
-//! plus the standard `resource.kubernetes.io/pcieRoot` (`pci0000:17`) where the PCI function's
-//! sysfs path names its root complex. Capacities: `memory` (NVIDIA, when NVML reported it:
-//! attribute `memory_bytes`) and `cores` (Neuron core count).
+//! plus the standard attributes of k8s.io/dynamic-resource-allocation/deviceattribute (1.37):
+//! `resource.kubernetes.io/pciBusID` (`0000:1b:00.0`), `resource.kubernetes.io/pcieRoot`
+//! (`pci0000:17`, where the PCI function's sysfs path names its root complex) and
+//! `resource.kubernetes.io/numaNode` (int, the scalar form; left out without NUMA affinity).
+//! They are plain qualified names, so a 1.34 API server takes them as well. Capacities:
+//! `memory` (NVIDIA, when NVML reported it: attribute `memory_bytes`) and `cores` (Neuron core
+//! count).
 //!
 //! A GPU in MIG mode is published as itself with `migMode: enabled` so that CEL can tell it
 //! apart: a CUDA process cannot use such a GPU whole, only its MIG devices, which are not
@@ -51,6 +58,14 @@ pub const DRIVER: &str = "actk.dev";
 /// The standard attribute naming a device's PCIe root complex (KEP-5316; `pci<domain>:<bus>`).
 pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 
+/// The standard attribute holding a PCI device's address in extended BDF notation
+/// (`0000:1b:00.0`; deviceattribute `StandardDeviceAttributePCIBusID`).
+pub const PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+
+/// The standard attribute holding a device's NUMA node (int; deviceattribute
+/// `StandardDeviceAttributeNUMANode`, Kubernetes 1.37). Devices without NUMA affinity have none.
+pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
+
 /// The CEL condition of the chart's DeviceClasses that leaves out GPUs in MIG mode (a device
 /// without the attribute is not one).
 pub const NOT_MIG_ENABLED: &str =
@@ -60,7 +75,7 @@ pub const NOT_MIG_ENABLED: &str =
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
 
 /// Group sizes published as `linkGroupK`.
-pub const LINK_GROUP_SIZES: &[u32] = &[2, 4, 8];
+pub const LINK_GROUP_SIZES: &[u32] = &[2, 4, 8, 16];
 
 /// The slice device name of device `index` of profile `profile`: `<profile>-<index>`, made a
 /// DNS label (lower case, other characters `-`, at most 63 characters).
@@ -85,6 +100,80 @@ fn string(v: impl Into<String>) -> DeviceAttribute {
 
 fn int(v: i64) -> DeviceAttribute {
     DeviceAttribute { int: Some(v), ..Default::default() }
+}
+
+fn version(v: impl Into<String>) -> DeviceAttribute {
+    DeviceAttribute { version: Some(v.into()), ..Default::default() }
+}
+
+/// A driver version as semver 2.0, the form the API server accepts for a `version` attribute
+/// (its `semverRe`: `MAJOR.MINOR.PATCH` without leading zeros, then optional pre-release and
+/// build parts): the leading numeric components with leading zeros dropped, padded to three
+/// (`560.35` -> `560.35.0`); further components and any suffix become build metadata, which
+/// comparisons ignore (`2.24.7.0` -> `2.24.7+0`, Gaudi's `1.18.0-ee698fb` -> `1.18.0+ee698fb`:
+/// that suffix is a build, not a pre-release). `None` when it does not start with a number or
+/// the result is longer than 64 characters (the API's limit).
+pub fn semver_of(raw: &str) -> Option<String> {
+    let raw = raw.trim();
+    let split = raw.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(raw.len());
+    let (numeric, suffix) = raw.split_at(split);
+    let parts: Vec<&str> = numeric.split('.').filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() || !numeric.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let norm = |p: &str| -> Option<String> { p.parse::<u64>().ok().map(|n| n.to_string()) };
+    let mut core: Vec<String> = parts.iter().take(3).map(|p| norm(p)).collect::<Option<_>>()?;
+    while core.len() < 3 {
+        core.push("0".into());
+    }
+    let mut build: Vec<String> = parts.iter().skip(3).map(|p| p.to_string()).collect();
+    // The suffix's identifiers ([0-9A-Za-z-]+, dot-separated); other characters split them.
+    build.extend(
+        suffix
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .map(|p| p.trim_matches('-'))
+            .filter(|p| !p.is_empty())
+            .map(str::to_string),
+    );
+    let mut out = core.join(".");
+    if !build.is_empty() {
+        out.push('+');
+        out.push_str(&build.join("."));
+    }
+    (out.len() <= 64).then_some(out)
+}
+
+/// Whether `s` is a PCI address in extended BDF notation, `DDDD:BB:DD.F` in hexadecimal (what
+/// deviceattribute's `verifyPCIBDFFormat` accepts for the standard `pciBusID`).
+pub fn is_pci_bdf(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+/// Facts of the node rather than of one device, read from the host root once per publication.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The EC2 instance type (`trn1.32xlarge`): DMI `product_name` where `sys_vendor` is
+    /// `Amazon EC2` (Nitro instances report their type there, as `dmidecode -s
+    /// system-product-name` shows).
+    pub instance_type: Option<String>,
+}
+
+impl NodeFacts {
+    /// The facts of the node whose `/` is `root`; missing files leave a fact out.
+    pub fn read(root: &Path) -> NodeFacts {
+        let dmi = root.join("sys/class/dmi/id");
+        let read = |f: &str| std::fs::read_to_string(dmi.join(f)).ok().map(|s| s.trim().to_string());
+        let instance_type = (read("sys_vendor").as_deref() == Some("Amazon EC2"))
+            .then(|| read("product_name"))
+            .flatten()
+            .filter(|t| !t.is_empty() && t.len() <= 64);
+        NodeFacts { instance_type }
+    }
 }
 
 /// The PCIe root complex of PCI function `bus` (`0000:18:00.0`) under host root `root`: the
@@ -118,7 +207,7 @@ pub fn link_attributes(vendor: &VendorInventory) -> BTreeMap<u32, BTreeMap<Strin
                 let a = out.entry(*idx).or_default();
                 a.insert("ringPosition".into(), int(i64::from(pos)));
                 for &k in LINK_GROUP_SIZES {
-                    if k < n && n.is_multiple_of(k) {
+                    if k <= n && n.is_multiple_of(k) {
                         a.insert(format!("linkGroup{k}"), int(i64::from(pos / k)));
                     }
                 }
@@ -133,7 +222,7 @@ pub fn link_attributes(vendor: &VendorInventory) -> BTreeMap<u32, BTreeMap<Strin
                 for &k in LINK_GROUP_SIZES {
                     let group = if k < side && side.is_multiple_of(k) {
                         Some(r * (side / k) + c / k)
-                    } else if k.is_multiple_of(side) && side.is_multiple_of(k / side) && k < side * side {
+                    } else if k.is_multiple_of(side) && side.is_multiple_of(k / side) && k <= side * side {
                         Some(r / (k / side))
                     } else {
                         None
@@ -156,9 +245,11 @@ fn bytes_quantity(b: u64) -> Quantity {
 }
 
 /// The slice device for inventory device `d` of `vendor`; `root` is the host root (for the PCIe
-/// root), `links` what [`link_attributes`] gave for the device.
+/// root), `facts` the node's ([`NodeFacts::read`]), `links` what [`link_attributes`] gave for
+/// the device.
 pub fn slice_device(
     root: &Path,
+    facts: &NodeFacts,
     vendor: &VendorInventory,
     d: &Device,
     links: Option<&BTreeMap<String, DeviceAttribute>>,
@@ -176,21 +267,41 @@ pub fn slice_device(
     }
     if let Some(b) = &d.pci_bus_id {
         attrs.insert("pciBusID".into(), string(b));
+        if is_pci_bdf(b) {
+            attrs.insert(PCI_BUS_ID.into(), string(b));
+        }
         if let Some(r) = pcie_root(root, b) {
             attrs.insert(PCIE_ROOT.into(), string(r));
         }
     }
     if let Some(n) = d.numa_node {
         attrs.insert("numaNode".into(), int(i64::from(n)));
+        attrs.insert(NUMA_NODE.into(), int(i64::from(n)));
     }
-    if let Some(v) = &vendor.driver_version {
-        attrs.insert("driverVersion".into(), string(v));
+    if let Some(v) = vendor.driver_version.as_deref().and_then(semver_of) {
+        attrs.insert("driverVersion".into(), version(v));
     }
     if let Some(a) = d.attributes.get("architecture") {
         attrs.insert("architecture".into(), string(a));
     }
+    if vendor.profile == "neuron"
+        && let Some(t) = &facts.instance_type
+    {
+        attrs.insert("instanceType".into(), string(t));
+    }
     if let Some(h) = d.attributes.get("hive_id") {
         attrs.insert("hiveID".into(), string(h));
+    }
+    let compute = d.attributes.get("compute_partition");
+    let memory = d.attributes.get("memory_partition");
+    if let Some(c) = compute {
+        attrs.insert("computePartition".into(), string(c));
+    }
+    if let Some(m) = memory {
+        attrs.insert("memoryPartition".into(), string(m));
+    }
+    if let (Some(c), Some(m)) = (compute, memory) {
+        attrs.insert("partitionProfile".into(), string(format!("{c}_{m}")));
     }
     if let Some(m) = &d.mig {
         attrs.insert("migMode".into(), string(if m.enabled { "enabled" } else { "disabled" }));
@@ -222,6 +333,7 @@ pub fn devices(
     excluded: &BTreeSet<String>,
 ) -> Vec<SliceDevice> {
     let mut out = Vec::new();
+    let facts = NodeFacts::read(&inventory.root);
     for v in &inventory.vendors {
         if profiles.is_some_and(|p| !p.contains(&v.profile)) {
             continue;
@@ -232,7 +344,7 @@ pub fn devices(
             if d.nodes.is_empty() || excluded.contains(&name) {
                 continue;
             }
-            out.push(slice_device(&inventory.root, v, d, links.get(&d.index)));
+            out.push(slice_device(&inventory.root, &facts, v, d, links.get(&d.index)));
         }
     }
     out
@@ -360,7 +472,7 @@ mod tests {
         let mut d = Device { index: 0, cores: Some(2), ..Default::default() };
         d.attributes.insert("memory_bytes".into(), (81559u64 << 20).to_string());
         let v = VendorInventory { profile: "nvidia".into(), kind: "nvidia.com/gpu".into(), ..Default::default() };
-        let s = slice_device(Path::new("/nonexistent"), &v, &d, None);
+        let s = slice_device(Path::new("/nonexistent"), &NodeFacts::default(), &v, &d, None);
         let cap = s.capacity.unwrap();
         assert_eq!(cap["memory"].value.0, "81559Mi");
         assert_eq!(cap["cores"].value.0, "2");
@@ -379,7 +491,7 @@ mod tests {
                 mig: mig.map(|enabled| actk_core::inventory::Mig { enabled, devices: vec![] }),
                 ..Default::default()
             };
-            slice_device(Path::new("/nonexistent"), &v, &d, None)
+            slice_device(Path::new("/nonexistent"), &NodeFacts::default(), &v, &d, None)
                 .attributes
                 .unwrap()
                 .get("migMode")
@@ -388,6 +500,68 @@ mod tests {
         assert_eq!(mode(Some(true)).as_deref(), Some("enabled"));
         assert_eq!(mode(Some(false)).as_deref(), Some("disabled"));
         assert_eq!(mode(None), None, "no MIG support (or NVML not read): no attribute");
+    }
+
+    #[test]
+    fn driver_versions_become_semver_the_api_server_accepts() {
+        for (raw, want) in [
+            ("580.95.05", Some("580.95.5")),
+            ("570.133.20", Some("570.133.20")),
+            ("560.35", Some("560.35.0")),
+            ("2.24.7.0", Some("2.24.7+0")),
+            ("2.19.64.0\n", Some("2.19.64+0")),
+            ("1.18.0-ee698fb", Some("1.18.0+ee698fb")),
+            ("6.10.5", Some("6.10.5")),
+            ("6.8.5 (rocm)", Some("6.8.5+rocm")),
+            ("", None),
+            ("v1.2.3", None),
+            ("beta", None),
+        ] {
+            assert_eq!(semver_of(raw).as_deref(), want, "{raw:?}");
+        }
+        // The API server's pattern (k8s.io/kubernetes pkg/apis/resource/validation semverRe).
+        let re = regex_lite_semver();
+        for raw in ["580.95.05", "2.24.7.0", "1.18.0-ee698fb", "007.0", "1.2.3.4.5-x_y"] {
+            let v = semver_of(raw).unwrap();
+            assert!(re(&v), "{raw:?} -> {v:?} is not semver 2.0");
+        }
+    }
+
+    /// A small checker of the API server's semver pattern (numeric identifiers without leading
+    /// zeros, build identifiers `[0-9A-Za-z-]+`); pre-releases are never produced here.
+    fn regex_lite_semver() -> impl Fn(&str) -> bool {
+        |v: &str| {
+            let (core, build) = v.split_once('+').map_or((v, None), |(c, b)| (c, Some(b)));
+            let nums: Vec<&str> = core.split('.').collect();
+            nums.len() == 3
+                && nums.iter().all(|n| {
+                    !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n.len() == 1 || !n.starts_with('0'))
+                })
+                && build.is_none_or(|b| {
+                    b.split('.').all(|id| !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'))
+                })
+        }
+    }
+
+    #[test]
+    fn pci_bdf_is_the_extended_form_only() {
+        assert!(is_pci_bdf("0000:1b:00.0"));
+        assert!(is_pci_bdf("0001:C1:1F.7"));
+        assert!(!is_pci_bdf("1b:00.0"));
+        assert!(!is_pci_bdf("0000:1b:00:0"));
+        assert!(!is_pci_bdf("0000:1g:00.0"));
+    }
+
+    #[test]
+    fn instance_type_only_from_an_ec2_dmi() {
+        let dir = tempfile::tempdir().unwrap();
+        let dmi = dir.path().join("sys/class/dmi/id");
+        std::fs::create_dir_all(&dmi).unwrap();
+        std::fs::write(dmi.join("product_name"), "trn1.32xlarge\n").unwrap();
+        std::fs::write(dmi.join("sys_vendor"), "Dell Inc.\n").unwrap();
+        assert_eq!(NodeFacts::read(dir.path()).instance_type, None, "not EC2: a product name is no instance type");
+        std::fs::write(dmi.join("sys_vendor"), "Amazon EC2\n").unwrap();
+        assert_eq!(NodeFacts::read(dir.path()).instance_type.as_deref(), Some("trn1.32xlarge"));
     }
 
     #[test]

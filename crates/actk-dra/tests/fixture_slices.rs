@@ -3,7 +3,7 @@
 //! that really are connected in the inventory's link graph (so a `matchAttribute` on
 //! `linkGroupK` gives linked devices).
 
-use actk_dra::slice::{self, DRIVER, NodeRef, PCIE_ROOT};
+use actk_dra::slice::{self, DRIVER, NUMA_NODE, NodeRef, PCI_BUS_ID, PCIE_ROOT};
 use actk_testsupport::fixture;
 use k8s_openapi::api::resource::v1::Device;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,6 +22,10 @@ fn s<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
 
 fn i(d: &Device, k: &str) -> Option<i64> {
     d.attributes.as_ref()?.get(k)?.int
+}
+
+fn ver<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
+    d.attributes.as_ref()?.get(k)?.version.as_deref()
 }
 
 fn names(devs: &[Device]) -> Vec<&str> {
@@ -64,7 +68,11 @@ fn dgx_h100_gpus_with_identity_numa_and_pcie_root() {
         assert_eq!(s(d, "vendor"), Some("nvidia.com"));
         assert_eq!(s(d, "profile"), Some("nvidia"));
         assert_eq!(s(d, "model"), Some("NVIDIA H100 80GB HBM3"));
-        assert_eq!(s(d, "driverVersion"), Some("580.95.05"));
+        // nvidia-smi's 580.95.05 as semver 2.0 (no leading zero), a `version` attribute.
+        assert_eq!(ver(d, "driverVersion"), Some("580.95.5"));
+        assert_eq!(s(d, "driverVersion"), None, "a version, not a string");
+        assert_eq!(s(d, PCI_BUS_ID), s(d, "pciBusID"), "the standard pciBusID");
+        assert_eq!(i(d, NUMA_NODE), i(d, "numaNode"), "the standard numaNode");
         assert_eq!(s(d, "migMode"), Some("disabled"), "MIG-capable, MIG off (the fixture's NVML)");
         assert!(s(d, "uuid").unwrap().starts_with("GPU-"), "{:?}", s(d, "uuid"));
         assert!(i(d, "numaNode").is_some());
@@ -118,6 +126,11 @@ fn inf2_ring_pairs_and_quads_are_linked_and_cores_are_capacity() {
     assert_eq!(quads.len(), 3);
     assert!(quads.values().all(|m| m.len() == 4 && connected(v, m)), "{quads:?}");
     assert!(groups(&devs, "linkGroup8").is_empty(), "8 does not divide a ring of 12");
+    assert!(groups(&devs, "linkGroup16").is_empty(), "a ring of 12 has no 16");
+    for d in &devs {
+        assert_eq!(s(d, "instanceType"), Some("inf2.48xlarge"), "{}", d.name);
+        assert_eq!(ver(d, "driverVersion"), Some("2.24.7+0"), "{}: aws-neuronx-dkms 2.24.7.0", d.name);
+    }
 }
 
 #[test]
@@ -141,6 +154,12 @@ fn trn1_torus_rows_are_connected_blocks_of_four() {
     assert!(eights.values().all(|m| m.len() == 8 && connected(v, m)));
     assert!(groups(&devs, "linkGroup2").values().all(|m| m.len() == 2 && connected(v, m)));
     assert_eq!((i(&devs[6], "torusRow"), i(&devs[6], "torusColumn")), (Some(1), Some(2)));
+    // The whole 4x4 torus is the one group of 16 (AWS's devicegroup16), and the instance type
+    // comes from the node's DMI.
+    let sixteen = groups(&devs, "linkGroup16");
+    assert_eq!(sixteen.len(), 1, "{sixteen:?}");
+    assert!(sixteen.values().all(|m| m.len() == 16 && connected(v, m)));
+    assert!(devs.iter().all(|d| s(d, "instanceType") == Some("trn1.32xlarge")));
 }
 
 #[test]
@@ -154,6 +173,71 @@ fn mi300x_one_xgmi_hive() {
         assert_eq!(s(d, "model"), Some("AMD Instinct MI300X OAM"));
         assert!(s(d, PCIE_ROOT).is_some(), "{}", d.name);
     }
+}
+
+/// AMD MI300X in CPX/NPS4: every partition says its modes and their profile.
+#[test]
+fn mi300x_cpx_partitions_carry_their_profile() {
+    let Some((_, devs)) = devices_of("amd-mi300x-cpx") else { return };
+    assert!(!devs.is_empty());
+    for d in &devs {
+        assert_eq!(s(d, "computePartition"), Some("cpx"), "{}", d.name);
+        assert_eq!(s(d, "memoryPartition"), Some("nps4"), "{}", d.name);
+        assert_eq!(s(d, "partitionProfile"), Some("cpx_nps4"), "{}", d.name);
+    }
+    // The unpartitioned node has none of them.
+    let Some((_, whole)) = devices_of("amd-mi300x") else { return };
+    assert!(whole.iter().all(|d| s(d, "partitionProfile").is_none() || s(d, "partitionProfile") == Some("spx_nps1")));
+}
+
+/// Every device of every fixture stays within the API's limits (resource.k8s.io/v1 validation:
+/// at most 32 attributes and capacities, identifiers of at most 32 characters, values of at most
+/// 64), standard attributes in their documented forms, and versions are semver 2.0.
+#[test]
+fn every_fixture_device_fits_the_api() {
+    let root = actk_testsupport::engines::workspace_root().join("fixtures");
+    let mut seen = 0;
+    for e in std::fs::read_dir(&root).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !e.path().join("root").is_dir() {
+            continue;
+        }
+        let Some((_, devs)) = devices_of(&name) else { return };
+        for d in &devs {
+            seen += 1;
+            let attrs = d.attributes.clone().unwrap_or_default();
+            let caps = d.capacity.clone().unwrap_or_default();
+            assert!(
+                attrs.len() + caps.len() <= 32,
+                "{name}/{}: {} attributes and capacities",
+                d.name,
+                attrs.len() + caps.len()
+            );
+            for (k, a) in &attrs {
+                let set = [a.bool.is_some(), a.int.is_some(), a.string.is_some(), a.version.is_some()];
+                assert_eq!(set.iter().filter(|x| **x).count(), 1, "{name}/{}: {k} has one value", d.name);
+                for v in [&a.string, &a.version].into_iter().flatten() {
+                    assert!(v.len() <= 64, "{name}/{}: {k} = {v:?} is longer than 64", d.name);
+                }
+                if let Some(v) = &a.version {
+                    let (core, _) = v.split_once('+').unwrap_or((v, ""));
+                    let nums: Vec<&str> = core.split('.').collect();
+                    assert!(
+                        nums.len() == 3 && nums.iter().all(|n| n.parse::<u64>().is_ok_and(|x| x.to_string() == *n)),
+                        "{name}/{}: {k} = {v:?} is not semver",
+                        d.name
+                    );
+                }
+            }
+            if let Some(b) = s(d, PCI_BUS_ID) {
+                assert!(slice::is_pci_bdf(b), "{name}/{}: {b}", d.name);
+            }
+            if let Some(r) = s(d, PCIE_ROOT) {
+                assert!(r.starts_with("pci") && r.len() == 10, "{name}/{}: {r}", d.name);
+            }
+        }
+    }
+    assert!(seen > 50, "the fixtures were read ({seen} devices)");
 }
 
 #[test]

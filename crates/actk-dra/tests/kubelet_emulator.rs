@@ -356,7 +356,7 @@ async fn prepare_writes_one_self_contained_spec_and_unprepare_removes_it() {
             .into_inner();
         assert_eq!(un.claims[u].error, "");
         assert!(s.spec_files().is_empty());
-        assert!(s.driver.prepared_claims().await.is_empty());
+        assert!(s.driver.prepared_claims().await.unwrap().is_empty());
     }
 }
 
@@ -397,10 +397,13 @@ async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
     let e = &resp.claims[U_OLD].error;
     assert!(e.contains(&format!("has uid {U_NEW}")), "{e}");
     assert_eq!(s.spec_files(), [spec_file(U_GOOD)], "nothing written for the bad claims");
-    assert_eq!(s.driver.prepared_claims().await, [U_GOOD]);
+    assert_eq!(s.driver.prepared_claims().await.unwrap(), [U_GOOD]);
 
     // An unwritable checkpoint: the error names it and the spec just written is removed again.
+    // Its directory is a dangling symlink: reading finds no checkpoint (an empty one), writing
+    // cannot create the directory. The node-wide lock lives elsewhere for this driver.
     let bad_cp = s.dir.path().join("not-a-dir");
+    std::os::unix::fs::symlink(s.dir.path().join("nowhere"), &bad_cp).unwrap();
     let inv = Arc::new(actk_core::discover::discover(&s._fixture.root, &actk_core::profile::builtin()));
     let (_tx, rx) = watch::channel(inv);
     let d = Driver::new(
@@ -412,8 +415,8 @@ async fn bad_claims_name_the_claim_and_device_and_leave_nothing() {
         rx,
         s.claims.clone(),
     )
-    .unwrap();
-    std::fs::write(&bad_cp, "").unwrap(); // the checkpoint's directory is now a file
+    .unwrap()
+    .with_lock_file(s.dir.path().join("lock/serialize.lock"));
     s.claims.put(claim("ns", "third", U_THIRD, &[("g", "nvidia-3")], NODE));
     let third = ClaimRef { namespace: "ns".into(), uid: U_THIRD.into(), name: "third".into() };
     let e = d.prepare(&third).await.unwrap_err();
@@ -432,7 +435,7 @@ async fn a_restarted_driver_answers_from_its_checkpoint() {
     assert!(spec.contains("/dev/neuron4") && spec.contains("/dev/neuron5") && !spec.contains("/dev/neuron6"));
     // A new driver on the same files, with an API server that has no claims at all.
     let restarted = new_driver(&s._fixture.root, s.dir.path(), Arc::new(MemoryClaims::default())).unwrap();
-    assert_eq!(restarted.prepared_claims().await, [U_NEURON]);
+    assert_eq!(restarted.prepared_claims().await.unwrap(), [U_NEURON]);
     assert_eq!(restarted.prepare(&want).await.unwrap(), first);
     restarted.unprepare(&want).await.unwrap();
     assert!(s.spec_files().is_empty());
@@ -445,6 +448,46 @@ async fn a_restarted_driver_answers_from_its_checkpoint() {
     std::fs::write(s.checkpoint(), "{").unwrap();
     let err = new_driver(&s._fixture.root, s.dir.path(), Arc::new(MemoryClaims::default())).err().unwrap().to_string();
     assert!(err.contains(&s.checkpoint().display().to_string()), "{err}");
+}
+
+/// A rolling update (issue 26): two driver processes of one node, on the same plugin
+/// directory, CDI directory and checkpoint, prepare claims at the same time, each answering
+/// some: every claim ends up in the one checkpoint (no process overwrites what the other
+/// wrote), each process answers the other's claims, and unprepares them.
+#[tokio::test]
+async fn two_driver_processes_of_one_node_share_the_checkpoint() {
+    let Some(s) = setup("nvidia-dgx-h100").await else { return };
+    let other = Arc::new(new_driver(&s._fixture.root, s.dir.path(), s.claims.clone()).unwrap());
+    let refs: Vec<ClaimRef> = (0..8)
+        .map(|i| {
+            let uid = format!("7a1c2a3b-00{i:02}-4d5e-8f90-a1b2c3d4e5f6");
+            let name = format!("c{i}");
+            s.claims.put(claim("ns", &name, &uid, &[("g", &format!("nvidia-{i}"))], NODE));
+            ClaimRef { namespace: "ns".into(), uid, name }
+        })
+        .collect();
+    let calls = refs.iter().enumerate().map(|(i, r)| {
+        let d = if i % 2 == 0 { s.driver.clone() } else { other.clone() };
+        let r = r.clone();
+        tokio::spawn(async move { d.prepare(&r).await })
+    });
+    for c in calls.collect::<Vec<_>>() {
+        c.await.unwrap().unwrap();
+    }
+    let mut want: Vec<String> = refs.iter().map(|r| r.uid.clone()).collect();
+    want.sort();
+    assert_eq!(s.driver.prepared_claims().await.unwrap(), want);
+    assert_eq!(other.prepared_claims().await.unwrap(), want);
+    let cp: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(s.checkpoint()).unwrap()).unwrap();
+    assert_eq!(cp["claims"].as_object().unwrap().len(), 8, "{cp}");
+    assert_eq!(s.spec_files().len(), 8);
+    // Each unprepares what the other prepared.
+    for (i, r) in refs.iter().enumerate() {
+        let d = if i % 2 == 0 { &other } else { &s.driver };
+        d.unprepare(r).await.unwrap();
+    }
+    assert!(s.spec_files().is_empty());
+    assert!(s.driver.prepared_claims().await.unwrap().is_empty());
 }
 
 /// Issue 29 finding 6: a claim is its namespace, name and UID together. Tenant A's prepared UID

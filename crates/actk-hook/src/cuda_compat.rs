@@ -78,8 +78,11 @@ pub fn apply_from_edits(root: &actk_inject::root::ContainerRoot, edits: &Contain
 
 fn report(out: CompatOutcome) {
     match out {
-        CompatOutcome::Enabled(dir, v) => eprintln!("actk-hook: CUDA forward compatibility: {dir} (driver {v}) first"),
+        CompatOutcome::Enabled(dir, v) => {
+            crate::log::info(&format!("CUDA forward compatibility: {dir} (driver {v}) first"))
+        }
         CompatOutcome::NotNeeded(_) => {}
+        CompatOutcome::NotWritten(why) => crate::log::warn(&why),
     }
 }
 

@@ -16,13 +16,16 @@
 //! - `enable-cuda-compat --host-driver-version V`: a CDI createContainer hook (before
 //!   update-ldcache) that puts an image's newer CUDA forward-compat libraries first.
 //!
-//! Errors go to stderr with exit status 1; runc shows them to the user.
+//! Errors go to stderr with exit status 1; runc shows them to the user. Errors, warnings and
+//! what was injected also go to the config's `log_file` ([`log`]), since runc discards a
+//! hook's stderr when it succeeds.
 //!
 //! Every stage that acts on a container ends within [`HOOK_TIMEOUT_S`] seconds, whether or not
 //! its caller gives a `timeout` (actk's own specs and edits do; Docker's `--gpus` does not): a
 //! watchdog thread ends the process with an error naming the limit (issue 29, finding 3).
 
 mod cuda_compat;
+mod log;
 mod prestart;
 mod state;
 mod update_ldcache;
@@ -40,7 +43,7 @@ const USAGE: &str = "usage: actk-hook prestart|createRuntime|createContainer [--
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Err(e) = run(&args) {
-        eprintln!("actk-hook: {e:#}");
+        log::error(&format!("{e:#}"));
         std::process::exit(1);
     }
 }
@@ -72,16 +75,30 @@ fn run(args: &[String]) -> Result<()> {
     match cmd.as_str() {
         "prestart" | "createRuntime" | "createContainer" => prestart::run(cmd, &rest),
         "poststart" | "poststop" | "startContainer" => Ok(()),
-        "update-ldcache" => update_ldcache::run(&rest),
+        "update-ldcache" => {
+            start_log();
+            update_ldcache::run(&rest)
+        }
         "--version" | "version" => {
             println!("{}", actk_version::line("actk-hook"));
             Ok(())
         }
-        "enable-cuda-compat" => cuda_compat::run(&rest),
+        "enable-cuda-compat" => {
+            start_log();
+            cuda_compat::run(&rest)
+        }
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())
         }
         other => bail!("unknown hook stage {other:?}\n{USAGE}"),
+    }
+}
+
+/// Logging for the CDI hooks, which need nothing else from the config: one that cannot be
+/// loaded is said on stderr, and the hook does its work without a log file.
+fn start_log() {
+    if let Err(e) = log::init_default() {
+        eprintln!("actk-hook: warning: {e}; logging to stderr only");
     }
 }

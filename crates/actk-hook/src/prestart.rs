@@ -27,6 +27,7 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         return Ok(());
     }
     let config = Config::load_default()?;
+    crate::log::init(&config);
     let container_edits: ContainerEdits = match &edits_file {
         Some(f) => {
             let text = std::fs::read(f).with_context(|| format!("cannot read the edits file {}", f.display()))?;
@@ -43,7 +44,10 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
             let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: me })
                 .with_context(|| format!("container {}", st.id))?;
             for w in &p.warnings {
-                eprintln!("actk-hook: warning: {w}");
+                crate::log::warn(&format!("container {}: {w}", st.id));
+            }
+            if !p.is_empty() {
+                crate::log::info(&format!("container {}: {}", st.id, p.summary()));
             }
             p.edits
         }
@@ -65,15 +69,26 @@ pub fn run(stage: &str, args: &[String]) -> Result<()> {
         host_root: config.root.clone(),
         driver_root: config.driver_root.clone(),
         existing_device_rules: existing,
+        owner: edits::node_owner(&spec),
         ..Options::default()
     };
     let report = inject(&target, &container_edits, &opts)
         .with_context(|| format!("cannot inject devices into container {}", st.id))?;
+    crate::log::info(&format!(
+        "container {}: injected {} device node(s) and {} mount(s)",
+        st.id,
+        report.nodes.len(),
+        report.mounts.len()
+    ));
+    let dirs = actk_inject::lib_dirs(&container_edits);
+    if let Some(w) = report.ldcache.as_ref().and_then(|o| o.warning(&dirs)) {
+        crate::log::warn(&format!("container {}: {w}", st.id));
+    }
     // What the ld.so.cache step skipped of the image (files that are not regular, a spent budget).
     if let Some(actk_inject::ldcache::LdcacheOutcome::Updated(notes)) = &report.ldcache
         && !notes.is_empty()
     {
-        eprintln!("actk-hook: warning: ld.so.cache: {}", notes.replace('\n', "; "));
+        crate::log::warn(&format!("container {}: ld.so.cache: {}", st.id, notes.replace('\n', "; ")));
     }
     Ok(())
 }
@@ -137,10 +152,9 @@ pub fn rootfs_of(spec: &Value, bundle: &Path) -> Result<PathBuf> {
 }
 
 /// The container to inject into: from the host side by its pid (prestart, createRuntime), or
-/// the caller's own namespaces when the hook runs inside the container (runc's createContainer,
-/// where the state's pid is the container-namespace pid 1 and /proc is still the host's).
+/// the caller's own namespaces when the hook runs inside the container's mount namespace
+/// (runc's createContainer, whether or not the container has its own PID namespace:
+/// [`Target::for_hook`] decides by mount namespace). Every stage and subcommand goes through here.
 pub fn target_for(st: &state::State, rootfs: &Path) -> Result<Target> {
-    let inside = actk_inject::in_child_pid_namespace()?;
-    let t = if inside { Target::current(rootfs) } else { Target::for_pid(st.pid, rootfs) };
-    t.with_context(|| format!("container {} (pid {})", st.id, st.pid))
+    Target::for_hook(st.pid, rootfs).with_context(|| format!("container {} (pid {})", st.id, st.pid))
 }

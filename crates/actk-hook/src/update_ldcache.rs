@@ -32,10 +32,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let st = state::read_stdin()?;
     let rootfs = crate::prestart::container_rootfs(&st)?;
     let target = crate::prestart::target_for(&st, &rootfs)?;
-    if let LdcacheOutcome::Updated(notes) = ldcache::update(&target.root, &folders)?
-        && !notes.is_empty()
-    {
-        eprintln!("actk-hook: update-ldcache: {}", notes.replace('\n', "; "));
+    let outcome = ldcache::update(&target.root, &folders)?;
+    match &outcome {
+        LdcacheOutcome::Updated(notes) => {
+            crate::log::info(&format!("container {}: ld.so.cache lists {}", st.id, folders.join(", ")));
+            if !notes.is_empty() {
+                crate::log::warn(&format!("container {}: update-ldcache: {}", st.id, notes.replace('\n', "; ")));
+            }
+        }
+        LdcacheOutcome::NotWritten(_) => {
+            if let Some(w) = outcome.warning(&folders) {
+                crate::log::warn(&format!("container {}: {w}", st.id));
+            }
+        }
+        LdcacheOutcome::NoLoaderConfig | LdcacheOutcome::NothingToDo => {}
     }
     Ok(())
 }

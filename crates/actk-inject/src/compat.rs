@@ -47,6 +47,9 @@ pub enum CompatOutcome {
     Enabled(String, String),
     /// Nothing to do, and why (no compat libraries, not newer than the host, ...).
     NotNeeded(String),
+    /// Needed, but the drop-in could not be written (a read-only /etc): the container starts
+    /// with the host's driver libraries first, and why. Callers warn.
+    NotWritten(String),
 }
 
 /// Applies the rule of the module docs to `root` for a host driver `host_driver`
@@ -81,15 +84,22 @@ pub fn enable(root: &ContainerRoot, host_driver: &str, dir: &str, library: &str)
         return not(format!("compat driver {version} is not newer than the host driver {host_driver}"));
     }
     let resolved = resolved_path(root, dir)?;
-    root.write_file(
+    let written = root.write_file(
         COMPAT_DROP_IN,
         format!(
             "# Written by actk: CUDA forward compatibility libraries ({lib}, host driver {host_driver}).\n{resolved}\n"
         )
         .as_bytes(),
         0o644,
-    )?;
-    Ok(CompatOutcome::Enabled(resolved, version))
+    );
+    match written {
+        Ok(()) => Ok(CompatOutcome::Enabled(resolved, version)),
+        // The file system said no (a read-only /etc): skipped, as the cache update is.
+        Err(crate::error::InjectError::Container { source, .. }) => Ok(CompatOutcome::NotWritten(format!(
+            "{COMPAT_DROP_IN} not written ({source}): the image's CUDA forward compatibility libraries ({resolved}, driver {version}) are not used"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// The directories listed in the image's `/etc/ld.so.conf.d/00-compat-*.conf` drop-ins, in

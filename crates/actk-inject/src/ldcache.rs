@@ -81,6 +81,27 @@ pub enum LdcacheOutcome {
     NothingToDo,
     /// The cache was written; notes about what was skipped (one per line), if any.
     Updated(String),
+    /// The container's `/etc` cannot be written (a read-only mount at /etc: a ConfigMap or
+    /// read-only volume, a read-only file system): the cache was left as it is, with why. The
+    /// libraries are still mounted; only lookups through the cache (`dlopen("libcuda.so.1")`)
+    /// miss them. Not an error, so the container starts as it would without actk (NVIDIA's
+    /// toolkit skips the update the same way); callers warn.
+    NotWritten(String),
+}
+
+impl LdcacheOutcome {
+    /// The warning a caller shows for [`LdcacheOutcome::NotWritten`] (`None` otherwise): why,
+    /// and what the container loses.
+    pub fn warning(&self, dirs: &[String]) -> Option<String> {
+        match self {
+            LdcacheOutcome::NotWritten(why) => Some(format!(
+                "the container's {CACHE} was not updated ({why}); the driver libraries are mounted in {} but the loader's cache does not list them: a program that loads them by name needs LD_LIBRARY_PATH={}",
+                dirs.join(", "),
+                dirs.join(":")
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Adds the library directories `dirs` (container paths) to the container's ld.so.cache; see
@@ -134,7 +155,13 @@ pub fn update_within(root: &ContainerRoot, dirs: &[String], budget: &mut Budget)
     let mut all: Vec<EntryRef<'_>> = added.iter().map(Entry::borrowed).collect();
     all.extend(existing.into_iter().filter(|e| e.hwcaps.is_some() || !new_keys.contains(&(e.key, e.path, e.flags))));
     write::sort(&mut all);
-    write_cache(root, &write::encode(&all, GENERATOR))?;
+    match write_cache(root, &write::encode(&all, GENERATOR)) {
+        Ok(()) => {}
+        // The file system said no (EROFS, EACCES, EPERM, ENOSPC): skip, not fail. A resolution
+        // the image made unsafe (InjectError::Refused) stays an error.
+        Err(InjectError::Container { source, .. }) => return Ok(LdcacheOutcome::NotWritten(source.to_string())),
+        Err(e) => return Err(e),
+    }
 
     let mut body = String::from("# Written by actk: driver library directories mounted from the host.\n");
     for d in dirs {

@@ -88,6 +88,50 @@ impl Target {
     }
 }
 
+impl Target {
+    /// The container of OCI state `pid` and bundle rootfs `rootfs` for an OCI hook, whichever
+    /// stage runs it and however the container shares namespaces with the host (issue 25 item
+    /// 1). Where the hook runs decides, judged by mount namespace, not PID namespace alone:
+    /// - in a PID namespace below /proc's (runc's createContainer of a container with its own
+    ///   PID namespace: the state's pid is the container's pid 1, meaningless here) it runs
+    ///   inside the container: [`Target::current`];
+    /// - in /proc's PID namespace, the state's pid is valid here; when its mount namespace is
+    ///   this hook's own, the hook runs inside the container's mount namespace (createContainer
+    ///   of a container without its own PID namespace: `docker run --pid=host`, Kubernetes
+    ///   `hostPID: true`): [`Target::current`], which still refuses the host's mount namespace;
+    /// - otherwise the hook runs in the runtime's namespaces (prestart, createRuntime):
+    ///   [`Target::for_pid`].
+    ///
+    /// Errors: those of [`Target::current`] and [`Target::for_pid`]; and, when the pid shares
+    /// this hook's mount namespace but the host's cannot be read to tell it apart, a
+    /// refusal: without that check a forged state naming a host process would have the hook
+    /// inject into the host.
+    pub fn for_hook(pid: i32, rootfs: &Path) -> Result<Target> {
+        if in_child_pid_namespace()? {
+            return Target::current(rootfs);
+        }
+        let theirs = mounts::open_mnt_ns(pid)?;
+        let own = mounts::open_mnt_ns_path("/proc/thread-self/ns/mnt")?;
+        let own_id = ns_id(&own, "/proc/thread-self/ns/mnt")?;
+        if ns_id(&theirs, &format!("/proc/{pid}/ns/mnt"))? != own_id {
+            return Target::for_pid(pid, rootfs);
+        }
+        let why = match host_mnt_ns() {
+            None => "and the host's (pid 1's or kthreadd's) cannot be read to tell whether that is a container's",
+            Some(host) if host == own_id => {
+                "which is the host's: it is not a container's process (a forged or stale state?)"
+            }
+            Some(_) => return Target::current(rootfs),
+        };
+        Err(InjectError::HostRefused {
+            path: format!("/proc/{pid}/ns/mnt").into(),
+            reason: format!(
+                "pid {pid} of the OCI state shares this hook's own mount namespace, {why}; refusing to inject"
+            ),
+        })
+    }
+}
+
 /// The ids that user namespace maps to 0 inside, from `uid_map`/`gid_map` (`inside outside
 /// count` lines; proc(5) user_namespaces). `None` for the initial namespace (`0 0 4294967295`).
 fn root_ids(uid_map: &str, gid_map: &str) -> Result<Option<(u32, u32)>> {
@@ -141,12 +185,22 @@ fn ns_id(fd: &rustix::fd::OwnedFd, shown: &str) -> Result<(u64, u64)> {
     Ok((st.st_dev, st.st_ino))
 }
 
-/// The host's mount namespace (pid 1's), when it can be read: an init that is not dumpable
-/// (some VM agents) hides its namespace files even from root, and then only the comparison with
-/// the caller's own namespace is made.
+/// The host's mount namespace, when it can be read: pid 1's; else, when pid 1 hides it (an init
+/// that is not dumpable, such as some VM agents, hides its namespace files even from root), that
+/// of kthreadd, pid 2 of the initial PID namespace (the one process with `Name: kthreadd` and
+/// `PPid: 0`), whose kernel threads live in the initial mount namespace. `None` when neither
+/// can be read: then only the comparison with the caller's own namespace is made.
 fn host_mnt_ns() -> Option<(u64, u64)> {
-    let init = mounts::open_mnt_ns(1).ok()?;
-    ns_id(&init, "/proc/1/ns/mnt").ok()
+    if let Ok(init) = mounts::open_mnt_ns(1) {
+        return ns_id(&init, "/proc/1/ns/mnt").ok();
+    }
+    let status = std::fs::read_to_string("/proc/2/status").ok()?;
+    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim);
+    if field("Name:") != Some("kthreadd") || field("PPid:") != Some("0") {
+        return None;
+    }
+    let kthreadd = mounts::open_mnt_ns(2).ok()?;
+    ns_id(&kthreadd, "/proc/2/ns/mnt").ok()
 }
 
 /// Refuses a target whose mount namespace (`ns`, opened from `/proc/PID/ns/mnt` and kept for the
@@ -198,6 +252,10 @@ pub struct Options {
     /// The container's own device rules (config.json `linux.resources.devices`), kept in a
     /// cgroup v2 replacement program.
     pub existing_device_rules: Vec<DeviceRule>,
+    /// The container user's uid and gid (config.json `process.user`, each `None` when 0): a
+    /// node whose edit names no owner is made theirs, as the runtime path does
+    /// (actk_core::edits::node_owner), so a non-root container can open a 0660 node.
+    pub owner: (Option<u32>, Option<u32>),
 }
 
 impl Default for Options {
@@ -208,6 +266,7 @@ impl Default for Options {
             ldcache: true,
             cgroup: true,
             existing_device_rules: Vec::new(),
+            owner: (None, None),
         }
     }
 }
@@ -239,8 +298,16 @@ pub struct Report {
 pub fn inject(target: &Target, edits: &ContainerEdits, opts: &Options) -> Result<Report> {
     let mut report = Report::default();
     refuse_runtime_only(edits)?;
-    let specs: Vec<nodes::NodeSpec> =
-        edits.device_nodes.iter().map(|n| nodes::NodeSpec::from_cdi(n, &opts.host_root)).collect::<Result<_>>()?;
+    let specs: Vec<nodes::NodeSpec> = edits
+        .device_nodes
+        .iter()
+        .map(|n| {
+            let mut s = nodes::NodeSpec::from_cdi(n, &opts.host_root)?;
+            s.uid = s.uid.or(opts.owner.0);
+            s.gid = s.gid.or(opts.owner.1);
+            Ok(s)
+        })
+        .collect::<Result<_>>()?;
     let mut prepared = Vec::new();
     let mount_root = opts.driver_root.as_deref().unwrap_or(&opts.host_root);
     let host_root = if edits.mounts.is_empty() { None } else { Some(mounts::HostRoot::open(mount_root)?) };
@@ -355,12 +422,24 @@ mod tests {
         // The test's own pid and pid 1 share the host's mount namespace (or this one's).
         let e = Target::for_pid(std::process::id() as i32, Path::new("/")).unwrap_err().to_string();
         assert!(e.contains("shares this hook's own mount namespace") && e.contains("refusing to inject"), "{e}");
-        if host_mnt_ns().is_some() {
-            // pid 1 is readable here: it is the host, and so is the caller.
+        if mounts::open_mnt_ns(1).is_ok() {
+            // pid 1 is readable here: it is the host.
             let e = Target::for_pid(1, Path::new("/")).unwrap_err().to_string();
             assert!(e.contains("mount namespace") && e.contains("refusing to inject"), "{e}");
+        }
+        if host_mnt_ns().is_some() {
+            // The host's namespace is known (pid 1's or kthreadd's), and the caller is in it.
             let e = Target::current(Path::new("/tmp")).unwrap_err().to_string();
             assert!(e.contains("host's mount namespace"), "{e}");
+            // Issue 25 item 1: a state naming a host process, seen from the host's mount
+            // namespace by a hook of any stage, is still refused (the pid shares the hook's
+            // mount namespace, which is the host's).
+            let e = Target::for_hook(std::process::id() as i32, Path::new("/tmp")).unwrap_err().to_string();
+            assert!(
+                e.contains("shares this hook's own mount namespace, which is the host's")
+                    && e.contains("refusing to inject"),
+                "{e}"
+            );
         }
     }
     use actk_core::cdi::{CdiHook, CdiMount};

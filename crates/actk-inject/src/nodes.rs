@@ -90,8 +90,9 @@ impl NodeSpec {
         let major = num(n.major, rustix::fs::major, "major")?;
         let minor = num(n.minor, rustix::fs::minor, "minor")?;
         let mode = n.file_mode.map(|m| m & 0o7777).or(st_ok.map(|s| s.st_mode & 0o777)).unwrap_or(0o666);
-        let permissions = n.permissions.clone().unwrap_or_else(|| "rwm".into());
-        if permissions.is_empty() || !permissions.chars().all(|c| "rwm".contains(c)) {
+        // Absent or empty: rwm (CDI SPEC.md).
+        let permissions = n.permissions.clone().filter(|p| !p.is_empty()).unwrap_or_else(|| "rwm".into());
+        if !permissions.chars().all(|c| "rwm".contains(c)) {
             return Err(err(format!("permissions {permissions:?} must be letters of \"rwm\"")));
         }
         Ok(NodeSpec { path: n.path.clone(), kind, major, minor, mode, uid: n.uid, gid: n.gid, permissions })

@@ -471,9 +471,11 @@ pub fn preferred_cores(
 
 /// Preferred replicas of a time-sliced resource: `targets[p]` is what unit `p` gives (device,
 /// MIG index). Spreads before stacking, as NVIDIA's "distributed" policy: each pick takes a
-/// replica of the target with the fewest replicas in use (counting those of this allocation),
-/// then the lowest target, so four replicas of an 8-GPU node land on four GPUs and a second
-/// pod lands on an idle GPU before sharing a busy one.
+/// replica of the target this allocation has fewest of (a container asking for 2 gets 2
+/// devices whenever 2 are offered: two replicas of one device are that device once), then of
+/// the target with the fewest replicas held by others, then the lowest target; so four replicas
+/// of an 8-GPU node land on four GPUs and a second pod lands on an idle GPU before sharing a
+/// busy one.
 ///
 /// Errors as [`preferred`] (unit positions in place of device indexes).
 pub fn preferred_replicas(
@@ -486,6 +488,7 @@ pub fn preferred_replicas(
         Checked::Done(choice) => return Ok(choice),
         Checked::Open { avail, must } => (avail, must),
     };
+    // Replicas held by others (not offered), and replicas of each target in this allocation.
     let mut in_use: BTreeMap<(u32, Option<u32>), usize> = BTreeMap::new();
     for (p, t) in targets.iter().enumerate() {
         let e = in_use.entry(*t).or_insert(0);
@@ -493,18 +496,18 @@ pub fn preferred_replicas(
             *e += 1;
         }
     }
+    let mut mine: BTreeMap<(u32, Option<u32>), usize> = BTreeMap::new();
     let mut out: Vec<u32> = must.iter().copied().collect();
     for m in &must {
-        *in_use.entry(targets[*m as usize]).or_insert(0) += 1;
+        *mine.entry(targets[*m as usize]).or_insert(0) += 1;
     }
     while out.len() < size {
-        let pick = avail
-            .iter()
-            .copied()
-            .filter(|p| !out.contains(p))
-            .min_by_key(|p| (in_use[&targets[*p as usize]], targets[*p as usize], *p));
+        let pick = avail.iter().copied().filter(|p| !out.contains(p)).min_by_key(|p| {
+            let t = targets[*p as usize];
+            (mine.get(&t).copied().unwrap_or(0), in_use[&t], t, *p)
+        });
         let Some(p) = pick else { break };
-        *in_use.entry(targets[p as usize]).or_insert(0) += 1;
+        *mine.entry(targets[p as usize]).or_insert(0) += 1;
         out.push(p);
     }
     out.sort_unstable();
@@ -604,5 +607,14 @@ mod tests {
         assert_eq!(preferred_replicas(&t, &[0, 1], &[], 2).unwrap().devices, [0, 1]);
         assert_eq!(preferred_replicas(&t, &all, &[0], 2).unwrap().devices, [0, 2], "must, then spread");
         assert!(preferred_replicas(&t, &[0, 9], &[], 1).is_err());
+        // Issue 28 item 9: 2 GPUs x 4 replicas, GPU 0 has 2 replicas held and GPU 1 has 3: two
+        // replicas for one container are one of each GPU, not both free replicas of the less
+        // busy GPU 0 (which the container would see as one GPU).
+        let t: Vec<(u32, Option<u32>)> = (0..8).map(|p| (p / 4, None)).collect();
+        assert_eq!(preferred_replicas(&t, &[1, 2, 7], &[], 2).unwrap().devices, [1, 7]);
+        // Three replicas over two GPUs: both GPUs, then the less busy one again.
+        assert_eq!(preferred_replicas(&t, &[1, 2, 6, 7], &[], 3).unwrap().devices, [1, 2, 6]);
+        // A must-include replica counts as this allocation's: the next one is the other GPU.
+        assert_eq!(preferred_replicas(&t, &[1, 2, 7], &[2], 2).unwrap().devices, [2, 7]);
     }
 }

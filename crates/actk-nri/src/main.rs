@@ -53,7 +53,25 @@ fn main() -> Result<()> {
     let config = Config::load_default().with_context(|| format!("loading the actk config {}", path.display()))?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    // stderr (the pod's log), and the config's log_file as well when one is set, as
+    // actk-runtime and actk-hook write theirs (issue 25 item 11).
+    let log_file = config.log_file.as_ref().and_then(|p| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| eprintln!("actk-nri: warning: cannot open log file {}: {e}", p.display()))
+            .ok()
+    });
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match log_file {
+        Some(f) => {
+            use tracing_subscriber::fmt::writer::MakeWriterExt;
+            fmt.with_ansi(false).with_writer(std::io::stderr.and(std::sync::Mutex::new(f))).init();
+        }
+        // Colour only on a terminal: `kubectl logs` of the pod must be plain text.
+        None => fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
     let rediscover = Duration::from_secs(a.rediscover_seconds.max(1));
     if let Some(m) = a.host_mount.as_ref().filter(|m| !m.is_absolute()) {
         bail!("--host-mount {}: must be absolute", m.display());

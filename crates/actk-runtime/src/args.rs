@@ -70,13 +70,34 @@ pub struct Invocation {
     /// The systemd cgroup driver was asked for (`--systemd-cgroup`, crun's
     /// `--cgroup-manager systemd`): device rules then go through systemd's DeviceAllow.
     pub systemd_cgroup: bool,
+    /// Help or the version was asked for (`-h`/`--help` before or after the subcommand,
+    /// `--version`/`-v` before it): the low-level runtime prints it and creates nothing, so
+    /// the bundle is not read (`runc create -h` works without a config.json).
+    pub help: bool,
 }
 
 impl Invocation {
-    /// True for the subcommands that create a container from a bundle (`create`, `run`).
+    /// True for the subcommands that create a container from a bundle (`create`, `run`), when
+    /// they are not asked for their help.
     pub fn creates(&self) -> bool {
-        matches!(self.subcommand.as_deref(), Some("create" | "run"))
+        !self.help && matches!(self.subcommand.as_deref(), Some("create" | "run"))
     }
+}
+
+/// Whether `arg` asks for help as runc's flag parser (Go's `flag` package, through urfave/cli)
+/// reads a boolean flag: `-h`, `--h`, `-help`, `--help`, or any of them `=true` (`=1`, `=t`).
+fn is_help(arg: &str) -> bool {
+    let name = arg.trim_start_matches('-');
+    if arg.len() - name.len() > 2 || name.len() == arg.len() {
+        return false;
+    }
+    let (name, value) = name.split_once('=').map_or((name, None), |(n, v)| (n, Some(v)));
+    matches!(name, "h" | "help") && value.is_none_or(|v| matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+}
+
+/// Whether `arg` asks for the version as a global flag (`-v`, `--version`, Go's forms).
+fn is_version(arg: &str) -> bool {
+    matches!(arg, "-v" | "--v" | "-version" | "--version" | "--version=true" | "-v=true")
 }
 
 /// `--name=value` or `--name value` at `args[i]`: returns (value, how many words it used).
@@ -103,7 +124,10 @@ pub fn parse(args: &[OsString]) -> Invocation {
             continue;
         };
         if a.starts_with('-') {
-            if let Some((v, used)) = flag_value(args, i, &["--log"]) {
+            if is_help(a) || is_version(a) {
+                inv.help = true;
+                i += 1;
+            } else if let Some((v, used)) = flag_value(args, i, &["--log"]) {
                 inv.log = v.map(PathBuf::from);
                 i += used;
             } else if let Some((v, used)) = flag_value(args, i, &["--log-format"]) {
@@ -136,6 +160,8 @@ pub fn parse(args: &[OsString]) -> Invocation {
     if !inv.creates() {
         return inv;
     }
+    // urfave/cli moves a subcommand's flags before its arguments, so `create ID --help` asks
+    // for help too; only `--` ends the flags.
     while i < args.len() {
         if args[i].to_str() == Some("--") {
             break;
@@ -146,6 +172,7 @@ pub fn parse(args: &[OsString]) -> Invocation {
         } else if let Some((_, used)) = flag_value(args, i, CREATE_VALUE_FLAGS) {
             i += used;
         } else {
+            inv.help |= args[i].to_str().is_some_and(is_help);
             i += 1;
         }
     }
@@ -222,5 +249,32 @@ mod tests {
         assert_eq!(inv.subcommand.as_deref(), Some("start"));
         assert!(!inv.creates());
         assert_eq!(p(&["--version"]).subcommand, None);
+    }
+
+    /// Issue 25 item 5: a subcommand's (or runc's) help is runc's, whatever follows it: the
+    /// bundle is not read, so `create -h` works without a config.json, as with runc.
+    #[test]
+    fn help_and_version_create_nothing() {
+        for argv in [
+            &["create", "-h"][..],
+            &["run", "--help"],
+            &["create", "--bundle", "/b", "id", "--help"],
+            &["run", "-help"],
+            &["create", "--h=true"],
+            &["--help", "create"],
+            &["--root", "/r", "-h", "run", "x"],
+            &["--version", "create", "x"],
+        ] {
+            let inv = p(argv);
+            assert!(inv.help && !inv.creates(), "{argv:?}");
+        }
+        for argv in [
+            &["create", "--help=false", "x"][..],
+            &["create", "--pid-file", "-h", "x"],
+            &["run", "x", "--", "-h"],
+            &["create", "---h", "x"],
+        ] {
+            assert!(p(argv).creates(), "{argv:?}");
+        }
     }
 }

@@ -133,7 +133,16 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::Invocation) -> Result<()> {
     let warn = |msg: &str| log::warn(inv.log.as_deref(), inv.log_format.as_deref(), msg);
     let config_json = bundle.join("config.json");
-    let text = std::fs::read(&config_json).with_context(|| format!("cannot read {}", config_json.display()))?;
+    let text = match std::fs::read(&config_json) {
+        Ok(t) => t,
+        // Nothing to edit: the low-level runtime says what is missing, in its own words (as a
+        // caller of runc expects them).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::debug!("{}: no config.json; passed on unchanged", bundle.display());
+            return Ok(());
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", config_json.display())),
+    };
     // No copy of the spec to compare with (issue 14): what changes it says so. An error below
     // returns before the write, so a partly edited spec is never written.
     let mut spec: serde_json::Value =

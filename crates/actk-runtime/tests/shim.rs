@@ -154,6 +154,28 @@ fn f03_every_argument_reaches_the_runtime_unchanged_and_in_order() {
     assert_eq!(&e.argv()[1..], &["--unknown", "state", "ctr-1"]);
 }
 
+/// Issue 25 item 5: `create -h`, `run --help` and the like go to the runtime unchanged without
+/// reading a config.json (runc prints its help); a bundle without config.json is the runtime's
+/// to report, in its own words; a bundle asking for a device with `--help` after it is not
+/// edited.
+#[test]
+fn help_and_a_missing_config_json_pass_through_to_the_runtime() {
+    let e = Env::new();
+    let empty = e.p("no-bundle");
+    fs::create_dir_all(&empty).unwrap();
+    for args in [&["create", "-h"][..], &["run", "--help"], &["--root", "/r", "create", "--help", "x"], &["run", "x"]] {
+        let o = e.run(args, Some(&empty));
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(&e.argv()[1..], args);
+    }
+    e.cdi_spec("nvidia.com/gpu", "nvidia", 195, 2);
+    let b = e.bundle("b", &minimal(&["NVIDIA_VISIBLE_DEVICES=1"]));
+    let before = fs::read(b.join("config.json")).unwrap();
+    let o = e.run(&["create", "--bundle", b.to_str().unwrap(), "x", "--help"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fs::read(b.join("config.json")).unwrap(), before, "help creates nothing: config.json untouched");
+}
+
 /// Field case F04: every way of naming the bundle edits the same config.json.
 #[test]
 fn f04_bundle_forms_edit_the_same_config_json() {

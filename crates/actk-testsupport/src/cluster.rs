@@ -1,6 +1,7 @@
 //! The real single-node Kubernetes cluster for tests (`scripts/k8s-node.sh`): kubelet,
-//! kube-apiserver, kube-scheduler, kube-controller-manager 1.34, etcd and containerd 2, with actk
-//! deployed by its Helm chart for a node whose devices are under a fixture root.
+//! kube-apiserver, kube-scheduler, kube-controller-manager (the version `ACTK_KUBE_VERSION`
+//! names, e.g. `v1.34.4` or `v1.37.2`; else the script's default), etcd and containerd 2, with
+//! actk deployed by its Helm chart for a node whose devices are under a fixture root.
 //!
 //! One cluster runs on a machine at a time: [`Cluster::start`] takes the machine-wide flock
 //! [`LOCK`] and holds it until the [`Cluster`] is dropped, so tests of several checkouts (and of
@@ -57,7 +58,14 @@ pub struct StartOptions {
     /// Kubelet `topologyManagerPolicy` (`none` when unset; `single-numa-node`, ...). Another
     /// policy than the running kubelet's restarts the kubelet.
     pub topology_policy: Option<String>,
+    /// Kubernetes version (`v1.37.2`); `None`: `ACTK_KUBE_VERSION`, else the script's default.
+    /// A running cluster of another version is taken down and started again with this one.
+    pub kube_version: Option<String>,
 }
+
+/// The environment variable naming the cluster's Kubernetes version (`v1.34.4`, `v1.37.2`),
+/// read by `scripts/k8s/build-kube.sh` and [`Cluster::start`].
+pub const KUBE_VERSION_ENV: &str = "ACTK_KUBE_VERSION";
 
 /// The test cluster, held by one test at a time (the lock is released on drop).
 #[derive(Debug)]
@@ -176,6 +184,12 @@ impl PodSpec {
     }
 }
 
+/// `(major, minor)` of `v1.37.2` (or `1.37.2`, `v1.37.2-rc.0`).
+pub fn parse_minor(v: &str) -> Option<(u32, u32)> {
+    let mut it = v.trim().trim_start_matches('v').split(['.', '-', '+']);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 fn output_text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -204,6 +218,11 @@ impl Cluster {
         let mut args = vec!["start".to_string()];
         if let Some(p) = &opts.topology_policy {
             args.extend(["--topology-policy".into(), p.clone()]);
+        }
+        let version =
+            opts.kube_version.clone().or_else(|| std::env::var(KUBE_VERSION_ENV).ok().filter(|v| !v.is_empty()));
+        if let Some(v) = version {
+            args.extend(["--version".into(), v]);
         }
         c.script_ok(&args, 3600).context("starting the test cluster (scripts/k8s-node.sh start)")?;
         let env = c.script_ok(&["env".to_string()], 600)?;
@@ -248,6 +267,13 @@ impl Cluster {
     /// The node's name.
     pub fn node_name(&self) -> &str {
         self.env("NODE_NAME")
+    }
+
+    /// The cluster's Kubernetes version as `(major, minor)` (`(1, 37)`), from `k8s-node.sh env`'s
+    /// `KUBE_VERSION` (`v1.37.2`). Tests of features a version lacks check it.
+    pub fn kube_version(&self) -> (u32, u32) {
+        let v = self.env("KUBE_VERSION");
+        parse_minor(v).unwrap_or_else(|| panic!("KUBE_VERSION {v:?} is not vMAJOR.MINOR.PATCH"))
     }
 
     /// `kubectl ARGS` against the cluster.

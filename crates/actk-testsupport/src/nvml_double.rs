@@ -125,6 +125,12 @@ pub fn raise_xid(root: &Path, uuid: &str, xid: u64) -> Result<()> {
     append(root, "events", &format!("xid\tuuid={uuid}\txid={xid}"))
 }
 
+/// Set the uncorrected ECC error count of the GPU with UUID `uuid` to `count` (what
+/// nvmlDeviceGetTotalEccErrors answers for it from now on, volatile and aggregate).
+pub fn set_uncorrected_ecc(root: &Path, uuid: &str, count: u64) -> Result<()> {
+    append(root, "ecc", &format!("ecc\tuuid={uuid}\tuncorrected={count}"))
+}
+
 /// Make the GPU with UUID `uuid` answer every query with NVML_ERROR_GPU_IS_LOST.
 pub fn lose_gpu(root: &Path, uuid: &str) -> Result<()> {
     append(root, "lost", uuid)

@@ -185,6 +185,54 @@ fn watch_rolling_update_keeps_the_new_generators_spec() {
     assert!(!file.exists(), "the last generator removes its spec");
 }
 
+/// Two installations (two chart releases) on one node, one spec directory (issue 28 item 6):
+/// each names its files after itself, the second leaves a kind the first's spec defines alone
+/// (two specs of one kind in one directory make its devices unresolvable), and when the first
+/// goes its spec goes with it and the second writes its own.
+#[test]
+fn watch_owners_never_share_or_remove_each_others_spec() {
+    let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    let out = node.path().join("var/run/cdi");
+    let start = |owner: &str| {
+        Watcher(
+            Command::new(env!("CARGO_BIN_EXE_actk"))
+                .args(["cdi", "generate", "--watch", "1", "--ldcache-hook", "none", "--owner", owner, "--root"])
+                .arg(&root)
+                .arg("--output")
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let term = |w: &mut Watcher| {
+        let pid = rustix::process::Pid::from_child(&w.0);
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        assert!(w.0.wait().unwrap().success());
+    };
+    let (a_file, b_file) = (out.join("gpus.nvidia.com-gpu.json"), out.join("other.nvidia.com-gpu.json"));
+    let mut a = start("gpus");
+    wait_for("the first release's spec", Duration::from_secs(20), || spec_names(&a_file).is_some());
+    let mut b = start("other");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!b_file.exists(), "the second release leaves the kind to the first");
+    term(&mut a);
+    assert!(!a_file.exists(), "the first release's spec goes with it");
+    wait_for("the second release's own spec", Duration::from_secs(10), || spec_names(&b_file).is_some());
+    // A spec another tool wrote for the kind is left alone too, and this one's is removed.
+    std::fs::write(out.join("nvidia.yaml"), std::fs::read_to_string(&b_file).unwrap()).unwrap();
+    std::fs::rename(out.join("nvidia.yaml"), out.join("a-tool.json")).unwrap();
+    wait_for("the release yielding to the other tool", Duration::from_secs(10), || !b_file.exists());
+    term(&mut b);
+    let mut err = String::new();
+    std::io::Read::read_to_string(b.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("defines nvidia.com/gpu already"), "{err}");
+    assert!(out.join("a-tool.json").exists(), "another tool's spec is never removed");
+    let o = actk(&["cdi", "generate", "--owner", "x/y", "--watch", "1", "--output", "/tmp"]);
+    assert!(!o.status.success() && text(&o).contains("a Helm release name"), "{}", text(&o));
+}
+
 const CONTAINERD: &str =
     "# the node's containerd 2 config\nversion = 3\n\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = true\n";
 

@@ -128,10 +128,12 @@ fn f17_intel_rdt_is_applied_or_refused_by_name_never_dropped() -> Result<()> {
 }
 
 /// Issue 13 item 4: runc refuses a device rule with an empty access (shown first with runc
-/// itself), so a spec whose device node has `"permissions": ""` is refused when read, with the
-/// file, the JSON pointer and the fix, instead of a runc failure at start.
+/// itself), so a spec whose device node asks for one (`"permissions": "none"`, SPEC.md's empty
+/// access) is refused when read, with the file, the JSON pointer and the fix, instead of a runc
+/// failure at start. Issue 25 item 6: an empty `"permissions": ""` is not that: SPEC.md and the
+/// reference library read it as `rwm`, and so does actk; the container runs.
 #[test]
-fn item4_empty_device_permissions_are_refused_when_the_spec_is_read() -> Result<()> {
+fn item4_empty_access_is_refused_when_the_spec_is_read_and_empty_permissions_are_rwm() -> Result<()> {
     if !engines::require_root() {
         return Ok(());
     }
@@ -152,7 +154,7 @@ fn item4_empty_device_permissions_are_refused_when_the_spec_is_read() -> Result<
     let host = tempfile::tempdir()?;
     let cfg = ActkConfig::new(host.path())?;
     let mut s = spec("0.5.0", json!({}));
-    s["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("");
+    s["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("none");
     let file = cfg.spec_dir().join("net.json");
     fs::write(&file, s.to_string())?;
     let (o, bundle, before) = run(&cfg.write()?, &["echo", "container-ran"])?;
@@ -163,6 +165,14 @@ fn item4_empty_device_permissions_are_refused_when_the_spec_is_read() -> Result<
     assert_eq!(fs::read(bundle.config_path())?, before);
     let v = engines::actk(None, &[OsArg::from("cdi"), "validate".into(), file.clone().into()]);
     assert!(!v.status.success(), "actk cdi validate accepts what runc refuses: {}", text(&v).0);
+
+    s["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("");
+    fs::write(&file, s.to_string())?;
+    let (o, _, _) = run(&cfg.write()?, &["echo", "container-ran"])?;
+    let out = expect_success("actk-runtime run (permissions \"\")", &o);
+    assert!(out.contains("container-ran"), "{out}");
+    let v = engines::actk(None, &[OsArg::from("cdi"), "validate".into(), file.clone().into()]);
+    assert!(v.status.success(), "actk cdi validate refuses what SPEC.md calls rwm: {}", text(&v).1);
     Ok(())
 }
 

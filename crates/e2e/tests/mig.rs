@@ -183,3 +183,33 @@ fn mig_config_capability_only_for_privileged_containers() {
     assert_eq!(seen(&out), BTreeSet::from(["/dev/nvidia-caps/nvidia-cap1 ec 1".to_string()]), "{out}");
     let _ = n;
 }
+
+/// Issue 28 item 10: the device plugin's envvar answers for two MIG resources of one container
+/// (NVIDIA_VISIBLE_DEVICES, of which the kubelet kept one, and each resource's own variable)
+/// give the container both MIG devices; under a policy that does not trust env requests, an
+/// unprivileged container's per-resource variable is refused like NVIDIA_VISIBLE_DEVICES
+/// itself (a hostile image cannot use it to reach a GPU).
+#[test]
+fn per_resource_answers_compose_and_obey_the_trust_policy() {
+    let Some(n) = setup() else { return };
+    let config = ActkConfig::new(&n.fx.root).unwrap();
+    let cfg = config.write().unwrap();
+    let (small, big) = (n.state.migs(1)[4], n.state.migs(0)[1]);
+    let env = [
+        format!("NVIDIA_VISIBLE_DEVICES={}", big.get("uuid")),
+        format!("NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_MIG_1G_10GB={}", small.get("uuid")),
+        format!("NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_MIG_2G_20GB={}", big.get("uuid")),
+    ];
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    let out = expect_success("two MIG answers", &run_runtime(&cfg, &env));
+    let mut want = n.expected(1, 4);
+    want.extend(n.expected(0, 1));
+    assert_eq!(seen(&out), want, "{out}");
+
+    let mut strict = ActkConfig::new(&n.fx.root).unwrap();
+    strict.extra = "[policy]\nenv_requests = \"privileged\"\non_refused = \"fail\"\n".into();
+    let cfg = strict.write().unwrap();
+    let o = run_runtime(&cfg, &["NVIDIA_VISIBLE_DEVICES_ACTK_NVIDIA_COM_GPU=all"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success() && err.contains("env_requests"), "refused naming the policy key: {err}");
+}

@@ -1,6 +1,7 @@
 //! The config.json files that Docker 20.10 and Podman 4.3 really wrote on this machine
 //! (../shared/reference/realspecs) go through actk-runtime with every field they had kept, in
-//! their order (issue 3, items 1c, 1e and 4).
+//! their order (issue 3, items 1c, 1e and 4); mounts in the order by depth that the CDI
+//! reference library gives them too (issue 25 item 4).
 //!
 //! The low-level runtime is a fake: a script that copies the edited config.json out of the
 //! bundle, so the test sees exactly what runc would have been given.
@@ -49,6 +50,14 @@ fn contained(want: &Value, got: &Value, at: &str) -> Result<(), String> {
         }
         (w, g) if w == g => Ok(()),
         (w, g) => Err(format!("{at} was {w}, now {g}")),
+    }
+}
+
+/// The engine's mounts in the order actk (as the CDI reference library, Docker and CRI-O) puts
+/// them once it adds mounts: stably sorted by the depth of the destination (issue 25 item 4).
+fn by_depth(spec: &mut Value) {
+    if let Some(m) = spec["mounts"].as_array_mut() {
+        m.sort_by_key(|m| m["destination"].as_str().unwrap_or("").trim_end_matches('/').matches('/').count().max(1));
     }
 }
 
@@ -132,6 +141,7 @@ fn docker_gpus_spec_keeps_every_field_and_only_drops_the_hook_actk_replaced() ->
     // Docker's --gpus added must be gone (issue 3, 1c); everything else must stay.
     let prestart = input["hooks"]["prestart"].as_array_mut().context("no prestart hooks in the reference")?;
     prestart.retain(|h| !h["path"].as_str().unwrap_or_default().ends_with("nvidia-container-runtime-hook"));
+    by_depth(&mut input);
     if let Err(d) = contained(&input, &got, "") {
         panic!("docker-20.10-gpus.json lost a field going through actk-runtime: {d}\ngot: {got:#}");
     }
@@ -152,7 +162,8 @@ fn docker_run_spec_keeps_every_field() -> Result<()> {
     }
     let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let mut cfg = ActkConfig::new(&fx.root)?;
-    let (input, got) = through_the_shim("docker-20.10-run.json", &mut cfg)?;
+    let (mut input, got) = through_the_shim("docker-20.10-run.json", &mut cfg)?;
+    by_depth(&mut input);
     if let Err(d) = contained(&input, &got, "") {
         panic!("docker-20.10-run.json lost a field going through actk-runtime: {d}\ngot: {got:#}");
     }
@@ -181,7 +192,8 @@ fn podman_spec_with_cdi_annotation_and_neuron_range_keeps_every_field() -> Resul
         })
         .to_string(),
     )?;
-    let (input, got) = through_the_shim("podman-4.3-run.json", &mut cfg)?;
+    let (mut input, got) = through_the_shim("podman-4.3-run.json", &mut cfg)?;
+    by_depth(&mut input);
     if let Err(d) = contained(&input, &got, "") {
         panic!("podman-4.3-run.json lost a field going through actk-runtime: {d}\ngot: {got:#}");
     }

@@ -19,6 +19,8 @@ use std::path::Path;
 use std::time::Duration;
 
 const GPU: &str = "nvidia.com/gpu";
+/// The chart's generator's spec of nvidia.com/gpu: named after the release (`--owner`).
+const SPEC: &str = "actk-device-plugin.nvidia.com-gpu.json";
 const NEURON: &str = "aws.amazon.com/neuron";
 const NEURONCORE: &str = "aws.amazon.com/neuroncore";
 
@@ -164,7 +166,7 @@ fn f18_uuid_only_spec_pod_starts_with_its_gpu() -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let values = "config:\n  strategies: [cdi-cri]\ncdi:\n  deviceNameStrategy: uuid\n";
     let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
-    let spec = Path::new(c.env("CDI_DIR")).join("nvidia.com-gpu.json");
+    let spec = Path::new(c.env("CDI_DIR")).join(SPEC);
     let names = c.wait_until("a UUID-named spec", Duration::from_secs(30), || {
         let Ok(text) = std::fs::read_to_string(&spec) else { return Ok(None) };
         let v: Value = serde_json::from_str(&text)?;
@@ -372,7 +374,7 @@ fn late_device_is_added_to_the_spec_and_served() -> Result<()> {
     let Some(c) = ready(&Default::default(), &dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 7)? else {
         return Ok(());
     };
-    let spec = Path::new(c.env("CDI_DIR")).join("nvidia.com-gpu.json");
+    let spec = Path::new(c.env("CDI_DIR")).join(SPEC);
     let defines_7 = || -> Result<bool> {
         let text = std::fs::read_to_string(&spec).with_context(|| format!("reading {}", spec.display()))?;
         let v: Value = serde_json::from_str(&text)?;
@@ -399,7 +401,7 @@ fn single_numa_node_policy_aligns_gpus() -> Result<()> {
     let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let numa = |g: u32| if g < 4 { 0 } else { 1 };
     {
-        let opts = StartOptions { topology_policy: Some("single-numa-node".into()) };
+        let opts = StartOptions { topology_policy: Some("single-numa-node".into()), ..Default::default() };
         let Some(c) = ready(&opts, &dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 8)? else {
             return Ok(());
         };
@@ -475,18 +477,18 @@ fn helm_upgrade_and_uninstall_leave_nothing_stale() -> Result<()> {
         .then_some(s))
     })?;
     assert_eq!(on.sockets, ["actk-nvidia_com_gpu.sock"]);
-    assert_eq!(on.specs, ["nvidia.com-gpu.json"]);
+    assert_eq!(on.specs, [SPEC]);
 
     // Upgrade: index names only, no node setup.
     c.install(&dgx.root, "config:\n  strategies: [cdi-cri, cdi-annotations]\ncdi:\n  deviceNameStrategy: index\n")?;
     c.wait_allocatable(GPU, 8)?;
     let up = c.wait_until("upgrade settled", Duration::from_secs(120), || {
         let s = node_state(&c)?;
-        let text = std::fs::read_to_string(Path::new(c.env("CDI_DIR")).join("nvidia.com-gpu.json")).unwrap_or_default();
+        let text = std::fs::read_to_string(Path::new(c.env("CDI_DIR")).join(SPEC)).unwrap_or_default();
         Ok((!s.runtime_class && !text.contains("\"GPU-") && s.installed.is_empty()).then_some(s))
     })?;
     assert_eq!(up.sockets, ["actk-nvidia_com_gpu.sock"], "one socket, no stale one");
-    assert_eq!(up.specs, ["nvidia.com-gpu.json"]);
+    assert_eq!(up.specs, [SPEC]);
     assert_eq!(up.containerd_config, clean.containerd_config, "containerd's config is as before");
     let v = look(&c, PodSpec::new("after-upgrade", "").limit(GPU, 2))?;
     assert_two_gpus(&v, "after upgrade");

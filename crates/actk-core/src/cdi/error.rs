@@ -99,6 +99,15 @@ pub enum CdiError {
         /// Which files define it and what to do.
         message: String,
     },
+    /// The device's spec file defines it, but it was left out for what is wrong with it
+    /// (its other devices stay usable).
+    #[error("unresolvable CDI device {name}: its spec file defines it but it was refused: {message}")]
+    Refused {
+        /// The qualified name.
+        name: String,
+        /// The file and what is wrong with the device, with JSON pointers.
+        message: String,
+    },
     /// The profile, inventory or options cannot give a spec.
     #[error("cannot generate CDI spec for {kind}: {message}")]
     Generate {

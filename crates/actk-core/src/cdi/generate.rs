@@ -16,6 +16,18 @@
 //! option as a bind mount whatever its type, and `type` would only raise nothing or need 0.4.0);
 //! `hostPath` only when the host path differs from the container path (a non-`/` host root),
 //! which needs 0.5.0 — as do index names, which start with a digit.
+//!
+//! Device nodes keep the host node's mode (`fileMode`) and, when it is not root's, its group
+//! (`gid`), for every vendor: an AMD render node is 0660 root:render on Ubuntu, and a node made
+//! root:root in the container could not be opened by a non-root user even with `--group-add`
+//! (nvidia-container-toolkit writes the GID for the same reason). The uid stays unset: actk and
+//! the reference library (container-device-interface 1.1) then give the node to the
+//! container's user, who opens a 0660 node as its owner. For engines that do not (older CDI
+//! libraries make it root's), [`GenerateOptions::additional_gids`] also gives the container
+//! process the group of each node only its group may open (its bits allow what the others' do
+//! not), as an additional GID; that needs cdiVersion 0.7.0, which podman 4.3 and containerd
+//! 1.7 (CDI 0.5.x) do not read, so it is asked for (the DRA driver's claim specs, read by
+//! containerd 2 and CRI-O, and `actk cdi generate --additional-gids`), not the default.
 
 use super::CdiError;
 use super::name::check_device_name;
@@ -96,6 +108,10 @@ pub struct GenerateOptions {
     /// container's ld.so.cache for the mounted library directories, invoked as
     /// `<basename> update-ldcache --folder DIR...` with env [`HOOK_ENV`]. `None`: no hook.
     pub ldcache_hook: Option<String>,
+    /// Give the container process the group of each device node that only its group may open,
+    /// as an additional GID (see the module docs; needs cdiVersion 0.7.0, which CDI 0.5.x
+    /// engines such as podman 4.3 and containerd 1.7 do not read).
+    pub additional_gids: bool,
 }
 
 /// Whether capability `cap` is selected by `selection` (`None` = every capability).
@@ -160,7 +176,8 @@ fn path_str<'a>(kind: &str, p: &'a Path) -> Result<&'a str, CdiError> {
     })
 }
 
-/// The CDI device node for an inventory node: `hostPath` only when it differs from `path`.
+/// The CDI device node for an inventory node: `hostPath` only when it differs from `path`; the
+/// host node's mode, and its group unless that is root's.
 fn cdi_node(kind: &str, n: &DeviceNode) -> Result<CdiDeviceNode, CdiError> {
     let host = path_str(kind, &n.host_path)?;
     Ok(CdiDeviceNode {
@@ -170,8 +187,30 @@ fn cdi_node(kind: &str, n: &DeviceNode) -> Result<CdiDeviceNode, CdiError> {
         major: Some(i64::from(n.major)),
         minor: Some(i64::from(n.minor)),
         file_mode: n.file_mode,
+        gid: n.gid.filter(|g| *g != 0),
         ..Default::default()
     })
+}
+
+/// The group a process needs to open node `n`: its gid when that is not root's and the group's
+/// permission bits allow something the others' do not (`None` when the mode is not known to
+/// need it: a 0666 node opens for anyone).
+pub fn group_needed(n: &DeviceNode) -> Option<u32> {
+    let gid = n.gid.filter(|g| *g != 0)?;
+    match n.file_mode {
+        Some(m) if (m >> 3) & 0o7 & !m & 0o7 == 0 => None,
+        _ => Some(gid),
+    }
+}
+
+/// Adds node `n` to `edits`, with its group as an additional GID when only the group grants
+/// access ([`group_needed`]) and `gids` is true.
+fn add_node(edits: &mut ContainerEdits, kind: &str, n: &DeviceNode, gids: bool) -> Result<(), CdiError> {
+    edits.device_nodes.push(cdi_node(kind, n)?);
+    if gids && let Some(g) = group_needed(n).filter(|g| !edits.additional_gids.contains(g)) {
+        edits.additional_gids.push(g);
+    }
+    Ok(())
 }
 
 /// The CDI mount for a host file: a read-only bind mount.
@@ -191,11 +230,12 @@ fn shared_edits(
     vendor: &VendorInventory,
     selection: Option<&[String]>,
     ldcache_hook: Option<&str>,
+    gids: bool,
 ) -> Result<ContainerEdits, CdiError> {
     let kind = vendor.kind.as_str();
     let mut edits = ContainerEdits { env: profile.env.clone(), ..Default::default() };
     for n in vendor.shared_nodes.iter().filter(|n| shared_node_selected(profile, n, selection)) {
-        edits.device_nodes.push(cdi_node(kind, n)?);
+        add_node(&mut edits, kind, n, gids)?;
     }
     let files: Vec<&HostFile> =
         vendor.host_files.iter().filter(|f| capability_selected(&f.capability, selection)).collect();
@@ -297,9 +337,10 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
             tracing::warn!("{kind} device {}: no usable device node; left out of the spec", d.index);
             continue;
         }
+        let gids = opts.additional_gids;
         let mut edits = ContainerEdits::default();
         for n in &d.nodes {
-            edits.device_nodes.push(cdi_node(kind, n)?);
+            add_node(&mut edits, kind, n, gids)?;
         }
         all.append(&edits);
         let mut wanted = Vec::new();
@@ -324,7 +365,7 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
         for m in d.mig.iter().filter(|m| m.enabled).flat_map(|m| &m.devices) {
             let mut edits = edits.clone();
             for n in &m.nodes {
-                edits.device_nodes.push(cdi_node(kind, n)?);
+                add_node(&mut edits, kind, n, gids)?;
             }
             all.append(&edits);
             let mut wanted = Vec::new();
@@ -358,7 +399,8 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
     devices.push(CdiDevice { name: ALL_DEVICE.into(), container_edits: all, ..Default::default() });
     // MIG management (`NVIDIA_MIG_CONFIG_DEVICES`, `NVIDIA_MIG_MONITOR_DEVICES`): not in `all`.
     for (name, node) in &vendor.mig_capabilities {
-        let container_edits = ContainerEdits { device_nodes: vec![cdi_node(kind, node)?], ..Default::default() };
+        let mut container_edits = ContainerEdits::default();
+        add_node(&mut container_edits, kind, node, opts.additional_gids)?;
         devices.push(CdiDevice {
             name: format!("{MIG_CAPABILITY_PREFIX}{name}"),
             container_edits,
@@ -369,7 +411,13 @@ pub fn generate(profile: &Profile, vendor: &VendorInventory, opts: &GenerateOpti
         cdi_version: String::new(),
         kind: kind.to_string(),
         devices,
-        container_edits: shared_edits(profile, vendor, opts.capabilities.as_deref(), opts.ldcache_hook.as_deref())?,
+        container_edits: shared_edits(
+            profile,
+            vendor,
+            opts.capabilities.as_deref(),
+            opts.ldcache_hook.as_deref(),
+            opts.additional_gids,
+        )?,
         ..Default::default()
     };
     spec.cdi_version = minimum_version(&spec).to_string();
@@ -416,7 +464,10 @@ pub fn edits_for(
     device_indexes: &[u32],
     capabilities: &[String],
 ) -> ContainerEdits {
-    let mut edits = match shared_edits(profile, vendor, Some(capabilities), None) {
+    // No additional GIDs here: these edits are applied by actk (actk-runtime, actk-hook, the
+    // NRI plugin, the device plugin's device specs), which give a node the container's user
+    // when the edit names none (crate::edits), and NRI cannot carry them.
+    let mut edits = match shared_edits(profile, vendor, Some(capabilities), None, false) {
         Ok(e) => e,
         Err(e) => {
             tracing::warn!("{e}");
@@ -426,9 +477,8 @@ pub fn edits_for(
     for idx in device_indexes {
         for d in vendor.devices.iter().filter(|d| d.index == *idx) {
             for n in &d.nodes {
-                match cdi_node(&vendor.kind, n) {
-                    Ok(node) => edits.device_nodes.push(node),
-                    Err(e) => tracing::warn!("{e}"),
+                if let Err(e) = add_node(&mut edits, &vendor.kind, n, false) {
+                    tracing::warn!("{e}");
                 }
             }
         }
@@ -446,9 +496,8 @@ pub fn mig_edits(vendor: &VendorInventory, migs: &[(u32, u32)]) -> ContainerEdit
         let Some(d) = vendor.devices.iter().find(|d| d.index == *gpu) else { continue };
         let Some(m) = d.mig.iter().flat_map(|m| &m.devices).find(|m| m.index == *mig) else { continue };
         for n in d.nodes.iter().chain(&m.nodes) {
-            match cdi_node(&vendor.kind, n) {
-                Ok(node) => edits.device_nodes.push(node),
-                Err(e) => tracing::warn!("{e}"),
+            if let Err(e) = add_node(&mut edits, &vendor.kind, n, false) {
+                tracing::warn!("{e}");
             }
         }
     }
@@ -499,6 +548,7 @@ mod tests {
             major,
             minor,
             file_mode: Some(0o666),
+            gid: None,
         }
     }
 
@@ -545,7 +595,7 @@ mod tests {
     #[test]
     fn generates_index_uuid_and_all_entries_with_shared_edits() {
         let (p, v) = nvidia("/fx");
-        let spec = generate(&p, &v, &GenerateOptions::default()).unwrap();
+        let spec = generate(&p, &v, &GenerateOptions { additional_gids: true, ..Default::default() }).unwrap();
         let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
             names,
@@ -641,5 +691,35 @@ mod tests {
         assert!(path_matches("/dev/accel/accel_controlD*", "/dev/accel/accel_controlD3"));
         assert!(!path_matches("/dev/accel/accel_controlD*", "/dev/accel/accel3"));
         assert!(!path_matches("/dev/nvidia-caps/*", "/dev/x/nvidia-cap1"));
+    }
+
+    /// Issue 25 item 2: generated nodes keep the host node's group and mode for every vendor;
+    /// asked for, the group becomes an additional GID where only it grants access (an AMD render
+    /// node, 0660 root:render); a 0666 node or a root-group node adds nothing. By default, and in
+    /// edits actk applies itself, there are none (the spec stays 0.5.0 for podman 4.3).
+    #[test]
+    fn item2_nodes_keep_their_group_and_group_only_nodes_add_it() {
+        let (p, mut v) = nvidia("");
+        v.devices[0].nodes[0] = DeviceNode { file_mode: Some(0o660), gid: Some(109), ..v.devices[0].nodes[0].clone() };
+        v.devices[1].nodes[0] = DeviceNode { file_mode: Some(0o666), gid: Some(44), ..v.devices[1].nodes[0].clone() };
+        v.shared_nodes =
+            vec![DeviceNode { file_mode: Some(0o660), gid: Some(0), ..node("", "/dev/nvidiactl", 195, 255) }];
+        let spec = generate(&p, &v, &GenerateOptions { additional_gids: true, ..Default::default() }).unwrap();
+        let dev = |name: &str| spec.devices.iter().find(|d| d.name == name).unwrap();
+        let n0 = &dev("0").container_edits.device_nodes[0];
+        assert_eq!((n0.file_mode, n0.gid, n0.uid), (Some(0o660), Some(109), None));
+        assert_eq!(dev("0").container_edits.additional_gids, [109]);
+        assert_eq!(dev("1").container_edits.device_nodes[0].gid, Some(44));
+        assert!(dev("1").container_edits.additional_gids.is_empty(), "0666: the group grants nothing more");
+        assert_eq!(dev("all").container_edits.additional_gids, [109]);
+        assert_eq!(spec.container_edits.device_nodes[0].gid, None, "root's group is left to the engine");
+        assert_eq!(spec.cdi_version, "0.7.0", "additionalGids need 0.7.0");
+        let old = generate(&p, &v, &GenerateOptions::default()).unwrap();
+        assert!(old.devices.iter().all(|d| d.container_edits.additional_gids.is_empty()));
+        assert_eq!(old.cdi_version, "0.5.0");
+        assert_eq!(old.devices[0].container_edits.device_nodes[0].gid, Some(109));
+        let e = edits_for(&p, &v, &[0], &[]);
+        let n = e.device_nodes.iter().find(|n| n.path == "/dev/nvidia0").unwrap();
+        assert_eq!((n.gid, e.additional_gids.len()), (Some(109), 0));
     }
 }

@@ -13,6 +13,7 @@ pub mod generate;
 pub mod name;
 pub mod registry;
 pub mod spec;
+pub mod typed;
 pub mod validate;
 pub mod version;
 pub mod write;

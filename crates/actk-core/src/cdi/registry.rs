@@ -7,8 +7,11 @@
 //! - A device defined in a later (higher-priority) directory replaces the same qualified name
 //!   from an earlier one. The same name defined twice in one directory is a conflict: the name
 //!   is dropped and both files are reported.
-//! - A file that does not parse or validate is recorded with its errors and skipped; other
-//!   files are unaffected.
+//! - A file that does not parse, or whose spec-level part does not validate, is recorded with
+//!   its errors and skipped; other files are unaffected. A device that does not validate (an
+//!   unknown field, a wrong type, a broken rule in its own part) is recorded by name and left
+//!   out alone: the file's other devices stay usable, and asking for the refused one says why
+//!   ([`super::validate::usable_from_text`]). (The reference library refuses the whole file.)
 //! - A file or directory that root does not own, or that group or others may write, is skipped
 //!   the same way (crate::trusted: its hooks would run as root in every container).
 //! - Resolving adds a spec's spec-level edits once, however many of its devices are asked for,
@@ -21,7 +24,7 @@ use super::CdiError;
 use super::generate::dedup;
 use super::name::QualifiedName;
 use super::spec::{ContainerEdits, Spec};
-use super::validate::spec_from_text;
+use super::validate::usable_from_text;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -39,13 +42,31 @@ pub struct LoadedSpec {
     pub spec: Spec,
 }
 
-/// A spec file (or directory) that could not be used, with every error found in it.
+/// A spec file (or directory), or one device of a spec file, that could not be used, with
+/// every error found in it.
 #[derive(Debug)]
 pub struct SpecFileError {
     /// The file or directory.
     pub path: PathBuf,
+    /// The device of the file that was left out (`"gpu0" (devices[3])`), when only it was.
+    pub device: Option<String>,
     /// What is wrong with it.
     pub errors: Vec<CdiError>,
+}
+
+impl SpecFileError {
+    fn file(path: PathBuf, errors: Vec<CdiError>) -> SpecFileError {
+        SpecFileError { path, device: None, errors }
+    }
+
+    /// One line for a warning: `CDI spec file skipped: ...` or `CDI device "x" (devices[2]) of
+    /// FILE skipped: ...`.
+    pub fn warning(&self) -> String {
+        match &self.device {
+            Some(d) => format!("CDI device {d} of {} skipped: {self}", self.path.display()),
+            None => format!("CDI spec file skipped: {self}"),
+        }
+    }
 }
 
 impl std::fmt::Display for SpecFileError {
@@ -64,6 +85,8 @@ pub struct Registry {
     devices: BTreeMap<String, (usize, usize)>,
     /// Qualified names defined more than once at the same priority -> the files.
     conflicts: BTreeMap<String, Vec<PathBuf>>,
+    /// Qualified names of devices left out of their file -> the file and why.
+    refused: BTreeMap<String, String>,
     errors: Vec<SpecFileError>,
 }
 
@@ -78,10 +101,10 @@ impl Registry {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(source) => {
-                    reg.errors.push(SpecFileError {
-                        path: dir.to_path_buf(),
-                        errors: vec![CdiError::Io { path: dir.to_path_buf(), source }],
-                    });
+                    reg.errors.push(SpecFileError::file(
+                        dir.to_path_buf(),
+                        vec![CdiError::Io { path: dir.to_path_buf(), source }],
+                    ));
                     continue;
                 }
             };
@@ -95,7 +118,7 @@ impl Registry {
             if let Err(e) = dir_trust {
                 // One entry for the directory, and only when it holds spec files.
                 if !files.is_empty() {
-                    reg.errors.push(SpecFileError { path: dir.to_path_buf(), errors: vec![read_error(e)] });
+                    reg.errors.push(SpecFileError::file(dir.to_path_buf(), vec![read_error(e)]));
                 }
                 continue;
             }
@@ -107,9 +130,26 @@ impl Registry {
                     }),
                     Err(e) => Err(read_error(e)),
                 };
-                match text.map_err(|e| vec![e]).and_then(|t| spec_from_text(&t, &file)) {
-                    Ok(spec) => reg.add(spec, file, priority),
-                    Err(errors) => reg.errors.push(SpecFileError { path: file, errors }),
+                match text.map_err(|e| vec![e]).and_then(|t| usable_from_text(&t, &file)) {
+                    Ok(usable) => {
+                        for r in usable.refused {
+                            let label = r.label();
+                            if let Some(n) = &r.name {
+                                let msg: Vec<String> = r.errors.iter().map(|e| e.to_string()).collect();
+                                reg.refused.insert(
+                                    format!("{}={n}", usable.spec.kind),
+                                    format!("{}: {}", file.display(), msg.join("; ")),
+                                );
+                            }
+                            reg.errors.push(SpecFileError {
+                                path: file.clone(),
+                                device: Some(label),
+                                errors: r.errors,
+                            });
+                        }
+                        reg.add(usable.spec, file, priority);
+                    }
+                    Err(errors) => reg.errors.push(SpecFileError::file(file, errors)),
                 }
             }
         }
@@ -145,10 +185,10 @@ impl Registry {
                         path.display()
                     );
                     for p in [other_path, path.clone()] {
-                        self.errors.push(SpecFileError {
-                            path: p.clone(),
-                            errors: vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
-                        });
+                        self.errors.push(SpecFileError::file(
+                            p.clone(),
+                            vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
+                        ));
                     }
                 }
                 _ => {
@@ -247,6 +287,9 @@ impl Registry {
                     files.join(", ")
                 ),
             };
+        }
+        if let Some(why) = self.refused.get(&qualified) {
+            return CdiError::Refused { name: qualified.clone(), message: why.clone() };
         }
         let kind = name.kind_string();
         let prefix = format!("{kind}=");
@@ -387,5 +430,31 @@ mod tests {
             "{:?}",
             reg.errors()
         );
+    }
+
+    /// Issue 25 item 6: a device whose edits are refused is skipped by name; the other devices
+    /// of the file still resolve, and asking for the refused one says why.
+    #[test]
+    fn a_refused_device_is_named_and_the_others_resolve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let text = r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "containerEdits": {"env": ["S=1"]}, "devices": [
+            {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/x0", "type": "c", "major": 1, "minor": 3, "permissions": "rwx"}]}},
+            {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/x1", "type": "c", "major": 1, "minor": 5, "permissions": ""}], "mounts": null}}
+        ]}"#;
+        fs::write(tmp.path().join("a.json"), text).unwrap();
+        let reg = Registry::load(&[tmp.path()]);
+        let one = reg.resolve(&[QualifiedName::parse("vendor.com/dev=1").unwrap()]).unwrap();
+        assert_eq!(one.env, ["S=1"]);
+        assert_eq!(one.device_nodes[0].permissions, None, "empty permissions are the default rwm");
+        assert_eq!(reg.errors().len(), 1);
+        let w = reg.errors()[0].warning();
+        assert!(w.starts_with("CDI device \"0\" (devices[0]) of ") && w.contains("a.json skipped: "), "{w}");
+        assert!(w.contains("/devices/0/containerEdits/deviceNodes/0/permissions"), "{w}");
+        let e = reg.resolve(&[QualifiedName::parse("vendor.com/dev=0").unwrap()]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("unresolvable CDI device vendor.com/dev=0: its spec file defines it but it was refused: "),
+            "{e}"
+        );
+        assert!(e.contains("a.json") && e.contains("permissions \"rwx\""), "{e}");
     }
 }

@@ -2,25 +2,36 @@
 //! container-device-interface (schema/schema.json + defs.json, spec 1.1.0, embedded from
 //! `crates/actk-core/schema/`), the fields CDI consumers accept (they reject unknown fields),
 //! and SPEC.md's rules as pkg/cdi applies them:
+//! - the document is typed by the schema as the reference library reads it ([`super::typed`]:
+//!   `name: 0` is a name, `fileMode: 0666` octal, `null` the field's zero value, a key given
+//!   twice an error);
 //! - `cdiVersion` known and at least what the fields need ([`super::version`]);
 //! - `kind` is `vendor/class` with the name syntax of [`super::name`];
 //! - at least one device; device names valid and unique; each device has some edits;
 //! - env entries are `NAME=value`; device node `type` one of `b c u p`, `permissions` one or
-//!   more of `rwm` (runc refuses an empty access), major/minor inside Linux's 12/20 bits; hook
-//!   names are OCI hook stages; hook `timeout` > 0; no string the runtime hands to the kernel
-//!   holds a NUL byte; net device names are valid interface names (runc's netDevices rules);
-//! - paths absolute: device node `path` and `hostPath`, mount `containerPath`, bind-mount
-//!   `hostPath`, hook `path` (SPEC.md: "path MUST be absolute").
+//!   more of `rwm` (empty or absent: `rwm`, SPEC.md; `none` is refused, since runc refuses an
+//!   empty access), major/minor inside Linux's 12/20 bits; hook names are OCI hook stages; hook
+//!   `timeout` > 0; no string the runtime hands to the kernel holds a NUL byte; net device
+//!   names are valid interface names (runc's netDevices rules); an `intelRdt.closID` is a file
+//!   name shorter than 4096 bytes without `/` or a newline (not `.`, `..`; `/` alone, the root
+//!   group the reference allows, is refused as runc 1.1 refuses it);
+//! - paths absolute: device node `path` and `hostPath` (an empty `hostPath` is none), mount
+//!   `containerPath`, bind-mount `hostPath`, hook `path` (SPEC.md: "path MUST be absolute").
 //!
 //! Every error names the file (when there is one) and the JSON pointer of the offending value
 //! (`/devices/0/containerEdits/hooks/1/path`).
+//!
+//! For use (the registry, [`usable_from_text`]) a device that breaks a rule of its own part is
+//! left out and named, and the file's other devices stay usable; `actk cdi validate` and the
+//! other whole-document readers ([`spec_from_text`], [`spec_from_value`]) refuse the document.
 
 use super::CdiError;
 use super::name::{Kind, check_device_name};
-use super::spec::{ContainerEdits, Spec};
-use super::version::check_declared;
+use super::spec::{ContainerEdits, Device, Spec};
+use super::typed::{self, Ty};
+use super::version::{check_device, check_spec_level};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The CDI JSON schema (top level), from cncf-tags/container-device-interface schema/.
@@ -57,17 +68,20 @@ fn invalid(file: Option<&Path>, pointer: impl Into<String>, message: impl Into<S
 }
 
 /// Parses a spec document into a JSON value. `format` `None`: JSON when the text starts with
-/// `{`, else YAML. Errors: [`CdiError::Parse`] with the parser's line and column.
+/// `{`, else YAML. A key given twice in one mapping is an error in both. YAML comes back typed
+/// by the CDI schema ([`super::typed`]: `name: 0` is the name "0", `fileMode: 0666` is 438), as
+/// the reference library reads it; JSON as written (typed later, by [`spec_from_value`]).
+/// Errors: [`CdiError::Parse`] with the parser's line and column.
 pub fn parse_value(text: &str, file: &Path, format: Option<Format>) -> Result<Value, CdiError> {
     let format = format.unwrap_or(if text.trim_start().starts_with('{') { Format::Json } else { Format::Yaml });
     match format {
-        Format::Json => serde_json::from_str(text).map_err(|e| CdiError::Parse {
+        Format::Json => typed::json_value(text).map_err(|e| CdiError::Parse {
             file: file.to_path_buf(),
             format: "JSON",
             message: e.to_string(),
         }),
         #[cfg(feature = "yaml")]
-        Format::Yaml => serde_saphyr::from_str(text).map_err(|e| CdiError::Parse {
+        Format::Yaml => typed::yaml_value(text).map_err(|e| CdiError::Parse {
             file: file.to_path_buf(),
             format: "YAML",
             message: e.to_string(),
@@ -118,61 +132,14 @@ pub fn schema_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError> {
         .collect()
 }
 
-const SPEC_KEYS: &[&str] = &["cdiVersion", "kind", "annotations", "devices", "containerEdits"];
-const DEVICE_KEYS: &[&str] = &["name", "annotations", "containerEdits"];
-const EDITS_KEYS: &[&str] = &["env", "deviceNodes", "hooks", "mounts", "intelRdt", "additionalGids", "netDevices"];
-const NODE_KEYS: &[&str] = &["path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"];
-const MOUNT_KEYS: &[&str] = &["hostPath", "containerPath", "type", "options"];
-const HOOK_KEYS: &[&str] = &["hookName", "path", "args", "env", "timeout"];
-const RDT_KEYS: &[&str] = &["closID", "l3CacheSchema", "memBwSchema", "schemata", "enableMonitoring"];
-const NET_KEYS: &[&str] = &["hostInterfaceName", "name"];
-
-fn unknown_keys(value: &Value, allowed: &[&str], pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
-    if let Some(obj) = value.as_object() {
-        for k in obj.keys().filter(|k| !allowed.contains(&k.as_str())) {
-            out.push(invalid(
-                file,
-                format!("{pointer}/{}", k.replace('~', "~0").replace('/', "~1")),
-                format!(
-                    "unknown field {k:?} (CDI consumers such as podman reject unknown fields; known here: {})",
-                    allowed.join(", ")
-                ),
-            ));
-        }
-    }
-}
-
-fn unknown_edit_keys(edits: &Value, pointer: &str, file: Option<&Path>, out: &mut Vec<CdiError>) {
-    unknown_keys(edits, EDITS_KEYS, pointer, file, out);
-    if let Some(rdt) = edits.get("intelRdt") {
-        unknown_keys(rdt, RDT_KEYS, &format!("{pointer}/intelRdt"), file, out);
-    }
-    for (field, keys) in
-        [("deviceNodes", NODE_KEYS), ("mounts", MOUNT_KEYS), ("hooks", HOOK_KEYS), ("netDevices", NET_KEYS)]
-    {
-        if let Some(items) = edits.get(field).and_then(Value::as_array) {
-            for (i, item) in items.iter().enumerate() {
-                unknown_keys(item, keys, &format!("{pointer}/{field}/{i}"), file, out);
-            }
-        }
-    }
-}
-
-/// Fields no CDI version defines, with their JSON pointers.
+/// Fields no CDI version defines, missing required fields and values of the wrong type, with
+/// their JSON pointers ([`super::typed::shape_errors`] over the whole document, after typing it
+/// by the schema as [`spec_from_value`] does).
 pub fn unknown_field_errors(value: &Value, file: Option<&Path>) -> Vec<CdiError> {
+    let mut v = value.clone();
+    typed::coerce(&mut v, Ty::Obj(typed::SPEC), false);
     let mut out = Vec::new();
-    unknown_keys(value, SPEC_KEYS, "", file, &mut out);
-    if let Some(e) = value.get("containerEdits") {
-        unknown_edit_keys(e, "/containerEdits", file, &mut out);
-    }
-    if let Some(devs) = value.get("devices").and_then(Value::as_array) {
-        for (i, d) in devs.iter().enumerate() {
-            unknown_keys(d, DEVICE_KEYS, &format!("/devices/{i}"), file, &mut out);
-            if let Some(e) = d.get("containerEdits") {
-                unknown_edit_keys(e, &format!("/devices/{i}/containerEdits"), file, &mut out);
-            }
-        }
-    }
+    typed::shape_errors(&v, Ty::Obj(typed::SPEC), "", file, &mut out);
     out
 }
 
@@ -187,7 +154,8 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         if !n.path.starts_with('/') {
             out.push(invalid(file, format!("{}/path", p()), format!("device node path {:?} must be absolute", n.path)));
         }
-        if let Some(h) = n.host_path.as_deref().filter(|h| !h.starts_with('/')) {
+        // An empty hostPath is no hostPath (the reference then uses `path`).
+        if let Some(h) = n.host_path.as_deref().filter(|h| !h.is_empty() && !h.starts_with('/')) {
             out.push(invalid(
                 file,
                 format!("{}/hostPath", p()),
@@ -203,14 +171,15 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
         }
         // runc turns the permissions into the device cgroup rule's access and refuses an empty
         // one or any letter outside r, w, m (the container then fails to start).
+        // An empty one means rwm (SPEC.md: "Omitted or empty permissions default to 'rwm'").
         if let Some(perm) = n.permissions.as_deref()
-            && (perm.is_empty() || perm.chars().any(|c| !"rwm".contains(c)))
+            && perm.chars().any(|c| !"rwm".contains(c))
         {
             out.push(invalid(
                 file,
                 format!("{}/permissions", p()),
                 format!(
-                    "permissions {perm:?} must be one or more of r, w, m (runc refuses an empty or other access); leave the field out for the default rwm"
+                    "permissions {perm:?} must be one or more of r, w, m (runc refuses any other access); leave the field out (or empty) for the default rwm"
                 ),
             ));
         }
@@ -277,13 +246,20 @@ fn check_edits(e: &ContainerEdits, at: &str, file: Option<&Path>, out: &mut Vec<
     if let Some(clos) = e.intel_rdt.as_ref().and_then(|r| r.get("closID"))
         && let Some(why) = match clos.as_str() {
             None => Some("must be a string".to_string()),
-            Some(c) if c.is_empty() || c == "." || c == ".." || c.contains('/') || c.contains('\0') => {
-                Some("must name a resctrl group: a file name, not empty, `.`, `..` or one with `/`".to_string())
-            }
+            // Empty is runc's default group (named after the container); "/" (the root group,
+            // which the reference library allows) is refused as runc 1.1 refuses it.
+            Some(c) if c.len() >= 4096 || c == "." || c == ".." || c.contains(['/', '\n', '\0']) => Some(
+                "must name a resctrl group: a file name shorter than 4096 bytes, not `.` or `..`, without `/`, a newline or a NUL"
+                    .to_string(),
+            ),
             Some(_) => None,
         }
     {
-        out.push(invalid(file, format!("{at}/intelRdt/closID"), format!("intelRdt closID {clos} {why} (runc's rule)")));
+        let shown = match clos.as_str() {
+            Some(c) if c.len() > 64 => format!("({} bytes)", c.len()),
+            _ => clos.to_string(),
+        };
+        out.push(invalid(file, format!("{at}/intelRdt/closID"), format!("intelRdt closID {shown} {why} (runc's rule)")));
     }
     for (field, value) in nul_fields(e) {
         out.push(invalid(
@@ -377,67 +353,252 @@ fn nul_fields(e: &ContainerEdits) -> Vec<(String, String)> {
 
 /// SPEC.md rules for a parsed spec (see the module docs). Empty when the spec is valid.
 pub fn rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
+    let mut out = spec_rule_errors(spec, file);
+    let version_known = super::version::version_index(&spec.cdi_version).is_some();
+    let dups = duplicate_names(spec.devices.iter().map(|d| d.name.as_str()));
+    for (i, d) in spec.devices.iter().enumerate() {
+        out.extend(device_rule_errors(&spec.cdi_version, version_known, i, d, dups.contains(&i), file));
+    }
+    if spec.devices.is_empty() {
+        out.push(invalid(file, "/devices", "a CDI spec needs at least one device"));
+    }
+    out
+}
+
+/// The rules of the spec-level part: the declared version against the spec-level fields, the
+/// kind, the spec-level edits.
+fn spec_rule_errors(spec: &Spec, file: Option<&Path>) -> Vec<CdiError> {
     let mut out = Vec::new();
-    if let Err(e) = check_declared(spec) {
+    if let Err(e) = check_spec_level(spec) {
         out.push(invalid(file, "/cdiVersion", e.to_string()));
     }
     if let Err(e) = Kind::parse(&spec.kind) {
         out.push(invalid(file, "/kind", e.to_string()));
     }
-    if spec.devices.is_empty() {
-        out.push(invalid(file, "/devices", "a CDI spec needs at least one device"));
-    }
     check_edits(&spec.container_edits, "/containerEdits", file, &mut out);
-    let mut seen = HashSet::new();
-    for (i, d) in spec.devices.iter().enumerate() {
-        if let Err(e) = check_device_name(&d.name, &d.name) {
-            out.push(invalid(file, format!("/devices/{i}/name"), e.to_string()));
-        }
-        if !seen.insert(d.name.as_str()) {
-            out.push(invalid(
-                file,
-                format!("/devices/{i}/name"),
-                format!("device name {:?} appears more than once", d.name),
-            ));
-        }
-        if d.container_edits.is_empty() {
-            out.push(invalid(
-                file,
-                format!("/devices/{i}/containerEdits"),
-                format!("device {:?} has no container edits", d.name),
-            ));
-        }
-        check_edits(&d.container_edits, &format!("/devices/{i}/containerEdits"), file, &mut out);
-    }
     out
 }
 
-/// Turns a JSON value into a [`Spec`], checking fields first so errors carry pointers, then
-/// SPEC.md's rules. No JSON schema: this is the fast path of the registry, which actk-runtime
-/// and actk-hook load on container starts; [`validate_value`] (feature `schema`) adds the schema.
-pub fn spec_from_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
-    let errors = unknown_field_errors(&value, file);
-    if !errors.is_empty() {
-        return Err(errors);
+/// The rules of device `i` (its place in the document's `devices`): its name (`duplicate`: the
+/// name is also another device's), its edits, and the declared version against its fields.
+fn device_rule_errors(
+    cdi_version: &str,
+    version_known: bool,
+    i: usize,
+    d: &Device,
+    duplicate: bool,
+    file: Option<&Path>,
+) -> Vec<CdiError> {
+    let mut out = Vec::new();
+    if version_known && let Err(e) = check_device(cdi_version, i, d) {
+        out.push(invalid(file, "/cdiVersion", e.to_string()));
     }
-    typed_spec(value, file)
+    if let Err(e) = check_device_name(&d.name, &d.name) {
+        out.push(invalid(file, format!("/devices/{i}/name"), e.to_string()));
+    }
+    if duplicate {
+        out.push(invalid(
+            file,
+            format!("/devices/{i}/name"),
+            format!("device name {:?} appears more than once", d.name),
+        ));
+    }
+    if d.container_edits.is_empty() {
+        out.push(invalid(
+            file,
+            format!("/devices/{i}/containerEdits"),
+            format!("device {:?} has no container edits", d.name),
+        ));
+    }
+    check_edits(&d.container_edits, &format!("/devices/{i}/containerEdits"), file, &mut out);
+    out
 }
 
-fn typed_spec(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
-    let spec: Spec = serde_json::from_value(value).map_err(|e| vec![invalid(file, "", e.to_string())])?;
-    let errors = rule_errors(&spec, file);
-    if errors.is_empty() { Ok(spec) } else { Err(errors) }
+/// Positions of the names that occur more than once.
+fn duplicate_names<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<usize> {
+    let names: Vec<&str> = names.collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for n in &names {
+        *seen.entry(n).or_default() += 1;
+    }
+    names.iter().enumerate().filter(|(_, n)| seen[*n] > 1).map(|(i, _)| i).collect()
+}
+
+/// Empty optional strings are absent: the reference library's Go fields are plain strings, where
+/// "" means "not given" (`hostPath`, `type`, `permissions`: rwm, a mount's `type`).
+fn normalize(spec: &mut Spec) {
+    fn edits(e: &mut ContainerEdits) {
+        for n in &mut e.device_nodes {
+            for f in [&mut n.host_path, &mut n.node_type, &mut n.permissions] {
+                if f.as_deref() == Some("") {
+                    *f = None;
+                }
+            }
+        }
+        for m in &mut e.mounts {
+            if m.mount_type.as_deref() == Some("") {
+                m.mount_type = None;
+            }
+        }
+    }
+    edits(&mut spec.container_edits);
+    for d in &mut spec.devices {
+        edits(&mut d.container_edits);
+    }
+}
+
+/// A spec file read for use, with the devices that were refused left out (per-device
+/// isolation: one device's bad edit does not take the file's other devices with it).
+#[derive(Debug)]
+pub struct UsableSpec {
+    /// The spec with its usable devices, in document order.
+    pub spec: Spec,
+    /// The devices left out, with why.
+    pub refused: Vec<RefusedDevice>,
+}
+
+/// A device of a spec file that was left out.
+#[derive(Debug)]
+pub struct RefusedDevice {
+    /// Its place in the document's `devices`.
+    pub index: usize,
+    /// Its name, when it has one that is a string.
+    pub name: Option<String>,
+    /// What is wrong with it (file and JSON pointer in each).
+    pub errors: Vec<CdiError>,
+}
+
+impl RefusedDevice {
+    /// `"gpu0" (devices[3])`, or `devices[3]` for a device without a usable name.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{n:?} (devices[{}])", self.index),
+            None => format!("devices[{}]", self.index),
+        }
+    }
+}
+
+/// The rules over typed devices whose document positions are `positions`; devices already
+/// refused while typing come in `refused`. Spec-level problems refuse the whole file (with every
+/// device's errors, for a complete report); device problems refuse that device.
+fn check_rules(
+    mut spec: Spec,
+    positions: Vec<usize>,
+    mut refused: Vec<RefusedDevice>,
+    file: Option<&Path>,
+) -> Result<UsableSpec, Vec<CdiError>> {
+    normalize(&mut spec);
+    let mut file_errors = spec_rule_errors(&spec, file);
+    let version_known = super::version::version_index(&spec.cdi_version).is_some();
+    let dups = duplicate_names(spec.devices.iter().map(|d| d.name.as_str()));
+    let given = positions.len() + refused.len();
+    let devices = std::mem::take(&mut spec.devices);
+    for (k, (d, i)) in devices.into_iter().zip(positions).enumerate() {
+        let errors = device_rule_errors(&spec.cdi_version, version_known, i, &d, dups.contains(&k), file);
+        if errors.is_empty() {
+            spec.devices.push(d);
+        } else {
+            refused.push(RefusedDevice { index: i, name: Some(d.name), errors });
+        }
+    }
+    refused.sort_by_key(|r| r.index);
+    if spec.devices.is_empty() {
+        let why = if given == 0 {
+            "a CDI spec needs at least one device".to_string()
+        } else {
+            format!("none of its {given} device(s) is usable")
+        };
+        file_errors.push(invalid(file, "/devices", why));
+    }
+    if file_errors.is_empty() {
+        Ok(UsableSpec { spec, refused })
+    } else {
+        file_errors.extend(refused.into_iter().flat_map(|r| r.errors));
+        Err(file_errors)
+    }
+}
+
+/// Types a JSON value as the schema says ([`super::typed`]), checks fields, then SPEC.md's
+/// rules, device by device: a device with an unknown field, a wrong type or a broken rule is
+/// left out and named ([`UsableSpec::refused`]); a problem outside the devices refuses the
+/// whole document. No JSON schema: this is the registry's path (actk-runtime and actk-hook
+/// load it on container starts); [`validate_value`] (feature `schema`) adds the schema.
+pub fn usable_from_value(mut value: Value, file: Option<&Path>) -> Result<UsableSpec, Vec<CdiError>> {
+    typed::coerce(&mut value, Ty::Obj(typed::SPEC), false);
+    let devices = match value.get_mut("devices") {
+        Some(Value::Array(a)) => std::mem::take(a),
+        _ => Vec::new(),
+    };
+    let mut file_errors = Vec::new();
+    typed::shape_errors(&value, Ty::Obj(typed::SPEC), "", file, &mut file_errors);
+    let mut refused = Vec::new();
+    let mut typed_devices = Vec::new();
+    let mut positions = Vec::new();
+    for (i, d) in devices.into_iter().enumerate() {
+        let at = format!("/devices/{i}");
+        let name = d.get("name").and_then(Value::as_str).map(str::to_string);
+        let mut errors = Vec::new();
+        typed::shape_errors(&d, Ty::Obj(typed::DEVICE), &at, file, &mut errors);
+        if errors.is_empty() {
+            match serde_json::from_value::<Device>(d) {
+                Ok(dev) => {
+                    typed_devices.push(dev);
+                    positions.push(i);
+                    continue;
+                }
+                Err(e) => errors.push(invalid(file, at, e.to_string())),
+            }
+        }
+        refused.push(RefusedDevice { index: i, name, errors });
+    }
+    if file_errors.is_empty() {
+        match serde_json::from_value::<Spec>(value) {
+            Ok(mut spec) => {
+                spec.devices = typed_devices;
+                return check_rules(spec, positions, refused, file);
+            }
+            Err(e) => file_errors.push(invalid(file, "", e.to_string())),
+        }
+    }
+    file_errors.extend(refused.into_iter().flat_map(|r| r.errors));
+    Err(file_errors)
+}
+
+/// [`usable_from_value`] for a document that must be valid as a whole (`actk cdi validate`,
+/// tests): a refused device is an error of the document.
+pub fn spec_from_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
+    whole(usable_from_value(value, file))
+}
+
+fn whole(u: Result<UsableSpec, Vec<CdiError>>) -> Result<Spec, Vec<CdiError>> {
+    let u = u?;
+    if u.refused.is_empty() { Ok(u.spec) } else { Err(u.refused.into_iter().flat_map(|r| r.errors).collect()) }
 }
 
 /// [`spec_from_value`] plus the CDI JSON schema (the `actk cdi validate` path). Feature `schema`.
+/// The schema judges the document as written (a JSON number where it says string is refused
+/// here, though the registry reads it as the reference library does).
 #[cfg(feature = "schema")]
 pub fn validate_value(value: Value, file: Option<&Path>) -> Result<Spec, Vec<CdiError>> {
     let mut errors = schema_errors(&value, file);
-    errors.extend(unknown_field_errors(&value, file));
-    if !errors.is_empty() {
-        return Err(errors);
+    match spec_from_value(value, file) {
+        Ok(spec) if errors.is_empty() => return Ok(spec),
+        Ok(_) => {}
+        Err(more) => {
+            // What the schema already named at the same place is said once.
+            let named: HashSet<String> = errors
+                .iter()
+                .filter_map(|e| match e {
+                    CdiError::Invalid { pointer, .. } => Some(pointer.clone()),
+                    _ => None,
+                })
+                .collect();
+            errors.extend(
+                more.into_iter().filter(|e| !matches!(e, CdiError::Invalid { pointer, .. } if named.contains(pointer))),
+            );
+        }
     }
-    typed_spec(value, file)
+    Err(errors)
 }
 
 /// Reads, parses and checks one spec file (format from the extension, else sniffed), without
@@ -449,7 +610,7 @@ pub fn read_spec_file(path: &Path) -> Result<Spec, Vec<CdiError>> {
 }
 
 /// Whether any edits of `spec` hold `intelRdt` or `netDevices`, whose keys only the field check
-/// of [`unknown_field_errors`] looks at.
+/// of [`usable_from_value`] looks at.
 fn has_free_form_edits(spec: &Spec) -> bool {
     std::iter::once(&spec.container_edits)
         .chain(spec.devices.iter().map(|d| &d.container_edits))
@@ -463,24 +624,38 @@ fn read_value(path: &Path) -> Result<Value, Vec<CdiError>> {
     parse_value(&text, path, Format::from_path(path)).map_err(|e| vec![e])
 }
 
-/// Parses and checks a spec file's text (format from `path`'s extension, else sniffed), as
-/// [`read_spec_file`] does after reading it; `path` names the file in errors.
-pub fn spec_from_text(text: &str, path: &Path) -> Result<Spec, Vec<CdiError>> {
+/// Parses and checks a spec file's text for use (format from `path`'s extension, else
+/// sniffed), leaving refused devices out ([`usable_from_value`]); `path` names the file in
+/// errors. The registry reads every spec file this way.
+pub fn usable_from_text(text: &str, path: &Path) -> Result<UsableSpec, Vec<CdiError>> {
     // Fast path for the common case, a valid JSON spec: straight into the typed model, whose
     // `deny_unknown_fields` rejects what the field check would (the free-form `intelRdt` and
     // `netDevices` aside, which go the long way). Anything it rejects is read again the long
-    // way, which names the JSON pointer of each problem; the verdict is the same either way.
+    // way, which types it by the schema and names the JSON pointer of each problem.
     // (A container start loads every spec on the node this way: the long way built the whole
     // file as a JSON tree first, half of loading a 64-GPU spec.)
     if Format::from_path(path) != Some(Format::Yaml)
-        && let Ok(spec) = serde_json::from_str::<Spec>(text)
+        && let Some(spec) = typed_json(text)
         && !has_free_form_edits(&spec)
     {
-        let errors = rule_errors(&spec, Some(path));
-        return if errors.is_empty() { Ok(spec) } else { Err(errors) };
+        let positions = (0..spec.devices.len()).collect();
+        return check_rules(spec, positions, Vec::new(), Some(path));
     }
     let value = parse_value(text, path, Format::from_path(path)).map_err(|e| vec![e])?;
-    spec_from_value(value, Some(path))
+    usable_from_value(value, Some(path))
+}
+
+/// The JSON text straight into the typed model, objects only where the model has structs.
+fn typed_json(text: &str) -> Option<Spec> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let spec = super::spec::object::<_, Spec>(&mut de).ok()?;
+    de.end().ok()?;
+    Some(spec)
+}
+
+/// [`usable_from_text`] for a file that must be valid as a whole: a refused device is an error.
+pub fn spec_from_text(text: &str, path: &Path) -> Result<Spec, Vec<CdiError>> {
+    whole(usable_from_text(text, path))
 }
 
 /// Validates a spec file fully: schema, fields and SPEC.md rules (`actk cdi validate`).
@@ -616,10 +791,6 @@ mod tests {
         type Case = (fn(&mut Value), &'static str);
         let cases: Vec<Case> = vec![
             (
-                |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!(""),
-                "/devices/0/containerEdits/deviceNodes/0/permissions: permissions \"\" must be one or more of r, w, m",
-            ),
-            (
                 |v| v["devices"][0]["containerEdits"]["deviceNodes"][0]["permissions"] = json!("none"),
                 "/devices/0/containerEdits/deviceNodes/0/permissions",
             ),
@@ -667,6 +838,21 @@ mod tests {
                 },
                 "/containerEdits/intelRdt/closID",
             ),
+            // Issue 25 item 9: the reference library's closID rules (a newline, 4096 bytes).
+            (
+                |v| {
+                    v["cdiVersion"] = json!("1.1.0");
+                    v["containerEdits"]["intelRdt"] = json!({"closID": "a\nb"});
+                },
+                "/containerEdits/intelRdt/closID: intelRdt closID \"a\\nb\" must name a resctrl group",
+            ),
+            (
+                |v| {
+                    v["cdiVersion"] = json!("1.1.0");
+                    v["containerEdits"]["intelRdt"] = json!({"closID": "x".repeat(4096)});
+                },
+                "/containerEdits/intelRdt/closID: intelRdt closID (4096 bytes) must name",
+            ),
         ];
         for (edit, expected) in cases {
             let mut v = good();
@@ -706,5 +892,123 @@ mod tests {
         assert_eq!(a, b);
         let err = parse_value("{\"kind\": ", Path::new("/x/bad.json"), None).unwrap_err().to_string();
         assert!(err.starts_with("/x/bad.json: cannot parse CDI spec as JSON") && err.contains("line 1"), "{err}");
+    }
+
+    fn usable(text: &str, name: &str) -> Result<UsableSpec, Vec<String>> {
+        usable_from_text(text, Path::new(name)).map_err(|e| e.iter().map(|e| e.to_string()).collect())
+    }
+
+    /// Issue 25 item 6: null is the field's zero value and an empty `permissions` means rwm
+    /// (SPEC.md), as the reference library reads them; in JSON (fast path or not) and YAML.
+    #[test]
+    fn item6_nulls_are_empty_and_empty_permissions_are_rwm() {
+        let json = r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "annotations": null, "containerEdits": null,
+            "devices": [{"name": "a", "containerEdits": {"env": ["A=1"], "mounts": null, "hooks": null,
+              "deviceNodes": [{"path": "/dev/a", "type": "c", "major": 1, "minor": 3, "permissions": "", "hostPath": null}]}}]}"#;
+        let yaml = "cdiVersion: 0.5.0\nkind: vendor.com/dev\ncontainerEdits: ~\ndevices:\n- name: a\n  containerEdits:\n    env: [A=1]\n    mounts: ~\n    hooks:\n    deviceNodes:\n    - {path: /dev/a, type: c, major: 1, minor: 3, permissions: \"\", hostPath: ~}\n";
+        for (text, file) in [(json, "/etc/cdi/a.json"), (yaml, "/etc/cdi/a.yaml")] {
+            let u = usable(text, file).unwrap();
+            assert!(u.refused.is_empty());
+            let n = &u.spec.devices[0].container_edits.device_nodes[0];
+            assert_eq!((n.permissions.as_deref(), n.host_path.as_deref()), (None, None), "{file}");
+            assert!(u.spec.container_edits.is_empty() && u.spec.devices[0].container_edits.mounts.is_empty());
+        }
+    }
+
+    /// Issue 25 item 6: a device whose edits are refused is left out by name; the file's other
+    /// devices stay usable. Spec-level problems still refuse the file.
+    #[test]
+    fn item6_a_refused_device_does_not_take_the_others_down() {
+        let text = r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "devices": [
+            {"name": "good", "containerEdits": {"env": ["A=1"]}},
+            {"name": "badperm", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "permissions": "rwx"}]}},
+            {"name": "unknownfield", "containerEdits": {"env": ["A=1"], "bogus": 1}},
+            {"name": "wrongtype", "containerEdits": {"deviceNodes": [{"path": "/dev/x", "major": "one"}]}},
+            {"name": "newer", "containerEdits": {"additionalGids": [44]}},
+            {"name": "twice", "containerEdits": {"env": ["A=1"]}},
+            {"name": "twice", "containerEdits": {"env": ["A=2"]}},
+            {"name": "also-good", "containerEdits": {"env": ["B=1"]}}
+        ]}"#;
+        let u = usable(text, "/etc/cdi/v.json").unwrap();
+        let names: Vec<&str> = u.spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["good", "also-good"]);
+        let refused: Vec<String> = u.refused.iter().map(|r| r.label()).collect();
+        assert_eq!(
+            refused,
+            [
+                "\"badperm\" (devices[1])",
+                "\"unknownfield\" (devices[2])",
+                "\"wrongtype\" (devices[3])",
+                "\"newer\" (devices[4])",
+                "\"twice\" (devices[5])",
+                "\"twice\" (devices[6])"
+            ]
+        );
+        let why = |i: usize| u.refused[i].errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ");
+        assert!(why(0).contains("/devices/1/containerEdits/deviceNodes/0/permissions"), "{}", why(0));
+        assert!(why(1).contains("/devices/2/containerEdits/bogus: unknown field"), "{}", why(1));
+        assert!(why(2).contains("/devices/3/containerEdits/deviceNodes/0/major: expected an integer"), "{}", why(2));
+        assert!(why(3).contains("uses additionalGids") && why(3).contains(">= 0.7.0"), "{}", why(3));
+        assert!(why(4).contains("appears more than once"), "{}", why(4));
+        // As a whole document (actk cdi validate) it is invalid, naming every device's problem.
+        let whole = spec_from_text(text, Path::new("/etc/cdi/v.json")).unwrap_err();
+        assert_eq!(whole.len(), u.refused.iter().map(|r| r.errors.len()).sum::<usize>());
+        // A spec-level problem refuses the file; with every device refused, so does that.
+        let bad_kind = text.replace("vendor.com/dev", "vendor");
+        assert!(usable(&bad_kind, "/etc/cdi/v.json").unwrap_err().iter().any(|e| e.contains("/kind")));
+        let none =
+            r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "devices": [{"name": "x", "containerEdits": {}}]}"#;
+        let e = usable(none, "/etc/cdi/n.json").unwrap_err();
+        assert!(e.iter().any(|e| e.contains("/devices: none of its 1 device(s) is usable")), "{e:?}");
+    }
+
+    /// Issue 25 item 7: YAML is typed by the schema as the reference library (yaml.v3 into the
+    /// typed structs) reads it: a scalar in a string field is its text, integers resolve with
+    /// YAML 1.1 octal (`0666` is 438, `010` is 8); JSON numbers in string fields likewise.
+    #[test]
+    fn item7_yaml_scalars_are_typed_by_the_field() {
+        let yaml = "cdiVersion: 0.5.0\nkind: vendor.com/dev\ndevices:\n- name: 0\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/x, type: c, major: 010, minor: 0x10, fileMode: 0666, uid: 1_000, gid: 0o17}\n    additionalGids: []\n- name: y\n  containerEdits: {env: [A=1]}\n- name: True\n  containerEdits:\n    env: [A=1]\n    hooks: [{hookName: prestart, path: /bin/h, timeout: 08}]\n";
+        let u = usable(yaml, "/etc/cdi/t.yaml").unwrap();
+        assert!(u.refused.is_empty(), "{:?}", u.refused);
+        let names: Vec<&str> = u.spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["0", "y", "True"]);
+        let n = &u.spec.devices[0].container_edits.device_nodes[0];
+        assert_eq!(
+            (n.major, n.minor, n.file_mode, n.uid, n.gid),
+            (Some(8), Some(16), Some(0o666), Some(1000), Some(15))
+        );
+        assert_eq!(u.spec.devices[2].container_edits.hooks[0].timeout, Some(8));
+        let json = r#"{"cdiVersion": "0.5.0", "kind": "vendor.com/dev", "devices": [{"name": 0, "containerEdits": {"env": ["A=1"]}}]}"#;
+        assert_eq!(usable(json, "/etc/cdi/t.json").unwrap().spec.devices[0].name, "0");
+        // What yaml.v3 refuses is refused: a boolean or non-number in an integer field.
+        let bad = yaml.replace("major: 010", "major: true");
+        let e = usable(&bad, "/etc/cdi/t.yaml").unwrap().refused;
+        assert!(
+            e[0].errors[0].to_string().contains("major: expected an integer (int64), found a string \"true\""),
+            "{e:?}"
+        );
+    }
+
+    /// Issue 25 item 9: a key given twice is refused, in JSON as in YAML, at any depth.
+    #[test]
+    fn item9_keys_given_twice_are_refused() {
+        for (text, file) in [
+            (
+                r#"{"cdiVersion": "0.5.0", "kind": "v.com/d", "annotations": {"a": "1", "a": "2"}, "devices": [{"name": "a", "containerEdits": {"env": ["A=1"]}}]}"#,
+                "/etc/cdi/d.json",
+            ),
+            (
+                r#"{"cdiVersion": "1.1.0", "kind": "v.com/d", "devices": [{"name": "a", "containerEdits": {"intelRdt": {"closID": "x", "closID": "y"}}}]}"#,
+                "/etc/cdi/d.json",
+            ),
+            (r#"{"cdiVersion": "0.5.0", "kind": "v.com/d", "kind": "v.com/d", "devices": []}"#, "/etc/cdi/d.json"),
+            (
+                "cdiVersion: 0.5.0\nkind: v.com/d\ndevices:\n- name: a\n  name: b\n  containerEdits: {env: [A=1]}\n",
+                "/etc/cdi/d.yaml",
+            ),
+        ] {
+            let e = usable(text, file).unwrap_err();
+            assert!(e.len() == 1 && e[0].contains(file) && e[0].contains("cannot parse CDI spec"), "{e:?}");
+        }
     }
 }

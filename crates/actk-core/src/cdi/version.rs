@@ -16,7 +16,7 @@
 //! unknown fields such as `annotations`). actk therefore always declares the minimum.
 
 use super::CdiError;
-use super::spec::{ContainerEdits, Spec};
+use super::spec::{ContainerEdits, Device, Spec};
 
 /// The released CDI spec versions, oldest first.
 pub const KNOWN_VERSIONS: &[&str] =
@@ -35,21 +35,40 @@ pub fn version_index(version: &str) -> Option<usize> {
     KNOWN_VERSIONS.iter().position(|k| *k == v)
 }
 
-/// All edits of a spec: the spec-level ones, then each device's.
-fn all_edits(spec: &Spec) -> impl Iterator<Item = (String, &ContainerEdits)> {
-    std::iter::once(("containerEdits".to_string(), &spec.container_edits)).chain(
-        spec.devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (format!("devices[{i}] ({}) containerEdits", d.name), &d.container_edits)),
-    )
+/// The parts of a spec whose version is judged together: the whole spec, its spec-level part
+/// alone, or one device alone (a device that needs a newer version than the file declares is
+/// refused by itself, see [`super::validate`]).
+struct Parts<'a> {
+    kind: &'a str,
+    annotations: Option<&'a std::collections::BTreeMap<String, String>>,
+    edits: Option<&'a ContainerEdits>,
+    /// Devices with their index in the spec's `devices`.
+    devices: Vec<(usize, &'a Device)>,
 }
 
-/// The first feature of the spec that needs `version`, in words (e.g. `additionalGids (at
-/// containerEdits)`), or `None` when the spec uses nothing of that version.
-fn feature_needing(spec: &Spec, version: &str) -> Option<String> {
+impl<'a> Parts<'a> {
+    fn whole(spec: &'a Spec) -> Parts<'a> {
+        Parts {
+            kind: &spec.kind,
+            annotations: Some(&spec.annotations),
+            edits: Some(&spec.container_edits),
+            devices: spec.devices.iter().enumerate().collect(),
+        }
+    }
+
+    /// The edits of these parts: the spec-level ones, then each device's.
+    fn all_edits(&self) -> impl Iterator<Item = (String, &'a ContainerEdits)> + '_ {
+        self.edits.map(|e| ("containerEdits".to_string(), e)).into_iter().chain(
+            self.devices.iter().map(|(i, d)| (format!("devices[{i}] ({}) containerEdits", d.name), &d.container_edits)),
+        )
+    }
+}
+
+/// The first feature of the parts that needs `version`, in words (e.g. `additionalGids (at
+/// containerEdits)`), or `None` when they use nothing of that version.
+fn feature_needing(parts: &Parts<'_>, version: &str) -> Option<String> {
     match version {
-        "1.1.0" => all_edits(spec).find_map(|(at, e)| {
+        "1.1.0" => parts.all_edits().find_map(|(at, e)| {
             if !e.net_devices.is_empty() {
                 return Some(format!("netDevices (at {at})"));
             }
@@ -58,7 +77,7 @@ fn feature_needing(spec: &Spec, version: &str) -> Option<String> {
             let monitoring = rdt.get("enableMonitoring").and_then(|m| m.as_bool()).unwrap_or(false);
             (schemata || monitoring).then(|| format!("intelRdt.schemata or intelRdt.enableMonitoring (at {at})"))
         }),
-        "0.7.0" => all_edits(spec).find_map(|(at, e)| {
+        "0.7.0" => parts.all_edits().find_map(|(at, e)| {
             if e.intel_rdt.is_some() {
                 Some(format!("intelRdt (at {at})"))
             } else if !e.additional_gids.is_empty() {
@@ -68,28 +87,29 @@ fn feature_needing(spec: &Spec, version: &str) -> Option<String> {
             }
         }),
         "0.6.0" => {
-            if !spec.annotations.is_empty() {
+            if parts.annotations.is_some_and(|a| !a.is_empty()) {
                 return Some("annotations (at the spec level)".into());
             }
-            if let Some((i, d)) = spec.devices.iter().enumerate().find(|(_, d)| !d.annotations.is_empty()) {
+            if let Some((i, d)) = parts.devices.iter().find(|(_, d)| !d.annotations.is_empty()) {
                 return Some(format!("annotations (at devices[{i}] ({}))", d.name));
             }
-            let class = spec.kind.split_once('/').map(|(_, c)| c).unwrap_or("");
-            class.contains('.').then(|| format!("a dot in the kind's class ({:?})", spec.kind))
+            let class = parts.kind.split_once('/').map(|(_, c)| c).unwrap_or("");
+            class.contains('.').then(|| format!("a dot in the kind's class ({:?})", parts.kind))
         }
         "0.5.0" => {
-            if let Some(d) = spec.devices.iter().find(|d| d.name.as_bytes().first().is_some_and(|b| b.is_ascii_digit()))
+            if let Some((_, d)) =
+                parts.devices.iter().find(|(_, d)| d.name.as_bytes().first().is_some_and(|b| b.is_ascii_digit()))
             {
                 return Some(format!("a device name starting with a digit ({:?})", d.name));
             }
-            all_edits(spec).find_map(|(at, e)| {
+            parts.all_edits().find_map(|(at, e)| {
                 e.device_nodes
                     .iter()
                     .find(|n| n.host_path.as_deref().is_some_and(|h| !h.is_empty()))
                     .map(|n| format!("hostPath on device node {} (at {at})", n.path))
             })
         }
-        "0.4.0" => all_edits(spec).find_map(|(at, e)| {
+        "0.4.0" => parts.all_edits().find_map(|(at, e)| {
             e.mounts
                 .iter()
                 .find(|m| m.mount_type.as_deref().is_some_and(|t| !t.is_empty()))
@@ -99,15 +119,19 @@ fn feature_needing(spec: &Spec, version: &str) -> Option<String> {
     }
 }
 
-/// The minimum version the spec's fields require and the feature that requires it (`None` for
-/// the base version 0.3.0).
-pub fn required(spec: &Spec) -> (&'static str, Option<String>) {
+fn required_by(parts: &Parts<'_>) -> (&'static str, Option<String>) {
     for v in KNOWN_VERSIONS.iter().rev() {
-        if let Some(feature) = feature_needing(spec, v) {
+        if let Some(feature) = feature_needing(parts, v) {
             return (v, Some(feature));
         }
     }
     (BASE_VERSION, None)
+}
+
+/// The minimum version the spec's fields require and the feature that requires it (`None` for
+/// the base version 0.3.0).
+pub fn required(spec: &Spec) -> (&'static str, Option<String>) {
+    required_by(&Parts::whole(spec))
 }
 
 /// The minimum `cdiVersion` the spec's fields require (`0.3.0` .. `1.1.0`), per version.go.
@@ -115,29 +139,54 @@ pub fn minimum_version(spec: &Spec) -> &'static str {
     required(spec).0
 }
 
-/// Checks the declared `cdiVersion`: it must be a known version and at least what the fields
-/// require. Errors: [`CdiError::UnknownVersion`]; [`CdiError::VersionTooLow`] naming the field
-/// and the minimum version (case F06: `additionalGids` with 0.5.0 needs 0.7.0).
-pub fn check_declared(spec: &Spec) -> Result<(), CdiError> {
-    let Some(declared) = version_index(&spec.cdi_version) else {
-        return Err(CdiError::UnknownVersion { version: spec.cdi_version.clone(), known: KNOWN_VERSIONS.join(", ") });
+fn check_parts(declared_version: &str, parts: &Parts<'_>) -> Result<(), CdiError> {
+    let Some(declared) = version_index(declared_version) else {
+        return Err(CdiError::UnknownVersion {
+            version: declared_version.to_string(),
+            known: KNOWN_VERSIONS.join(", "),
+        });
     };
-    let (minimum, feature) = required(spec);
+    let (minimum, feature) = required_by(parts);
     let needed = version_index(minimum).unwrap_or(0);
     if declared < needed {
         return Err(CdiError::VersionTooLow {
             field: feature.unwrap_or_default(),
-            declared: spec.cdi_version.clone(),
+            declared: declared_version.to_string(),
             minimum: minimum.to_string(),
         });
     }
     Ok(())
 }
 
+/// Checks the declared `cdiVersion`: it must be a known version and at least what the fields
+/// require. Errors: [`CdiError::UnknownVersion`]; [`CdiError::VersionTooLow`] naming the field
+/// and the minimum version (case F06: `additionalGids` with 0.5.0 needs 0.7.0).
+pub fn check_declared(spec: &Spec) -> Result<(), CdiError> {
+    check_parts(&spec.cdi_version, &Parts::whole(spec))
+}
+
+/// [`check_declared`] for the spec-level part alone (kind, annotations, spec-level edits).
+pub fn check_spec_level(spec: &Spec) -> Result<(), CdiError> {
+    let parts = Parts {
+        kind: &spec.kind,
+        annotations: Some(&spec.annotations),
+        edits: Some(&spec.container_edits),
+        devices: Vec::new(),
+    };
+    check_parts(&spec.cdi_version, &parts)
+}
+
+/// [`check_declared`] for one device alone (`index` is its place in the spec's `devices`, for
+/// the message): its name, annotations and edits against the declared `cdi_version`.
+pub fn check_device(cdi_version: &str, index: usize, device: &Device) -> Result<(), CdiError> {
+    let parts = Parts { kind: "", annotations: None, edits: None, devices: vec![(index, device)] };
+    check_parts(cdi_version, &parts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cdi::spec::{Device, DeviceNode, Mount};
+    use crate::cdi::spec::{DeviceNode, Mount};
 
     fn base() -> Spec {
         Spec {

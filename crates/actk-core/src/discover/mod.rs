@@ -741,6 +741,7 @@ impl HostRoot {
             major: major(st.st_rdev),
             minor: minor(st.st_rdev),
             file_mode: Some(st.st_mode & 0o7777),
+            gid: Some(st.st_gid),
         })
     }
 

@@ -205,6 +205,7 @@ fn cap_node(host: &HostRoot, caps_major: Option<u32>, file: &str, warnings: &mut
             major,
             minor,
             file_mode: Some(mode),
+            gid: None,
         }),
     }
 }

@@ -30,6 +30,7 @@ mod raw;
 use super::{HostRoot, normalize_pci};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -389,9 +390,19 @@ pub fn read_through(helper: &std::path::Path, host: &HostRoot) -> Result<Snapsho
         .map_err(|e| fail(format!("its answer is not an NVML snapshot: {e}")))?
 }
 
-/// Says whether the GPU with a UUID answers NVML (`Err(why)` when lost); given to the tick
-/// callback of [`watch_xids`].
-pub type Probe<'a> = &'a dyn Fn(&str) -> Result<(), String>;
+/// What the tick of [`watch_xids`] learns of one GPU that answers NVML.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuState {
+    /// Uncorrected ECC errors of the GPU's memory since the driver loaded or the GPU was reset
+    /// (`nvmlDeviceGetTotalEccErrors(NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC)`,
+    /// `nvidia-smi -q -d ECC` "Volatile ... Uncorrectable"); `None` where ECC is off or
+    /// the GPU does not count them (NVML_ERROR_NOT_SUPPORTED).
+    pub uncorrected_ecc: Option<u64>,
+}
+
+/// Says whether the GPU with a UUID answers NVML, and its [`GpuState`] (`Err(why)` when it is
+/// lost); given to the tick callback of [`watch_xids`].
+pub type Probe<'a> = &'a dyn Fn(&str) -> Result<GpuState, String>;
 
 /// An Xid error event (`nvmlEventTypeXidCriticalError`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -408,8 +419,8 @@ pub struct XidEvent {
 
 /// Watch Xid events of the GPUs with UUIDs `gpus` under `host` until `stop()` is true, calling
 /// `on_event` for each, and `on_tick` after every wait (about every `poll`) with a probe
-/// function that says whether a GPU answers NVML (`Err(why)` when lost). Blocks the calling
-/// thread; meant for a thread of its own.
+/// function that says whether a GPU answers NVML and what its ECC counters say (`Err(why)`
+/// when lost). Blocks the calling thread; meant for a thread of its own.
 ///
 /// Errors: NVML cannot be loaded or no GPU accepts event registration.
 pub fn watch_xids(
@@ -451,9 +462,15 @@ pub fn watch_xids(
     if registered == 0 {
         return Err("no GPU accepted Xid event registration".into());
     }
-    let probe = |uuid: &str| -> Result<(), String> {
+    let probe = |uuid: &str| -> Result<GpuState, String> {
         let dev = nvml.device_by_uuid(uuid).map_err(|e| e.to_string())?;
-        dev.pci_info().map(|_| ()).map_err(|e| e.to_string())
+        dev.pci_info().map_err(|e| e.to_string())?;
+        let uncorrected_ecc = match dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile) {
+            Ok(n) => Some(n),
+            Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost.to_string()),
+            Err(_) => None,
+        };
+        Ok(GpuState { uncorrected_ecc })
     };
     let timeout = u32::try_from(poll.as_millis()).unwrap_or(u32::MAX).max(1);
     while !stop() {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Generate one CDI spec per kind from the devices found on the host.
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// List the qualified CDI device names defined in the spec directories, one per line.
     List(ListArgs),
     /// Validate CDI spec files (JSON schema and SPEC.md rules); exit 1 when any is invalid.
@@ -86,6 +86,12 @@ pub struct GenerateArgs {
     /// `none`: no hook.
     #[arg(long)]
     pub ldcache_hook: Option<String>,
+    /// Also give a container the group of each device node only that group may open (an AMD
+    /// render node, 0660 root:render) as an additional GID, for engines that make such a node
+    /// root's rather than the container user's. Raises the spec to cdiVersion 0.7.0, which
+    /// podman 4.3 and containerd 1.7 do not read.
+    #[arg(long)]
+    pub additional_gids: bool,
     /// Where the node's `/` is mounted for this process (the CDI generator in a pod: `/host`):
     /// removed from the front of every host path written into a spec, so the specs name paths
     /// as the node's runtime sees them. The `--ldcache-hook` path (a node path) is checked for
@@ -105,6 +111,13 @@ pub struct GenerateArgs {
     /// always removes what it wrote.
     #[arg(long)]
     pub prune: bool,
+    /// With `--watch`: who writes these specs (the Helm chart passes its release name). The
+    /// files are named `<OWNER>.<vendor>-<class>.json`, and a kind that another file in the
+    /// directory defines already (another release, another tool) is not written while that file
+    /// is there: two specs of one kind in one directory make its devices unresolvable, and one
+    /// installation's removal must not take the other's spec.
+    #[arg(long, requires = "watch", value_parser = owner_name)]
+    pub owner: Option<String>,
 }
 
 /// Arguments of `actk cdi clean`.
@@ -117,6 +130,15 @@ pub struct CleanArgs {
     /// `profiles_dir` of the config file, else /etc/actk/profiles.d.
     #[arg(long, env = "ACTK_PROFILES_DIR")]
     pub profiles_dir: Option<PathBuf>,
+}
+
+/// `--owner`: a name that can be part of a file name.
+fn owner_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        && !s.starts_with('-');
+    if ok { Ok(s.to_string()) } else { Err(format!("{s:?}: letters, digits, - and _ (a Helm release name)")) }
 }
 
 /// Arguments of `actk cdi list`.
@@ -139,7 +161,7 @@ pub struct ValidateArgs {
 /// Runs an `actk cdi` subcommand.
 pub fn run(c: Command) -> anyhow::Result<()> {
     match c {
-        Command::Generate(a) => generate(a),
+        Command::Generate(a) => generate(*a),
         Command::List(a) => list(a),
         Command::Validate(a) => validate(a),
         Command::Clean(a) => clean(a),
@@ -225,6 +247,7 @@ fn discover_and_generate(
         },
         capabilities: a.capabilities.clone(),
         ldcache_hook: ldcache_hook(a.ldcache_hook.as_deref(), a.host_mount.as_deref())?,
+        additional_gids: a.additional_gids,
     };
     let specs = generate_all(profiles, &inventory, a.vendor.as_deref(), &opts)?;
     for spec in &specs {
@@ -364,25 +387,54 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
     let stop = super::Stop::install()?;
     // The files this process wrote, with the inode it wrote (writes are atomic renames, so a
     // file another generator wrote since has another inode). During a rolling update the old
-    // generator stops after the new one started: it must not remove the new one's spec.
+    // generator stops after the new one started: it must not remove the new one's spec, nor
+    // write it back while the new one keeps it (a file with this text is left as it is).
     let mut written: std::collections::BTreeMap<PathBuf, u64> = Default::default();
     let inode = |p: &Path| std::fs::metadata(p).ok().map(|m| std::os::unix::fs::MetadataExt::ino(&m));
     let remove_own = |p: &Path, ino: u64| inode(p) == Some(ino) && std::fs::remove_file(p).is_ok();
     let mut first = true;
     let mut last_error = String::new();
+    let mut yielded: std::collections::BTreeMap<String, PathBuf> = Default::default();
     println!("watching {} every {secs} s; specs go to {}", root.display(), dir.display());
     loop {
         match discover_and_generate(a, root, profiles) {
             Ok((specs, _)) => {
                 last_error.clear();
                 let mut now = std::collections::BTreeMap::new();
+                // Who else defines each kind in the directory (other file names).
+                let others = other_specs(&dir);
                 for spec in &specs {
-                    let path = dir.join(actk_core::cdi::write::default_file_name(spec, format));
+                    let name = actk_core::cdi::write::default_file_name(spec, format);
+                    let path = match &a.owner {
+                        Some(o) => dir.join(format!("{o}.{name}")),
+                        None => dir.join(name),
+                    };
+                    if let Some(other) = others.iter().find(|(k, p)| *k == spec.kind && *p != path).map(|(_, p)| p) {
+                        // Another file has the kind: it was first, unless it is this process's
+                        // own (then both appeared at once and the smaller path keeps it).
+                        let ours = written.get(&path).is_some_and(|i| inode(&path) == Some(*i));
+                        if !ours || other < &path {
+                            if ours && remove_own(&path, written[&path]) {
+                                println!("removed {} ({} defines {} too)", path.display(), other.display(), spec.kind);
+                            }
+                            if yielded.get(&spec.kind) != Some(other) {
+                                eprintln!(
+                                    "actk: cdi generate: {} defines {} already (another installation or tool): {} is not \
+                                     written while it is there",
+                                    other.display(),
+                                    spec.kind,
+                                    path.display()
+                                );
+                                yielded.insert(spec.kind.clone(), other.clone());
+                            }
+                            continue;
+                        }
+                    }
+                    yielded.remove(&spec.kind);
                     let text = to_text(spec, format)?;
                     // The first pass always writes, so the file is this process's own even when
                     // a previous generator left the same content.
-                    let mine = written.get(&path).is_some_and(|i| inode(&path) == Some(*i));
-                    if first || !mine || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                    if first || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                         write_spec(spec, &path, format)?;
                         println!(
                             "wrote {} ({}, {} devices, cdiVersion {})",
@@ -391,9 +443,11 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
                             spec.devices.len(),
                             spec.cdi_version
                         );
-                    }
-                    if let Some(i) = inode(&path) {
-                        now.insert(path, i);
+                        if let Some(i) = inode(&path) {
+                            now.insert(path, i);
+                        }
+                    } else if let Some(i) = written.get(&path).filter(|i| inode(&path) == Some(**i)) {
+                        now.insert(path, *i);
                     }
                 }
                 for (gone, ino) in &written {
@@ -466,6 +520,15 @@ fn clean(a: CleanArgs) -> anyhow::Result<()> {
         outln!("removed {} ({kind})", path.display())?;
     }
     Ok(())
+}
+
+/// The kind of every valid spec file in `dir`, with its path (invalid ones are skipped, as the
+/// runtime skips them).
+fn other_specs(dir: &Path) -> Vec<(String, PathBuf)> {
+    let reg = Registry::load(&[dir]);
+    let mut out: Vec<(String, PathBuf)> = reg.specs().iter().map(|l| (l.spec.kind.clone(), l.path.clone())).collect();
+    out.sort();
+    out
 }
 
 fn list(a: ListArgs) -> anyhow::Result<()> {

@@ -55,7 +55,7 @@ exits 0. Discovery warnings (odd host state) go to stderr.
 
 --json prints the inventory as one JSON object (documented in docs/inventory-json.md):
   {root, vendors: [{profile, kind, driver_version, devices: [{index, model, uuid,
-   pci_bus_id, numa_node, nodes: [{path, host_path, node_type, major, minor, file_mode}],
+   pci_bus_id, numa_node, nodes: [{path, host_path, node_type, major, minor, file_mode, gid}],
    links, cores, attributes, mig: {enabled, devices: [{index, uuid, gpu_instance,
    compute_instance, profile, gi_profile_id, placement: {start, size}, memory_mib,
    multiprocessors, nodes}]}}], shared_nodes, host_files: [{capability, kind, host_path,

@@ -79,7 +79,7 @@ mount does not stop a process from connecting to a socket under it.
 {{/* Whether the plugin gets the whole host root read-only (device-specs sends driver files). */}}
 {{- define "actk.hostLibraries" -}}
 {{- if eq (toString .Values.hostLibraries) "auto" -}}
-{{- if has "device-specs" .Values.config.strategies }}true{{ end -}}
+{{- if has "device-specs" (include "actk.strategies" . | fromJsonArray) }}true{{ end -}}
 {{- else if .Values.hostLibraries -}}true{{- end -}}
 {{- end -}}
 
@@ -112,5 +112,170 @@ seccompProfile:
 {{- if .Values.nodeSetup.enabled }}{{ printf "%s/actk-hook" (trimSuffix "/" .Values.nodeSetup.installDir) }}{{ else }}none{{ end -}}
 {{- else -}}
 {{- .Values.cdi.ldcacheHook -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Every value the chart has a default for, present: an upgrade with `--reuse-values` from an earlier
+revision of this chart renders the templates with that revision's values only (Helm merges none
+of this chart's defaults then), so a key added since (nri, sharing, ...) would be a nil pointer.
+files/defaults.yaml is a copy of values.yaml (a test keeps them equal; Helm does not give
+templates values.yaml itself); values given keep theirs. Every template includes this first.
+*/}}
+{{- define "actk.defaults" -}}
+{{- include "actk.fill" (dict "dst" .Values "src" (.Files.Get "files/defaults.yaml" | fromYaml)) -}}
+{{- end -}}
+
+{{/*
+Sets every key of .src that .dst lacks (or has as null), recursing into maps both have. Not
+sprig's merge: it also replaces values that are false, 0 or "" (devicePlugin.enabled=false).
+*/}}
+{{- define "actk.fill" -}}
+{{- $dst := .dst -}}
+{{- range $k, $v := .src -}}
+{{- $have := get $dst $k -}}
+{{- if or (not (hasKey $dst $k)) (kindIs "invalid" $have) -}}
+{{- $_ := set $dst $k $v -}}
+{{- else if and (kindIs "map" $v) (kindIs "map" $have) -}}
+{{- include "actk.fill" (dict "dst" $have "src" $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Allocate strategies, as a JSON list: config.strategies, or NVIDIA's deviceListStrategy (a
+name or a comma-separated list of them, the same names); compatWithCPUManager adds device-specs
+(the kubelet then passes the device nodes, as NVIDIA's --pass-device-specs does).
+*/}}
+{{- define "actk.strategies" -}}
+{{- $s := .Values.config.strategies -}}
+{{- with .Values.deviceListStrategy -}}
+{{- $nv := list -}}
+{{- if kindIs "slice" . }}{{ $nv = . }}{{ else }}{{ range (splitList "," (toString .)) }}{{ $nv = append $nv (trim .) }}{{ end }}{{ end -}}
+{{- if and (ne (toJson $s) (toJson (list "cdi-cri"))) (ne (toJson $s) (toJson $nv)) -}}
+{{- fail (printf "deviceListStrategy (NVIDIA's name) is %s but config.strategies is %s: set one of them" (toJson $nv) (toJson $s)) -}}
+{{- end -}}
+{{- $s = $nv -}}
+{{- end -}}
+{{- if and .Values.compatWithCPUManager (not (has "device-specs" $s)) -}}
+{{- $s = append $s "device-specs" -}}
+{{- end -}}
+{{- $s | toJson -}}
+{{- end -}}
+
+{{/* Whole-device IDs: config.deviceIds, or NVIDIA's deviceIDStrategy (uuid or index). */}}
+{{- define "actk.deviceIds" -}}
+{{- $d := .Values.config.deviceIds -}}
+{{- with .Values.deviceIDStrategy -}}
+{{- if and (ne $d "uuid") (ne $d .) }}{{ fail (printf "deviceIDStrategy (NVIDIA's name) is %q but config.deviceIds is %q: set one of them" . $d) }}{{ end -}}
+{{- $d = . -}}
+{{- end -}}
+{{- $d -}}
+{{- end -}}
+
+{{/*
+The MIG strategy: config.migStrategy, or NVIDIA's chart key migStrategy at the top level, or
+flags.migStrategy (NVIDIA's config file key, often put in chart values); two that differ are
+refused.
+*/}}
+{{- define "actk.migStrategy" -}}
+{{- $m := .Values.config.migStrategy | default "none" -}}
+{{- $flags := .Values.flags | default dict -}}
+{{- range $name, $v := dict "migStrategy" $.Values.migStrategy "flags.migStrategy" (get $flags "migStrategy") -}}
+{{- if $v -}}
+{{- if not (has (toString $v) (list "none" "single" "mixed")) }}{{ fail (printf "%s: %q is not a MIG strategy: use none, single or mixed" $name (toString $v)) }}{{ end -}}
+{{- if and (ne $m "none") (ne $m (toString $v)) }}{{ fail (printf "%s is %q but config.migStrategy is %q: set one of them" $name (toString $v) $m) }}{{ end -}}
+{{- $m = toString $v -}}
+{{- end -}}
+{{- end -}}
+{{- $m -}}
+{{- end -}}
+
+{{/*
+Values of NVIDIA's nvidia-device-plugin chart that actk's chart does not honour: refused with
+the fix, unless they are at NVIDIA's defaults (which ask for nothing actk does not do). Honoured
+elsewhere: migStrategy, flags.migStrategy, deviceListStrategy, deviceIDStrategy,
+compatWithCPUManager, config.name/map/default, updateStrategy, imagePullSecrets, podAnnotations,
+affinity, devicePlugin.enabled, priorityClassName, nodeSelector, tolerations, resources, image.
+*/}}
+{{- define "actk.nvidiaCompat" -}}
+{{- $v := .Values -}}
+{{- $no := dict
+  "failOnInitError" "actk's plugin never exits for a node without devices or a driver not loaded yet: it looks again every 5 s, and its pod's readiness says whether it serves; remove failOnInitError"
+  "gdsEnabled" "actk mounts no GPUDirect Storage files by itself: describe them in a user profile (profiles.d) or a CDI spec; remove gdsEnabled"
+  "mofedEnabled" "actk mounts no MOFED files by itself: describe them in a user profile (profiles.d) or a CDI spec; remove mofedEnabled"
+  "gdrcopyEnabled" "actk mounts no gdrcopy files by itself: describe them in a user profile (profiles.d) or a CDI spec; remove gdrcopyEnabled"
+  "nvidiaDriverRoot" "set hostRoot instead (actk's name: where the node's devices and driver are, e.g. /run/nvidia/driver)"
+  "runtimeClassName" "actk's pods need no runtime class (they read the node's devices themselves); remove runtimeClassName"
+  "nameOverride" "objects are named after the release: choose the release name (helm install NAME)"
+  "fullnameOverride" "objects are named after the release: choose the release name (helm install NAME)"
+  "namespaceOverride" "install into the namespace you want with helm --namespace"
+-}}
+{{- range $key, $fix := $no -}}
+{{- if get $v $key }}{{ fail (printf "%s (a value of NVIDIA's chart) is not supported by actk's chart: %s" $key $fix) }}{{ end -}}
+{{- end -}}
+{{- with $v.deviceDiscoveryStrategy -}}
+{{- if ne (toString .) "auto" }}{{ fail (printf "deviceDiscoveryStrategy %q (a value of NVIDIA's chart) is not supported: actk discovers devices with its vendor profiles (and NVML where there is one); remove it" (toString .)) }}{{ end -}}
+{{- end -}}
+{{- range $key := list "selectorLabelsOverride" "podSecurityContext" "securityContext" -}}
+{{- if get $v $key }}{{ fail (printf "%s (a value of NVIDIA's chart) is not supported by actk's chart: its pods run unprivileged with every capability dropped, a read-only root filesystem and labels of their own; remove %s" $key $key) }}{{ end -}}
+{{- end -}}
+{{- range $key, $val := ($v.flags | default dict) -}}
+{{- if ne $key "migStrategy" }}{{ fail (printf "flags.%s is a key of NVIDIA's config file, not of a chart: put that file in config.map (or a ConfigMap named by config.name); actk's chart reads flags.migStrategy only" $key) }}{{ end -}}
+{{- end -}}
+{{- if (($v.gfd | default dict).enabled) }}{{ fail "gfd.enabled: GPU feature discovery is not part of actk's chart; install NVIDIA's gpu-feature-discovery on its own, or set gfd.enabled=false" }}{{ end -}}
+{{- with (($v.mps | default dict).root) -}}
+{{- if ne (trimSuffix "/" (toString .)) "/run/nvidia/mps" }}{{ fail (printf "mps.root %q (NVIDIA's MPS daemon root) is not used by actk, which runs no MPS daemon: set sharing.mps.pipeDirectory to the pipe directory of the node's MPS daemon" (toString .)) }}{{ end -}}
+{{- end -}}
+{{- range $key := list "nvidiaHookPath" "featureFlags" -}}
+{{- if get ($v.cdi | default dict) $key }}{{ fail (printf "cdi.%s (a value of NVIDIA's chart) is not supported: actk's specs carry actk-hook for the ld.so.cache (cdi.ldcacheHook); remove cdi.%s" $key $key) }}{{ end -}}
+{{- end -}}
+{{- if (($v.devicePlugin | default dict).containers) }}{{ fail "devicePlugin.containers (NVIDIA's per-container settings) is not supported: set extraEnv and extraArgs for the plugin's container" }}{{ end -}}
+{{- /* Names of earlier revisions of this chart, in values an upgrade with --reuse-values keeps. */ -}}
+{{- with (($v.dra | default dict).hostRoot) -}}
+{{- if ne (toString .) (toString $v.hostRoot) }}{{ fail (printf "dra.hostRoot %q (an earlier revision of this chart) is now hostRoot, for every part: set hostRoot=%s" (toString .) (toString .)) }}{{ end -}}
+{{- end -}}
+{{- with (($v.dra | default dict).ldcacheHook) -}}
+{{- fail (printf "dra.ldcacheHook %q (an earlier revision of this chart) is now cdi.ldcacheHook, for every part: set cdi.ldcacheHook=%s" (toString .) (toString .)) -}}
+{{- end -}}
+{{- $c := $v.config -}}
+{{- if and $c.name $c.map }}{{ fail "config.name and config.map are both set: use one (name: an existing ConfigMap in NVIDIA's config format; map: configs written in these values)" }}{{ end -}}
+{{- if $c.map -}}
+{{- $keys := keys $c.map | sortAlpha -}}
+{{- if and $c.default (not (has $c.default $keys)) }}{{ fail (printf "config.default %q is not a key of config.map (%s)" $c.default (join ", " $keys)) }}{{ end -}}
+{{- if and (not $c.default) (gt (len $keys) 1) }}{{ fail (printf "config.map has %s: set config.default to the one this release uses (choosing a config by the node label nvidia.com/device-plugin.config is not supported; install one release per group of nodes with nodeSelector instead)" (join ", " $keys)) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* NVIDIA's ConfigMap in use (config.name, or the chart's own for config.map), or "". */}}
+{{- define "actk.nvidiaConfigMap" -}}
+{{- if .Values.config.name }}{{ .Values.config.name }}{{ else if .Values.config.map }}{{ include "actk-device-plugin.fullname" . }}-nvidia-config{{ end -}}
+{{- end -}}
+
+{{/* Whether the plugin may share GPUs through MPS (its pipe directory is then mounted). */}}
+{{- define "actk.mps" -}}
+{{- if or .Values.sharing.mps.resources (include "actk.nvidiaConfigMap" .) }}true{{ end -}}
+{{- end -}}
+
+{{/* Pod fields every DaemonSet takes from the values: pull secrets and affinity. */}}
+{{- define "actk.podCommon" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* `devices = ...` of a shared resource entry, as TOML (NVIDIA's `all` or a list), or "". */}}
+{{- define "actk.devicesToml" -}}
+{{- with .devices -}}
+{{- if kindIs "slice" . -}}
+devices = [{{ range $i, $d := . }}{{ if $i }}, {{ end }}{{ toString $d | toJson }}{{ end }}]
+{{- else -}}
+devices = {{ toString . | toJson }}
+{{- end -}}
 {{- end -}}
 {{- end -}}

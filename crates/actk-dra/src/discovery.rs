@@ -1,0 +1,188 @@
+//! What the API server serves, found at start, so that one driver binary (built with
+//! k8s-openapi's newest types, `v1_37`) works with every Kubernetes from 1.34 on: the server's
+//! version, the `resource.k8s.io` versions it serves (the driver needs `v1`, Kubernetes 1.34+),
+//! and whether it keeps fields that only some versions and feature gates have.
+//!
+//! Fields are found by asking, not from the version number (an admin can turn a gate off, or
+//! on): a server-side apply of a probe ResourceSlice with `dryRun=All` (nothing is stored), and
+//! the server's answer shows what it kept. A field a feature gate turns off is dropped from the
+//! answer. The probe slice is one of this node's (`spec.nodeName` is the node), so the chart's
+//! node-scoped write policy lets it through.
+//!
+//! Probed: `devices[].taints` (DRADeviceTaints, KEP-5055: alpha in 1.33, beta and on by default
+//! in 1.36, GA in 1.37). Everything else the driver writes is in `resource.k8s.io/v1` as 1.34
+//! serves it.
+
+use crate::slice::DRIVER;
+use k8s_openapi::api::resource::v1::{Device, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
+
+/// The API group of DRA.
+pub const GROUP: &str = "resource.k8s.io";
+
+/// What the API server serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiFeatures {
+    /// `gitVersion` of `/version` (`v1.37.2`).
+    pub server_version: String,
+    /// `(major, minor)` of the server, when it says.
+    pub minor: Option<(u32, u32)>,
+    /// Versions of `resource.k8s.io` served (`v1`, `v1beta2`, ...), preferred first.
+    pub resource_versions: Vec<String>,
+    /// Whether the server keeps device taints in ResourceSlices; `None` when the probe failed.
+    pub device_taints: Option<bool>,
+}
+
+/// Why the driver cannot work with this API server.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DiscoveryError {
+    /// `resource.k8s.io/v1` is not served.
+    #[error(
+        "the API server ({server}) serves {GROUP} {served}, not v1: actk-dra-driver needs resource.k8s.io/v1, Kubernetes 1.34 or newer (on 1.32 and 1.33 it is off by default; upgrade the control plane)"
+    )]
+    NoV1 {
+        /// The server's version.
+        server: String,
+        /// What it serves instead (`none` when the group is not served at all).
+        served: String,
+    },
+}
+
+impl ApiFeatures {
+    /// Checks that the driver can work with this server ([`DiscoveryError::NoV1`]).
+    pub fn check(&self) -> Result<(), DiscoveryError> {
+        if self.resource_versions.iter().any(|v| v == "v1") {
+            return Ok(());
+        }
+        Err(DiscoveryError::NoV1 {
+            server: self.server_version.clone(),
+            served: if self.resource_versions.is_empty() { "none".into() } else { self.resource_versions.join(", ") },
+        })
+    }
+
+    /// One line for the log.
+    pub fn summary(&self) -> String {
+        let taints = match self.device_taints {
+            Some(true) => "kept",
+            Some(false) => "dropped (DRADeviceTaints off)",
+            None => "not probed",
+        };
+        format!(
+            "API server {}: {GROUP} {}; device taints in ResourceSlices {taints}",
+            self.server_version,
+            self.resource_versions.join(", ")
+        )
+    }
+}
+
+/// `(major, minor)` of a `/version` answer's fields (`minor` may carry a `+`, as on some
+/// managed clusters: `"34+"`).
+pub fn parse_version(major: &str, minor: &str) -> Option<(u32, u32)> {
+    let digits = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse().ok();
+    Some((digits(major)?, digits(minor)?))
+}
+
+/// Asks the API server what it serves (see the module docs); `node` is this node (the probe
+/// slice is one of its pool).
+///
+/// Errors: the version or group list cannot be read (the message names the call). A failed
+/// probe is not an error: its field is `None`.
+pub async fn discover(client: &kube::Client, node: &str) -> Result<ApiFeatures, String> {
+    let info = client.apiserver_version().await.map_err(|e| format!("reading the API server's /version: {e}"))?;
+    let groups = client.list_api_groups().await.map_err(|e| format!("listing the API server's groups: {e}"))?;
+    let mut versions: Vec<String> = Vec::new();
+    if let Some(g) = groups.groups.iter().find(|g| g.name == GROUP) {
+        if let Some(p) = &g.preferred_version {
+            versions.push(p.version.clone());
+        }
+        for v in &g.versions {
+            if !versions.contains(&v.version) {
+                versions.push(v.version.clone());
+            }
+        }
+    }
+    let mut f = ApiFeatures {
+        server_version: info.git_version.clone(),
+        minor: parse_version(&info.major, &info.minor),
+        resource_versions: versions,
+        device_taints: None,
+    };
+    if f.check().is_ok() {
+        f.device_taints = match probe_taints(client, node).await {
+            Ok(kept) => Some(kept),
+            Err(e) => {
+                tracing::warn!("cannot probe whether the API server keeps device taints: {e}");
+                None
+            }
+        };
+    }
+    Ok(f)
+}
+
+/// The probe slice: one device with one taint, in `node`'s pool, never stored (dry run).
+pub fn probe_slice(node: &str) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta { name: Some(format!("{node}-{DRIVER}-probe")), ..Default::default() },
+        spec: ResourceSliceSpec {
+            driver: DRIVER.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool { name: node.into(), generation: 0, resource_slice_count: 1 },
+            devices: Some(vec![Device {
+                name: "probe-0".into(),
+                taints: Some(vec![DeviceTaint {
+                    key: format!("{DRIVER}/probe"),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+    }
+}
+
+/// Whether the server kept the probe slice's taint (dry-run server-side apply).
+async fn probe_taints(client: &kube::Client, node: &str) -> Result<bool, String> {
+    let s = probe_slice(node);
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let pp = PatchParams::apply(crate::kube::FIELD_MANAGER).force().dry_run();
+    let back = Api::<ResourceSlice>::all(client.clone())
+        .patch(&name, &pp, &Patch::Apply(&s))
+        .await
+        .map_err(|e| format!("dry-run apply of ResourceSlice {name}: {e}"))?;
+    Ok(back.spec.devices.iter().flatten().any(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_and_the_v1_requirement() {
+        assert_eq!(parse_version("1", "37"), Some((1, 37)));
+        assert_eq!(parse_version("1", "34+"), Some((1, 34)));
+        assert_eq!(parse_version("", "34"), None);
+        let mut f = ApiFeatures {
+            server_version: "v1.33.4".into(),
+            resource_versions: vec!["v1beta2".into(), "v1beta1".into()],
+            ..Default::default()
+        };
+        let e = f.check().unwrap_err().to_string();
+        assert!(e.contains("v1.33.4") && e.contains("v1beta2, v1beta1") && e.contains("1.34 or newer"), "{e}");
+        f.resource_versions.clear();
+        assert!(f.check().unwrap_err().to_string().contains("serves resource.k8s.io none"));
+        f.resource_versions = vec!["v1".into(), "v1beta2".into()];
+        assert!(f.check().is_ok());
+        assert!(f.summary().contains("not probed"));
+    }
+
+    #[test]
+    fn the_probe_is_one_of_this_nodes_slices() {
+        let s = probe_slice("n1");
+        assert_eq!(s.spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(s.spec.pool.name, "n1");
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(j["spec"]["devices"][0]["taints"][0]["effect"], "NoSchedule");
+    }
+}

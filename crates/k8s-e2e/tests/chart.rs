@@ -1,0 +1,251 @@
+//! The chart as an admin meets it on the real cluster (issue 28 items 3, 6, 11): NVIDIA's
+//! ConfigMaps and values carried over, `helm upgrade --wait` that fails for a plugin that does
+//! not come up while the old one keeps serving, `--reuse-values` from an earlier revision, two
+//! releases on one node, and plain logs.
+//!
+//! `#[ignore]`d like every cluster test: `make test-k8s` runs them alone, one at a time.
+
+use actk_testsupport::cluster::{Cluster, NAMESPACE, PodSpec, RELEASE};
+use actk_testsupport::engines::workspace_root;
+use actk_testsupport::fixture;
+use anyhow::{Context, Result, bail, ensure};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const GPU: &str = "nvidia.com/gpu";
+
+fn ready(root: &Path, values: &str, resource: &str, count: i64) -> Result<Option<Cluster>> {
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(None) };
+    c.install(root, values)?;
+    c.wait_allocatable(resource, count)?;
+    Ok(Some(c))
+}
+
+/// A pod asking for `n` GPUs runs and sees `n` of them.
+fn gets_gpus(c: &Cluster, name: &str, n: u32) -> Result<()> {
+    let r = c.run_pod(&PodSpec::new(name, "ls /dev").limit(GPU, n))?;
+    let got = r
+        .logs
+        .split_whitespace()
+        .filter(|d| d.strip_prefix("nvidia").is_some_and(|x| x.parse::<u32>().is_ok()))
+        .count();
+    ensure!(r.phase() == "Succeeded" && got == n as usize, "{name}: {} with {got} GPUs:\n{}", r.phase(), r.logs);
+    Ok(())
+}
+
+/// `helm ARGS` on the cluster with the harness's own values first (image, paths of this node).
+fn helm_with_harness(c: &Cluster, args: &[&str]) -> std::process::Output {
+    let harness = format!("{}/harness-values.yaml", c.env("STATE_DIR"));
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["-f", harness.as_str()]);
+    c.helm_output(&a)
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Issue 28 item 3: an existing ConfigMap in NVIDIA's config format (config.name, the config
+/// chosen by config.default) configures the plugin, NVIDIA's top-level migStrategy reaches it,
+/// and a value of NVIDIA's chart actk does not support is refused by `helm install` naming the
+/// fix.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn nvidia_configmap_and_chart_values_carry_over() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    // As NVIDIA's docs write it: time-slicing GPUs 0 and 1 four ways, the others unshared.
+    c.apply(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nvidia-dp-configs, namespace: kube-system}\ndata:\n  \
+         plain: |-\n    version: v1\n    flags:\n      migStrategy: none\n  \
+         sliced: |-\n    version: v1\n    sharing:\n      timeSlicing:\n        resources:\n        - name: nvidia.com/gpu\n          replicas: 4\n          devices: [0, 1]\n",
+    )?;
+    c.install(&dgx.root, "config:\n  name: nvidia-dp-configs\n  default: sliced\n")?;
+    c.wait_allocatable(GPU, 2 * 4 + 6)?;
+    gets_gpus(&c, "nv-cm-pod", 2)?;
+    // NVIDIA's migStrategy at the top level of the values is the plugin's.
+    c.install(&dgx.root, "migStrategy: mixed\n")?;
+    let toml =
+        c.kubectl_ok(&["get", "configmap", RELEASE, "-n", NAMESPACE, "-o", "jsonpath={.data.device-plugin\\.toml}"])?;
+    ensure!(toml.contains("mig_strategy = \"mixed\""), "{toml}");
+    c.wait_allocatable(GPU, 8)?;
+    // Refused with the fix, and the release stays as it was.
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("v.yaml"), "failOnInitError: true\n")?;
+    let v = dir.path().join("v.yaml");
+    let o = helm_with_harness(
+        &c,
+        &["upgrade", RELEASE, c.env("CHART"), "-n", NAMESPACE, "--reuse-values", "-f", v.to_str().unwrap()],
+    );
+    ensure!(!o.status.success() && text(&o).contains("remove failOnInitError"), "{}", text(&o));
+    c.kubectl_ok(&["delete", "configmap", "nvidia-dp-configs", "-n", NAMESPACE])?;
+    Ok(())
+}
+
+/// Issue 28 item 6: `helm upgrade --wait` of a plugin that cannot start (a bad flag) fails,
+/// while the old plugin keeps serving (the surge rollout waits for the new pod's readiness);
+/// the plugin's log has no colour escapes.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn helm_wait_fails_for_a_plugin_that_does_not_come_up_and_the_old_one_serves() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 8)? else { return Ok(()) };
+    let logs = c.plugin_logs();
+    ensure!(!logs.contains('\u{1b}') && logs.contains("INFO"), "plain logs:\n{logs:?}");
+    let o = c.helm_output(&[
+        "upgrade",
+        RELEASE,
+        c.env("CHART"),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "extraArgs={--strategies=bogus}",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    ensure!(!o.status.success(), "helm upgrade --wait must fail for a plugin that exits at once:\n{}", text(&o));
+    // The old pod still serves: allocatable unchanged and a pod gets its GPUs.
+    c.wait_allocatable(GPU, 8)?;
+    gets_gpus(&c, "still-served", 2)?;
+    // Back to good values: the rollout completes.
+    c.install(&dgx.root, "config:\n  strategies: [cdi-cri]\n")?;
+    gets_gpus(&c, "served-again", 1)?;
+    Ok(())
+}
+
+/// Issue 28 item 11 on the cluster: the release installed from the chart as it was before this
+/// work (its values.yaml has no kubeletPodResourcesDir, updateStrategy, sharing.mps, ...) is
+/// upgraded with `helm upgrade --reuse-values`, which renders the new templates with the old
+/// values only; the upgrade succeeds and the node serves GPUs.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn reuse_values_upgrade_from_an_earlier_chart_revision() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 8)? else { return Ok(()) };
+    c.uninstall()?;
+    let old = tempfile::tempdir()?;
+    let repo = workspace_root();
+    // The chart as of d98ccd5 (the last revision before issue 28).
+    let archive = Command::new("sh")
+        .arg("-c")
+        .arg("git archive d98ccd5 deploy/helm/actk-device-plugin | tar -x -C \"$1\"")
+        .arg("sh")
+        .arg(old.path())
+        .current_dir(&repo)
+        .status()?;
+    ensure!(archive.success(), "git archive of the earlier chart");
+    let old_chart = old.path().join("deploy/helm/actk-device-plugin");
+    // The harness's values: this node's paths, the image, the fixture root as hostRoot.
+    let o = helm_with_harness(
+        &c,
+        &["upgrade", "--install", RELEASE, old_chart.to_str().unwrap(), "-n", NAMESPACE, "--wait", "--timeout", "3m"],
+    );
+    ensure!(o.status.success(), "installing the earlier chart: {}", text(&o));
+    c.wait_allocatable(GPU, 8)?;
+    let o = c.helm_output(&[
+        "upgrade",
+        RELEASE,
+        c.env("CHART"),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    ensure!(o.status.success(), "helm upgrade --reuse-values from the earlier revision: {}", text(&o));
+    let ds = c.get_json(&["ds", RELEASE, "-n", NAMESPACE])?;
+    ensure!(
+        ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 0,
+        "the new defaults filled in: {}",
+        ds["spec"]["updateStrategy"]
+    );
+    c.wait_allocatable(GPU, 8)?;
+    gets_gpus(&c, "after-reuse-values", 2)?;
+    Ok(())
+}
+
+/// Issue 28 item 6: two releases on one node never share a spec: the second release's generator
+/// leaves nvidia.com/gpu to the first's spec (two specs of one kind in one directory make its
+/// devices unresolvable), and uninstalling it takes nothing of the first's.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn two_releases_keep_to_their_own_specs() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = ready(&dgx.root, "config:\n  strategies: [cdi-cri]\n", GPU, 8)? else { return Ok(()) };
+    let cdi = std::path::PathBuf::from(c.env("CDI_DIR"));
+    let nvidia_specs = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&cdi)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with("nvidia.com-gpu.json"))
+            .collect();
+        v.sort();
+        v
+    };
+    ensure!(nvidia_specs() == [format!("{RELEASE}.nvidia.com-gpu.json")], "{:?}", nvidia_specs());
+    // A second release on the same node (serving no resource: the kubelet takes one plugin per name).
+    let dir = tempfile::tempdir()?;
+    let second = dir.path().join("second.yaml");
+    std::fs::write(&second, format!("hostRoot: {}\nconfig:\n  resources: [example.com/none]\n", dgx.root.display()))?;
+    let o = helm_with_harness(&c, &["install", "second", c.env("CHART"), "-n", NAMESPACE, "--wait", "--timeout", "3m"]);
+    ensure!(o.status.success(), "{}", text(&o));
+    let o = c.helm_output(&[
+        "upgrade",
+        "second",
+        c.env("CHART"),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "-f",
+        second.to_str().unwrap(),
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    ensure!(o.status.success(), "{}", text(&o));
+    std::thread::sleep(Duration::from_secs(8));
+    ensure!(nvidia_specs() == [format!("{RELEASE}.nvidia.com-gpu.json")], "one spec of the kind: {:?}", nvidia_specs());
+    gets_gpus(&c, "two-releases", 2)?;
+    let o = c.helm_output(&["uninstall", "second", "-n", NAMESPACE, "--wait", "--timeout", "3m"]);
+    ensure!(o.status.success(), "{}", text(&o));
+    c.wait_until("the second release's pods gone", Duration::from_secs(120), || {
+        let l = c.get_json(&["pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=second"])?;
+        Ok(l["items"].as_array().is_none_or(|a| a.is_empty()).then_some(()))
+    })?;
+    ensure!(
+        nvidia_specs() == [format!("{RELEASE}.nvidia.com-gpu.json")],
+        "the first's spec stays: {:?}",
+        nvidia_specs()
+    );
+    gets_gpus(&c, "after-second-gone", 2)?;
+    Ok(())
+}
+
+/// Issue 28 item 6: with values that put every device on the DRA driver, `k8s-node.sh install`
+/// waits for the rollout and `wait-devices` (what `up` waits on) returns once the driver
+/// publishes the node's devices, where waiting for an extended resource never ended.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn up_with_dra_values_waits_for_slices_not_extended_resources() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    c.install(&dgx.root, "dra:\n  enabled: true\ndevicePlugin:\n  enabled: false\n")?;
+    let o = Command::new("timeout")
+        .args(["120", workspace_root().join("scripts/k8s-node.sh").to_str().unwrap(), "wait-devices"])
+        .env("ACTK_K8S_LOCK_HELD", "1")
+        .output()
+        .context("k8s-node.sh wait-devices")?;
+    if !o.status.success() {
+        bail!("wait-devices: {}\n{}", text(&o), c.plugin_logs());
+    }
+    ensure!(text(&o).contains("the DRA driver publishes 8 devices"), "{}", text(&o));
+    ensure!(c.allocatable()?.get(GPU).is_none_or(|n| *n == 0), "no extended resource: the DRA driver serves the GPUs");
+    c.uninstall()?;
+    Ok(())
+}

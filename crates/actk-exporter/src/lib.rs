@@ -28,6 +28,7 @@
 use actk_core::inventory::Inventory;
 use actk_core::profile::Profile;
 use actk_holders::{Allocation, DeviceHolders, Holder};
+use actk_node::health::{HealthOptions, Monitor, XidPolicy};
 use actk_node::telemetry::{Reader, Reading};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -58,6 +59,11 @@ pub struct Exporter {
 struct State {
     reader: Reader,
     inventory: Option<(Instant, Inventory)>,
+    /// The health engine of each vendor (kind, engine), as the device plugin runs it: presence,
+    /// error counters that rise, NVML Xids. Rebuilt only when the devices change, so the
+    /// counters' baselines and the Xid watch survive rediscovery.
+    monitors: Vec<(String, Monitor)>,
+    devices_seen: Vec<(String, u32, Option<String>)>,
 }
 
 impl Exporter {
@@ -78,7 +84,12 @@ impl Exporter {
             profiles,
             node,
             rediscover,
-            state: Mutex::new(State { reader: Reader::new(root), inventory: None }),
+            state: Mutex::new(State {
+                reader: Reader::new(root),
+                inventory: None,
+                monitors: Vec::new(),
+                devices_seen: Vec::new(),
+            }),
         }
     }
 
@@ -91,17 +102,41 @@ impl Exporter {
         let due = st.inventory.as_ref().is_none_or(|(at, _)| at.elapsed() >= self.rediscover);
         if due {
             let inv = actk_core::discover::discover_roots(&self.root, &self.driver_root, &self.profiles);
+            let seen: Vec<_> = inv
+                .vendors
+                .iter()
+                .flat_map(|v| v.devices.iter().map(|d| (v.kind.clone(), d.index, d.uuid.clone())))
+                .collect();
+            if seen != st.devices_seen || st.monitors.is_empty() {
+                let opts = HealthOptions {
+                    policy: XidPolicy::new(&[], Duration::from_secs(300), None, None),
+                    // The NVML watch's tick: how soon an ECC rise or a lost GPU shows.
+                    poll: Duration::from_secs(2),
+                };
+                st.monitors = inv
+                    .vendors
+                    .iter()
+                    .filter_map(|v| {
+                        let p = self.profiles.iter().find(|p| p.name == v.profile)?;
+                        Some((v.kind.clone(), Monitor::new(&self.root, p, v, &opts)))
+                    })
+                    .collect();
+                st.devices_seen = seen;
+            }
             st.inventory = Some((Instant::now(), inv));
         }
-        let State { reader, inventory } = &mut *st;
+        let State { reader, inventory, monitors, .. } = &mut *st;
         let inv = &inventory.as_ref().expect("set above").1;
         let readings = reader.read(inv);
         let holders = actk_holders::attribute(inv, allocations.unwrap_or_default(), &[]);
         let mut health = BTreeMap::new();
-        for v in &inv.vendors {
-            let probes = actk_node::health::probes(&self.root, v);
-            for ((index, _), why) in actk_node::health::check_all(&probes) {
-                health.insert((v.kind.clone(), index), why);
+        for (kind, m) in monitors.iter_mut() {
+            for ((index, mig), problem) in m.check() {
+                // A device's own entry; a MIG device's problem is its GPU's too.
+                let e = health.entry((kind.clone(), index)).or_insert(None);
+                if e.is_none() && (mig.is_none() || problem.is_some()) {
+                    *e = problem.map(|p| p.reason);
+                }
             }
         }
         let drivers: BTreeMap<_, _> =

@@ -205,16 +205,49 @@ fn nvidia_gpus_report_nvml_readings_labelled_with_the_device_plugin_pod_and_the_
     // Eight GPUs, one info series each.
     assert_eq!(page.lines().filter(|l| l.starts_with("actk_device_info{")).count(), 8);
 
+    let ue = |page: &str, i: &str| {
+        value(
+            page,
+            "actk_device_errors_total",
+            &[("index", i), ("source", "ecc_volatile"), ("severity", "uncorrected")],
+        )
+    };
+    assert_eq!(ue(&page, "3"), Some(0.0), "{page}");
+    // Uncorrectable ECC errors on GPU 3: counted, and the health engine marks it unhealthy
+    // (once its NVML watch has read the baseline on its first 2 s tick).
+    std::thread::sleep(Duration::from_millis(2500));
+    actk_testsupport::nvml_double::set_uncorrected_ecc(&fx.root, gpus[3].get("uuid"), 2).unwrap();
+    let (_, _, page) = get(&ex.addr, "/metrics");
+    assert_eq!(ue(&page, "3"), Some(2.0), "{page}");
+    let line = healthy_line_until(&ex.addr, "3", |l| l.ends_with(" 0.0"));
+    assert!(line.contains("ECC") || line.contains("ecc"), "{line}");
+
     // A GPU that falls off the bus: unhealthy, with NVML's reason, on the next scrape.
     std::fs::write(fx.path("nvml-double/lost"), format!("{}\n", gpus[2].get("uuid"))).unwrap();
     let (_, _, page) = get(&ex.addr, "/metrics");
     let line = page.lines().find(|l| l.starts_with("actk_device_healthy{") && l.contains("index=\"2\"")).unwrap();
-    assert!(line.ends_with(" 0") || line.ends_with(" 0.0"), "{line}");
-    assert!(line.contains("reason=\"NVML:"), "{line}");
+    assert!(line.ends_with(" 0.0") && line.contains("fell off the bus"), "{line}");
     assert_eq!(value(&page, "actk_device_utilization_percent", &[("index", "2")]), None, "{page}");
 
     let (status, _, _) = get(&ex.addr, "/other");
     assert!(status.contains("404"), "{status}");
+}
+
+/// The `actk_device_healthy` line of device `index`, scraped again until `done` holds (20 s).
+fn healthy_line_until(addr: &str, index: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, _, page) = get(addr, "/metrics");
+        let line = page
+            .lines()
+            .find(|l| l.starts_with("actk_device_healthy{") && l.contains(&format!("index=\"{index}\"")))
+            .unwrap_or_default()
+            .to_string();
+        if done(&line) || Instant::now() > deadline {
+            return line;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// `actk_exporter_pod_resources_up` has no labels: its line is `name value`.
@@ -246,6 +279,10 @@ fn amd_gpus_report_amdgpu_sysfs_readings_in_watts_degrees_and_bytes() {
     assert_eq!(value(&page, "actk_device_temperature_celsius", &sensor("mem")), Some(49.0));
     assert_eq!(value(&page, "actk_device_utilization_percent", &[("index", "3"), ("pod", "")]), Some(0.0));
     assert_eq!(value(&page, "actk_device_power_watts", &[("index", "3")]), Some(140.0));
+    // amdgpu RAS counters, per block and severity (fixtures: all 0 on a healthy node).
+    let ras = |b| [l.as_slice(), &[("source", b), ("severity", "uncorrected")]].concat();
+    assert_eq!(value(&page, "actk_device_errors_total", &ras("umc")), Some(0.0), "{page}");
+    assert_eq!(value(&page, "actk_device_errors_total", &ras("xgmi_wafl")), Some(0.0));
 
     // A GPU whose PCI function disappears (hot-unplug): unhealthy, and no stale readings.
     let bdf = amd_bdf(&fx.root, 3);

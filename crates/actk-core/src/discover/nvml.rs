@@ -551,7 +551,7 @@ impl Telemetry {
     /// (`GPU is lost`: it fell off the bus), as NVML says it. A reading the GPU does not report
     /// is `None`, not an error.
     pub fn read(&self, uuid: &str) -> Result<GpuReadings, String> {
-        use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+        use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
         let dev = self.nvml.device_by_uuid(uuid).map_err(|e| e.to_string())?;
         // A GPU that fell off the bus answers GPU_IS_LOST to everything: say so once.
         let mem = match dev.memory_info() {

@@ -597,6 +597,7 @@ mod tests {
         let snap = Snapshot {
             library: "/r/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05".into(),
             driver_version: Some("580.95.05".into()),
+            cuda_driver_version: Some(13000),
             gpus: vec![GpuInfo {
                 index: 0,
                 uuid: Some("GPU-1".into()),

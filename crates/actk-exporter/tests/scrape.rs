@@ -94,12 +94,16 @@ impl Drop for Exporter {
 }
 
 fn start(root: &Path, sock: &str) -> Exporter {
+    start_named(root, sock, "node-a")
+}
+
+fn start_named(root: &Path, sock: &str, node: &str) -> Exporter {
     // A port the kernel just handed out and released: free unless another process races for it.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_actk-exporter"))
         .args(["--root", &root.display().to_string(), "--listen", &addr, "--pod-resources", sock])
-        .args(["--node-name", "node-a"])
+        .args(["--node-name", node])
         .env("ACTK_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -112,11 +116,11 @@ fn start(root: &Path, sock: &str) -> Exporter {
     Exporter { child, addr }
 }
 
-/// `GET path` over HTTP/1.1: (status line, Content-Type, body).
+/// `GET path` over HTTP/1.0 (no chunked answers to decode): (status line, Content-Type, body).
 fn get(addr: &str, path: &str) -> (String, String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
@@ -337,4 +341,136 @@ fn without_a_kubelet_devices_are_listed_unattributed_and_the_page_says_so() {
     let (_, _, page) = get(&ex.addr, "/metrics");
     assert_eq!(pod_resources_up(&page), Some(0.0), "{page}");
     assert_eq!(value(&page, "actk_device_utilization_percent", &[("index", "0"), ("pod", "")]), Some(87.0));
+}
+
+/// Percent-encodes `s` for a URL query value.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instant query against Prometheus's HTTP API: the `data.result` list.
+fn query(prom: &str, expr: &str) -> Vec<serde_json::Value> {
+    let (status, _, body) = get(prom, &format!("/api/v1/query?query={}", urlencode(expr)));
+    assert!(status.contains("200"), "{expr}: {status}\n{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// Debian's Prometheus, killed on drop.
+struct Prometheus(Child);
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The real Prometheus (Debian's package) scrapes three exporters (a DGX H100, an MI300X node, a
+/// Trn1) every second; the queries users run and every query of the Grafana dashboard in
+/// deploy/grafana return data: utilization of the GPU a device plugin pod holds and of the GPU a
+/// DRA claim pod holds, labelled with those pods, and of an AMD and a Neuron device.
+#[test]
+fn prometheus_scrapes_the_exporters_and_every_dashboard_query_returns_data() {
+    let prometheus = Path::new("/usr/bin/prometheus");
+    if !prometheus.exists() {
+        actk_testsupport::engines::skip_or_fail(
+            "Install Debian's prometheus package (scripts/install-deps.sh does).",
+            "/usr/bin/prometheus is missing",
+        );
+        return;
+    }
+    let Some(h100) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let Some(mi300x) = fixture::prepare("amd-mi300x").unwrap() else { return };
+    let Some(trn1) = fixture::prepare("aws-trn1-32xlarge").unwrap() else { return };
+    let gpus = State::of(&h100.root).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kubelet.sock");
+    // One kubelet answer for the three nodes (each exporter keeps what matches its devices).
+    serve_kubelet(
+        &sock,
+        ListPodResourcesResponse {
+            pod_resources: vec![
+                plugin_pod("ml", "train-0", "trainer", "nvidia.com/gpu", gpus.gpus()[0].get("uuid")),
+                claim_pod("ml", "infer-0", "server", "gpu", "nvidia-1"),
+                plugin_pod("rocm", "bench", "main", "amd.com/gpu", "0"),
+                plugin_pod("llm", "serve", "neuron", "aws.amazon.com/neuron", "0"),
+            ],
+        },
+    );
+    let s = sock.display().to_string();
+    let exporters =
+        [start(&h100.root, &s), start_named(&mi300x.root, &s, "node-b"), start_named(&trn1.root, &s, "node-c")];
+
+    let data = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let prom = format!("127.0.0.1:{port}");
+    let targets: Vec<String> = exporters.iter().map(|e| format!("'{}'", e.addr)).collect();
+    let config = data.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: actk\n    static_configs:\n      - targets: [{}]\n",
+            targets.join(", ")
+        ),
+    )
+    .unwrap();
+    let child = Command::new(prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.path().join("tsdb").display()))
+        .arg(format!("--web.listen-address={prom}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _p = Prometheus(child);
+    // Ready when every target was scraped twice (rates need two samples): 8 + 8 + 16 devices.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = std::net::TcpStream::connect(&prom).is_ok()
+            && query(&prom, "count(count_over_time(actk_device_info[1m]) >= 2)")
+                .first()
+                .and_then(|r| r["value"][1].as_str().map(|v| v == "32"))
+                .unwrap_or(false);
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Prometheus did not scrape the three exporters within 60 s");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Utilization per pod, as a user queries it.
+    let util = |sel: &str| -> Vec<f64> {
+        query(&prom, &format!("actk_device_utilization_percent{{{sel}}}"))
+            .iter()
+            .map(|r| r["value"][1].as_str().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(util(r#"namespace="ml",pod="train-0",container="trainer",index="0""#), [18.0]);
+    assert_eq!(util(r#"namespace="ml",pod="infer-0",container="server",index="1""#), [34.0]);
+    assert_eq!(util(r#"namespace="rocm",pod="bench",kind="amd.com/gpu",index="0""#), [87.0]);
+    assert_eq!(util(r#"namespace="llm",pod="serve",kind="aws.amazon.com/neuron",index="0""#), [0.0]);
+
+    // Every query of the dashboard, with its node variable at All.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/actk-devices.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let panels = dash["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    for p in panels {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap().replace("$node", ".*");
+            let got = query(&prom, &expr);
+            assert!(!got.is_empty(), "dashboard panel {:?}: {expr} returned no data", p["title"]);
+        }
+    }
+    // The node variable's own query.
+    let nodes = query(&prom, "count by (node) (actk_device_info)");
+    assert_eq!(nodes.len(), 3, "one node per exporter: {nodes:?}");
 }

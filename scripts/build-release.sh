@@ -16,7 +16,7 @@
 #   given with --target apply to that target's artifacts only, so build scripts and proc macros
 #   stay dynamic as they must. Output: target/<triple>/release/{actk-runtime,actk-hook}.
 #   ACTK_RELEASE_LIBC=glibc forces the glibc build.
-# - everything else (actk, actk-device-plugin, actk-nri) as usual: target/release/.
+# - everything else (actk, actk-device-plugin, actk-nri, actk-exporter) as usual: target/release/.
 # All of them are then copied into target/dist/, the one directory to install or put in an
 # image (actk finds actk-runtime and actk-hook next to itself). Prints target/dist's path.
 # Usage: scripts/build-release.sh [--shims-only | --cli-only] [CARGO ARGS...]

@@ -45,6 +45,9 @@ declare -A probe=(
   [bats]=/usr/bin/bats
   [gawk]=/usr/bin/gawk
   [libseccomp-dev]=/usr/include/seccomp.h
+  # The telemetry exporter's dashboard test (crates/actk-exporter/tests/prometheus.rs) runs
+  # Debian's Prometheus on loopback.
+  [prometheus]=/usr/bin/prometheus
   # The arm64 fixture (fixtures/nvidia-gh200): aarch64 shared objects and its arm64 ldconfig.
   [binutils-aarch64-linux-gnu]=/usr/bin/aarch64-linux-gnu-ld
   [qemu-user]=/usr/bin/qemu-aarch64

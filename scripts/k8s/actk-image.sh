@@ -15,7 +15,7 @@
 # Prints "REF TAR" as its last line; REF is actk.local/actk:VERSION-HASH, HASH naming the
 # binaries, so a new build gets a new tag and a `helm upgrade` with it rolls the pods.
 #
-# Contents: /usr/bin/{actk,actk-device-plugin,actk-dra-driver,actk-nri,actk-runtime,actk-hook} and the
+# Contents: /usr/bin/{actk,actk-device-plugin,actk-dra-driver,actk-nri,actk-exporter,actk-runtime,actk-hook} and the
 # shared libraries the dynamically linked ones load (glibc, libgcc_s: what `ldd` lists), nothing
 # else: no shell, no package manager. actk-runtime and actk-hook are static in a release image:
 # `actk node setup` copies them onto the node, where they then depend on nothing of its libc.
@@ -32,9 +32,9 @@ while [ $# -gt 0 ]; do
     *) echo "actk-image: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-bins=(actk actk-device-plugin actk-dra-driver actk-nri actk-runtime actk-hook)
+bins=(actk actk-device-plugin actk-dra-driver actk-nri actk-exporter actk-runtime actk-hook)
 # The packages that build them (actk-dra-driver is the binary of crate actk-dra).
-pkgs_of=(actk actk-device-plugin actk-dra actk-nri actk-runtime actk-hook)
+pkgs_of=(actk actk-device-plugin actk-dra actk-nri actk-exporter actk-runtime actk-hook)
 case $profile in release | debug) ;; *) echo "actk-image: --profile $profile: use release or debug" >&2; exit 2 ;; esac
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac

@@ -1,11 +1,14 @@
-//! Prometheus metrics in the text exposition format (version 0.0.4), served on an optional
-//! TCP address by a minimal HTTP/1.1 responder: one GET /metrics page, nothing else. No HTTP
-//! framework: the plugin stays small and the endpoint has nothing to configure.
+//! The plugin's Prometheus metrics, encoded by the Prometheus project's client library
+//! (`prometheus-client`, OpenMetrics text) and served by the node layer's hyper endpoint
+//! ([`actk_node::metrics_http`]) on an optional TCP address: one GET /metrics page.
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Counters and gauges of one resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,50 +48,44 @@ impl Metrics {
         self.by_resource.lock().unwrap_or_else(|e| e.into_inner()).get(resource).cloned().unwrap_or_default()
     }
 
-    /// The exposition text.
+    /// The page, in the OpenMetrics text format (counters end in `_total`, the page in `# EOF`).
     pub fn render(&self) -> String {
         let m = self.by_resource.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut out = String::new();
-        // (metric name, type, help text, the field it shows)
-        type Family = (&'static str, &'static str, &'static str, fn(&ResourceMetrics) -> u64);
-        let families: [Family; 5] = [
-            ("actk_device_plugin_allocations_total", "counter", "Container allocations answered.", |r| r.allocations),
-            (
-                "actk_device_plugin_allocate_errors_total",
-                "counter",
-                "Container allocations refused (unknown device IDs).",
-                |r| r.allocate_errors,
-            ),
-            ("actk_device_plugin_preferred_allocations_total", "counter", "Preferred allocations answered.", |r| {
-                r.preferred
+        let mut reg = Registry::default();
+        // (metric name without `_total`, help text, the field it shows)
+        type CounterDef = (&'static str, &'static str, fn(&ResourceMetrics) -> u64);
+        let counters: [CounterDef; 5] = [
+            ("actk_device_plugin_allocations", "Container allocations answered", |r| r.allocations),
+            ("actk_device_plugin_allocate_errors", "Container allocations refused (unknown device IDs)", |r| {
+                r.allocate_errors
             }),
+            ("actk_device_plugin_preferred_allocations", "Preferred allocations answered", |r| r.preferred),
             (
-                "actk_device_plugin_poor_placements_total",
-                "counter",
-                "Preferred allocations that could not be placed well on the topology.",
+                "actk_device_plugin_poor_placements",
+                "Preferred allocations that could not be placed well on the topology",
                 |r| r.poor_placements,
             ),
-            ("actk_device_plugin_registrations_total", "counter", "Successful registrations with the kubelet.", |r| {
-                r.registrations
-            }),
+            ("actk_device_plugin_registrations", "Successful registrations with the kubelet", |r| r.registrations),
         ];
-        for (name, kind, help, get) in families {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (name, help, get) in counters {
+            let f = Family::<Vec<(&'static str, String)>, Counter>::default();
             for (res, r) in &m {
-                out.push_str(&format!("{name}{{resource=\"{res}\"}} {}\n", get(r)));
+                f.get_or_create(&vec![("resource", res.clone())]).inc_by(get(r));
+            }
+            reg.register(name, help, f);
+        }
+        let devices = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        for (res, r) in &m {
+            for (health, n) in [("Healthy", r.healthy), ("Unhealthy", r.unhealthy)] {
+                devices
+                    .get_or_create(&vec![("resource", res.clone()), ("health", health.to_string())])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
         }
-        out.push_str("# HELP actk_device_plugin_devices Devices advertised, by health.\n# TYPE actk_device_plugin_devices gauge\n");
-        for (res, r) in &m {
-            out.push_str(&format!(
-                "actk_device_plugin_devices{{resource=\"{res}\",health=\"Healthy\"}} {}\n",
-                r.healthy
-            ));
-            out.push_str(&format!(
-                "actk_device_plugin_devices{{resource=\"{res}\",health=\"Unhealthy\"}} {}\n",
-                r.unhealthy
-            ));
-        }
+        reg.register("actk_device_plugin_devices", "Devices advertised, by health", devices);
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        prometheus_client::encoding::text::encode(&mut out, &reg).expect("encoding into a String");
         out
     }
 }
@@ -96,46 +93,10 @@ impl Metrics {
 /// Serves `GET /metrics` on `addr` until the task is dropped. Errors: the address cannot be
 /// bound (named in the message).
 pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("metrics address {addr}: {e}")))?;
+    let listener = actk_node::metrics_http::bind(addr).await?;
     tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-    loop {
-        let (mut conn, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!("metrics accept: {e}");
-                continue;
-            }
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            let mut len = 0;
-            // Read the request head only (bounded); a scraper sends no body with GET.
-            while len < buf.len() {
-                match tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf[len..])).await {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-                    Ok(Ok(n)) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let (status, body, ctype) = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
-                ("200 OK", metrics.render(), "text/plain; version=0.0.4")
-            } else {
-                ("404 Not Found", "only /metrics is served here\n".to_string(), "text/plain")
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(resp.as_bytes()).await;
-            let _ = conn.shutdown().await;
-        });
-    }
+    actk_node::metrics_http::serve(listener, Arc::new(move || Ok(metrics.render()))).await;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -152,7 +113,8 @@ mod tests {
         });
         m.update("amd.com/gpu", |r| r.poor_placements += 1);
         let text = m.render();
-        assert!(text.contains("# TYPE actk_device_plugin_allocations_total counter\n"));
+        assert!(text.contains("# TYPE actk_device_plugin_allocations counter\n"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
         assert!(text.contains("actk_device_plugin_allocations_total{resource=\"nvidia.com/gpu\"} 3\n"));
         assert!(text.contains("actk_device_plugin_allocations_total{resource=\"amd.com/gpu\"} 0\n"));
         assert!(text.contains("actk_device_plugin_poor_placements_total{resource=\"amd.com/gpu\"} 1\n"));

@@ -361,9 +361,15 @@ async fn register_stream_allocate_and_errors_on_dgx() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("GPU-nope, 7x") && err.message().contains("nvidia.com/gpu"), "{}", err.message());
 
-    // Prometheus text on /metrics: what just happened, per resource.
+    // OpenMetrics text on /metrics (what Prometheus asks for first): what just happened, per
+    // resource.
     let page = http_get(&metrics_addr, "/metrics");
-    assert!(page.starts_with("HTTP/1.1 200 OK\r\n") && page.contains("text/plain; version=0.0.4"), "{page}");
+    assert!(
+        page.starts_with("HTTP/1.1 200 OK\r\n")
+            && page.to_ascii_lowercase().contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{page}"
+    );
+    assert!(page.ends_with("# EOF\n"), "{page}");
     for line in [
         "actk_device_plugin_allocations_total{resource=\"nvidia.com/gpu\"} 1",
         "actk_device_plugin_allocate_errors_total{resource=\"nvidia.com/gpu\"} 1",
@@ -383,7 +389,8 @@ fn http_get(addr: &str, path: &str) -> String {
     loop {
         match std::net::TcpStream::connect(addr) {
             Ok(mut c) => {
-                c.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes()).unwrap();
+                c.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes())
+                    .unwrap();
                 let mut out = String::new();
                 c.read_to_string(&mut out).unwrap();
                 return out;

@@ -297,6 +297,14 @@ fn enrich_from_nvml(host: &HostRoot, vendor: &mut VendorInventory, caps_major: O
         if dev.model.is_none() {
             dev.model = g.name.clone();
         }
+        if let Some((major, minor)) = g.compute_capability {
+            // What GPU Feature Discovery labels (nvidia.com/gpu.compute.major/minor).
+            dev.attributes.insert("compute_capability".into(), format!("{major}.{minor}"));
+        }
+        if let Some(v) = snap.cuda_driver_version {
+            // nvidia-smi's "CUDA Version" (13000 -> 13.0), GFD's nvidia.com/cuda.runtime-version.
+            dev.attributes.insert("cuda_driver_version".into(), format!("{}.{}", v / 1000, v % 1000 / 10));
+        }
         if let Some(m) = g.memory_mib {
             dev.attributes.insert("memory_mib".into(), m.to_string());
             // In bytes too: the DRA driver publishes it as the device's `memory` capacity.

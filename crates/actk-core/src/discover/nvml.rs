@@ -20,7 +20,10 @@
 //! nvmlDeviceGetGpuInstanceProfileInfo, nvmlDeviceGetGpuInstanceById, nvmlGpuInstanceGetInfo,
 //! nvmlDeviceGetNvLinkState, nvmlDeviceGetNvLinkRemotePciInfo_v2,
 //! nvmlDeviceGetNvLinkRemoteDeviceType, nvmlEventSetCreate, nvmlDeviceRegisterEvents,
-//! nvmlEventSetWait_v2, nvmlEventSetFree, nvmlDeviceGetTotalEccErrors.
+//! nvmlEventSetWait_v2, nvmlEventSetFree, nvmlSystemGetCudaDriverVersion_v2,
+//! nvmlDeviceGetCudaComputeCapability; and for the telemetry exporter ([`Telemetry`]):
+//! nvmlDeviceGetUtilizationRates, nvmlDeviceGetTemperature, nvmlDeviceGetPowerUsage,
+//! nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetTotalEccErrors.
 
 mod raw;
 
@@ -144,6 +147,9 @@ pub struct GpuInfo {
     pub mig_devices: Vec<MigInfo>,
     /// Active NVLinks: (link number, where it leads).
     pub nvlinks: Vec<(u32, LinkPeer)>,
+    /// CUDA compute capability (major, minor): `9.0` for Hopper (nvmlDeviceGetCudaComputeCapability).
+    #[serde(default)]
+    pub compute_capability: Option<(u32, u32)>,
 }
 
 /// What NVML said about a node.
@@ -153,6 +159,10 @@ pub struct Snapshot {
     pub library: PathBuf,
     /// `nvmlSystemGetDriverVersion`.
     pub driver_version: Option<String>,
+    /// The CUDA version the driver supports, as NVML encodes it (`13000` = 13.0;
+    /// `nvmlSystemGetCudaDriverVersion_v2`, nvidia-smi's "CUDA Version").
+    #[serde(default)]
+    pub cuda_driver_version: Option<i32>,
     /// GPUs in NVML index order.
     pub gpus: Vec<GpuInfo>,
     /// Calls that failed, one sentence each (a lost GPU, an unsupported query).
@@ -189,7 +199,12 @@ pub fn open(host: &HostRoot) -> Result<Nvml, NvmlLoadError> {
 /// Read every GPU, its MIG devices and NVLinks from `nvml`. Never fails: a query that fails is
 /// recorded in [`Snapshot::problems`] and the rest goes on.
 pub fn snapshot(nvml: &Nvml, library: PathBuf) -> Snapshot {
-    let mut s = Snapshot { library, driver_version: nvml.sys_driver_version().ok(), ..Default::default() };
+    let mut s = Snapshot {
+        library,
+        driver_version: nvml.sys_driver_version().ok(),
+        cuda_driver_version: nvml.sys_cuda_driver_version().ok(),
+        ..Default::default()
+    };
     let count = match nvml.device_count() {
         Ok(c) => c,
         Err(e) => {
@@ -213,6 +228,10 @@ pub fn snapshot(nvml: &Nvml, library: PathBuf) -> Snapshot {
             name: dev.name().ok(),
             minor: dev.minor_number().ok(),
             memory_mib: dev.memory_info().ok().map(|m| m.total >> 20),
+            compute_capability: dev
+                .cuda_compute_capability()
+                .ok()
+                .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?))),
             ..Default::default()
         };
         g.mig = match dev.mig_mode() {
@@ -477,6 +496,88 @@ pub fn watch_xids(
     Ok(())
 }
 
+/// One GPU's live readings through NVML, as `nvidia-smi` shows them (and dcgm-exporter's
+/// DCGM_FI_DEV_GPU_UTIL, _FB_USED, _GPU_TEMP, _POWER_USAGE, _ECC_* fields). `None`: the GPU does
+/// not report it (NOT_SUPPORTED: utilization of a GPU in MIG mode, a board without ECC).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuReadings {
+    /// GPU utilization over the driver's last sample period, percent (nvmlDeviceGetUtilizationRates `gpu`).
+    pub utilization_percent: Option<u32>,
+    /// Framebuffer memory in use, bytes (nvmlDeviceGetMemoryInfo_v2 `used`).
+    pub memory_used_bytes: Option<u64>,
+    /// Framebuffer memory, bytes (`total`).
+    pub memory_total_bytes: Option<u64>,
+    /// GPU core temperature, degrees Celsius (nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU).
+    pub temperature_c: Option<u32>,
+    /// Power draw, milliwatts (nvmlDeviceGetPowerUsage).
+    pub power_mw: Option<u32>,
+    /// Enforced power limit, milliwatts (nvmlDeviceGetEnforcedPowerLimit).
+    pub power_limit_mw: Option<u32>,
+    /// ECC error counts (nvmlDeviceGetTotalEccErrors): corrected and uncorrected, since the
+    /// driver loaded (volatile) and over the board's life (aggregate).
+    pub ecc: Vec<EccCount>,
+}
+
+/// One ECC counter of [`GpuReadings::ecc`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EccCount {
+    /// `corrected` (single-bit) or `uncorrected` (double-bit).
+    pub kind: &'static str,
+    /// `volatile` (since the driver loaded) or `aggregate` (lifetime).
+    pub counter: &'static str,
+    /// The count.
+    pub count: u64,
+}
+
+/// An open NVML kept for repeated reads (the telemetry exporter reads every scrape; opening NVML
+/// each time would cost the driver's initialisation). Not `Sync`: one reader at a time.
+pub struct Telemetry {
+    nvml: Nvml,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Load and initialise the root's NVML ([`open`]). Errors as [`open`].
+    pub fn open(host: &HostRoot) -> Result<Telemetry, NvmlLoadError> {
+        Ok(Telemetry { nvml: open(host)? })
+    }
+
+    /// The readings of the GPU with UUID `uuid`. Errors: the GPU is not found or is lost
+    /// (`GPU is lost`: it fell off the bus), as NVML says it. A reading the GPU does not report
+    /// is `None`, not an error.
+    pub fn read(&self, uuid: &str) -> Result<GpuReadings, String> {
+        use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+        let dev = self.nvml.device_by_uuid(uuid).map_err(|e| e.to_string())?;
+        // A GPU that fell off the bus answers GPU_IS_LOST to everything: say so once.
+        let mem = match dev.memory_info() {
+            Err(NvmlError::GpuLost) => return Err(NvmlError::GpuLost.to_string()),
+            m => m.ok(),
+        };
+        let mut ecc = Vec::new();
+        for (kind, k) in [("corrected", MemoryError::Corrected), ("uncorrected", MemoryError::Uncorrected)] {
+            for (counter, c) in [("volatile", EccCounter::Volatile), ("aggregate", EccCounter::Aggregate)] {
+                if let Ok(count) = dev.total_ecc_errors(k, c) {
+                    ecc.push(EccCount { kind, counter, count });
+                }
+            }
+        }
+        Ok(GpuReadings {
+            utilization_percent: dev.utilization_rates().ok().map(|u| u.gpu),
+            memory_used_bytes: mem.as_ref().map(|m| m.used),
+            memory_total_bytes: mem.as_ref().map(|m| m.total),
+            temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
+            power_mw: dev.power_usage().ok(),
+            power_limit_mw: dev.enforced_power_limit().ok(),
+            ecc,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,6 +597,7 @@ mod tests {
         let snap = Snapshot {
             library: "/r/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05".into(),
             driver_version: Some("580.95.05".into()),
+            cuda_driver_version: Some(13000),
             gpus: vec![GpuInfo {
                 index: 0,
                 uuid: Some("GPU-1".into()),

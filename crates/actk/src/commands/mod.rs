@@ -1,6 +1,7 @@
 pub mod cdi;
 pub mod config;
 pub mod info;
+pub mod labels;
 pub mod list;
 pub mod node;
 pub mod runtime;

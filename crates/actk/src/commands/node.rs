@@ -53,6 +53,8 @@ pub enum Command {
     Setup(Args),
     /// Undo `setup`: unregister, remove the installed files, restart containerd.
     Teardown(Args),
+    /// Print or write the node labels discovery gives (actk.dev/, GFD's, AMD's labeller's).
+    Labels(super::labels::Args),
 }
 
 /// How containerd learns about the changed config.
@@ -150,6 +152,7 @@ pub fn run(c: Command) -> Result<()> {
             Ok(())
         }
         Command::Teardown(a) => teardown(&a),
+        Command::Labels(a) => super::labels::run(a),
     }
 }
 

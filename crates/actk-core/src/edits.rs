@@ -15,7 +15,8 @@
 //!   so a non-root container owns the nodes it is given (runc would make them root's); and an
 //!   allow rule `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
-//!   deny-all earlier in the list).
+//!   deny-all earlier in the list); none for a FIFO (`p`), which the device cgroup has no type
+//!   for (runc refuses such a rule).
 //! - mounts -> an entry with the same `destination` is removed and the mount appended; then the
 //!   whole `mounts[]` is sorted by the depth of the destination (stable: `/a` before `/a/b/c`
 //!   whatever order a spec lists them in, and the order of equal depths kept), as the reference
@@ -168,6 +169,12 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
+            // The device cgroup knows only `a`, `b` and `c`: a FIFO needs no rule (opening one is
+            // not a device access), and runc 1.1 refuses the container for a rule of type `p`
+            // ("invalid cgroup device type"); the reference library writes none either.
+            if ty == "p" {
+                continue;
+            }
             // Absent or empty: rwm (CDI SPEC.md).
             let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
@@ -486,16 +493,25 @@ fn device_bind_json(n: &DeviceNode) -> Value {
     })
 }
 
+/// A spec mount as an OCI mount. The type is the spec's, and absent when the spec gives none,
+/// as the reference library writes it: runc and crun make a bind mount whenever the options say
+/// `bind`/`rbind`, whatever the type, and a typed `bind` is what runtime-tools' in-container
+/// checker cannot verify (tests/conformance/runtime-tools). A mount whose type is absent or
+/// `bind` gets the `bind` option when it has neither: runc makes a bind mount only when the
+/// options say so, CDI specs often leave it implied, and without it runc would call mount(2)
+/// with an empty filesystem type and fail the container.
 fn mount_json(m: &Mount) -> Value {
-    let ty = m.mount_type.clone().unwrap_or_else(|| "bind".into());
     let mut options = m.options.clone();
-    // runc makes a bind mount only when the options say so; CDI specs often leave it implied.
-    if ty == "bind" && !options.iter().any(|o| o == "bind" || o == "rbind") {
+    if matches!(m.mount_type.as_deref(), None | Some("") | Some("bind"))
+        && !options.iter().any(|o| o == "bind" || o == "rbind")
+    {
         options.push("bind".into());
     }
     let mut o = Map::with_capacity(4);
     o.insert("destination".into(), Value::String(m.container_path.clone()));
-    o.insert("type".into(), Value::String(ty));
+    if let Some(ty) = m.mount_type.as_deref().filter(|t| !t.is_empty()) {
+        o.insert("type".into(), Value::String(ty.to_string()));
+    }
     o.insert("source".into(), Value::String(m.host_path.clone()));
     o.insert("options".into(), Value::Array(options.into_iter().map(Value::String).collect()));
     Value::Object(o)
@@ -739,7 +755,11 @@ mod tests {
             ])
         );
         assert_eq!(s["mounts"][1]["options"], json!(["ro", "nosuid", "nodev", "bind"]));
-        assert_eq!(s["mounts"][1]["type"], "bind");
+        assert_eq!(
+            s["mounts"][1].get("type"),
+            None,
+            "no type where the spec gives none, as the reference library writes it"
+        );
         assert_eq!(s["hooks"]["createContainer"][0]["env"], json!([HOOK_DEFAULT_PATH]));
         assert_eq!(s["process"]["user"]["additionalGids"], json!([0, 44]));
         assert_eq!(s["zzUnknown"], json!({"keep": [1, 2]}));
@@ -766,6 +786,25 @@ mod tests {
         apply(&mut s, &edits()).unwrap();
         assert_eq!(s["linux"]["devices"].as_array().unwrap().len(), 2);
         assert_eq!(s["process"]["user"]["additionalGids"], json!([44]), "additional GID 0 is skipped (SPEC.md)");
+    }
+
+    /// Found by the CDI reference oracle (hand/fifo-node.yaml): a FIFO node is created in the
+    /// container but gets no device-cgroup rule, which runc 1.1 would refuse ("invalid cgroup
+    /// device type p") and the reference library does not write.
+    #[test]
+    fn a_fifo_node_gets_no_cgroup_rule() {
+        let mut s = base();
+        let e = ContainerEdits {
+            device_nodes: vec![DeviceNode {
+                path: "/dev/ctl-fifo".into(),
+                node_type: Some("p".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["devices"][1], json!({"path": "/dev/ctl-fifo", "type": "p"}));
+        assert_eq!(s["linux"]["resources"]["devices"], json!([{"allow": false, "access": "rwm"}]));
     }
 
     #[test]

@@ -35,7 +35,15 @@ mod common;
 use common::check;
 
 fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-    DeviceNode { host_path: path.into(), path: path.into(), node_type: 'c', major, minor, file_mode: Some(0o666), gid: None }
+    DeviceNode {
+        host_path: path.into(),
+        path: path.into(),
+        node_type: 'c',
+        major,
+        minor,
+        file_mode: Some(0o666),
+        gid: None,
+    }
 }
 
 fn file(cap: &str, kind: HostFileKind, path: &str) -> HostFile {

@@ -409,7 +409,15 @@ mod tests {
     use actk_core::inventory::{DeviceNode, Mig, MigDevice};
 
     fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-        DeviceNode { path: path.into(), host_path: path.into(), node_type: 'c', major, minor, file_mode: None, gid: None }
+        DeviceNode {
+            path: path.into(),
+            host_path: path.into(),
+            node_type: 'c',
+            major,
+            minor,
+            file_mode: None,
+            gid: None,
+        }
     }
 
     fn inventory() -> Inventory {

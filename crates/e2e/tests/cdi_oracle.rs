@@ -636,8 +636,9 @@ fn diff_configs(r: &Value, a: &Value) -> Vec<(String, String)> {
         take(&mut a, &["process", "user", "additionalGids"]),
         &mut out,
     );
-    // A mount without a type whose options say bind: actk writes `type: bind`, which runc
-    // treats the same (the options decide). Its own label, so that it hides nothing else.
+    // A bind mount with `type: bind` on one side and no type on the other: runc treats both
+    // the same (the options decide), but runtime-tools' checker does not, so actk writes the
+    // spec's type as the reference does. Its own label, so that it hides nothing else.
     let (mut rm, mut am) = (take(&mut r, &["mounts"]), take(&mut a, &["mounts"]));
     let untyped_bind = |v: &mut Value| -> usize {
         let mut n = 0;

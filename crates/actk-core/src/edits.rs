@@ -15,8 +15,8 @@
 //!   so a non-root container owns the nodes it is given (runc would make them root's); and an
 //!   allow rule `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
-//!   deny-all earlier in the list); none for a FIFO (`p`), which the device cgroup has no type
-//!   for (runc refuses such a rule).
+//!   deny-all earlier in the list); only for `b` and `c` nodes (the device cgroup has no type
+//!   `p` or `u`, and runc refuses such a rule).
 //! - mounts -> an entry with the same `destination` is removed and the mount appended; then the
 //!   whole `mounts[]` is sorted by the depth of the destination (stable: `/a` before `/a/b/c`
 //!   whatever order a spec lists them in, and the order of equal depths kept), as the reference
@@ -169,10 +169,11 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         let rules = array_at(root, &["linux", "resources", "devices"])?;
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
-            // The device cgroup knows only `a`, `b` and `c`: a FIFO needs no rule (opening one is
-            // not a device access), and runc 1.1 refuses the container for a rule of type `p`
-            // ("invalid cgroup device type"); the reference library writes none either.
-            if ty == "p" {
+            // Rules only for block and character devices, as the reference library writes them:
+            // the device cgroup knows only `a`, `b` and `c`, runc 1.1 refuses the container for
+            // a rule of type `p` or `u` ("invalid cgroup device type"), a FIFO needs none, and
+            // runc allows each `linux.devices` entry (an unbuffered `u` one too) by itself.
+            if ty != "b" && ty != "c" {
                 continue;
             }
             // Absent or empty: rwm (CDI SPEC.md).
@@ -788,22 +789,29 @@ mod tests {
         assert_eq!(s["process"]["user"]["additionalGids"], json!([44]), "additional GID 0 is skipped (SPEC.md)");
     }
 
-    /// Found by the CDI reference oracle (hand/fifo-node.yaml): a FIFO node is created in the
-    /// container but gets no device-cgroup rule, which runc 1.1 would refuse ("invalid cgroup
-    /// device type p") and the reference library does not write.
+    /// Found by the CDI reference oracle (hand/fifo-node.yaml, generated specs): a FIFO or an
+    /// unbuffered (`u`) node is created in the container but gets no device-cgroup rule, which
+    /// runc 1.1 would refuse ("invalid cgroup device type") and the reference library does not
+    /// write.
     #[test]
-    fn a_fifo_node_gets_no_cgroup_rule() {
+    fn fifo_and_unbuffered_nodes_get_no_cgroup_rule() {
         let mut s = base();
         let e = ContainerEdits {
-            device_nodes: vec![DeviceNode {
-                path: "/dev/ctl-fifo".into(),
-                node_type: Some("p".into()),
-                ..Default::default()
-            }],
+            device_nodes: vec![
+                DeviceNode { path: "/dev/ctl-fifo".into(), node_type: Some("p".into()), ..Default::default() },
+                DeviceNode {
+                    path: "/dev/raw".into(),
+                    node_type: Some("u".into()),
+                    major: Some(10),
+                    minor: Some(3),
+                    ..Default::default()
+                },
+            ],
             ..Default::default()
         };
         apply(&mut s, &e).unwrap();
         assert_eq!(s["linux"]["devices"][1], json!({"path": "/dev/ctl-fifo", "type": "p"}));
+        assert_eq!(s["linux"]["devices"][2], json!({"path": "/dev/raw", "type": "u", "major": 10, "minor": 3}));
         assert_eq!(s["linux"]["resources"]["devices"], json!([{"allow": false, "access": "rwm"}]));
     }
 

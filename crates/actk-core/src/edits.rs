@@ -15,7 +15,8 @@
 //!   so a non-root container owns the nodes it is given (runc would make them root's); and an
 //!   allow rule `{"allow":true,"type":T,"major":M,"minor":m,"access":"rwm"}` appended to
 //!   `linux.resources.devices` unless the same rule is there (appended last, so it overrides a
-//!   deny-all earlier in the list).
+//!   deny-all earlier in the list); only for `b` and `c` nodes (the device cgroup has no type
+//!   `p` or `u`, and runc refuses such a rule).
 //! - mounts -> an entry with the same `destination` is removed and the mount appended; then the
 //!   whole `mounts[]` is sorted by the depth of the destination (stable: `/a` before `/a/b/c`
 //!   whatever order a spec lists them in, and the order of equal depths kept), as the reference
@@ -172,6 +173,13 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
         let mut present: HashSet<RuleKey> = rules.iter().filter_map(rule_key).collect();
         for node in &edits.device_nodes {
             let ty = node.node_type.as_deref().unwrap_or("c");
+            // Rules only for block and character devices, as the reference library writes them:
+            // the device cgroup knows only `a`, `b` and `c`, runc 1.1 refuses the container for
+            // a rule of type `p` or `u` ("invalid cgroup device type"), a FIFO needs none, and
+            // runc allows each `linux.devices` entry (an unbuffered `u` one too) by itself.
+            if ty != "b" && ty != "c" {
+                continue;
+            }
             // Absent or empty: rwm (CDI SPEC.md).
             let access = node.permissions.as_deref().filter(|p| !p.is_empty()).unwrap_or("rwm");
             let (major, minor) = (Value::from(node.major), Value::from(node.minor));
@@ -520,16 +528,25 @@ fn device_bind_json(n: &DeviceNode) -> Value {
     })
 }
 
+/// A spec mount as an OCI mount. The type is the spec's, and absent when the spec gives none,
+/// as the reference library writes it: runc and crun make a bind mount whenever the options say
+/// `bind`/`rbind`, whatever the type, and a typed `bind` is what runtime-tools' in-container
+/// checker cannot verify (tests/conformance/runtime-tools). A mount whose type is absent or
+/// `bind` gets the `bind` option when it has neither: runc makes a bind mount only when the
+/// options say so, CDI specs often leave it implied, and without it runc would call mount(2)
+/// with an empty filesystem type and fail the container.
 fn mount_json(m: &Mount) -> Value {
-    let ty = m.mount_type.clone().unwrap_or_else(|| "bind".into());
     let mut options = m.options.clone();
-    // runc makes a bind mount only when the options say so; CDI specs often leave it implied.
-    if ty == "bind" && !options.iter().any(|o| o == "bind" || o == "rbind") {
+    if matches!(m.mount_type.as_deref(), None | Some("") | Some("bind"))
+        && !options.iter().any(|o| o == "bind" || o == "rbind")
+    {
         options.push("bind".into());
     }
     let mut o = Map::with_capacity(4);
     o.insert("destination".into(), Value::String(m.container_path.clone()));
-    o.insert("type".into(), Value::String(ty));
+    if let Some(ty) = m.mount_type.as_deref().filter(|t| !t.is_empty()) {
+        o.insert("type".into(), Value::String(ty.to_string()));
+    }
     o.insert("source".into(), Value::String(m.host_path.clone()));
     o.insert("options".into(), Value::Array(options.into_iter().map(Value::String).collect()));
     Value::Object(o)
@@ -811,7 +828,11 @@ mod tests {
             ])
         );
         assert_eq!(s["mounts"][1]["options"], json!(["ro", "nosuid", "nodev", "bind"]));
-        assert_eq!(s["mounts"][1]["type"], "bind");
+        assert_eq!(
+            s["mounts"][1].get("type"),
+            None,
+            "no type where the spec gives none, as the reference library writes it"
+        );
         assert_eq!(s["hooks"]["createContainer"][0]["env"], json!([HOOK_DEFAULT_PATH]));
         assert_eq!(s["process"]["user"]["additionalGids"], json!([0, 44]));
         assert_eq!(s["zzUnknown"], json!({"keep": [1, 2]}));
@@ -838,6 +859,32 @@ mod tests {
         apply(&mut s, &edits()).unwrap();
         assert_eq!(s["linux"]["devices"].as_array().unwrap().len(), 2);
         assert_eq!(s["process"]["user"]["additionalGids"], json!([44]), "additional GID 0 is skipped (SPEC.md)");
+    }
+
+    /// Found by the CDI reference oracle (hand/fifo-node.yaml, generated specs): a FIFO or an
+    /// unbuffered (`u`) node is created in the container but gets no device-cgroup rule, which
+    /// runc 1.1 would refuse ("invalid cgroup device type") and the reference library does not
+    /// write.
+    #[test]
+    fn fifo_and_unbuffered_nodes_get_no_cgroup_rule() {
+        let mut s = base();
+        let e = ContainerEdits {
+            device_nodes: vec![
+                DeviceNode { path: "/dev/ctl-fifo".into(), node_type: Some("p".into()), ..Default::default() },
+                DeviceNode {
+                    path: "/dev/raw".into(),
+                    node_type: Some("u".into()),
+                    major: Some(10),
+                    minor: Some(3),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        apply(&mut s, &e).unwrap();
+        assert_eq!(s["linux"]["devices"][1], json!({"path": "/dev/ctl-fifo", "type": "p"}));
+        assert_eq!(s["linux"]["devices"][2], json!({"path": "/dev/raw", "type": "u", "major": 10, "minor": 3}));
+        assert_eq!(s["linux"]["resources"]["devices"], json!([{"allow": false, "access": "rwm"}]));
     }
 
     #[test]

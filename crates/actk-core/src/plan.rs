@@ -475,6 +475,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     if let Some(reg) = used {
         plan.warnings.extend(reg.errors().iter().map(|e| e.warning()));
     }
+    keep_last_mention(&mut plan.edits);
     crate::cdi::generate::dedup(&mut plan.edits);
     fill_device_numbers(&mut plan.edits)?;
     if opts.process_ends {
@@ -510,6 +511,22 @@ fn wanted_devices(profiles: &[Profile], req: &request::Request) -> BTreeMap<Stri
     }
     only.retain(|name, _| !every.contains(name.as_str()));
     only
+}
+
+/// A device node or mount that several requested devices name (a control node two GPUs share)
+/// is kept once: the last mention, in the last mention's place. That is what the reference
+/// library's injection leaves (each edit removes the entry of the same path, then appends), so
+/// a container gets the same `linux.devices` and `mounts` from actk as from a CDI-aware engine
+/// (found by tests/peers/cdi-oracle: `devices:order`).
+fn keep_last_mention(edits: &mut ContainerEdits) {
+    fn keep_last_by<T>(list: &mut Vec<T>, key: impl Fn(&T) -> &str) {
+        let mut seen = HashSet::with_capacity(list.len());
+        let keep: Vec<bool> = list.iter().rev().map(|x| seen.insert(key(x).to_string())).collect();
+        let mut keep = keep.into_iter().rev();
+        list.retain(|_| keep.next().unwrap_or(true));
+    }
+    keep_last_by(&mut edits.device_nodes, |n| &n.path);
+    keep_last_by(&mut edits.mounts, |m| &m.container_path);
 }
 
 /// One refused request in words: `NVIDIA_VISIBLE_DEVICES=all: refused by the node's trust
@@ -969,6 +986,12 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEd
 fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     for n in &mut edits.device_nodes {
+        // `major: 0` is no device number: the reference library (Go, where 0 is the unset
+        // value) takes both numbers from the host node then, and so does actk.
+        if n.major == Some(0) && n.node_type.as_deref() != Some("p") {
+            n.major = None;
+            n.minor = None;
+        }
         let has_numbers = n.major.is_some() && n.minor.is_some() || n.node_type.as_deref() == Some("p");
         if has_numbers && n.file_mode.is_some() {
             continue;
@@ -997,6 +1020,19 @@ fn fill_device_numbers(edits: &mut ContainerEdits) -> Result<(), PlanError> {
                 message: "not a device node".into(),
             });
         };
+        // A type the spec gives for numbers it leaves to the host must be the host node's: a
+        // `b` (or `u`) node with a character device's numbers is another device (the reference
+        // library refuses it as "host type mismatch").
+        if !has_numbers && let Some(given) = n.node_type.as_deref().filter(|g| *g != t) {
+            return Err(PlanError::DeviceNode {
+                path: n.path.clone(),
+                host_path: host,
+                message: format!(
+                    "the spec gives type {given:?} without major/minor, and the host node is of type {t:?}: \
+                     give the host's type or the device numbers"
+                ),
+            });
+        }
         if n.file_mode.is_none() {
             n.file_mode = Some(md.mode() & 0o7777);
         }
@@ -1548,5 +1584,57 @@ mod tests {
         // Unknown device in the list: the error names the list.
         let e = plan(&cri_spec(&[], &["9"], false), &k8s_ctx()).unwrap_err().to_string();
         assert!(e.starts_with("device list /var/run/actk/devices/nvidia.com/gpu=9: no such device 9"), "{e}");
+    }
+
+    /// Found by the CDI reference oracle (`devices:order`, hand/shared-node.yaml): a node two
+    /// requested devices share is kept once, the later mention in its place, as the reference
+    /// library leaves it; the same for mounts.
+    #[test]
+    fn a_node_named_twice_keeps_its_last_mention() {
+        use crate::cdi::spec::{DeviceNode as Node, Mount};
+        let node = |p: &str, uid: u32| Node { path: p.into(), uid: Some(uid), ..Default::default() };
+        let mount = |p: &str, h: &str| Mount { container_path: p.into(), host_path: h.into(), ..Default::default() };
+        let mut e = ContainerEdits {
+            device_nodes: vec![node("/dev/zero", 1), node("/dev/null", 1), node("/dev/full", 2), node("/dev/null", 2)],
+            mounts: vec![mount("/a", "/x"), mount("/b", "/y"), mount("/a", "/z")],
+            ..Default::default()
+        };
+        keep_last_mention(&mut e);
+        let nodes: Vec<_> = e.device_nodes.iter().map(|n| (n.path.as_str(), n.uid)).collect();
+        assert_eq!(nodes, [("/dev/zero", Some(1)), ("/dev/full", Some(2)), ("/dev/null", Some(2))]);
+        let mounts: Vec<_> = e.mounts.iter().map(|m| (m.container_path.as_str(), m.host_path.as_str())).collect();
+        assert_eq!(mounts, [("/b", "/y"), ("/a", "/z")]);
+    }
+
+    /// Found by the CDI reference oracle (generated specs): a node whose spec gives a type but
+    /// leaves the numbers to the host is refused when the host node is of another type (a `b`
+    /// or `u` node with a character device's numbers); with numbers given the host is not asked.
+    #[test]
+    fn a_given_type_must_match_the_host_node() {
+        use crate::cdi::spec::DeviceNode as Node;
+        let node = |t: &str, major: Option<i64>| ContainerEdits {
+            device_nodes: vec![Node {
+                path: "/dev/null".into(),
+                node_type: Some(t.into()),
+                major,
+                minor: major.map(|_| 3),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        for t in ["b", "u"] {
+            let e = fill_device_numbers(&mut node(t, None)).unwrap_err().to_string();
+            assert!(e.contains(&format!("type \"{t}\"")) && e.contains("host node is of type \"c\""), "{e}");
+        }
+        let mut ok = node("c", None);
+        fill_device_numbers(&mut ok).unwrap();
+        assert_eq!((ok.device_nodes[0].major, ok.device_nodes[0].minor), (Some(1), Some(3)));
+        let mut given = node("u", Some(1));
+        fill_device_numbers(&mut given).unwrap();
+        assert_eq!(given.device_nodes[0].node_type.as_deref(), Some("u"));
+        // `major: 0` is unset (gen-147): both numbers come from the host node.
+        let mut zero = node("c", Some(0));
+        fill_device_numbers(&mut zero).unwrap();
+        assert_eq!((zero.device_nodes[0].major, zero.device_nodes[0].minor), (Some(1), Some(3)));
     }
 }

@@ -35,6 +35,11 @@ fn env_direct(mut env: Vec<Value>, edits: &[String]) -> Vec<Value> {
 /// The rule list after the nodes, one node at a time with a scan of the list.
 fn rules_direct(mut rules: Vec<Value>, nodes: &[CdiDeviceNode]) -> Vec<Value> {
     for n in nodes {
+        // Only block and character nodes get a rule: a FIFO gets none (runc 1.1 refuses type
+        // `p`; the CDI reference library writes none either).
+        if !matches!(n.node_type.as_deref().unwrap_or("c"), "b" | "c") {
+            continue;
+        }
         let mut rule = Map::new();
         rule.insert("allow".into(), Value::Bool(true));
         rule.insert("type".into(), Value::from(n.node_type.as_deref().unwrap_or("c")));

@@ -76,7 +76,15 @@ fn readme_dra_commands_and_nvidia_attribute_values() -> Result<()> {
     // kubectl apply -f deploy/kubernetes/actk-dra-examples.yaml: claims and templates only.
     let path = workspace_root().join("deploy/kubernetes/actk-dra-examples.yaml");
     let out = c.kubectl_ok(&["apply", "-f", path.to_str().unwrap()])?;
-    ensure!(out.lines().all(|l| l.starts_with("resourceclaimtemplate.") || l.starts_with("resourceclaim.")), "{out}");
+    // Claims and templates, and the namespace of the admin-access example (admin access is
+    // granted per namespace, by its label).
+    ensure!(
+        out.lines().all(|l| l.starts_with("resourceclaimtemplate.")
+            || l.starts_with("resourceclaim.")
+            || l == "namespace/gpu-monitoring created"
+            || l == "namespace/gpu-monitoring unchanged"),
+        "{out}"
+    );
     ensure!(out.contains("resourceclaimtemplate.resource.k8s.io/one-gpu"), "{out}");
     let pods = c.get_json(&["pods", "-n", "default"])?;
     ensure!(pods["items"].as_array().is_none_or(|a| a.is_empty()), "the examples create no pod");

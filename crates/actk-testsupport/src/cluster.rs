@@ -294,6 +294,27 @@ impl Cluster {
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     }
 
+    /// The devices `driver`'s ResourceSlices of this node publish (each device's JSON as the
+    /// API server returns it), once every slice of the pool's newest generation is there; empty
+    /// while that generation is incomplete or absent (resource.k8s.io v1 `spec.pool`).
+    pub fn published_devices(&self, driver: &str) -> Result<Vec<Value>> {
+        let list = self.get_json(&["resourceslices"])?;
+        let slices: Vec<&Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["spec"]["driver"] == driver && s["spec"]["nodeName"] == self.node_name())
+            .collect();
+        let generation = slices.iter().filter_map(|s| s["spec"]["pool"]["generation"].as_i64()).max();
+        let newest: Vec<&&Value> =
+            slices.iter().filter(|s| s["spec"]["pool"]["generation"].as_i64() == generation).collect();
+        let complete = newest.first().and_then(|s| s["spec"]["pool"]["resourceSliceCount"].as_u64());
+        if complete != Some(newest.len() as u64) {
+            return Ok(vec![]);
+        }
+        Ok(newest.iter().flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default()).collect())
+    }
+
     /// `kubectl get ARGS -o json`, parsed.
     pub fn get_json(&self, args: &[&str]) -> Result<Value> {
         let mut a: Vec<&str> = vec!["get"];

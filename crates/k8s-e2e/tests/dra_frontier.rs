@@ -26,21 +26,7 @@ const SERVER_LABEL: &str = "actk.dev/nvidia.server";
 
 /// Devices of `actk.dev` in the node's newest complete pool generation.
 fn published(c: &Cluster) -> Result<Vec<Value>> {
-    let list = c.get_json(&["resourceslices"])?;
-    let slices: Vec<&Value> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["spec"]["driver"] == "actk.dev" && s["spec"]["nodeName"] == c.node_name())
-        .collect();
-    let generation = slices.iter().filter_map(|s| s["spec"]["pool"]["generation"].as_i64()).max();
-    let newest: Vec<&&Value> =
-        slices.iter().filter(|s| s["spec"]["pool"]["generation"].as_i64() == generation).collect();
-    let complete = newest.first().and_then(|s| s["spec"]["pool"]["resourceSliceCount"].as_u64());
-    if complete != Some(newest.len() as u64) {
-        return Ok(vec![]);
-    }
-    Ok(newest.iter().flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default()).collect())
+    c.published_devices("actk.dev")
 }
 
 /// Waits until pod `name` is reported unschedulable; the scheduler's message.

@@ -21,23 +21,9 @@ use std::time::{Duration, Instant};
 
 const VALUES: &str = "devicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  profiles: [nvidia]\n";
 
-/// The devices of the node's newest complete pool of `actk.dev`.
+/// Devices of `actk.dev` in the node's newest complete pool generation.
 fn published(c: &Cluster) -> Result<Vec<Value>> {
-    let list = c.get_json(&["resourceslices"])?;
-    let slices: Vec<&Value> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["spec"]["driver"] == "actk.dev" && s["spec"]["nodeName"] == c.node_name())
-        .collect();
-    let generation = slices.iter().filter_map(|s| s["spec"]["pool"]["generation"].as_i64()).max();
-    let newest: Vec<&&Value> =
-        slices.iter().filter(|s| s["spec"]["pool"]["generation"].as_i64() == generation).collect();
-    let complete = newest.first().and_then(|s| s["spec"]["pool"]["resourceSliceCount"].as_u64());
-    if complete != Some(newest.len() as u64) {
-        return Ok(vec![]);
-    }
-    Ok(newest.iter().flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default()).collect())
+    c.published_devices("actk.dev")
 }
 
 /// A pod with one claim from template `template`, sleeping.

@@ -57,7 +57,6 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 
 "$node" up --root "$work/dgx" --values "$work/values.yaml" >/dev/null 2>"$work/up.log" || { cat "$work/up.log" >&2; exit 1; }
 nodename=$(k get nodes -o jsonpath='{.items[0].metadata.name}')
-minor=$(k version -o json | jq -r '.serverVersion.minor | gsub("[^0-9]"; "")')
 k apply -f - >/dev/null <<'TEMPLATE'
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -101,10 +100,13 @@ serve() { # dra|device-plugin: hand nvidia to it and wait until it alone shows t
 }
 
 pod() { # NAME PATH
-  local spec=""
+  local spec="" claims=""
   case $2 in
     dp | xr) spec="resources: {limits: {nvidia.com/gpu: 2}}" ;;
-    dra) spec="resources: {claims: [{name: gpus}]}" ;;
+    dra)
+      spec="resources: {claims: [{name: gpus}]}"
+      claims="resourceClaims: [{name: gpus, resourceClaimTemplateName: bench-two-gpus}]"
+      ;;
   esac
   cat <<POD
 apiVersion: v1
@@ -115,7 +117,7 @@ spec:
   automountServiceAccountToken: false
   restartPolicy: Never
   terminationGracePeriodSeconds: 0
-  $([ "$2" = dra ] && echo "resourceClaims: [{name: gpus, resourceClaimTemplateName: bench-two-gpus}]")
+  $claims
   containers:
     - name: c
       image: actk.local/busybox:1.35
@@ -124,9 +126,9 @@ spec:
       $spec
 POD
 }
-start_ms() { # NAME PATH -> ms from apply to the container started
+serve_for() { case $1 in dp) serve device-plugin ;; *) serve dra ;; esac; }
+start_ms() { # NAME PATH -> ms from apply to the container started (its server already serving)
   local t0 t1
-  case $2 in dp) serve device-plugin ;; *) serve dra ;; esac
   pod "$1" "$2" >"$work/$1.yaml"
   t0=$(ms_now)
   k apply -f "$work/$1.yaml" >/dev/null
@@ -144,13 +146,19 @@ start_ms() { # NAME PATH -> ms from apply to the container started
 
 # One warm-up pod per path, then the rounds: the device plugin's phase first in even rounds,
 # the driver's (dra and xr, their order alternating too) first in odd ones.
-for p in "${paths[@]}"; do start_ms "warm-$p" "$p" >/dev/null; done
+for p in "${paths[@]}"; do
+  serve_for "$p"
+  start_ms "warm-$p" "$p" >/dev/null
+done
 : >"$work/samples"
 for ((r = 0; r < rounds; r++)); do
   dra_phase=(dra)
   [ "${#paths[@]}" = 3 ] && { if ((r % 4 < 2)); then dra_phase=(dra xr); else dra_phase=(xr dra); fi; }
   if ((r % 2 == 0)); then order=(dp "${dra_phase[@]}"); else order=("${dra_phase[@]}" dp); fi
-  for p in "${order[@]}"; do echo "$r $p $(start_ms "p$r-$p" "$p")" >>"$work/samples"; done
+  for p in "${order[@]}"; do
+    serve_for "$p"
+    echo "$r $p $(start_ms "p$r-$p" "$p")" >>"$work/samples"
+  done
 done
 serve dra
 
@@ -164,10 +172,13 @@ for ((i = 0; i < starts; i++)); do
   g0=$(generation)
   t0=$(now)
   k -n kube-system delete pod -l app.kubernetes.io/name=actk-dra-driver --wait=false >/dev/null
-  until [ "$(generation)" -gt "$g0" ]; do sleep 0.1; done
+  for ((j = 0; j < 1200; j++)); do [ "$(generation)" -gt "$g0" ] && break; sleep 0.1; done
+  [ "$j" -lt 1200 ] || need "the restarted driver published no new pool generation"
   t1=$(now)
   secs "$t0" "$t1" >>"$work/slice"
 done
+
+k label node "$nodename" actk.dev/nvidia.server- >/dev/null
 
 echo "dra-bench: single-node cluster (Kubernetes $(k version -o json 2>/dev/null | jq -r .serverVersion.gitVersion), containerd 2.1), DGX H100 fixture, 2 GPUs, actk $profile build, $rounds interleaved rounds, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
 awk -v paths="${paths[*]}" '

@@ -540,7 +540,7 @@ fn container_identity(c: &Cluster, pod: &str) -> Result<(String, i64)> {
 
 /// Issue 26, "roll the driver under a running claim": a pod holds a one-GPU claim while the
 /// DRA driver's DaemonSet is rolled by a `helm upgrade` that changes the driver's pod template
-/// (an env entry in `dra.extraEnv`). The pod keeps running in the same container (same ID, no
+/// (its CPU request). The pod keeps running in the same container (same ID, no
 /// restart) and keeps its GPU (the same `/dev/nvidiaN`, the claim still reserved for it, its
 /// CDI spec still on the node). A claim created while the roll runs and one created after it
 /// are prepared by the driver and their pods run with a GPU of their own. Deleting the first
@@ -595,9 +595,11 @@ fn dra_roll_the_driver_under_a_running_claim() -> Result<()> {
         .context("no DRA driver DaemonSet")?
         .to_string();
 
-    // The upgrade: the driver's pod template changes, so the DaemonSet rolls it (a surge:
-    // the new pod registers beside the old one, which stops once the new one is ready).
-    let upgraded = format!("{DRA_ONLY}  extraEnv:\n    - name: ACTK_TEST_ROLL\n      value: \"1\"\n");
+    // The upgrade: the driver's pod template changes (its CPU request; not dra.extraEnv, a
+    // list the test cluster's own values fill with the API server's address), so the DaemonSet
+    // rolls it (a surge: the new pod registers beside the old one, which stops once the new one
+    // is ready).
+    let upgraded = format!("{DRA_ONLY}  resources:\n    requests:\n      cpu: 11m\n");
     c.install_no_wait(&dgx.root, &upgraded)?;
     c.apply(&one_gpu_claim_pod("roll-during", "roll-held").to_string())?;
     c.kubectl_ok(&["rollout", "status", "daemonset", &ds, "-n", "kube-system", "--timeout=180s"])?;

@@ -1646,15 +1646,9 @@ async fn handing_a_kind_to_the_dra_driver_ends_the_kubelets_stream() {
 
     std::fs::write(&servers, r#"{"node": "n1", "dra": ["nvidia"]}"#).unwrap();
     let t = Instant::now();
-    let ended = tokio::time::timeout(Duration::from_secs(15), async {
-        loop {
-            match stream.message().await {
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => break,
-            }
-        }
-    })
-    .await;
+    let ended =
+        tokio::time::timeout(Duration::from_secs(15), async { while let Ok(Some(_)) = stream.message().await {} })
+            .await;
     assert!(ended.is_ok(), "the kubelet's ListAndWatch stream still open 15 s after the DRA driver took nvidia over");
     eprintln!("stream ended {:?} after the hand-over", t.elapsed());
 }

@@ -129,8 +129,9 @@ lint: deps
 # BENCH_ROUNDS overrides the rounds; ACTK_BENCH_CALLGRIND=1 adds instruction counts. A
 # measurement, not a test: run it on a quiet machine. bench-scale: nodes of 8, 64 and 256
 # devices of every vendor; bench-paths: pod start by NRI, engine CDI and RuntimeClass on the
-# real cluster (scripts/k8s-node.sh, one per machine; left down).
-.PHONY: bench-runtime bench-scale bench-paths
+# real cluster (scripts/k8s-node.sh, one per machine; left down); bench-dra: pod start through
+# DRA against the device plugin, NodePrepareResources p50/p99 (ACTK_KUBE_VERSION picks 1.34/1.37).
+.PHONY: bench-runtime bench-scale bench-paths bench-dra
 bench-runtime: deps
 	scripts/build-release.sh >/dev/null
 	scripts/fetch-nvidia-runtime.sh >/dev/null
@@ -143,3 +144,6 @@ bench-scale: deps
 bench-paths: deps
 	scripts/build-release.sh >/dev/null
 	benches/k8s-bench.sh paths $(BENCH_ROUNDS)
+
+bench-dra: deps
+	benches/k8s-bench.sh dra $(BENCH_ROUNDS)

@@ -32,6 +32,13 @@
 # median over cdi's and the paired per-round differences to cdi (median, p25..p75, ms).
 # Target: cdi+nri and nri within 2% of cdi.
 #
+#        benches/k8s-bench.sh dra [ROUNDS] [STARTS]          (defaults 12 and 5)
+# The DRA driver against the device plugin on one node (issue 26), in one interleaved run:
+# pod start of a 2-GPU claim and of an unchanged `limits: {nvidia.com/gpu: 2}` pod served by
+# DRA (1.36+) as ratios to the same `limits:` pod served by the device plugin, the driver's
+# NodePrepareResources p50/p99, and driver start to slice; described in benches/dra-bench.sh.
+# On the version ACTK_KUBE_VERSION names (v1.34.4, v1.37.2).
+#
 # Needs root; the first run on a machine builds Kubernetes (scripts/k8s/build-kube.sh).
 # Leaves the cluster down at the end (as `make test` does).
 set -euo pipefail
@@ -39,6 +46,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 node=$repo/scripts/k8s-node.sh
 if [ "${1:-}" = paths ]; then
   exec "$repo/benches/k8s-paths.sh" "${@:2}"
+fi
+if [ "${1:-}" = dra ]; then
+  exec "$repo/benches/dra-bench.sh" "${@:2}"
 fi
 cold_build=0
 [ "${1:-}" = --cold-build ] && { cold_build=1; shift; }

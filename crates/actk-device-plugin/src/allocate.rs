@@ -400,6 +400,18 @@ pub fn container_response(
             }
         }
     }
+    // Devices handed out only as CDI names: each of the profile's selection variables is set to
+    // `void`, as the DRA driver's claim specs set them (crates/actk-dra/src/claim.rs) and as
+    // NVIDIA's stack does on both of its paths (the common edits of `nvidia-ctk cdi generate`
+    // that its device plugin's CDI answers use, and its DRA driver's claim specs): the kubelet's
+    // env overrides the image's, so a CUDA image's NVIDIA_VISIBLE_DEVICES=all cannot make a
+    // legacy hook on the node add GPUs the kubelet did not allocate. Where another strategy
+    // speaks through the env or the device list, that strategy's answer stands.
+    if opts.strategies.iter().all(|s| matches!(s, Strategy::CdiCri | Strategy::CdiAnnotations)) {
+        for var in &sel.env {
+            resp.envs.entry(var.clone()).or_insert_with(|| "void".into());
+        }
+    }
     if opts.nri_gate {
         // The CRI field (kubelet 1.28+), which containerd and CRI-O resolve as CDI devices
         // whatever strategies hand out the devices themselves.
@@ -793,6 +805,29 @@ mod tests {
             assert_eq!(got, want, "{strategies}");
             assert_eq!((r.envs, r.mounts, r.devices), (plain.envs, plain.mounts, plain.devices), "{strategies}");
         }
+    }
+
+    /// Issue 26: an answer that names devices only by CDI name sets the selection variable to
+    /// `void` (as a DRA claim's spec does), so an image's NVIDIA_VISIBLE_DEVICES=all asks a
+    /// legacy hook for nothing; with envvar or volume-mounts among the strategies the variable
+    /// is theirs and carries no `void`.
+    #[test]
+    fn cdi_only_answers_set_the_selection_variable_void() {
+        use actk_core::cdi::DeviceNameStrategy;
+        let res = gpus();
+        let ids = vec![res.units[1].id.clone()];
+        let names = CdiNames::from_registry(&res, &registry(&res, DeviceNameStrategy::Index));
+        for strategies in ["cdi-cri", "cdi-annotations", "cdi-cri,cdi-annotations"] {
+            let r = container_response(&res, &ids, &opts(strategies), &names).unwrap();
+            assert_eq!(r.envs.get("NVIDIA_VISIBLE_DEVICES").map(String::as_str), Some("void"), "{strategies}");
+        }
+        for strategies in ["volume-mounts", "cdi-cri,volume-mounts", "device-specs"] {
+            let r = container_response(&res, &ids, &opts(strategies), &names).unwrap();
+            assert_eq!(r.envs.get("NVIDIA_VISIBLE_DEVICES"), None, "{strategies}: {:?}", r.envs);
+        }
+        let r = container_response(&res, &ids, &opts("cdi-cri,envvar"), &names).unwrap();
+        let uuid = res.vendor.devices[1].uuid.clone().unwrap();
+        assert_eq!(r.envs.get("NVIDIA_VISIBLE_DEVICES"), Some(&uuid), "cdi-cri,envvar: {:?}", r.envs);
     }
 
     #[test]

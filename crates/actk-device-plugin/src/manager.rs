@@ -203,6 +203,9 @@ pub async fn run(
         let own = file_id(&sock);
         let _guard = OwnSocket { path: sock.clone(), id: own };
         let ended = Arc::new(Notify::new());
+        // Dropped with this iteration or with the task (aborted when the resource is no longer
+        // served): the kubelet's ListAndWatch streams end then (Plugin::until).
+        let (_alive, alive) = watch::channel(());
         let plugin = Plugin::new(
             res.clone(),
             cfg.ledger.clone(),
@@ -211,7 +214,8 @@ pub async fn run(
             cfg.strict_topology,
             metrics.clone(),
             ended.clone(),
-        );
+        )
+        .until(alive);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // Aborted with this task (the plugin serves a new set of devices): no server outlives it.
         let mut server = AbortOnDrop(tokio::spawn(

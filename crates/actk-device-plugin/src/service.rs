@@ -32,6 +32,9 @@ pub struct Plugin {
     metrics: Arc<Metrics>,
     stream_ended: Arc<Notify>,
     cdi: Arc<CdiCache>,
+    /// Closed (its sender dropped) when the manager serving this plugin stops: every
+    /// ListAndWatch stream then ends ([`Plugin::until`]).
+    alive: Option<watch::Receiver<()>>,
 }
 
 /// The CDI names last read, with the stamp of the spec directories they were read from.
@@ -69,7 +72,29 @@ impl Plugin {
         metrics: Arc<Metrics>,
         stream_ended: Arc<Notify>,
     ) -> Plugin {
-        Plugin { res, ledger, health, opts, strict_topology, metrics, stream_ended, cdi: Arc::new(Mutex::new(None)) }
+        Plugin {
+            res,
+            ledger,
+            health,
+            opts,
+            strict_topology,
+            metrics,
+            stream_ended,
+            cdi: Arc::new(Mutex::new(None)),
+            alive: None,
+        }
+    }
+
+    /// Ends every ListAndWatch stream once `alive`'s sender is dropped. The manager holds the
+    /// sender while it serves: when it stops serving the resource (the DRA driver took the kind
+    /// over, the devices changed) its task is aborted, and a server task aborted that way leaves
+    /// the connections it accepted running, so without this the kubelet's stream stays open,
+    /// the kubelet never marks the resource's devices unhealthy and keeps them allocatable
+    /// (until its 5-minute grace for a vanished plugin). The stream's end is what makes it mark
+    /// them at once (kubelet devicemanager: PluginDisconnected).
+    pub fn until(mut self, alive: watch::Receiver<()>) -> Plugin {
+        self.alive = Some(alive);
+        self
     }
 
     /// The CDI names of the node's specs as they are now: read again when a spec file changed
@@ -248,6 +273,7 @@ impl DevicePlugin for Plugin {
         let cache = self.cdi.clone();
         let ledger = self.ledger.clone();
         let mut held = ledger.subscribe();
+        let mut alive = self.alive.clone();
         tokio::spawn(async move {
             let mut last: Option<Vec<api::Device>> = None;
             let mut unnamed_before: Vec<u32> = vec![];
@@ -306,6 +332,13 @@ impl DevicePlugin for Plugin {
                     _ = held.changed() => {}
                     _ = recheck => {}
                     _ = tx.closed() => break,
+                    // Nothing is ever sent: only the manager's end (the sender dropped) wakes this.
+                    _ = async {
+                        match alive.as_mut() {
+                            Some(a) => while a.changed().await.is_ok() {},
+                            None => std::future::pending::<()>().await,
+                        }
+                    } => break,
                 }
             }
             ended.notify_one();

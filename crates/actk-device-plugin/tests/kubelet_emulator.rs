@@ -1621,3 +1621,34 @@ async fn a_second_instance_takes_over_and_the_first_stands_down() {
     );
     drop(third);
 }
+
+/// Issue 26, found by `benches/k8s-bench.sh dra`: when the DRA driver takes a kind over on this
+/// node (its servers file names the profile), the kubelet's ListAndWatch stream of the resource
+/// ends within one rediscovery (5 s), which is what makes the kubelet mark its devices
+/// unhealthy and drop them from allocatable at once. Before, the stream of the aborted
+/// manager stayed open and the node kept advertising `nvidia.com/gpu: 8` for the kubelet's
+/// 5-minute grace, so the driver would not publish the GPUs (one kind, one server).
+#[tokio::test]
+async fn handing_a_kind_to_the_dra_driver_ends_the_kubelets_stream() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let servers = dir.path().join("servers.json");
+    std::fs::write(&servers, r#"{"node": "n1", "dra": []}"#).unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--dra-servers-file", servers.to_str().unwrap()]);
+    let reg = kubelet.next_register(Duration::from_secs(10)).await;
+    assert_eq!(reg.resource_name, "nvidia.com/gpu");
+    let mut client = kubelet.dial(&reg).await;
+    let mut stream = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let first = next_list(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(first.devices.len(), 8);
+
+    std::fs::write(&servers, r#"{"node": "n1", "dra": ["nvidia"]}"#).unwrap();
+    let t = Instant::now();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(15), async { while let Ok(Some(_)) = stream.message().await {} })
+            .await;
+    assert!(ended.is_ok(), "the kubelet's ListAndWatch stream still open 15 s after the DRA driver took nvidia over");
+    eprintln!("stream ended {:?} after the hand-over", t.elapsed());
+}

@@ -8,7 +8,7 @@
 #   crictl the CRI tests use; the proxy serves no v1.32/v1.33, the CRI of containerd 2.1 is
 #   k8s.io/cri-api v0.32: v1.34's tests use nothing newer than the fields containerd 2.1 serves).
 # - containerd 2.1 from Debian forky (scripts/k8s/fetch-forky.sh), started by this script in a
-#   network namespace of its own with its own root, state and sockets; runc's shim runs runc
+#   network (and IPC) namespace of its own with its own root, state and sockets; runc's shim runs runc
 #   (pass `runc`) or actk-runtime (pass `actk`, or `actk-req` with NVIDIA_VISIBLE_DEVICES=0
 #   added to every bundle by ../runc-bats/with-request.sh) as its BinaryName.
 # - images: critest pulls its images from registry.k8s.io and gcr.io, which this machine cannot
@@ -20,6 +20,7 @@
 #   predefined-group image), and the tagged test images (test-image-tag, -latest, -1..3, -tags).
 #   The digest-pinned image cannot be rebuilt with its digest; nginx and hostnet-nginx are
 #   not stood in for (the networking tests are not run): see SKIP.
+#   busybox-static lacks two applets the specs call (pgrep, ipcs): standin.c provides them.
 # - the run: FOCUS / SKIP (ginkgo regular expressions; defaults below) keep the parts about the
 #   runtime: container lifecycle, exec/attach/logs, mounts and propagation, security context,
 #   pod sandboxes, multiple containers, idempotence; networking, port forwarding, image
@@ -50,7 +51,7 @@ actk_runtime=${ACTK_RUNTIME:-$bin_dir/actk-runtime}
 actk_hook=${ACTK_HOOK:-$bin_dir/actk-hook}
 actk_cli=${ACTK_CLI:-$repo/target/debug/actk}
 cache_root=${ACTK_CONFORMANCE_CACHE:-/var/cache/actk/conformance}
-cache=$cache_root/critest-$critest_version-h3
+cache=$cache_root/critest-$critest_version-h4
 
 # --------------------------------------------------------------------------------- inside
 # `__inner WORK`: in the run's own network and mount namespaces (see the bottom of the file).
@@ -161,7 +162,7 @@ EOF
     for s in $(pgrep -f "containerd-shim-runc-v2 .*-address $d/c.sock" || true); do kill -9 "$s" 2>/dev/null || true; done
     awk -v d="$d" 'index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   }
-  for p in $PASSES; do
+  for p in $INNER_PASSES; do
     echo "critest: pass $p ($(cat "$work/bin/$p.what"))" >&2
     start=$(date +%s)
     run_pass "$p" "$FOCUS" "$OUT/$p.json" "$OUT/$p.log"
@@ -169,7 +170,10 @@ EOF
   done
   # Reruns asked for by the comparison (a file of "pass<TAB>regex<TAB>report" lines).
   if [ -f "$work/reruns" ]; then
-    while IFS=$'\t' read -r p re rep; do run_pass "$p" "$re" "$rep" "$rep.log"; done <"$work/reruns"
+    while IFS=$'\t' read -r p re rep; do
+      echo "critest: $p again: $re" >&2
+      run_pass "$p" "$re" "$rep" "$rep.log"
+    done <"$work/reruns"
   fi
   kill "$(cat "$work/registry.pid")" 2>/dev/null || true
   exit 0
@@ -211,7 +215,14 @@ if [ ! -e "$cache/complete" ]; then
   mkdir -p "$bb"/{bin,etc,home,root,tmp,proc,sys,dev,var/www}
   chmod 1777 "$bb/tmp"
   cp /bin/busybox "$bb/bin/busybox"
-  for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$bb/bin/$a"; done
+  # Hard links, as in the busybox image: a masked /bin/ls (the MaskedPaths spec) must not mask
+  # the file every applet is.
+  for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln "$bb/bin/busybox" "$bb/bin/$a"; done
+  # The busybox 1.29 image's pgrep and ipcs, which Debian's busybox-static leaves out.
+  gcc -static -Os -s -o "$cache.tmp/standin" "$here/standin.c"
+  mkdir -p "$bb/usr/bin"
+  cp "$cache.tmp/standin" "$bb/usr/bin/pgrep"
+  ln "$bb/usr/bin/pgrep" "$bb/usr/bin/ipcs"
   printf '%s\n' root:x:0:0:root:/root:/bin/sh www-data:x:33:33:www-data:/var/www:/bin/false \
     default-user:x:1000:1000::/home/default-user:/bin/sh nobody:x:65534:65534:nobody:/home:/bin/false >"$bb/etc/passwd"
   printf '%s\n' root:x:0: www-data:x:33: default-user:x:1000: group-defined-in-image:x:50000:default-user \
@@ -268,7 +279,6 @@ if [ ! -e "$cache/complete" ]; then
   done
   # The e2e-test-images critest runs as programs (nginx, httpd, nonewprivs): standin.c says
   # what each does.
-  gcc -static -Os -s -o "$cache.tmp/standin" "$here/standin.c"
   mkdir -p "$bb/usr/sbin" "$bb/var/run"
   cp "$cache.tmp/standin" "$bb/usr/sbin/nginx"
   image registry.k8s.io/e2e-test-images/nginx:1.14-2 --entrypoint '["/usr/sbin/nginx"]'
@@ -334,7 +344,9 @@ for p in $PASSES; do
     *) die "unknown pass $p (runc, runc-req, ref-req, actk, actk-req)" ;;
   esac
 done
-inner() { PASSES=$1 OUT=$OUT FOCUS=$FOCUS SKIP=$SKIP unshare --net --mount --propagation private "$0" __inner "$work"; }
+# Its own IPC namespace too: the HostIpc specs make a System V segment (ipcmk) in critest's
+# namespace and never remove it.
+inner() { INNER_PASSES=$1 OUT=$OUT FOCUS=$FOCUS SKIP=$SKIP unshare --net --mount --ipc --propagation private "$0" __inner "$work"; }
 inner "$PASSES"
 
 # ginkgo JSON report -> "name<TAB>passed|failed|skipped" lines

@@ -172,7 +172,7 @@ EOF
   if [ -f "$work/reruns" ]; then
     while IFS=$'\t' read -r p re rep; do
       echo "critest: $p again: $re" >&2
-      run_pass "$p" "$re" "$rep" "$rep.log"
+      run_pass "$p" "$re" "$rep" "$OUT/rerun-$p.log"
     done <"$work/reruns"
   fi
   kill "$(cat "$work/registry.pid")" 2>/dev/null || true
@@ -398,12 +398,14 @@ for p in $PASSES; do
     fi
     flaky=
     for ((i = 0; i < RETRIES; i++)); do
-      re="^$(printf '%s' "$key" | sed 's/[][\.*^$()+?{}|/]/\\&/g')\$"
+      # Unanchored at the start: ginkgo's text of a spec begins before "[k8s.io]".
+      re="$(printf '%s' "$key" | sed 's/[][\.*^$()+?{}|/]/\\&/g')\$"
       : >"$work/reruns"
       printf '%s\t%s\t%s\n' "$base" "$re" "$work/rerun-$base.json" "$p" "$re" "$work/rerun-$p.json" >>"$work/reruns"
       inner ""
       w=$(results "$work/rerun-$base.json" | awk -F'\t' -v k="$key" '$1 == k {print $2}')
       g=$(results "$work/rerun-$p.json" | awk -F'\t' -v k="$key" '$1 == k {print $2}')
+      echo "critest: again: $base $w, $p $g" >&2
       rm -f "$work/reruns"
       if [ -n "$w" ] && [ "$w" = "$g" ]; then flaky=$w; break; fi
     done

@@ -100,6 +100,14 @@ conformance: build
 	ACTK_BIN_DIR=$$(scripts/build-release.sh --shims-only | tail -1) BATS_FILES="$(CONFORMANCE_BATS)" \
 	  tests/conformance/runc-bats/run.sh
 
+# critest (cri-tools' CRI validation) on containerd 2.1 with the release actk-runtime as the runc
+# shim's runtime binary, compared spec by spec with plain runc (tests/conformance/critest, in its
+# own network namespace with a local registry serving offline stand-ins of its images). The
+# runtime's parts of the suite (tests/conformance/README.md); `make verify` runs it, CI does not.
+.PHONY: conformance-critest
+conformance-critest: build
+	ACTK_BIN_DIR=$$(scripts/build-release.sh --shims-only | tail -1) tests/conformance/critest/run.sh
+
 # CI-sized robustness run (.ci/run calls it): every property test at PROPTEST_CASES (default
 # 1000) cases and every cargo-fuzz target for FUZZ_SECONDS (default 15) over the committed corpus
 # fuzz/corpus, one line per property/target with its own count; a failing one never hides the

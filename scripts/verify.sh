@@ -10,7 +10,8 @@
 #   - faults (crates/e2e/tests/faults.rs): faults injected;
 #   - conformance: runc 1.1.5's own integration suite and runtime-tools' validation programs
 #     against plain runc and actk-runtime, with and without requests, the request passes also
-#     against runc with the CNCF CDI reference library's injection (tests/conformance);
+#     against runc with the CNCF CDI reference library's injection, and critest on containerd 2.1
+#     with actk-runtime as the runc shim's runtime against the same with plain runc (tests/conformance);
 #     unexplained differences (must be 0);
 #   - the DRA cluster tests on the newest Kubernetes (make test-k8s-newest, 1.37), which CI
 #     leaves to this run (its cold build of the 1.37 binaries does not fit CI's time);
@@ -89,6 +90,10 @@ log "conformance: runtime-tools validation (tests/conformance/runtime-tools)"
 if ! ACTK_BIN_DIR=$shims tests/conformance/runtime-tools/run.sh 2>&1 | tee "$work/runtime-tools.log"; then
   failed+=("runtime-tools validation")
 fi
+log "conformance: critest on containerd 2.1 (tests/conformance/critest)"
+if ! ACTK_BIN_DIR=$shims tests/conformance/critest/run.sh 2>&1 | tee "$work/critest.log"; then
+  failed+=("critest on containerd 2.1")
+fi
 
 # The DRA cluster tests on the newest Kubernetes (issue 26): too long for CI when its binaries
 # are built cold (Makefile, test-k8s-newest), so here. SKIP_K8S_NEWEST=1 leaves it out.
@@ -131,7 +136,7 @@ for what in faults-hook-sigkill faults-runtime-sigkill faults-spec-dir-full faul
   if [ "$n" -gt 0 ]; then fig="$n faults injected, each failed cleanly"; else fig="0 faults (test failed or could not run)"; fi
   line "$(ok_if "$( [ "$n" -gt 0 ] && echo y)")" "faults: ${what#faults-}" "$fig"
 done
-for suite in runc-bats runtime-tools; do
+for suite in runc-bats runtime-tools critest; do
   unexpl=$(sed -n 's/^unexplained differences: //p' "$work/$suite.log" | tail -1)
   counts=$(awk '$1 ~ /^(runc|runc-req|ref-req|actk|actk-req)$/ && NF >= 5 {printf "%s%s %s/%s/%s", sep, $1, $2, $3, $4; sep = ", "}' "$work/$suite.log")
   line "$(ok_if "$( [ "${unexpl:-x}" = 0 ] && echo y)")" "conformance: $suite vs runc" \

@@ -10,7 +10,7 @@
 //! `#[ignore]`d: `make test` runs them alone, after the other tests
 //! (`cargo test -p actk-k8s-e2e -- --ignored --test-threads=1`).
 
-use actk_testsupport::cluster::{Cluster, NAMESPACE, PodSpec, StartOptions};
+use actk_testsupport::cluster::{Cluster, NAMESPACE, PodSpec, StartOptions, TEST_NAMESPACE};
 use actk_testsupport::fixture::{self, Fixture};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
@@ -987,6 +987,11 @@ fn patched(spec: &PodSpec, ns: &str, patch: impl FnOnce(&mut Value)) -> Value {
 
 /// Runs a patched pod manifest in `ns` to its end and returns what it saw.
 fn look_manifest(c: &Cluster, ns: &str, manifest: &Value) -> Result<View> {
+    look_manifest_log(c, ns, manifest).map(|(v, _)| v)
+}
+
+/// [`look_manifest`], with the container's log.
+fn look_manifest_log(c: &Cluster, ns: &str, manifest: &Value) -> Result<(View, String)> {
     let name = manifest["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let del = ["delete", "pod", &name, "-n", ns, "--ignore-not-found", "--grace-period=0", "--force", "--wait=true"];
     c.kubectl_ok(&del)?;
@@ -998,7 +1003,7 @@ fn look_manifest(c: &Cluster, ns: &str, manifest: &Value) -> Result<View> {
     let log = c.kubectl_ok(&["logs", &name, "-n", ns, "-c", "c"]).unwrap_or_default();
     c.kubectl_ok(&del)?;
     ensure!(pod["status"]["phase"] == "Succeeded", "pod {ns}/{name}: {}\n{log}", pod["status"]);
-    Ok(View::parse(&log))
+    Ok((View::parse(&log), log))
 }
 
 /// `kubectl create --dry-run=server` of `manifest`: the API server's admission answer.
@@ -1111,6 +1116,78 @@ fn fabric_capability_never_widens_a_one_gpu_pod() -> Result<()> {
         assert!(!v.dev.iter().any(|d| d.starts_with("nvidia-nvswitch")), "{caps}: NVSwitch nodes in {:?}", v.dev);
         assert!(v.dev.iter().any(|d| d == "nvidiactl"), "{caps}: {:?}", v.dev);
         assert!(v.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "{caps}: the compute files stay: {:?}", v.libs);
+    }
+    Ok(())
+}
+
+/// What a `hostPID` test container prints: its PID (1 in its own PID namespace), its /dev, its
+/// driver library directory, and whether the createContainer hook's ld.so.cache lists libcuda.
+/// (`$$$$`: the kubelet turns `$$` in a command into `$`.)
+const LOOK_PID: &str = "echo PID $$$$; echo DEV $(ls /dev); echo LIB $(ls /usr/lib/x86_64-linux-gnu 2>/dev/null); \
+                        if grep -q libcuda.so.1 /etc/ld.so.cache 2>/dev/null; then echo CACHE libcuda.so.1; fi; \
+                        sed 's/^/CONF /' /etc/ld.so.conf.d/00-actk.conf 2>/dev/null; true";
+
+/// Issue 25 item 1 on the real cluster: a `hostPID: true` pod allocated one GPU starts and sees
+/// its GPU node, the driver libraries and the ld.so.cache the generated spec's createContainer
+/// hooks (`update-ldcache`, `enable-cuda-compat`, run by the node's runc in the container's
+/// mount namespace but the host's PID namespace) wrote, as the same pod without `hostPID` does;
+/// through containerd's CDI injection (cdi-cri) and through actk-runtime (`runtimeClassName:
+/// actk`). Monitoring and debugging pods (dcgm-exporter, node-problem-detector) use hostPID.
+///
+/// busybox has no glibc loader configuration, so the hook would write no cache: a ConfigMap
+/// gives the container an `/etc/ld.so.conf` (what a glibc image carries), and the container
+/// greps the cache the hook wrote (busybox has no `ldconfig -p`).
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn host_pid_pod_gets_its_gpu_and_the_hooks_ld_so_cache() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    // nodeSetup installs actk-hook on the node, which puts the ldcache hook into the spec.
+    let values = "config:\n  strategies: [cdi-cri]\nnodeSetup:\n  enabled: true\n";
+    let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
+    let spec_file = Path::new(c.env("CDI_DIR")).join(SPEC);
+    c.wait_until("the generated spec with the update-ldcache hook", Duration::from_secs(60), || {
+        Ok(std::fs::read_to_string(&spec_file).ok().filter(|t| t.contains("update-ldcache")).map(|_| ()))
+    })?;
+    c.wait_until("RuntimeClass actk", Duration::from_secs(60), || {
+        Ok(c.kubectl(&["get", "runtimeclass", "actk"]).status.success().then_some(()))
+    })?;
+    c.apply(
+        &serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "glibc-ld-so-conf", "namespace": TEST_NAMESPACE},
+            "data": {"ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n"},
+        })
+        .to_string(),
+    )?;
+    for runtime_class in [None, Some("actk")] {
+        for host_pid in [true, false] {
+            let what = format!("hostPID {host_pid}, runtimeClassName {runtime_class:?}");
+            let name = format!("pid-host-{host_pid}-{}", runtime_class.unwrap_or("default"));
+            let mut spec = PodSpec::new(&name, LOOK_PID).limit(GPU, 1);
+            if let Some(rc) = runtime_class {
+                spec = spec.runtime_class(rc);
+            }
+            let m = patched(&spec, TEST_NAMESPACE, |s| {
+                s["hostPID"] = Value::Bool(host_pid);
+                s["volumes"] = serde_json::json!([{"name": "ld", "configMap": {"name": "glibc-ld-so-conf"}}]);
+                s["containers"][0]["volumeMounts"] = serde_json::json!([
+                    {"name": "ld", "mountPath": "/etc/ld.so.conf", "subPath": "ld.so.conf", "readOnly": true}
+                ]);
+            });
+            let (v, log) = look_manifest_log(&c, TEST_NAMESPACE, &m)
+                .with_context(|| format!("{what}: the pod did not succeed\nplugin:\n{}", c.plugin_logs()))?;
+            let pid = log.lines().find_map(|l| l.strip_prefix("PID ")).unwrap_or_default();
+            assert_eq!(pid == "1", !host_pid, "{what}: the container's PID is {pid:?}\n{log}");
+            assert_eq!(v.numbered("nvidia").len(), 1, "{what}: one GPU node, saw {:?}", v.dev);
+            assert!(v.dev.iter().any(|d| d == "nvidiactl"), "{what}: {:?}", v.dev);
+            assert!(v.libs.iter().any(|l| l == "libcuda.so.580.95.05"), "{what}: {:?}", v.libs);
+            assert!(log.lines().any(|l| l == "CACHE libcuda.so.1"), "{what}: ld.so.cache lists no libcuda.so.1\n{log}");
+            assert!(
+                log.lines().any(|l| l == "CONF /usr/lib/x86_64-linux-gnu"),
+                "{what}: the hook's ld.so.conf.d drop-in does not name the library directory\n{log}"
+            );
+        }
     }
     Ok(())
 }

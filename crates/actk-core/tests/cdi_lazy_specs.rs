@@ -249,6 +249,23 @@ fn a_duplicate_key_in_an_unnamed_device_refuses_only_that_device_when_lazy() {
     let c = compare("dup-key.json", &text);
     assert_eq!(c.lazy_only, ["vendor.com/dev=0", "vendor.com/dev=2"], "{c:?}");
     assert_eq!(c.refused, 2, "the broken device and an absent one: {c:?}");
+    // The same for `name` given twice: the lazy reading takes the first from the text and
+    // refuses the device when it is named.
+    let text = with_device_1(json!({"name": "1", "containerEdits": {"env": ["A=1"]}})).replacen(
+        "{\"name\":\"1\",",
+        "{\"name\":\"1\",\"name\":\"3\",",
+        1,
+    );
+    assert!(text.contains("\"3\""), "{text}");
+    let c = compare("dup-name-key.json", &text);
+    assert_eq!(c.lazy_only, ["vendor.com/dev=0", "vendor.com/dev=2"], "{c:?}");
+    let lazy = {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("d.json"), &text).unwrap();
+        Registry::load_for_start(&[dir.path()])
+    };
+    let e = outcome(&lazy, &["vendor.com/dev=1".to_string()]).unwrap_err();
+    assert!(e.contains("refused") && e.contains("d.json") && e.contains("/devices/1"), "{e}");
 }
 
 /// The JSON specs of the fuzz corpus and the CDI oracle corpus.

@@ -209,33 +209,45 @@ impl Registry {
     fn add_loaded(&mut self, loaded: LoadedSpec, names: Vec<String>) {
         let idx = self.specs.len();
         let (path, priority) = (loaded.path.clone(), loaded.priority);
+        let kind = loaded.spec.kind.as_str();
         for (di, name) in names.into_iter().enumerate() {
-            let qualified = format!("{}={name}", loaded.spec.kind);
+            // One map search per device (a container start adds every device of every spec).
+            let mut qualified = String::with_capacity(kind.len() + 1 + name.len());
+            qualified.push_str(kind);
+            qualified.push('=');
+            qualified.push_str(&name);
             if let Some(files) = self.conflicts.get_mut(&qualified) {
                 files.push(path.clone());
                 continue;
             }
-            match self.devices.get(&qualified) {
-                Some(&(other, _)) if self.specs[other].priority > priority => continue,
-                Some(&(other, _)) if self.specs[other].priority == priority => {
-                    let other_path = self.specs[other].path.clone();
-                    self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
-                    self.devices.remove(&qualified);
-                    let msg = format!(
-                        "CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed",
-                        other_path.display(),
-                        path.display()
-                    );
-                    for p in [other_path, path.clone()] {
-                        self.errors.push(SpecFileError::file(
-                            p.clone(),
-                            vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
-                        ));
-                    }
+            let entry = match self.devices.entry(qualified) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert((idx, di));
+                    continue;
                 }
-                _ => {
-                    self.devices.insert(qualified, (idx, di));
-                }
+                std::collections::btree_map::Entry::Occupied(o) => o,
+            };
+            let other = entry.get().0;
+            if self.specs[other].priority > priority {
+                continue;
+            }
+            if self.specs[other].priority < priority {
+                *entry.into_mut() = (idx, di);
+                continue;
+            }
+            let (qualified, _) = entry.remove_entry();
+            let other_path = self.specs[other].path.clone();
+            self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
+            let msg = format!(
+                "CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed",
+                other_path.display(),
+                path.display()
+            );
+            for p in [other_path, path.clone()] {
+                self.errors.push(SpecFileError::file(
+                    p.clone(),
+                    vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
+                ));
             }
         }
         self.specs.push(loaded);

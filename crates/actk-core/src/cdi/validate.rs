@@ -759,8 +759,21 @@ struct LazyTop {
     container_edits: ContainerEdits,
 }
 
-/// A device's `name` when the device is an object whose `name` is given once, as a JSON string.
+/// A device's `name` when the device is an object whose `name` is a JSON string: read from
+/// the text when the object starts with it without escapes (as `actk cdi generate`, nvidia-ctk
+/// and most writers put it), else by reading the object's keys, where a `name` given twice or
+/// not as a string gives `None`. (Read from the text, a second `name` further on is not seen:
+/// that is a key given twice inside the device, refused when the device is named.)
 fn device_name(raw: &serde_json::value::RawValue) -> Option<String> {
+    let first = || -> Option<&str> {
+        let rest = raw.get().strip_prefix('{')?.trim_start().strip_prefix("\"name\"")?;
+        let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+        let end = rest.find(['"', '\\'])?;
+        (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+    };
+    if let Some(n) = first() {
+        return Some(n.to_string());
+    }
     struct Name;
     impl<'de> serde::de::Visitor<'de> for Name {
         type Value = Option<String>;

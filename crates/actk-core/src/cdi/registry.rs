@@ -161,8 +161,7 @@ impl Registry {
                     && let Ok(t) = &text
                     && let Some(l) = lazy_from_text(t, &file)
                 {
-                    let names = l.devices.iter().map(|d| d.name.clone()).collect();
-                    reg.add_loaded(LoadedSpec { path: file, priority, spec: l.spec, lazy: Some(l.devices) }, names);
+                    reg.add_loaded(LoadedSpec { path: file, priority, spec: l.spec, lazy: Some(l.devices) });
                     continue;
                 }
                 match text.map_err(|e| vec![e]).and_then(|t| usable_from_text(&t, &file)) {
@@ -201,21 +200,26 @@ impl Registry {
     /// priority below 0's files when spec files should win (use 0 and load files after, or a
     /// higher number to override them).
     pub fn add(&mut self, spec: Spec, path: PathBuf, priority: usize) {
-        let names = spec.devices.iter().map(|d| d.name.clone()).collect();
-        self.add_loaded(LoadedSpec { path, priority, spec, lazy: None }, names);
+        self.add_loaded(LoadedSpec { path, priority, spec, lazy: None });
     }
 
-    /// [`Registry::add`] for a spec whose device names (in the order of its devices) are `names`.
-    fn add_loaded(&mut self, loaded: LoadedSpec, names: Vec<String>) {
+    /// [`Registry::add`] for a spec read either way.
+    fn add_loaded(&mut self, loaded: LoadedSpec) {
         let idx = self.specs.len();
-        let (path, priority) = (loaded.path.clone(), loaded.priority);
+        self.specs.push(loaded);
+        let loaded = &self.specs[idx];
+        let (path, priority) = (&loaded.path, loaded.priority);
         let kind = loaded.spec.kind.as_str();
-        for (di, name) in names.into_iter().enumerate() {
+        let names: Box<dyn Iterator<Item = &str>> = match &loaded.lazy {
+            Some(devices) => Box::new(devices.iter().map(|d| d.name.as_str())),
+            None => Box::new(loaded.spec.devices.iter().map(|d| d.name.as_str())),
+        };
+        for (di, name) in names.enumerate() {
             // One map search per device (a container start adds every device of every spec).
             let mut qualified = String::with_capacity(kind.len() + 1 + name.len());
             qualified.push_str(kind);
             qualified.push('=');
-            qualified.push_str(&name);
+            qualified.push_str(name);
             if let Some(files) = self.conflicts.get_mut(&qualified) {
                 files.push(path.clone());
                 continue;
@@ -250,7 +254,6 @@ impl Registry {
                 ));
             }
         }
-        self.specs.push(loaded);
     }
 
     /// The spec directories this registry was loaded from.

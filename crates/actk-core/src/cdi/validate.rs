@@ -836,13 +836,13 @@ pub fn lazy_from_text(text: &str, path: &Path) -> Option<LazySpec> {
         return None;
     }
     let mut devices = Vec::with_capacity(top.devices.len());
-    let mut names = HashSet::with_capacity(top.devices.len());
     for (index, raw) in top.devices.into_iter().enumerate() {
         let name = device_name(&raw)?;
-        if !names.insert(name.clone()) {
-            return None;
-        }
         devices.push(LazyDevice { name, index, raw, parsed: std::sync::OnceLock::new() });
+    }
+    let mut names = HashSet::with_capacity(devices.len());
+    if !devices.iter().all(|d| names.insert(d.name.as_str())) {
+        return None;
     }
     let mut spec = Spec {
         cdi_version: top.cdi_version,

@@ -862,7 +862,7 @@ impl<'a> State<'a> {
         if let Some(r) = &ctx.registry {
             return r;
         }
-        self.registry.get_or_insert_with(|| Registry::load(&ctx.spec_dirs))
+        self.registry.get_or_insert_with(|| Registry::load_for_start(&ctx.spec_dirs))
     }
 
     fn inventory(&mut self) -> &Inventory {

@@ -17,14 +17,20 @@
 //! - Resolving adds a spec's spec-level edits once, however many of its devices are asked for,
 //!   then each device's edits, in request order; the result is de-duplicated.
 //!
+//! - A container start reads specs lazily ([`Registry::load_for_start`], issue 31): the
+//!   spec-level part of each file is checked at once, a device only when the start names it, so
+//!   a defect in a device the start does not name is not seen by that start (the rule above
+//!   leaves such a device out anyway; the start just does not report it).
+//!
 //! Loading checks fields and SPEC.md rules but not the JSON schema, which is `actk cdi
 //! validate`'s job: the runtime shim loads the registry for every container.
 
 use super::CdiError;
 use super::generate::dedup;
 use super::name::QualifiedName;
+use super::spec::Device;
 use super::spec::{ContainerEdits, Spec};
-use super::validate::usable_from_text;
+use super::validate::{LazyDevice, lazy_from_text, usable_from_text};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -38,8 +44,12 @@ pub struct LoadedSpec {
     pub path: PathBuf,
     /// Index of its spec directory; higher overrides lower.
     pub priority: usize,
-    /// The spec.
+    /// The spec. Read for a container start ([`Registry::load_for_start`]), its `devices` is
+    /// empty and the devices are in [`LoadedSpec::lazy`].
     pub spec: Spec,
+    /// The devices of a spec read for a container start, each parsed and checked when named;
+    /// `None` when they are in `spec.devices`.
+    pub lazy: Option<Vec<LazyDevice>>,
 }
 
 /// A spec file (or directory), or one device of a spec file, that could not be used, with
@@ -94,6 +104,23 @@ impl Registry {
     /// Loads every spec file of `dirs` (missing directories are skipped). Never fails: bad files
     /// and unreadable directories are recorded in [`Registry::errors`].
     pub fn load<P: AsRef<Path>>(dirs: &[P]) -> Registry {
+        Registry::load_with(dirs, false)
+    }
+
+    /// [`Registry::load`] for one container start, which names a few devices of specs that
+    /// may list hundreds (issue 31): each JSON spec file's spec-level part is parsed and
+    /// checked, its devices only by name; a device is parsed and checked, by the same rules,
+    /// when [`Registry::check`] or [`Registry::resolve`] names it
+    /// ([`super::validate::LazySpec`]). A defect in a device nobody names is therefore not
+    /// seen: it neither fails the start nor shows in [`Registry::errors`], where the whole
+    /// reading of [`Registry::load`] leaves that device out and reports it. Files the lazy
+    /// reading does not take (YAML, a spec-level problem, duplicate device names, a device
+    /// without a string name) are read whole, as by [`Registry::load`].
+    pub fn load_for_start<P: AsRef<Path>>(dirs: &[P]) -> Registry {
+        Registry::load_with(dirs, true)
+    }
+
+    fn load_with<P: AsRef<Path>>(dirs: &[P], lazy: bool) -> Registry {
         let mut reg = Registry { dirs: dirs.iter().map(|d| d.as_ref().to_path_buf()).collect(), ..Default::default() };
         for (priority, dir) in dirs.iter().enumerate() {
             let dir = dir.as_ref();
@@ -130,6 +157,13 @@ impl Registry {
                     }),
                     Err(e) => Err(read_error(e)),
                 };
+                if lazy
+                    && let Ok(t) = &text
+                    && let Some(l) = lazy_from_text(t, &file)
+                {
+                    reg.add_loaded(LoadedSpec { path: file, priority, spec: l.spec, lazy: Some(l.devices) });
+                    continue;
+                }
                 match text.map_err(|e| vec![e]).and_then(|t| usable_from_text(&t, &file)) {
                     Ok(usable) => {
                         for r in usable.refused {
@@ -166,37 +200,60 @@ impl Registry {
     /// priority below 0's files when spec files should win (use 0 and load files after, or a
     /// higher number to override them).
     pub fn add(&mut self, spec: Spec, path: PathBuf, priority: usize) {
+        self.add_loaded(LoadedSpec { path, priority, spec, lazy: None });
+    }
+
+    /// [`Registry::add`] for a spec read either way.
+    fn add_loaded(&mut self, loaded: LoadedSpec) {
         let idx = self.specs.len();
-        for (di, d) in spec.devices.iter().enumerate() {
-            let qualified = format!("{}={}", spec.kind, d.name);
+        self.specs.push(loaded);
+        let loaded = &self.specs[idx];
+        let (path, priority) = (&loaded.path, loaded.priority);
+        let kind = loaded.spec.kind.as_str();
+        let names: Box<dyn Iterator<Item = &str>> = match &loaded.lazy {
+            Some(devices) => Box::new(devices.iter().map(|d| d.name.as_str())),
+            None => Box::new(loaded.spec.devices.iter().map(|d| d.name.as_str())),
+        };
+        for (di, name) in names.enumerate() {
+            // One map search per device (a container start adds every device of every spec).
+            let mut qualified = String::with_capacity(kind.len() + 1 + name.len());
+            qualified.push_str(kind);
+            qualified.push('=');
+            qualified.push_str(name);
             if let Some(files) = self.conflicts.get_mut(&qualified) {
                 files.push(path.clone());
                 continue;
             }
-            match self.devices.get(&qualified) {
-                Some(&(other, _)) if self.specs[other].priority > priority => continue,
-                Some(&(other, _)) if self.specs[other].priority == priority => {
-                    let other_path = self.specs[other].path.clone();
-                    self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
-                    self.devices.remove(&qualified);
-                    let msg = format!(
-                        "CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed",
-                        other_path.display(),
-                        path.display()
-                    );
-                    for p in [other_path, path.clone()] {
-                        self.errors.push(SpecFileError::file(
-                            p.clone(),
-                            vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
-                        ));
-                    }
+            let entry = match self.devices.entry(qualified) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert((idx, di));
+                    continue;
                 }
-                _ => {
-                    self.devices.insert(qualified, (idx, di));
-                }
+                std::collections::btree_map::Entry::Occupied(o) => o,
+            };
+            let other = entry.get().0;
+            if self.specs[other].priority > priority {
+                continue;
+            }
+            if self.specs[other].priority < priority {
+                *entry.into_mut() = (idx, di);
+                continue;
+            }
+            let (qualified, _) = entry.remove_entry();
+            let other_path = self.specs[other].path.clone();
+            self.conflicts.insert(qualified.clone(), vec![other_path.clone(), path.clone()]);
+            let msg = format!(
+                "CDI device {qualified} is defined by both {} and {}; it is not usable until one is removed",
+                other_path.display(),
+                path.display()
+            );
+            for p in [other_path, path.clone()] {
+                self.errors.push(SpecFileError::file(
+                    p.clone(),
+                    vec![CdiError::Conflict { name: qualified.clone(), message: msg.clone() }],
+                ));
             }
         }
-        self.specs.push(LoadedSpec { path, priority, spec });
     }
 
     /// The spec directories this registry was loaded from.
@@ -209,7 +266,8 @@ impl Registry {
         &self.errors
     }
 
-    /// Every loaded spec, in load order.
+    /// Every loaded spec, in load order (read by [`Registry::load_for_start`], a JSON spec's
+    /// devices are in [`LoadedSpec::lazy`], not in its `spec.devices`).
     pub fn specs(&self) -> &[LoadedSpec] {
         &self.specs
     }
@@ -240,8 +298,25 @@ impl Registry {
     }
 
     /// Whether `name` resolves, without building its edits. Errors: those of [`Registry::resolve`].
+    /// A device read lazily is parsed and checked here (the first time), and refused with
+    /// [`CdiError::Refused`] naming the file when it breaks a rule.
     pub fn check(&self, name: &QualifiedName) -> Result<(), CdiError> {
-        if self.devices.contains_key(&name.to_string()) { Ok(()) } else { Err(self.unresolved(name)) }
+        match self.devices.get(&name.to_string()) {
+            Some(&(si, di)) => self.device(si, di).map(|_| ()),
+            None => Err(self.unresolved(name)),
+        }
+    }
+
+    /// Device `di` of spec `si`, parsed and checked now if it was read lazily.
+    fn device(&self, si: usize, di: usize) -> Result<&Device, CdiError> {
+        let l = &self.specs[si];
+        match &l.lazy {
+            None => Ok(&l.spec.devices[di]),
+            Some(devices) => devices[di].device(&l.spec.cdi_version, &l.path).map_err(|why| CdiError::Refused {
+                name: format!("{}={}", l.spec.kind, devices[di].name),
+                message: why.to_string(),
+            }),
+        }
     }
 
     /// The container edits for a set of qualified names: each spec's spec-level edits once,
@@ -266,12 +341,12 @@ impl Registry {
             let Some(&(si, di)) = self.devices.get(&qualified) else {
                 return Err(self.unresolved(name));
             };
-            let spec = &self.specs[si].spec;
+            let device = self.device(si, di)?;
             if !specs_done.contains(&si) {
                 specs_done.push(si);
-                edits.append(&spec.container_edits);
+                edits.append(&self.specs[si].spec.container_edits);
             }
-            edits.append(&spec.devices[di].container_edits);
+            edits.append(&device.container_edits);
         }
         Ok(())
     }

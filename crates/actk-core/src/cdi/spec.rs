@@ -168,7 +168,7 @@ fn list_of_objects<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) 
 
 /// A string map that refuses a key given twice (a map would keep the last silently; the
 /// reference library's decoder refuses the document).
-fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+pub(crate) fn unique_keys<'de, D: serde::Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
     struct Unique;
     impl<'de> serde::de::Visitor<'de> for Unique {
         type Value = BTreeMap<String, String>;

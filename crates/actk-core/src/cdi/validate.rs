@@ -429,23 +429,25 @@ fn duplicate_names<'a>(names: impl Iterator<Item = &'a str>) -> HashSet<usize> {
 /// Empty optional strings are absent: the reference library's Go fields are plain strings, where
 /// "" means "not given" (`hostPath`, `type`, `permissions`: rwm, a mount's `type`).
 fn normalize(spec: &mut Spec) {
-    fn edits(e: &mut ContainerEdits) {
-        for n in &mut e.device_nodes {
-            for f in [&mut n.host_path, &mut n.node_type, &mut n.permissions] {
-                if f.as_deref() == Some("") {
-                    *f = None;
-                }
-            }
-        }
-        for m in &mut e.mounts {
-            if m.mount_type.as_deref() == Some("") {
-                m.mount_type = None;
+    normalize_edits(&mut spec.container_edits);
+    for d in &mut spec.devices {
+        normalize_edits(&mut d.container_edits);
+    }
+}
+
+/// [`normalize`] for one set of edits.
+fn normalize_edits(e: &mut ContainerEdits) {
+    for n in &mut e.device_nodes {
+        for f in [&mut n.host_path, &mut n.node_type, &mut n.permissions] {
+            if f.as_deref() == Some("") {
+                *f = None;
             }
         }
     }
-    edits(&mut spec.container_edits);
-    for d in &mut spec.devices {
-        edits(&mut d.container_edits);
+    for m in &mut e.mounts {
+        if m.mount_type.as_deref() == Some("") {
+            m.mount_type = None;
+        }
     }
 }
 
@@ -653,6 +655,207 @@ fn typed_json(text: &str) -> Option<Spec> {
     let spec = super::spec::object::<_, Spec>(&mut de).ok()?;
     de.end().ok()?;
     Some(spec)
+}
+
+/// A spec file read for a container start (issue 31): the spec-level part parsed and checked,
+/// each device kept as its JSON text with only its name read, and parsed and checked when a
+/// start names it ([`LazyDevice::device`]). A start that names 8 devices of a 256-device spec
+/// then builds and checks 8 devices, not 256.
+///
+/// What a named device gets is what the whole-file reading ([`usable_from_text`]) gives it:
+/// the same fields, types, SPEC.md rules and version check, with the same JSON pointers. What
+/// is not looked at: the devices nobody named, beyond their names. A defect inside one of them
+/// (a bad edit, an unknown field, a key given twice) therefore neither refuses the start nor
+/// is reported by it; `actk cdi validate` and `actk cdi list` read every device and report it.
+#[derive(Debug, Clone)]
+pub struct LazySpec {
+    /// The spec-level part, checked; `devices` is empty (they are in [`LazySpec::devices`]).
+    pub spec: Spec,
+    /// The devices in document order, names unique.
+    pub devices: Vec<LazyDevice>,
+}
+
+/// One device of a [`LazySpec`]: its name, its place in `devices` and its text.
+#[derive(Debug, Clone)]
+pub struct LazyDevice {
+    /// The device name as written (a JSON string).
+    pub name: String,
+    index: usize,
+    raw: Box<serde_json::value::RawValue>,
+    parsed: std::sync::OnceLock<Result<Device, String>>,
+}
+
+impl LazyDevice {
+    /// The device, parsed and checked on first use as [`usable_from_text`] checks a device of
+    /// the file (`cdi_version`: the spec's declared version; `file` names the file in errors).
+    /// Errors: why it was refused, as one line naming the file and JSON pointers.
+    pub fn device(&self, cdi_version: &str, file: &Path) -> Result<&Device, &str> {
+        self.parsed
+            .get_or_init(|| parse_device(&self.raw, self.index, cdi_version, file))
+            .as_ref()
+            .map_err(|e| e.as_str())
+    }
+}
+
+/// One device's text into a checked [`Device`]: the typed model straight from the text when it
+/// fits, else typed by the schema first (as [`usable_from_value`] types each device), then the
+/// SPEC.md rules of [`device_rule_errors`]. Error: `FILE: error; error`.
+fn parse_device(raw: &serde_json::value::RawValue, i: usize, cdi_version: &str, file: &Path) -> Result<Device, String> {
+    let f = Some(file);
+    let fast = || -> Option<Device> {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let d = super::spec::object::<_, Device>(&mut de).ok()?;
+        de.end().ok()?;
+        let e = &d.container_edits;
+        (e.intel_rdt.is_none() && e.net_devices.is_empty()).then_some(d)
+    };
+    let typed = match fast() {
+        Some(d) => Ok(d),
+        None => {
+            let at = format!("/devices/{i}");
+            match typed::json_value(raw.get()) {
+                // The whole-file reading refuses the file for this (its parser reads every
+                // device); here it is this device's defect.
+                Err(e) => Err(vec![CdiError::Parse {
+                    file: file.to_path_buf(),
+                    format: "JSON",
+                    message: format!("{at}: {e}"),
+                }]),
+                Ok(mut v) => {
+                    typed::coerce(&mut v, Ty::Obj(typed::DEVICE), false);
+                    let mut errors = Vec::new();
+                    typed::shape_errors(&v, Ty::Obj(typed::DEVICE), &at, f, &mut errors);
+                    if errors.is_empty() {
+                        serde_json::from_value::<Device>(v).map_err(|e| vec![invalid(f, at, e.to_string())])
+                    } else {
+                        Err(errors)
+                    }
+                }
+            }
+        }
+    };
+    let checked = typed.and_then(|mut d| {
+        normalize_edits(&mut d.container_edits);
+        let version_known = super::version::version_index(cdi_version).is_some();
+        let errors = device_rule_errors(cdi_version, version_known, i, &d, false, f);
+        if errors.is_empty() { Ok(d) } else { Err(errors) }
+    });
+    checked.map_err(|errors| {
+        let msg: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        format!("{}: {}", file.display(), msg.join("; "))
+    })
+}
+
+/// The spec-level part of a JSON spec with its devices as text, for [`lazy_from_text`].
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct LazyTop {
+    cdi_version: String,
+    kind: String,
+    #[serde(default, deserialize_with = "super::spec::unique_keys")]
+    annotations: std::collections::BTreeMap<String, String>,
+    devices: Vec<Box<serde_json::value::RawValue>>,
+    #[serde(default, deserialize_with = "super::spec::object")]
+    container_edits: ContainerEdits,
+}
+
+/// A device's `name` when the device is an object whose `name` is a JSON string: read from
+/// the text when the object starts with it without escapes (as `actk cdi generate`, nvidia-ctk
+/// and most writers put it), else by reading the object's keys, where a `name` given twice or
+/// not as a string gives `None`. (Read from the text, a second `name` further on is not seen:
+/// that is a key given twice inside the device, refused when the device is named.)
+fn device_name(raw: &serde_json::value::RawValue) -> Option<String> {
+    let first = || -> Option<&str> {
+        let rest = raw.get().strip_prefix('{')?.trim_start().strip_prefix("\"name\"")?;
+        let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+        let end = rest.find(['"', '\\'])?;
+        (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+    };
+    if let Some(n) = first() {
+        return Some(n.to_string());
+    }
+    struct Name;
+    impl<'de> serde::de::Visitor<'de> for Name {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a device object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut name = None;
+            while let Some(is_name) = map.next_key_seed(IsName)? {
+                if is_name {
+                    if name.is_some() {
+                        return Ok(None);
+                    }
+                    match map.next_value::<Value>()? {
+                        Value::String(s) => name = Some(s),
+                        _ => return Ok(None),
+                    }
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(name)
+        }
+    }
+    /// Whether a key is `name`, without allocating the key.
+    struct IsName;
+    impl<'de> serde::de::DeserializeSeed<'de> for IsName {
+        type Value = bool;
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for IsName {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a key")
+        }
+        fn visit_str<E>(self, v: &str) -> Result<bool, E> {
+            Ok(v == "name")
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(raw.get());
+    serde::Deserializer::deserialize_map(&mut de, Name).ok().flatten()
+}
+
+/// A JSON spec file's text read for a container start ([`LazySpec`]), or `None` when the file
+/// must be read whole by [`usable_from_text`]: not JSON by its name, a spec-level part that
+/// does not parse into the typed model or breaks a rule (the whole reading gives the full
+/// report), free-form spec-level edits, no devices, a device that is not an object with a
+/// string `name`, or a name given to two devices (the whole reading refuses both by rule).
+pub fn lazy_from_text(text: &str, path: &Path) -> Option<LazySpec> {
+    if Format::from_path(path) == Some(Format::Yaml) {
+        return None;
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let top = super::spec::object::<_, LazyTop>(&mut de).ok()?;
+    de.end().ok()?;
+    if top.devices.is_empty() || top.container_edits.intel_rdt.is_some() || !top.container_edits.net_devices.is_empty()
+    {
+        return None;
+    }
+    let mut devices = Vec::with_capacity(top.devices.len());
+    for (index, raw) in top.devices.into_iter().enumerate() {
+        let name = device_name(&raw)?;
+        devices.push(LazyDevice { name, index, raw, parsed: std::sync::OnceLock::new() });
+    }
+    let mut names = HashSet::with_capacity(devices.len());
+    if !devices.iter().all(|d| names.insert(d.name.as_str())) {
+        return None;
+    }
+    let mut spec = Spec {
+        cdi_version: top.cdi_version,
+        kind: top.kind,
+        annotations: top.annotations,
+        devices: Vec::new(),
+        container_edits: top.container_edits,
+    };
+    normalize_edits(&mut spec.container_edits);
+    if !spec_rule_errors(&spec, Some(path)).is_empty() {
+        return None;
+    }
+    Some(LazySpec { spec, devices })
 }
 
 /// [`usable_from_text`] for a file that must be valid as a whole: a refused device is an error.

@@ -132,9 +132,8 @@ fn dra_claim_for_one_gpu_gets_exactly_it_and_its_spec_goes_with_the_pod() -> Res
 fn apply_examples(c: &Cluster) -> Result<()> {
     let path = actk_testsupport::engines::workspace_root().join("deploy/kubernetes/actk-dra-examples.yaml");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let templates = text
-        .split("\n---\n")
-        .filter(|d| d.contains("kind: ResourceClaimTemplate") && !d.contains("\n  namespace: "));
+    let templates =
+        text.split("\n---\n").filter(|d| d.contains("kind: ResourceClaimTemplate") && !d.contains("\n  namespace: "));
     for doc in templates {
         // No namespace in the examples: they go to the default one, the test namespace.
         c.apply(doc).with_context(|| format!("applying the example\n{doc}"))?;

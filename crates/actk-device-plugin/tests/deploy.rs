@@ -53,7 +53,9 @@ fn check_daemonset(all: &[Value], what: &str) {
     let ds = plugin_daemonset(all, what);
     assert_eq!(ds["apiVersion"], "apps/v1", "{what}");
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], false, "{what}: the plugin never talks to the API server");
+    // The plugin talks to the API server only to read its Node's config label (named configs).
+    let named = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "nvidia-config");
+    assert_eq!(pod["automountServiceAccountToken"], named, "{what}: a token only for named configs");
     assert!(pod["hostPID"].is_null(), "{what}: only the node setup needs the host's pids");
     let volumes = pod["volumes"].as_array().unwrap();
     let host_path =
@@ -744,6 +746,30 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
     let pod = &plugin_daemonset(&all, "config.map")["spec"]["template"]["spec"];
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "nvidia-config").unwrap();
     assert_eq!(vol["configMap"]["name"], "actk-device-plugin-nvidia-config");
+    // Each node's label actk.dev/config chooses among them: the plugin reads its own Node (get)
+    // and may post Events, nothing more.
+    check_daemonset(&all, "config.map");
+    let env = container(pod, "actk-device-plugin")["env"].as_array().unwrap().clone();
+    let env_of = |n: &str| env.iter().find(|e| e["name"] == n).cloned().unwrap_or_default();
+    assert_eq!(env_of("ACTK_DEVICE_PLUGIN_NODE_CONFIG")["value"], "true");
+    assert_eq!(env_of("NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    assert_eq!(pod["serviceAccountName"], "actk-device-plugin-device-plugin");
+    let role = all
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "actk-device-plugin-device-plugin")
+        .expect("the plugin's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+        ])
+    );
+    // Several configs without config.default: a key `default` is the default (NVIDIA's `named`).
+    let mut named = cfgs[..2].to_vec();
+    named.push("config.map.ts2=version: v1\n");
+    let s = plugin_settings(&ok(&named));
+    assert!(s.time_slicing.is_none(), "the key default");
     // config.name: the admin's own ConfigMap.
     let all = ok(&["config.name=nvidia-device-plugin-configs"]);
     let pod = &plugin_daemonset(&all, "config.name")["spec"]["template"]["spec"];
@@ -782,7 +808,7 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
         ),
         ("deviceListStrategy=envvar,config.strategies={volume-mounts}", &["deviceListStrategy", "set one of them"][..]),
         ("config.name=a,config.map.b=x", &["config.name and config.map"][..]),
-        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label"][..]),
+        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label actk.dev/config"][..]),
         ("config.map.a=x,config.default=b", &["config.default \"b\" is not a key of config.map (a)"][..]),
         ("migStrategy=all", &["migStrategy"][..]),
         ("someTypo=1", &["someTypo", "not allowed"][..]),

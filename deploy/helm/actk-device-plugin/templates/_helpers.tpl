@@ -79,6 +79,17 @@ app.kubernetes.io/name: actk-nri
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of the exporter's pods and the labeller's: names of their own, as the NRI plugin's. */}}
+{{- define "actk-device-plugin.exporterSelector" -}}
+app.kubernetes.io/name: actk-exporter
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "actk-device-plugin.labellerSelector" -}}
+app.kubernetes.io/name: actk-node-labeller
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/*
 recursiveReadOnly of a read-only hostPath mount of a whole root: its submounts (/proc, /sys,
 /run, a separate /var) read-only too where the kubelet and runtime can (Kubernetes 1.30+, a

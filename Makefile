@@ -67,8 +67,8 @@ test-k8s: build
 
 # The DRA cluster tests again on the newest Kubernetes (issue 26; docs/kubernetes.md "Versions"):
 # 1.37 binaries are built once per machine into /var/cache/actk/kube (measured cold here: 4785 s
-# on 2 shared cores, beside 1060 s for 1.34.4), then every test of dra, dra_told and
-# dra_frontier runs on it. Not in CI (a fresh CI machine builds 1.37 cold: 20-80 min on top of
+# on 2 shared cores, beside 1060 s for 1.34.4), then every test of dra, dra_told,
+# dra_frontier and dra_health runs on it. Not in CI (a fresh CI machine builds 1.37 cold: 20-80 min on top of
 # the 45 of today, over the 90-minute budget); `make verify` runs it. CI runs the same tests on
 # 1.34 in test-k8s, where the 1.36+ features check that the driver works without them.
 K8S_NEWEST ?= v1.37.2
@@ -77,7 +77,7 @@ test-k8s-newest: build
 	ACTK_KUBE_VERSION=$(K8S_NEWEST) scripts/k8s/build-kube.sh >/dev/null
 	scripts/k8s/fetch-forky.sh >/dev/null
 	scripts/build-release.sh >/dev/null
-	ACTK_KUBE_VERSION=$(K8S_NEWEST) $(K8S_TEST) --test dra --test dra_told --test dra_frontier -- --ignored --test-threads=1; s=$$?; \
+	ACTK_KUBE_VERSION=$(K8S_NEWEST) $(K8S_TEST) --test dra --test dra_told --test dra_frontier --test dra_health -- --ignored --test-threads=1; s=$$?; \
 	  scripts/k8s-node.sh down >/dev/null; d=$$?; \
 	  [ $$s = 0 ] && [ $$d = 0 ]
 

@@ -7,8 +7,8 @@
 //! asked for, which plugin did not serve it, and the fix (recreate the pod; the gate).
 //!
 //! Each container is reported once per plugin process (by its runtime ID): containerd sends a
-//! Synchronize on every reconnect. A post that fails is logged and tried again at the next
-//! synchronization. Which containers get an Event is decided by [`to_post`] (pure); [`Notifier`]
+//! Synchronize on every reconnect. A post is tried a few times; one that still fails is logged
+//! and tried again at the next synchronization. Which containers get an Event is decided by [`to_post`] (pure); [`Notifier`]
 //! posts.
 
 use crate::plugin::{PodRef, Unserved};
@@ -24,6 +24,9 @@ pub const NOT_SERVED: &str = "ActkNriNotServed";
 
 /// `reportingComponent` of the Events (and `source.component`).
 pub const COMPONENT: &str = "actk-nri";
+
+/// Tries per Event before it waits for the next synchronization (1, 2, 4, 8 s apart).
+const POST_ATTEMPTS: u32 = 5;
 
 /// At most this many missing device nodes are named in a message (a pod with 8 GPUs lacks
 /// a dozen nodes; the log has them all).
@@ -73,24 +76,38 @@ impl Notifier {
         Ok(Notifier { client, node, plugin, posted: Mutex::new(BTreeSet::new()) })
     }
 
-    /// Posts an Event for each container of `found` not reported yet ([`to_post`]); failures
-    /// are logged (the container is tried again at the next synchronization).
+    /// Posts an Event for each container of `found` not reported yet ([`to_post`]), each tried
+    /// [`POST_ATTEMPTS`] times; a failure is logged (and the container tried again at the next
+    /// synchronization).
     pub async fn post(&self, found: &[Unserved]) {
         let due: Vec<(Unserved, PodRef)> = {
             let posted = self.posted.lock().unwrap_or_else(|e| e.into_inner());
             to_post(found, &posted).into_iter().map(|(u, p)| (u.clone(), p.clone())).collect()
         };
         for (u, pod) in due {
-            match self.post_one(&u, &pod).await {
-                Ok(()) => {
-                    tracing::info!("posted Event {NOT_SERVED} on pod {}/{}", pod.namespace, pod.name);
-                    self.posted.lock().unwrap_or_else(|e| e.into_inner()).insert(u.container_id.clone());
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match self.post_one(&u, &pod).await {
+                    Ok(()) => {
+                        tracing::info!("posted Event {NOT_SERVED} on pod {}/{}", pod.namespace, pod.name);
+                        self.posted.lock().unwrap_or_else(|e| e.into_inner()).insert(u.container_id.clone());
+                        break;
+                    }
+                    // A plugin pod just started may reach the API server a moment later.
+                    Err(e) if attempt < POST_ATTEMPTS => {
+                        tracing::debug!("posting Event {NOT_SERVED} (attempt {attempt}): {e}");
+                        tokio::time::sleep(std::time::Duration::from_secs(1 << attempt)).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "cannot post Event {NOT_SERVED} on pod {}/{} ({POST_ATTEMPTS} attempts; the chart's RBAC gives actk-nri events create, and the API server must be reachable from the node): {e}",
+                            pod.namespace,
+                            pod.name
+                        );
+                        break;
+                    }
                 }
-                Err(e) => tracing::warn!(
-                    "cannot post Event {NOT_SERVED} on pod {}/{} (the chart's RBAC gives actk-nri events create): {e}",
-                    pod.namespace,
-                    pod.name
-                ),
             }
         }
     }

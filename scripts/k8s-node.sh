@@ -490,6 +490,10 @@ nodeSetup:
 # The NRI plugin (nri.enabled): this containerd's NRI socket.
 nri:
   socket: $R/nri/nri.sock
+  # Its Events (nri.gate: false) go to the API server on the host's loopback, as the DRA driver's.
+  extraEnv:
+    - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
 # The DRA driver (dra.enabled): this kubelet's plugin dirs (--root-dir), and the API server on the
 # host's loopback, as no kube-proxy makes the service IP reachable.
 dra:

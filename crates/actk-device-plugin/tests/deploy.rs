@@ -629,6 +629,46 @@ fn helm_chart_nri_plugin() {
     assert_eq!(args[2], "--idx=07", "{args}");
 }
 
+/// Without the gate (`nri.gate: false`, issue 28 item 8's "start, and an Event says so") the NRI
+/// plugin posts Events on the pods of containers it did not serve: `--post-events`, its node's
+/// name, and a service account whose ClusterRole allows creating Events and nothing else. With
+/// the gate it has no API access at all (no token, no service account of its own).
+#[test]
+fn helm_chart_nri_plugin_without_the_gate_may_only_create_events() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(&helm, &["config.strategies={volume-mounts}", "nri.enabled=true", "nri.gate=false"]);
+    let nri = |k: &str| all.iter().find(|d| d["kind"] == k && d["metadata"]["name"] == "actk-device-plugin-nri");
+    let ds = nri("DaemonSet").expect("the NRI DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "actk-device-plugin-nri", "{pod}");
+    assert!(pod["automountServiceAccountToken"].is_null(), "the token it needs to post: {pod}");
+    let c = container(pod, "actk-nri");
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(args.contains(&"--post-events") && !args.iter().any(|a| a.starts_with("--gate-spec-dir")), "{args:?}");
+    let env = c["env"].as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"),
+        "{env:?}"
+    );
+    assert!(nri("ServiceAccount").is_some());
+    let role = nri("ClusterRole").expect("the NRI plugin's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]),
+        "events create, nothing else"
+    );
+    let binding = nri("ClusterRoleBinding").expect("its binding");
+    assert_eq!(binding["subjects"][0]["name"], "actk-device-plugin-nri");
+    // With the gate (the default): no service account, no token, no RBAC.
+    let all = render(&helm, &["config.strategies={volume-mounts}", "nri.enabled=true"]);
+    assert!(!all.iter().any(|d| d["metadata"]["name"] == "actk-device-plugin-nri"
+        && d["kind"] != "DaemonSet"
+        && d["kind"] != "ConfigMap"));
+}
+
 /// Helm gives templates no access to values.yaml itself: files/defaults.yaml is its copy, from
 /// which every template fills in keys an earlier revision's values lack (issue 28 item 11).
 #[test]

@@ -11,12 +11,14 @@
 //! - [`planner`]: the planning context kept in memory;
 //! - [`gate`]: the CDI device that makes a container fail, naming the plugin, when the plugin
 //!   did not serve it;
-//! - [`plugin`]: registration and the Plugin service.
+//! - [`plugin`]: registration and the Plugin service;
+//! - [`events`]: Events on the pods of containers the plugin did not serve.
 //!
 //! No Rust NRI crate exists; the protocol is written here from NRI's published proto
 //! (proto/nri/api.proto is actk's own subset, wire compatible with NRI 0.9+).
 
 pub mod adjust;
+pub mod events;
 pub mod gate;
 pub mod mux;
 pub mod planner;

@@ -39,6 +39,15 @@ struct Args {
     /// not serve them (see actk_nri::gate).
     #[arg(long, env = "ACTK_NRI_GATE_SPEC_DIR")]
     gate_spec_dir: Option<PathBuf>,
+    /// Post a Warning Event (reason ActkNriNotServed) on the pod of each running container that
+    /// was created while this plugin was not serving and runs without its devices (found when
+    /// the plugin connects), through the API server with the pod's service account (events
+    /// create). For nodes without the gate (see actk_nri::events).
+    #[arg(long, env = "ACTK_NRI_POST_EVENTS")]
+    post_events: bool,
+    /// This node's name, for the Events' reporting instance (the chart passes spec.nodeName).
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    node_name: String,
 }
 
 fn main() -> Result<()> {
@@ -88,6 +97,18 @@ fn main() -> Result<()> {
         tracing::info!("NRI gate {} written to {}", actk_nri::gate::CDI_NAME, path.display());
     }
     rt.block_on(async move {
+        let notifier = if a.post_events {
+            match actk_nri::events::Notifier::new(a.node_name.clone(), reg.id()).await {
+                Ok(n) => Some(Arc::new(n)),
+                // Serving devices matters more than telling about the ones missed: go on.
+                Err(e) => {
+                    tracing::error!("--post-events: {e:#}; unserved containers are only logged");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let p = planner.clone();
         // Periodic rediscovery, off the request path.
         tokio::spawn(async move {
@@ -99,7 +120,7 @@ fn main() -> Result<()> {
         });
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            r = plugin::run(&a.socket, reg, planner) => r,
+            r = plugin::run(&a.socket, reg, planner, notifier) => r,
             _ = term.recv() => Ok(()),
             _ = tokio::signal::ctrl_c() => Ok(()),
         }

@@ -19,6 +19,7 @@
 //! starts only when this plugin served it.
 
 use crate::adjust;
+use crate::events::Notifier;
 use crate::gate;
 use crate::mux::{self, Demux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::planner::Planner;
@@ -97,7 +98,12 @@ pub fn event_mask() -> i32 {
 
 /// Serves one connection until the runtime closes it. Errors: the registration failed or the
 /// byte stream broke.
-pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>) -> Result<()> {
+pub async fn serve(
+    stream: UnixStream,
+    reg: &Registration,
+    planner: Arc<Planner>,
+    notifier: Option<Arc<Notifier>>,
+) -> Result<()> {
     let (mut rd, mut wr) = stream.into_split();
     // Everything written goes through one task, so frames never interleave.
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -178,7 +184,7 @@ pub async fn serve(stream: UnixStream, reg: &Registration, planner: Arc<Planner>
                 continue;
             }
             let tx = tx.clone();
-            let ctx = Ctx { planner: planner.clone(), sync: sync.clone(), id: id.clone() };
+            let ctx = Ctx { planner: planner.clone(), sync: sync.clone(), id: id.clone(), notifier: notifier.clone() };
             tokio::spawn(async move {
                 let (status, payload) = match ttrpc::Request::decode(f.payload.as_slice()) {
                     Ok(req) => {
@@ -206,6 +212,7 @@ struct Ctx {
     planner: Arc<Planner>,
     sync: Arc<Mutex<Sync>>,
     id: String,
+    notifier: Option<Arc<Notifier>>,
 }
 
 fn status(code: i32, message: String) -> Status {
@@ -242,10 +249,16 @@ async fn handle(req: ttrpc::Request, ctx: Ctx) -> (Status, Vec<u8>) {
                     all.parts
                 );
                 // After the answer: the runtime waits for it under its request timeout.
-                let planner = ctx.planner.clone();
-                tokio::task::spawn_blocking(move || {
-                    for w in unserved(&planner, &all) {
-                        tracing::warn!("{w}");
+                let (planner, notifier) = (ctx.planner.clone(), ctx.notifier.clone());
+                tokio::spawn(async move {
+                    let Ok(found) = tokio::task::spawn_blocking(move || unserved(&planner, &all)).await else {
+                        return;
+                    };
+                    for u in &found {
+                        tracing::warn!("{}", u.warning());
+                    }
+                    if let Some(n) = notifier {
+                        n.post(&found).await;
                     }
                 });
             }
@@ -277,7 +290,7 @@ async fn handle(req: ttrpc::Request, ctx: Ctx) -> (Status, Vec<u8>) {
     }
 }
 
-/// Who a container is, for messages: `namespace/pod container name`.
+/// Who a container is, for messages: `namespace/pod container name` (as [`Unserved::who`]).
 fn who(pod: Option<&nri::PodSandbox>, c: &nri::Container) -> String {
     match pod {
         Some(p) => format!("{}/{} container {}", p.namespace, p.name, c.name),
@@ -285,11 +298,58 @@ fn who(pod: Option<&nri::PodSandbox>, c: &nri::Container) -> String {
     }
 }
 
-/// Warnings for the containers of `all` that ask for devices this plugin would give but that
-/// no actk path served (no [`adjust::APPLIED_ANNOTATION`]) and that lack device nodes the plan
-/// gives: created while the plugin was not connected, they run without their devices. Stopped
+/// A running container that asks for devices this plugin would give but that no actk path
+/// served: created while the plugin was not connected, it runs without its devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unserved {
+    /// The container's ID (the runtime's), which tells one report from another.
+    pub container_id: String,
+    /// The container's name.
+    pub container: String,
+    /// Its pod as the runtime knows it (`None`: the synchronization did not list the pod).
+    pub pod: Option<PodRef>,
+    /// What it asks for ([`actk_core::plan`]'s summary: `nvidia.com/gpu=2`).
+    pub asks: String,
+    /// The device nodes the plan gives that the container lacks.
+    pub missing: Vec<String>,
+}
+
+/// A pod as NRI names it (its PodSandbox): enough to post an Event about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID (empty when the runtime gave none).
+    pub uid: String,
+}
+
+impl Unserved {
+    /// `namespace/pod container name`, as the plugin's messages name a container.
+    pub fn who(&self) -> String {
+        match &self.pod {
+            Some(p) => format!("{}/{} container {}", p.namespace, p.name, self.container),
+            None => format!("container {}", self.container),
+        }
+    }
+
+    /// The warn log line.
+    pub fn warning(&self) -> String {
+        format!(
+            "{} was created while this NRI plugin was not serving: it asks for {} but runs without {}; delete its pod to recreate it (the device plugin's NRI gate makes such containers fail instead)",
+            self.who(),
+            self.asks,
+            self.missing.join(", ")
+        )
+    }
+}
+
+/// The containers of `all` that ask for devices this plugin would give but that no actk path
+/// served (no [`adjust::APPLIED_ANNOTATION`]) and that lack device nodes the plan gives:
+/// created while the plugin was not connected, they run without their devices. Stopped
 /// containers, and containers whose nodes came another way (containerd's own CDI), are left out.
-pub fn unserved(planner: &Planner, all: &Synced) -> Vec<String> {
+pub fn unserved(planner: &Planner, all: &Synced) -> Vec<Unserved> {
     let mut out = Vec::new();
     for c in &all.containers {
         if c.state == nri::ContainerState::ContainerStopped as i32
@@ -304,18 +364,29 @@ pub fn unserved(planner: &Planner, all: &Synced) -> Vec<String> {
         // Served another way (containerd applied the CDI names itself): its nodes are there.
         let have: std::collections::BTreeSet<&str> =
             c.linux.iter().flat_map(|l| l.devices.iter().map(|d| d.path.as_str())).collect();
-        let missing: Vec<&str> =
-            plan.edits.device_nodes.iter().map(|n| n.path.as_str()).filter(|p| !have.contains(p)).collect();
+        let missing: Vec<String> = plan
+            .edits
+            .device_nodes
+            .iter()
+            .map(|n| n.path.as_str())
+            .filter(|p| !have.contains(p))
+            .map(String::from)
+            .collect();
         if missing.is_empty() {
             continue;
         }
-        let pod = all.pods.iter().find(|p| p.id == c.pod_sandbox_id);
-        out.push(format!(
-            "{} was created while this NRI plugin was not serving: it asks for {} but runs without {}; delete its pod to recreate it (the device plugin's NRI gate makes such containers fail instead)",
-            who(pod, c),
-            plan.summary(),
-            missing.join(", ")
-        ));
+        let pod = all.pods.iter().find(|p| p.id == c.pod_sandbox_id).map(|p| PodRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        });
+        out.push(Unserved {
+            container_id: c.id.clone(),
+            container: c.name.clone(),
+            pod,
+            asks: plan.summary(),
+            missing,
+        });
     }
     out
 }
@@ -367,19 +438,25 @@ pub fn create_container(
 
 /// Connects (or takes the runtime's pre-connected socket) and serves until `stop`; reconnects
 /// with a pause when the runtime goes away (a containerd restart), as a DaemonSet plugin must.
-pub async fn run(socket: &std::path::Path, reg: Registration, planner: Arc<Planner>) -> Result<()> {
+/// `notifier`: where Events on pods of unserved containers go ([`crate::events`]), if anywhere.
+pub async fn run(
+    socket: &std::path::Path,
+    reg: Registration,
+    planner: Arc<Planner>,
+    notifier: Option<Arc<Notifier>>,
+) -> Result<()> {
     if let Some(fd) = std::env::var("NRI_PLUGIN_SOCKET").ok().filter(|s| !s.is_empty()) {
         // Launched by the runtime from its plugin directory: one connection, then exit.
         let fd: i32 = fd.parse().with_context(|| format!("NRI_PLUGIN_SOCKET={fd} is not a file descriptor"))?;
         let stream = from_fd(fd)?;
-        return serve(stream, &reg, planner).await;
+        return serve(stream, &reg, planner, notifier).await;
     }
     let mut warned = false;
     loop {
         match UnixStream::connect(socket).await {
             Ok(s) => {
                 warned = false;
-                match serve(s, &reg, planner.clone()).await {
+                match serve(s, &reg, planner.clone(), notifier.clone()).await {
                     // The runtime closing the connection is the runtime dropping the plugin:
                     // until it is back, containers are created without it.
                     Ok(()) => tracing::warn!(
@@ -432,7 +509,13 @@ mod tests {
     }
 
     fn pod(id: &str) -> nri::PodSandbox {
-        nri::PodSandbox { id: id.into(), name: format!("pod-{id}"), namespace: "ns".into(), ..Default::default() }
+        nri::PodSandbox {
+            id: id.into(),
+            name: format!("pod-{id}"),
+            namespace: "ns".into(),
+            uid: format!("uid-{id}"),
+            ..Default::default()
+        }
     }
 
     /// containerd/nri#111: every part but the last is answered `more: true` with no updates,
@@ -534,8 +617,12 @@ mod tests {
             pods: vec![pod("a"), pod("b")],
             containers: vec![served, stopped, missed, plain, via_cdi],
         };
-        let w = unserved(&p, &all);
+        let found = unserved(&p, &all);
+        let w: Vec<String> = found.iter().map(Unserved::warning).collect();
         assert_eq!(w.len(), 1, "{w:?}");
+        let pod = found[0].pod.as_ref().expect("its pod, for the Event");
+        assert_eq!((pod.namespace.as_str(), pod.name.as_str(), found[0].container_id.as_str()), ("ns", "pod-b", "3"));
+        assert!(found[0].missing.iter().any(|n| n == "/dev/nvidia2"), "{:?}", found[0].missing);
         assert!(
             w[0].starts_with("ns/pod-b container ctr-3 was created while this NRI plugin was not serving"),
             "{w:?}"

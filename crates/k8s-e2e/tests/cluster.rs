@@ -760,6 +760,88 @@ fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> 
     result
 }
 
+/// Issue 28 item 8, "start anyway, and an Event says so" (`nri.gate: false`, the admin's choice
+/// against the gate): while the NRI plugin's pod is not running, a pod allocated a GPU starts
+/// without it (its /dev has no GPU); once the plugin is back and has synchronized with
+/// containerd, the pod carries a Warning Event `ActkNriNotServed` (`kubectl get events`, and
+/// `kubectl describe pod`) naming the container, what it asked for, the plugin and the gate.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn without_the_nri_gate_an_unserved_gpu_pod_starts_and_an_event_says_so() -> Result<()> {
+    let Some(dgx) = prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = "config:\n  strategies: [volume-mounts]\nnri:\n  enabled: true\n  gate: false\n";
+    let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
+    nri_plugin_registered(&c)?;
+    let ds =
+        c.kubectl_ok(&["get", "ds", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nri-plugin", "-o", "name"])?;
+    let ds = ds.trim().to_string();
+    ensure!(ds.starts_with("daemonset"), "the chart's NRI DaemonSet: {ds:?}");
+    let name = "nri-nogate-unserved";
+    let away = r#"{"spec":{"template":{"spec":{"nodeSelector":{"actk.dev/test-no-node":"nri-gate"}}}}}"#;
+    c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=merge", "-p", away])?;
+    let result = (|| -> Result<()> {
+        c.wait_until("the NRI plugin's pod to go", Duration::from_secs(120), || {
+            let pods = c.release_pods()?;
+            Ok((!pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"))
+                .then_some(()))
+        })?;
+        // Unserved: it starts, without its GPU.
+        let script = format!("{LOOK}; echo LOOKED; exec sleep 3600");
+        c.create_pod(&PodSpec { script, ..PodSpec::new(name, "").limit(GPU, 1) })?;
+        c.wait_pod_phase(name, &["Running"], Duration::from_secs(120))?;
+        let log = c.wait_until("the pod's look at itself", Duration::from_secs(60), || {
+            let log = c.logs(name)?;
+            Ok(log.contains("LOOKED").then_some(log))
+        })?;
+        let v = View::parse(&log);
+        ensure!(v.numbered("nvidia").is_empty(), "no plugin, no gate: the pod starts without its GPU: {:?}", v.dev);
+        ensure!(
+            !c.events(TEST_NAMESPACE, name)?.iter().any(|e| e.starts_with("ActkNriNotServed")),
+            "no Event before the plugin is back"
+        );
+        // The plugin back: it finds the container in its first Synchronize and says so on the pod.
+        let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
+        c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back])?;
+        c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
+            let pods = c.release_pods()?;
+            Ok(pods
+                .iter()
+                .any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
+                .then_some(()))
+        })?;
+        nri_plugin_registered(&c)?;
+        let sel = format!("involvedObject.name={name},reason=ActkNriNotServed");
+        let ev = c
+            .wait_until("the Event ActkNriNotServed on the pod", Duration::from_secs(60), || {
+                let list = c.get_json(&["events", "-n", TEST_NAMESPACE, "--field-selector", &sel])?;
+                Ok(list["items"].as_array().and_then(|i| i.first()).cloned())
+            })
+            .with_context(|| format!("actk-nri log:\n{}", nri_log(&c)))?;
+        let msg = ev["message"].as_str().unwrap_or_default();
+        ensure!(ev["type"] == "Warning", "a Warning: {ev}");
+        ensure!(ev["involvedObject"]["kind"] == "Pod", "on the Pod: {ev}");
+        ensure!(ev["involvedObject"]["uid"] == c.pod(name)?["metadata"]["uid"], "on this pod (its UID): {ev}");
+        for want in ["container c ", "nvidia.com/gpu", "actk NRI plugin 10-actk", "nri.gate: true"] {
+            ensure!(msg.contains(want), "the Event's message names {want:?}: {msg}");
+        }
+        let describe = c.kubectl_ok(&["describe", "pod", name, "-n", TEST_NAMESPACE])?;
+        ensure!(describe.contains("ActkNriNotServed"), "kubectl describe pod shows it:\n{describe}");
+        // The warn log says it too, as before.
+        ensure!(
+            nri_log(&c).contains(&format!(
+                "{TEST_NAMESPACE}/{name} container c was created while this NRI plugin was not serving"
+            )),
+            "and the warn log line stays:\n{}",
+            nri_log(&c)
+        );
+        Ok(())
+    })();
+    let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
+    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back]);
+    let _ = c.delete_pod(name);
+    result
+}
+
 /// The chart as a multi-tenant node is deployed (docs/kubernetes.md, SECURITY.md): the device
 /// list (`volume-mounts`), actk-runtime with RuntimeClass `actk`, and the node setup's default
 /// trust policy. Waits until the node setup has written actk-runtime's config and registered

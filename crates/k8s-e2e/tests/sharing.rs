@@ -15,6 +15,7 @@ const NEURON: &str = "aws.amazon.com/neuron";
 const NEURONCORE: &str = "aws.amazon.com/neuroncore";
 const NEURONDEVICE: &str = "aws.amazon.com/neurondevice";
 const GPU: &str = "nvidia.com/gpu";
+const SHARED: &str = "nvidia.com/gpu.shared";
 
 /// The cluster with the chart installed for `root` and `values`, `resource` = `count` allocatable.
 fn ready(root: &Path, values: &str, resource: &str, count: i64) -> Result<Option<Cluster>> {
@@ -83,6 +84,100 @@ fn inf2_neuroncore_neuron_and_neurondevice_pods_never_share_a_device() -> Result
         c.delete_pod(pod)?;
     }
     c.wait_allocatable_within(NEURONCORE, 24, Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// Issue 28 item 1, MIG-mixed and whole GPUs, on the DGX A100 fixture (GPUs 0-3 in MIG mode
+/// with 17 MIG devices of five profiles, GPUs 4-7 whole) with `migStrategy: mixed`: a GPU in MIG
+/// mode is never advertised whole (NVIDIA's mixed strategy; the ledger of held units keeps that
+/// across a mode change under a running pod, unit-tested in actk-device-plugin's `held`), so
+/// `nvidia.com/gpu` counts 4. Pods holding every whole GPU and every MIG device of each profile
+/// at once never see the same physical GPU: the whole-GPU pod sees /dev/nvidia4-7, each MIG pod
+/// its MIG devices' caps and only their parent GPUs' /dev/nvidiaN, all among 0-3.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn mig_mixed_devices_and_whole_gpus_never_share_a_gpu() -> Result<()> {
+    use actk_testsupport::nvml_double::State;
+    let Some(a100) = fixture::prepare("nvidia-dgx-a100")? else { return Ok(()) };
+    let state = State::of(&a100.root)?;
+    let values = "config:\n  strategies: [cdi-cri]\n  migStrategy: mixed\n";
+    let Some(c) = ready(&a100.root, values, GPU, 4)? else { return Ok(()) };
+    // Which GPU each MIG caps node belongs to (the driver's capability files, as nvidia-smi
+    // creates the nodes), and how many MIG devices each profile has.
+    let mut cap_gpu = std::collections::BTreeMap::new();
+    let mut profiles = std::collections::BTreeMap::<String, u32>::new();
+    for g in state.gpus() {
+        let gpu = g.num("index");
+        for m in state.migs(gpu) {
+            *profiles.entry(m.get("profile").replace('+', ".")).or_default() += 1;
+            for file in [format!("gi{}/access", m.num("gi")), format!("gi{}/ci{}/access", m.num("gi"), m.num("ci"))] {
+                let p = a100.path(&format!("proc/driver/nvidia/capabilities/gpu{gpu}/mig/{file}"));
+                let t = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+                let minor = t.lines().next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("").to_string();
+                cap_gpu.insert(format!("nvidia-cap{minor}"), gpu as u32);
+            }
+        }
+    }
+    ensure!(profiles.values().sum::<u32>() == 17, "the fixture's 17 MIG devices: {profiles:?}");
+    for (p, n) in &profiles {
+        c.wait_allocatable(&format!("nvidia.com/mig-{p}"), i64::from(*n))?;
+    }
+    let whole: Vec<u32> = (4..8).collect();
+    run(&c, &sleeper("mixed-whole").limit(GPU, 4))?;
+    ensure!(numbered(&c, "mixed-whole", "nvidia")? == whole, "the 4 GPUs outside MIG mode, whole");
+    let mut pods = Vec::new();
+    for (p, n) in &profiles {
+        let pod = format!("mixed-{}", p.replace('.', "-"));
+        run(&c, &sleeper(&pod).limit(&format!("nvidia.com/mig-{p}"), *n))?;
+        let gpus = numbered(&c, &pod, "nvidia")?;
+        let caps: Vec<String> =
+            c.exec(&pod, &["ls", "/dev/nvidia-caps"])?.split_whitespace().map(String::from).collect();
+        let parents: BTreeSet<u32> = caps
+            .iter()
+            .map(|cap| cap_gpu.get(cap).copied().with_context(|| format!("{pod}: {cap} is no MIG device's cap")))
+            .collect::<Result<_>>()?;
+        ensure!(!caps.is_empty(), "{pod}: its MIG devices' caps");
+        ensure!(
+            gpus.iter().copied().collect::<BTreeSet<u32>>() == parents,
+            "{pod} sees exactly its MIG devices' parent GPUs: /dev/nvidia{gpus:?}, caps {caps:?} of GPUs {parents:?}"
+        );
+        ensure!(gpus.iter().all(|g| *g < 4 && !whole.contains(g)), "{pod}: a GPU held whole by mixed-whole: {gpus:?}");
+        pods.push(pod);
+    }
+    // Every unit of every resource is held: nothing of the node is left to hand out twice.
+    c.wait_allocatable_within(GPU, 4, Duration::from_secs(30))?;
+    pods.push("mixed-whole".into());
+    for p in pods {
+        c.delete_pod(&p)?;
+    }
+    Ok(())
+}
+
+/// Issue 28 item 1, time-sliced replicas and whole devices, on the DGX H100 fixture with
+/// NVIDIA's `devices` list: GPUs 0 and 1 shared as `nvidia.com/gpu.shared` (4 replicas each),
+/// the others whole as `nvidia.com/gpu`. A device is served under one of the two, never both
+/// (the shared entry takes its devices out of the whole resource), so the counts are 8 and 6,
+/// and pods holding every replica and every whole GPU at once see disjoint GPUs: the replicas'
+/// pods /dev/nvidia0-1 only, the whole-GPU pod /dev/nvidia2-7.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn time_sliced_replicas_and_whole_gpus_never_share_a_gpu() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let values = "config:\n  strategies: [cdi-cri]\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\n        rename: nvidia.com/gpu.shared\n        devices: [0, 1]\n";
+    let Some(c) = ready(&dgx.root, values, GPU, 6)? else { return Ok(()) };
+    c.wait_allocatable(SHARED, 8)?;
+    run(&c, &sleeper("ts-whole").limit(GPU, 6))?;
+    run(&c, &sleeper("ts-shared-a").limit(SHARED, 2))?;
+    run(&c, &sleeper("ts-shared-b").limit(SHARED, 6))?;
+    let whole = numbered(&c, "ts-whole", "nvidia")?;
+    ensure!(whole == [2, 3, 4, 5, 6, 7], "the 6 unshared GPUs, whole: {whole:?}");
+    let a = numbered(&c, "ts-shared-a", "nvidia")?;
+    ensure!(a == [0, 1], "2 replicas: 2 GPUs, spread: {a:?}");
+    let b = numbered(&c, "ts-shared-b", "nvidia")?;
+    ensure!(!b.is_empty() && b.iter().all(|g| *g < 2), "the other 6 replicas, of GPUs 0-1 only: {b:?}");
+    for p in ["ts-whole", "ts-shared-a", "ts-shared-b"] {
+        c.delete_pod(p)?;
+    }
     Ok(())
 }
 

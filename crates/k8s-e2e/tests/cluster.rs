@@ -695,6 +695,44 @@ fn trust_policy_under_the_charts_nri_plugin() -> Result<()> {
     Ok(())
 }
 
+/// The chart's NRI DaemonSet, as `daemonset.apps/NAME`.
+fn nri_daemonset(c: &Cluster) -> Result<String> {
+    let ds =
+        c.kubectl_ok(&["get", "ds", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nri-plugin", "-o", "name"])?;
+    let ds = ds.trim().to_string();
+    ensure!(ds.starts_with("daemonset"), "the chart's NRI DaemonSet: {ds:?}");
+    Ok(ds)
+}
+
+/// JSON patch that undoes [`send_nri_plugin_away`].
+const NRI_BACK: &str = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
+
+/// Takes the NRI plugin off the node as a rollout or a crash would: its DaemonSet's nodeSelector
+/// matches no node. The caller undoes it with [`NRI_BACK`] whatever happens.
+fn send_nri_plugin_away(c: &Cluster, ds: &str) -> Result<()> {
+    let away = r#"{"spec":{"template":{"spec":{"nodeSelector":{"actk.dev/test-no-node":"nri-gate"}}}}}"#;
+    c.kubectl_ok(&["patch", ds, "-n", NAMESPACE, "--type=merge", "-p", away])?;
+    Ok(())
+}
+
+/// Waits until no NRI plugin pod of the release is left.
+fn wait_nri_plugin_gone(c: &Cluster) -> Result<()> {
+    c.wait_until("the NRI plugin's pod to go", Duration::from_secs(120), || {
+        let pods = c.release_pods()?;
+        Ok((!pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")).then_some(()))
+    })
+}
+
+/// Brings the NRI plugin back and waits until containerd has registered it.
+fn bring_nri_plugin_back(c: &Cluster, ds: &str) -> Result<()> {
+    c.kubectl_ok(&["patch", ds, "-n", NAMESPACE, "--type=json", "-p", NRI_BACK])?;
+    c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
+        let pods = c.release_pods()?;
+        Ok(pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin").then_some(()))
+    })?;
+    nri_plugin_registered(c).map(drop)
+}
+
 /// Issue 28 item 8, the NRI gate wired by the chart (`nri.gate`, on with `nri.enabled`): while
 /// the NRI plugin's pod is not running (its DaemonSet's nodeSelector matches no node, as in a
 /// rollout or a crash), a pod allocated a GPU does not start without it: its container fails to
@@ -708,21 +746,13 @@ fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> 
     let values = "config:\n  strategies: [volume-mounts]\nnri:\n  enabled: true\n";
     let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
     nri_plugin_registered(&c)?;
-    let ds =
-        c.kubectl_ok(&["get", "ds", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nri-plugin", "-o", "name"])?;
-    let ds = ds.trim().to_string();
-    ensure!(ds.starts_with("daemonset"), "the chart's NRI DaemonSet: {ds:?}");
+    let ds = nri_daemonset(&c)?;
     // Served: the GPU, and the gate's mount gone.
     let served = look(&c, PodSpec::new("nri-gate-served", "").limit(GPU, 1))?;
     assert_eq!(served.numbered("nvidia").len(), 1, "{:?}", served.dev);
-    let away = r#"{"spec":{"template":{"spec":{"nodeSelector":{"actk.dev/test-no-node":"nri-gate"}}}}}"#;
-    c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=merge", "-p", away])?;
+    send_nri_plugin_away(&c, &ds)?;
     let result = (|| -> Result<()> {
-        c.wait_until("the NRI plugin's pod to go", Duration::from_secs(120), || {
-            let pods = c.release_pods()?;
-            Ok((!pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"))
-                .then_some(()))
-        })?;
+        wait_nri_plugin_gone(&c)?;
         let name = "nri-gate-unserved";
         c.create_pod(&PodSpec { script: LOOK.into(), ..PodSpec::new(name, "").limit(GPU, 1) })?;
         let pod = c.wait_pod_phase(name, &["Failed", "Succeeded"], Duration::from_secs(120))?;
@@ -738,24 +768,14 @@ fn nri_gate_holds_a_gpu_pod_while_the_charts_nri_plugin_is_away() -> Result<()> 
             "the error names the plugin: {msg}"
         );
         // The plugin back: the pod created again starts with its GPU.
-        let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
-        c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back])?;
-        c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
-            let pods = c.release_pods()?;
-            Ok(pods
-                .iter()
-                .any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
-                .then_some(()))
-        })?;
-        nri_plugin_registered(&c)?;
+        bring_nri_plugin_back(&c, &ds)?;
         let v = look(&c, PodSpec::new(name, "").limit(GPU, 1))?;
         assert_eq!(v.numbered("nvidia").len(), 1, "the pod's GPU once the plugin serves it: {:?}", v.dev);
         Ok(())
     })();
     // Undo whatever happened: helm's three-way merge would keep a nodeSelector that neither
     // chart revision has.
-    let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
-    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back]);
+    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", NRI_BACK]);
     let _ = c.delete_pod("nri-gate-unserved");
     result
 }
@@ -772,19 +792,11 @@ fn without_the_nri_gate_an_unserved_gpu_pod_starts_and_an_event_says_so() -> Res
     let values = "config:\n  strategies: [volume-mounts]\nnri:\n  enabled: true\n  gate: false\n";
     let Some(c) = ready(&Default::default(), &dgx.root, values, GPU, 8)? else { return Ok(()) };
     nri_plugin_registered(&c)?;
-    let ds =
-        c.kubectl_ok(&["get", "ds", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=nri-plugin", "-o", "name"])?;
-    let ds = ds.trim().to_string();
-    ensure!(ds.starts_with("daemonset"), "the chart's NRI DaemonSet: {ds:?}");
+    let ds = nri_daemonset(&c)?;
     let name = "nri-nogate-unserved";
-    let away = r#"{"spec":{"template":{"spec":{"nodeSelector":{"actk.dev/test-no-node":"nri-gate"}}}}}"#;
-    c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=merge", "-p", away])?;
+    send_nri_plugin_away(&c, &ds)?;
     let result = (|| -> Result<()> {
-        c.wait_until("the NRI plugin's pod to go", Duration::from_secs(120), || {
-            let pods = c.release_pods()?;
-            Ok((!pods.iter().any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin"))
-                .then_some(()))
-        })?;
+        wait_nri_plugin_gone(&c)?;
         // Unserved: it starts, without its GPU.
         let script = format!("{LOOK}; echo LOOKED; exec sleep 3600");
         c.create_pod(&PodSpec { script, ..PodSpec::new(name, "").limit(GPU, 1) })?;
@@ -800,16 +812,7 @@ fn without_the_nri_gate_an_unserved_gpu_pod_starts_and_an_event_says_so() -> Res
             "no Event before the plugin is back"
         );
         // The plugin back: it finds the container in its first Synchronize and says so on the pod.
-        let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
-        c.kubectl_ok(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back])?;
-        c.wait_until("the NRI plugin's new pod", Duration::from_secs(120), || {
-            let pods = c.release_pods()?;
-            Ok(pods
-                .iter()
-                .any(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == "nri-plugin")
-                .then_some(()))
-        })?;
-        nri_plugin_registered(&c)?;
+        bring_nri_plugin_back(&c, &ds)?;
         let sel = format!("involvedObject.name={name},reason=ActkNriNotServed");
         let ev = c
             .wait_until("the Event ActkNriNotServed on the pod", Duration::from_secs(60), || {
@@ -836,8 +839,7 @@ fn without_the_nri_gate_an_unserved_gpu_pod_starts_and_an_event_says_so() -> Res
         );
         Ok(())
     })();
-    let back = r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/actk.dev~1test-no-node"}]"#;
-    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", back]);
+    let _ = c.kubectl(&["patch", &ds, "-n", NAMESPACE, "--type=json", "-p", NRI_BACK]);
     let _ = c.delete_pod(name);
     result
 }

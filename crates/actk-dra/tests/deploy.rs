@@ -59,8 +59,18 @@ fn template_for(helm: &Path, kube_version: Option<&str>, set: &[&str]) -> Result
     Ok(docs(&String::from_utf8_lossy(&o.stdout), "helm template output"))
 }
 
+/// The device plugin's and the DRA driver's DaemonSets (the exporter's and the node labeller's,
+/// on by default since issue 30, are tested in actk-device-plugin's deploy tests).
 fn daemonsets(all: &[Value]) -> Vec<&Value> {
-    all.iter().filter(|d| d["kind"] == "DaemonSet").collect()
+    all.iter()
+        .filter(|d| d["kind"] == "DaemonSet")
+        .filter(|d| {
+            !matches!(
+                d["metadata"]["labels"]["app.kubernetes.io/component"].as_str(),
+                Some("exporter" | "node-labeller")
+            )
+        })
+        .collect()
 }
 
 fn env_of(c: &Value) -> Vec<(String, String)> {

@@ -222,6 +222,8 @@ fn exporter_and_node_labeller_render_least_privilege() {
     let binding = named("ValidatingAdmissionPolicyBinding", "actk-device-plugin-labeller-own-node");
     assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
     assert!(args.as_array().unwrap().iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{args}");
+    // No named configs: the label is not an input (the plugin ignores it too).
+    assert!(!args.as_array().unwrap().iter().any(|a| a == "--node-config"), "{args}");
     // Without the plugin (DRA only) there is no plugin config: the chart's MIG strategy only.
     let dra_only = render(&helm, &["devicePlugin.enabled=false", "dra.enabled=true"]);
     let l = dra_only
@@ -899,6 +901,7 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
         .expect("the labeller DaemonSet")["spec"]["template"];
     let largs = container(&labeller["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
     assert!(largs.iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{largs:?}");
+    assert!(largs.iter().any(|a| a == "--node-config"), "the node's label picks, as for the plugin: {largs:?}");
     let mounted = |pod: &Value, c: &str| -> Vec<(String, String, String)> {
         let vols = pod["volumes"].as_array().unwrap();
         container(pod, c)["volumeMounts"]

@@ -52,6 +52,11 @@ pub struct Args {
     /// default) instead of --replicas; --mig-strategy is then used only until a config loads.
     #[arg(long, conflicts_with_all = ["replicas"])]
     pub plugin_config: Option<PathBuf>,
+    /// With --node: the Node's label `actk.dev/config` (else `nvidia.com/device-plugin.config`)
+    /// names the config of --plugin-config, as for the plugin's --node-config (the chart sets
+    /// both where it has named configs); without it the label is not the labeller's input.
+    #[arg(long, requires = "plugin_config")]
+    pub node_config: bool,
     /// Patch the labels on this Node through the API server (in-cluster service account, else
     /// $KUBECONFIG) instead of printing them: the labeller DaemonSet's mode.
     #[arg(long, conflicts_with = "output")]
@@ -140,10 +145,11 @@ async fn label_node(
         let pass = async {
             let n = api.get(node).await.with_context(|| format!("reading node {node}"))?;
             let opts = match &mut plugin {
-                Some(p) => {
+                Some(p) if a.node_config => {
                     let label = n.metadata.labels.as_ref().and_then(|l| requested(l)).map(|(_, name)| name);
                     p.options(label.as_deref()).clone()
                 }
+                Some(p) => p.options(a.config_name.as_deref()).clone(),
                 None => opts.clone(),
             };
             let now = labels(&actk_core::discover::discover(&a.root, profiles), &opts);

@@ -249,3 +249,34 @@ fn write_atomic(path: &Path, text: &str) -> Result<()> {
     tmp.persist(path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name that stops loading keeps the labels of the last config that did (as the plugin
+    /// keeps serving it), and the next good name replaces them.
+    #[test]
+    fn a_refused_name_keeps_the_last_good_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let cm = dir.path().join("nvidia");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("default"), "version: v1\n").unwrap();
+        std::fs::write(
+            cm.join("ts2"),
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let toml = dir.path().join("device-plugin.toml");
+        std::fs::write(&toml, format!("nvidia_config = {:?}\n", cm.display().to_string())).unwrap();
+        let fallback = LabelOptions { mig_strategy: Some("mixed".into()), ..Default::default() };
+        let mut p = PluginConfig::new(toml, fallback.clone());
+        assert_eq!(p.options(Some("gone")), &fallback, "nothing loaded yet: the fallback");
+        let ts2 = p.options(Some("ts2")).clone();
+        assert_eq!((ts2.config.as_deref(), ts2.replicas.get("nvidia.com/gpu")), (Some("ts2"), Some(&2)));
+        assert_eq!(p.options(Some("gone")), &ts2, "the last good config stays");
+        assert!(p.told.as_deref().is_some_and(|m| m.contains("last good config (ts2)")), "{:?}", p.told);
+        assert_eq!(p.options(None).config.as_deref(), Some("default"));
+        assert_eq!(p.told, None);
+    }
+}

@@ -176,19 +176,30 @@ struct PluginConfig {
     path: PathBuf,
     good: LabelOptions,
     told: Option<String>,
+    /// The name `good` was loaded for: reading it again on the next pass is quiet (the
+    /// loader's warnings, such as NVIDIA keys actk does not use, were logged the first time).
+    loaded: Option<Option<String>>,
 }
 
 impl PluginConfig {
     fn new(path: PathBuf, fallback: LabelOptions) -> PluginConfig {
-        PluginConfig { path, good: fallback, told: None }
+        PluginConfig { path, good: fallback, told: None, loaded: None }
     }
 
     /// The options for config `name` (`None`: the default), read from the file now.
     fn options(&mut self, name: Option<&str>) -> &LabelOptions {
-        match actk_device_plugin::config::label_options(&self.path, name) {
+        let load = || actk_device_plugin::config::label_options(&self.path, name);
+        let again = self.loaded.as_ref().is_some_and(|l| l.as_deref() == name);
+        let r = if again {
+            tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), load)
+        } else {
+            load()
+        };
+        match r {
             Ok(o) => {
                 self.good = o;
                 self.told = None;
+                self.loaded = Some(name.map(str::to_string));
             }
             Err(e) => {
                 let m = format!(

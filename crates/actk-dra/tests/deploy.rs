@@ -449,11 +449,9 @@ fn bad_values_are_refused_naming_the_value() {
     // (The node labeller's ClusterRole and admission policy are there by default: not the
     // driver's, whose names carry "dra".)
     let drivers = |d: &&Value| d["metadata"]["name"].as_str().is_some_and(|n| n.contains("dra"));
-    assert!(
-        all.iter().all(|d| d["kind"] != "DeviceClass"
-            && !(d["kind"] == "ClusterRole" && drivers(&d))
-            && !(d["kind"] == "ValidatingAdmissionPolicy" && drivers(&d)))
-    );
+    assert!(all.iter().all(|d| d["kind"] != "DeviceClass"
+        && !(d["kind"] == "ClusterRole" && drivers(&d))
+        && !(d["kind"] == "ValidatingAdmissionPolicy" && drivers(&d))));
     assert_eq!(daemonsets(&all).len(), 1);
 }
 

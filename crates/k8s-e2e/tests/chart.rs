@@ -42,6 +42,28 @@ fn helm_with_harness(c: &Cluster, args: &[&str]) -> std::process::Output {
     c.helm_output(&a)
 }
 
+/// The harness's values file without the `extraEnv` list under the top-level `nri:` key (the
+/// file as scripts/k8s-node.sh writes it: two-space indents, the list's items deeper).
+fn without_nri_extra_env(values: &str) -> String {
+    let (mut top, mut skipping) = (String::new(), false);
+    let mut out = String::new();
+    for line in values.lines() {
+        if !line.starts_with(' ') && !line.starts_with('#') && !line.is_empty() {
+            top = line.to_string();
+        }
+        if skipping && line.starts_with("    ") {
+            continue;
+        }
+        skipping = top == "nri:" && line == "  extraEnv:";
+        if skipping {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -138,11 +160,25 @@ fn reuse_values_upgrade_from_an_earlier_chart_revision() -> Result<()> {
         .status()?;
     ensure!(archive.success(), "git archive of the earlier chart");
     let old_chart = old.path().join("deploy/helm/actk-device-plugin");
-    // The harness's values: this node's paths, the image, the fixture root as hostRoot.
-    let o = helm_with_harness(
-        &c,
-        &["upgrade", "--install", RELEASE, old_chart.to_str().unwrap(), "-n", NAMESPACE, "--wait", "--timeout", "3m"],
-    );
+    // The harness's values: this node's paths, the image, the fixture root as hostRoot; less
+    // `nri.extraEnv`, which the harness writes for today's chart and the earlier chart's schema
+    // (rightly) refuses: an admin's values of that revision never had it.
+    let harness = std::fs::read_to_string(format!("{}/harness-values.yaml", c.env("STATE_DIR")))?;
+    let earlier = old.path().join("harness-values.yaml");
+    std::fs::write(&earlier, without_nri_extra_env(&harness))?;
+    let o = c.helm_output(&[
+        "upgrade",
+        "--install",
+        RELEASE,
+        old_chart.to_str().unwrap(),
+        "-n",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "3m",
+        "-f",
+        earlier.to_str().unwrap(),
+    ]);
     ensure!(o.status.success(), "installing the earlier chart: {}", text(&o));
     c.wait_allocatable(GPU, 8)?;
     let o = c.helm_output(&[

@@ -40,6 +40,8 @@ fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ACTK_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Plain text in `kubectl logs` (issue 28 item 6), colour only on a terminal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     anyhow::ensure!(

@@ -64,6 +64,22 @@ fn without_nri_extra_env(values: &str) -> String {
     out
 }
 
+/// Removes, when dropped, the node labels the named-config and labeller tests set.
+struct Unlabel<'a>(&'a Cluster, String);
+
+impl Drop for Unlabel<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kubectl(&[
+            "label",
+            "node",
+            &self.1,
+            "actk.dev/config-",
+            "nvidia.com/device-plugin.config-",
+            "actk.dev/retired.count-",
+        ]);
+    }
+}
+
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -317,6 +333,7 @@ fn node_label_chooses_the_named_config_without_a_reinstall() -> Result<()> {
     let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
     let node = c.node_name().to_string();
+    let _unlabel = Unlabel(&c, node.clone());
     let label = |key: &str, v: Option<&str>| -> Result<()> {
         let arg = match v {
             Some(v) => format!("{key}={v}"),
@@ -383,6 +400,9 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
     let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
     let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
     let node = c.node_name().to_string();
+    // Whatever happens, the node leaves without the labels this test sets: a config label left
+    // behind names a config the next test's chart does not have, and its plugin would not start.
+    let _unlabel = Unlabel(&c, node.clone());
     // A label a labeller set before (stale) and the admin's config label.
     c.kubectl_ok(&[
         "label",

@@ -640,7 +640,11 @@ fn every_earlier_values_yaml_renders_as_reuse_values_would() {
     let tmp = tempfile::tempdir().unwrap();
     let chart = tmp.path().join("chart");
     copy_chart(&chart);
-    for c in &commits {
+    // Revisions whose values.yaml had `exporter`/`nodeLabeller` (issue 30's DaemonSets): that
+    // chart work was reverted before any of it landed, so no installed release has them.
+    const WITHDRAWN: [&str; 2] =
+        ["9adb62dac3c9d0cea8d8767daa12a2afecc5c377", "6c23d9c43d1699156d653e20bc71e85b846788ad"];
+    for c in commits.iter().filter(|c| !WITHDRAWN.contains(&c.as_str())) {
         let old = Command::new("git").current_dir(repo()).args(["show", &format!("{c}:{path}")]).output().unwrap();
         assert!(old.status.success(), "git show {c}:{path}");
         std::fs::write(chart.join("values.yaml"), &old.stdout).unwrap();

@@ -53,7 +53,9 @@ fn check_daemonset(all: &[Value], what: &str) {
     let ds = plugin_daemonset(all, what);
     assert_eq!(ds["apiVersion"], "apps/v1", "{what}");
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], false, "{what}: the plugin never talks to the API server");
+    // The plugin talks to the API server only to read its Node's config label (named configs).
+    let named = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "nvidia-config");
+    assert_eq!(pod["automountServiceAccountToken"], named, "{what}: a token only for named configs");
     assert!(pod["hostPID"].is_null(), "{what}: only the node setup needs the host's pids");
     let volumes = pod["volumes"].as_array().unwrap();
     let host_path =
@@ -135,8 +137,94 @@ fn daemonset_manifest_parses_and_is_least_privilege() {
     let path = repo().join("deploy/kubernetes/actk-device-plugin.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let all = docs(&text, &path.display().to_string());
-    assert_eq!(all.len(), 2, "ConfigMap and DaemonSet");
+    let mut kinds: Vec<&str> = all.iter().filter_map(|d| d["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "DaemonSet",
+            "DaemonSet",
+            "Service",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ],
+        "the plugin, the exporter and the node labeller"
+    );
     check_daemonset(&all, "deploy/kubernetes/actk-device-plugin.yaml");
+}
+
+/// Issue 30: the exporter and the node labeller, on by default (as GPU Operator deploys
+/// dcgm-exporter and GFD): unprivileged like every part; the exporter without a token, behind a
+/// Service with Prometheus scrape annotations; the labeller with `get`/`patch` on nodes only,
+/// narrowed to its own node by an admission policy bound with Deny; both off with their values.
+#[test]
+fn exporter_and_node_labeller_render_least_privilege() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(&helm, &[]);
+    let named = |kind: &str, name: &str| {
+        all.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    for (ds, c) in
+        [("actk-device-plugin-exporter", "actk-exporter"), ("actk-device-plugin-labeller", "actk-node-labeller")]
+    {
+        let pod = named("DaemonSet", ds)["spec"]["template"]["spec"].clone();
+        let sc = &container(&pod, c)["securityContext"];
+        assert_eq!(
+            (sc["privileged"].clone(), sc["readOnlyRootFilesystem"].clone()),
+            (false.into(), true.into()),
+            "{ds}"
+        );
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{ds}");
+        for m in container(&pod, c)["volumeMounts"].as_array().unwrap() {
+            assert_eq!(m["readOnly"], true, "{ds}: {m}");
+        }
+    }
+    let exporter = named("DaemonSet", "actk-device-plugin-exporter")["spec"]["template"]["spec"].clone();
+    assert_eq!(exporter["automountServiceAccountToken"], false);
+    let args = container(&exporter, "actk-exporter")["args"].clone();
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--listen=0.0.0.0:9500"), "{args}");
+    let svc = named("Service", "actk-device-plugin-exporter");
+    assert_eq!(svc["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+    assert_eq!(svc["metadata"]["annotations"]["prometheus.io/port"], "9500");
+    assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/name"], "actk-exporter");
+    let labeller = named("DaemonSet", "actk-device-plugin-labeller")["spec"]["template"]["spec"].clone();
+    assert_eq!(labeller["serviceAccountName"], "actk-device-plugin-labeller");
+    let args = container(&labeller, "actk-node-labeller")["args"].clone();
+    assert_eq!(
+        args.as_array().unwrap()[0..3],
+        serde_json::json!(["node", "labels", "--root=/host"]).as_array().unwrap()[..],
+        "{args}"
+    );
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--node=$(NODE_NAME)"), "{args}");
+    assert_eq!(
+        named("ClusterRole", "actk-device-plugin-labeller")["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+    );
+    let vap = named("ValidatingAdmissionPolicy", "actk-device-plugin-labeller-own-node");
+    assert!(
+        vap["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:kube-system:actk-device-plugin-labeller"),
+        "{vap}"
+    );
+    let binding = named("ValidatingAdmissionPolicyBinding", "actk-device-plugin-labeller-own-node");
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
+    let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["ConfigMap", "DaemonSet"], "only the plugin");
 }
 
 /// Every `.Values.a.b` a template refers to is defined in values.yaml.
@@ -199,7 +287,10 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
 
     let default = render(&helm, &[]);
     check_daemonset(&default, "helm template (defaults)");
-    assert!(!default.iter().any(|d| d["kind"] == "Service"), "no metrics Service unless enabled");
+    assert!(
+        !default.iter().any(|d| d["kind"] == "Service" && d["metadata"]["name"] == "actk-device-plugin-metrics"),
+        "no metrics Service unless enabled"
+    );
     assert!(!default.iter().any(|d| d["kind"] == "RuntimeClass"), "no RuntimeClass without node setup");
 
     // The static manifest is the chart's default rendering: every object agrees.
@@ -217,7 +308,10 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
     let with_metrics =
         render(&helm, &["metrics.enabled=true", "metrics.port=9555", "config.strategies={cdi-cri,device-specs}"]);
     check_daemonset(&with_metrics, "helm template (metrics)");
-    let svc = kind(&with_metrics, "Service");
+    let svc = with_metrics
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "actk-device-plugin-metrics")
+        .expect("the metrics Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 9555);
     let toml_text = kind(&with_metrics, "ConfigMap")["data"]["device-plugin.toml"].as_str().unwrap().to_string();
     let file: FileConfig = toml::from_str(&toml_text).unwrap();
@@ -788,6 +882,30 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
     let pod = &plugin_daemonset(&all, "config.map")["spec"]["template"]["spec"];
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "nvidia-config").unwrap();
     assert_eq!(vol["configMap"]["name"], "actk-device-plugin-nvidia-config");
+    // Each node's label actk.dev/config chooses among them: the plugin reads its own Node (get)
+    // and may post Events, nothing more.
+    check_daemonset(&all, "config.map");
+    let env = container(pod, "actk-device-plugin")["env"].as_array().unwrap().clone();
+    let env_of = |n: &str| env.iter().find(|e| e["name"] == n).cloned().unwrap_or_default();
+    assert_eq!(env_of("ACTK_DEVICE_PLUGIN_NODE_CONFIG")["value"], "true");
+    assert_eq!(env_of("NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    assert_eq!(pod["serviceAccountName"], "actk-device-plugin-device-plugin");
+    let role = all
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "actk-device-plugin-device-plugin")
+        .expect("the plugin's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+        ])
+    );
+    // Several configs without config.default: a key `default` is the default (NVIDIA's `named`).
+    let mut named = cfgs[..2].to_vec();
+    named.push("config.map.ts2=version: v1\n");
+    let s = plugin_settings(&ok(&named));
+    assert!(s.time_slicing.is_none(), "the key default");
     // config.name: the admin's own ConfigMap.
     let all = ok(&["config.name=nvidia-device-plugin-configs"]);
     let pod = &plugin_daemonset(&all, "config.name")["spec"]["template"]["spec"];
@@ -826,7 +944,7 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
         ),
         ("deviceListStrategy=envvar,config.strategies={volume-mounts}", &["deviceListStrategy", "set one of them"][..]),
         ("config.name=a,config.map.b=x", &["config.name and config.map"][..]),
-        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label"][..]),
+        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label actk.dev/config"][..]),
         ("config.map.a=x,config.default=b", &["config.default \"b\" is not a key of config.map (a)"][..]),
         ("migStrategy=all", &["migStrategy"][..]),
         ("someTypo=1", &["someTypo", "not allowed"][..]),
@@ -1021,9 +1139,14 @@ fn values_given_as_false_stay_false_and_null_maps_get_defaults() {
     };
     let chart = repo().join("deploy/helm/actk-device-plugin");
     let all = render_chart(&helm, &chart, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
-    let ds: Vec<&str> =
+    let mut ds: Vec<&str> =
         all.iter().filter(|d| d["kind"] == "DaemonSet").filter_map(|d| d["metadata"]["name"].as_str()).collect();
-    assert_eq!(ds, ["actk-device-plugin-dra"], "no device plugin DaemonSet");
+    ds.sort_unstable();
+    assert_eq!(
+        ds,
+        ["actk-device-plugin-dra", "actk-device-plugin-exporter", "actk-device-plugin-labeller"],
+        "no device plugin DaemonSet"
+    );
     let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false", "metrics.port=0"]);
     let all = all.expect_err("metrics.port 0 is refused by the schema");
     assert!(all.contains("metrics.port"), "{all}");

@@ -18,6 +18,18 @@ use std::collections::{BTreeMap, BTreeSet};
 /// that runs GFD too keeps GFD's other labels.)
 pub const OWNED_PREFIXES: &[&str] = &["actk.dev/"];
 
+/// The Node annotation where the labeller keeps the keys it set (comma-separated), so that its
+/// next pass knows which GFD-/AMD-compatible keys are its own to remove (as NFD keeps
+/// `nfd.node.kubernetes.io/feature-labels`).
+pub const OWNED_ANNOTATION: &str = "actk.dev/labels";
+
+/// Whether `key` is a label the admin sets for actk to read (the node's config name
+/// `actk.dev/config`, the DRA server choice `actk.dev/<profile>.server`): never the labeller's
+/// to remove, although under [`OWNED_PREFIXES`].
+pub fn admin_input(key: &str) -> bool {
+    key == "actk.dev/config" || (key.starts_with("actk.dev/") && key.ends_with(".server"))
+}
+
 /// How the node is configured, which discovery cannot see (the device plugin's settings).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelOptions {
@@ -185,7 +197,7 @@ fn amd(v: &VendorInventory, put: &mut impl FnMut(String, &str)) {
 
 /// The keys of `current` (the node's labels now) that a labeller computing `new` must remove:
 /// those under [`OWNED_PREFIXES`] and those GFD-/AMD-compatible keys it set `before` (its
-/// previous set) that `new` no longer has.
+/// previous set) that `new` no longer has; never the admin's inputs ([`admin_input`]).
 pub fn stale(
     current: &BTreeMap<String, String>,
     before: &BTreeMap<String, String>,
@@ -194,6 +206,7 @@ pub fn stale(
     current
         .keys()
         .filter(|k| !new.contains_key(*k))
+        .filter(|k| !admin_input(k))
         .filter(|k| OWNED_PREFIXES.iter().any(|p| k.starts_with(p)) || before.contains_key(*k))
         .cloned()
         .collect()
@@ -226,5 +239,8 @@ mod tests {
         let before = m(&[("actk.dev/nvidia.count", "8"), ("nvidia.com/gpu.count", "8")]);
         assert_eq!(stale(&current, &before, &m(&[])), ["actk.dev/nvidia.count", "nvidia.com/gpu.count"]);
         assert!(stale(&current, &before, &before).is_empty());
+        // The admin's inputs under actk.dev/ stay.
+        let current = m(&[("actk.dev/config", "ts2"), ("actk.dev/nvidia.server", "dra"), ("actk.dev/x", "1")]);
+        assert_eq!(stale(&current, &m(&[]), &m(&[])), ["actk.dev/x"]);
     }
 }

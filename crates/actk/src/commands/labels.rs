@@ -5,9 +5,12 @@
 //! (`/etc/kubernetes/node-feature-discovery/features.d/actk`), whose worker publishes exactly
 //! the file's labels on the Node: a rewrite without a key removes that label. With `--watch`
 //! it stays and rewrites the file whenever discovery's answer changes (a GPU removed, a
-//! partition mode changed).
+//! partition mode changed). With `--node NAME` (the chart's labeller DaemonSet) it patches the
+//! labels on that Node through the API server instead: keys it set before and no longer
+//! computes are removed (it keeps their list in the Node's annotation `actk.dev/labels`), and
+//! the admin's inputs (`actk.dev/config`, `actk.dev/<profile>.server`) are never touched.
 
-use actk_node::labels::{LabelOptions, feature_file, labels};
+use actk_node::labels::{LabelOptions, OWNED_ANNOTATION, feature_file, labels, stale};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -33,8 +36,12 @@ pub struct Args {
     #[arg(long, env = "ACTK_CONFIG_NAME")]
     pub config_name: Option<String>,
     /// Stay and discover again every this many seconds, rewriting `--output` on a change.
-    #[arg(long, requires = "output")]
+    #[arg(long)]
     pub watch: Option<u64>,
+    /// Patch the labels on this Node through the API server (in-cluster service account, else
+    /// $KUBECONFIG) instead of printing them: the labeller DaemonSet's mode.
+    #[arg(long, conflicts_with = "output")]
+    pub node: Option<String>,
 }
 
 fn parse_replicas(s: &str) -> Result<(String, u32), String> {
@@ -62,6 +69,13 @@ pub fn run(a: Args) -> Result<()> {
         replicas: a.replicas.iter().cloned().collect(),
         config: a.config_name.clone(),
     };
+    if a.watch.is_some() && a.output.is_none() && a.node.is_none() {
+        bail!("--watch needs --output FILE or --node NAME: where the labels go on each change");
+    }
+    if let Some(node) = &a.node {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
+        return rt.block_on(label_node(&a, node, &profiles, &opts));
+    }
     let mut last: Option<BTreeMap<String, String>> = None;
     loop {
         let inv = actk_core::discover::discover(&a.root, &profiles);
@@ -84,6 +98,61 @@ pub fn run(a: Args) -> Result<()> {
             None => return Ok(()),
         }
     }
+}
+
+/// `--node`: patches the labels of Node `node` now and, with `--watch`, again every pass on
+/// which they differ from the Node's (discovery changed, or someone removed one). An API error
+/// while watching is logged and tried again on the next pass.
+async fn label_node(a: &Args, node: &str, profiles: &[actk_core::profile::Profile], opts: &LabelOptions) -> Result<()> {
+    let config = kube::Config::infer().await.context("finding the API server (in-cluster config or KUBECONFIG)")?;
+    let client = kube::Client::try_from(config).context("building the API client")?;
+    let api = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client);
+    loop {
+        let now = labels(&actk_core::discover::discover(&a.root, profiles), opts);
+        match patch_node(&api, node, &now).await {
+            Ok(Some((set, removed))) => {
+                tracing::info!("node {node}: {set} labels set, {} removed ({})", removed.len(), removed.join(", "))
+            }
+            Ok(None) => {}
+            Err(e) if a.watch.is_some() => tracing::warn!("{e:#}; trying again on the next pass"),
+            Err(e) => return Err(e),
+        }
+        match a.watch {
+            Some(s) => tokio::time::sleep(Duration::from_secs(s.max(1))).await,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// One JSON merge patch of Node `node`: `new` set, the stale keys removed, the owned-keys
+/// annotation rewritten; `None` when the Node has them all already.
+async fn patch_node(
+    api: &kube::Api<k8s_openapi::api::core::v1::Node>,
+    node: &str,
+    new: &BTreeMap<String, String>,
+) -> Result<Option<(usize, Vec<String>)>> {
+    let n = api.get(node).await.with_context(|| format!("reading node {node}"))?;
+    let current = n.metadata.labels.unwrap_or_default();
+    let owned_now = n.metadata.annotations.unwrap_or_default().get(OWNED_ANNOTATION).cloned().unwrap_or_default();
+    let before: BTreeMap<String, String> =
+        owned_now.split(',').filter(|k| !k.is_empty()).map(|k| (k.to_string(), String::new())).collect();
+    let removed = stale(&current, &before, new);
+    let owned = new.keys().cloned().collect::<Vec<_>>().join(",");
+    if removed.is_empty() && owned == owned_now && new.iter().all(|(k, v)| current.get(k) == Some(v)) {
+        return Ok(None);
+    }
+    let mut l = serde_json::Map::new();
+    for (k, v) in new {
+        l.insert(k.clone(), v.clone().into());
+    }
+    for k in &removed {
+        l.insert(k.clone(), serde_json::Value::Null);
+    }
+    let patch = serde_json::json!({"metadata": {"labels": l, "annotations": {OWNED_ANNOTATION: owned}}});
+    api.patch(node, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("patching the labels of node {node}"))?;
+    Ok(Some((new.len(), removed)))
 }
 
 /// Writes `text` to `path` through a temporary file in its directory and a rename, so NFD's

@@ -452,6 +452,45 @@ fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     Ok(FileConfig { mig_strategy: y.flags.mig_strategy, sharing, ..Default::default() })
 }
 
+/// What the node labeller publishes of the plugin's config file `path` with the node's config
+/// `name` chosen as the plugin chooses it ([`FileConfig::load_named`]; `None`: the default):
+/// the MIG strategy, time-slicing and MPS replicas per resource (an entry limited to some
+/// `devices` counts too, as GFD counts it), the resources served under another name, and the
+/// named config applied (the `nvidia_config` directory's key, `None` without one). Flags and
+/// environment of the plugin's container (the chart's extraArgs/extraEnv) are not seen.
+///
+/// Errors: as [`FileConfig::load_named`] and [`Settings::merge`]: a config the plugin would
+/// refuse is refused here too.
+pub fn label_options(path: &Path, name: Option<&str>) -> Result<actk_node::labels::LabelOptions, ConfigError> {
+    let f = FileConfig::load_named(path, true, name)?;
+    let applied = match &f.nvidia_config {
+        Some(dir) if dir.is_dir() => nvidia_config_file(dir, f.nvidia_config_name.as_deref(), path)?
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        _ => None,
+    };
+    let s = Settings::merge(Overrides::default(), f, &path.display().to_string())?;
+    let mut o = actk_node::labels::LabelOptions {
+        mig_strategy: Some(s.mig_strategy.to_string()),
+        config: applied,
+        ..Default::default()
+    };
+    if let Some(t) = &s.time_slicing {
+        for r in &t.resources {
+            o.replicas.insert(r.name.clone(), r.replicas);
+            if r.rename.is_some() || t.rename_by_default {
+                o.renamed.insert(r.name.clone());
+            }
+        }
+    }
+    if let Some(m) = &s.mps {
+        for r in &m.resources {
+            o.mps.insert(r.name.clone(), r.replicas);
+        }
+    }
+    Ok(o)
+}
+
 /// Values given on the command line or in the environment (clap fills both), each optional.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -1078,5 +1117,43 @@ mod tests {
         assert!(err.contains("dp.toml") && err.contains("strategy"), "{err}");
         assert_eq!(FileConfig::load(&tmp.path().join("absent.toml"), false).unwrap(), FileConfig::default());
         assert!(FileConfig::load(&tmp.path().join("absent.toml"), true).is_err());
+    }
+
+    /// The labeller's view of a named config: the one the node's name picks (else the
+    /// default key), its MIG strategy, time-slicing replicas and renaming, and its name; a name
+    /// the plugin would refuse is refused.
+    #[test]
+    fn label_options_follow_the_named_config_the_plugin_would_serve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cm = tmp.path().join("nvidia");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("default"), "version: v1\nflags:\n  migStrategy: single\n").unwrap();
+        std::fs::write(
+            cm.join("ts4"),
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        )
+        .unwrap();
+        std::fs::write(
+            cm.join("ts2-renamed"),
+            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let toml_path = tmp.path().join("dp.toml");
+        std::fs::write(&toml_path, format!("nvidia_config = {:?}\n", cm.display().to_string())).unwrap();
+        let d = label_options(&toml_path, None).unwrap();
+        assert_eq!((d.config.as_deref(), d.mig_strategy.as_deref()), (Some("default"), Some("single")));
+        assert!(d.replicas.is_empty() && d.renamed.is_empty());
+        let t = label_options(&toml_path, Some("ts4")).unwrap();
+        assert_eq!((t.config.as_deref(), t.mig_strategy.as_deref()), (Some("ts4"), Some("none")));
+        assert_eq!(t.replicas.get("nvidia.com/gpu"), Some(&4));
+        assert!(t.renamed.is_empty());
+        let r = label_options(&toml_path, Some("ts2-renamed")).unwrap();
+        assert!(r.renamed.contains("nvidia.com/gpu"), "{r:?}");
+        let err = label_options(&toml_path, Some("gone")).unwrap_err().to_string();
+        assert!(err.contains("a config named \"gone\""), "{err}");
+        // Without named configs: the file's own strategy and sharing, no name.
+        std::fs::write(&toml_path, "mig_strategy = \"mixed\"\n").unwrap();
+        let p = label_options(&toml_path, None).unwrap();
+        assert_eq!((p.config, p.mig_strategy.as_deref()), (None, Some("mixed")));
     }
 }

@@ -221,6 +221,18 @@ fn exporter_and_node_labeller_render_least_privilege() {
     );
     let binding = named("ValidatingAdmissionPolicyBinding", "actk-device-plugin-labeller-own-node");
     assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{args}");
+    // No named configs: the label is not an input (the plugin ignores it too).
+    assert!(!args.as_array().unwrap().iter().any(|a| a == "--node-config"), "{args}");
+    // Without the plugin (DRA only) there is no plugin config: the chart's MIG strategy only.
+    let dra_only = render(&helm, &["devicePlugin.enabled=false", "dra.enabled=true"]);
+    let l = dra_only
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin-labeller")
+        .expect("the labeller without the plugin");
+    let a = container(&l["spec"]["template"]["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
+    assert!(!a.iter().any(|a| a.as_str().unwrap().starts_with("--plugin-config")), "{a:?}");
+    assert!(a.iter().any(|a| a == "--mig-strategy=none"), "{a:?}");
     let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
     let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort_unstable();
@@ -885,6 +897,34 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
     // Each node's label actk.dev/config chooses among them: the plugin reads its own Node (get)
     // and may post Events, nothing more.
     check_daemonset(&all, "config.map");
+    // The node labeller reads the same file and named configs where the plugin reads them, so
+    // its sharing labels and actk.dev/config.applied follow the same node label.
+    let labeller = &all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin-labeller")
+        .expect("the labeller DaemonSet")["spec"]["template"];
+    let largs = container(&labeller["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
+    assert!(largs.iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{largs:?}");
+    assert!(largs.iter().any(|a| a == "--node-config"), "the node's label picks, as for the plugin: {largs:?}");
+    let mounted = |pod: &Value, c: &str| -> Vec<(String, String, String)> {
+        let vols = pod["volumes"].as_array().unwrap();
+        container(pod, c)["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| {
+                let v = vols.iter().find(|v| v["name"] == m["name"])?;
+                let cm = v["configMap"]["name"].as_str()?;
+                Some((cm.to_string(), m["mountPath"].as_str()?.to_string(), m["subPath"].to_string()))
+            })
+            .collect()
+    };
+    let (pm, lm) = (mounted(pod, "actk-device-plugin"), mounted(&labeller["spec"], "actk-node-labeller"));
+    assert_eq!((lm.len(), pm), (2, lm), "the same ConfigMaps at the same paths");
+    assert_eq!(
+        labeller["metadata"]["annotations"]["checksum/config"],
+        plugin_daemonset(&all, "config.map")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    );
     let env = container(pod, "actk-device-plugin")["env"].as_array().unwrap().clone();
     let env_of = |n: &str| env.iter().find(|e| e["name"] == n).cloned().unwrap_or_default();
     assert_eq!(env_of("ACTK_DEVICE_PLUGIN_NODE_CONFIG")["value"], "true");

@@ -395,8 +395,12 @@ fn node_label_chooses_the_named_config_without_a_reinstall() -> Result<()> {
 /// off for the other tests): on the DGX H100 fixture the labeller puts GFD's and actk's labels on
 /// the Node (product and count as the fixture has them), removes an actk.dev/ label it does not
 /// compute but never the admin's actk.dev/config, and cannot write the Node with a token that
-/// names no node (the admission policy); the exporter's /metrics answers at its Service's
-/// endpoint with a series per GPU.
+/// names no node (the admission policy); a pod selecting GFD's product label runs there and one
+/// selecting a product the node lacks stays Pending; relabelling the node to a time-sliced named
+/// config turns its sharing labels on (GFD's `-SHARED` product, replicas, strategy) within a
+/// minute, as it turns the plugin's replicas on; a GPU removed from the node leaves the count
+/// within the watch interval; the exporter's /metrics answers at its Service's endpoint with a
+/// series per GPU. One install for all of it.
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
 fn exporter_and_node_labeller_daemonsets() -> Result<()> {
@@ -407,22 +411,45 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
     // behind names a config the next test's chart does not have, and its plugin would not start.
     let _unlabel = Unlabel(&c, node.clone());
     // A label a labeller set before (stale) and the admin's config label.
-    c.kubectl_ok(&["label", "node", &node, "actk.dev/retired.count=1", "actk.dev/config=keep", "--overwrite"])?;
-    c.install(&dgx.root, "exporter:\n  enabled: true\nnodeLabeller:\n  enabled: true\n  intervalSeconds: 2\n")?;
+    c.kubectl_ok(&[
+        "label",
+        "node",
+        &node,
+        "actk.dev/retired.count=1",
+        "actk.dev/config=default",
+        "nvidia.com/device-plugin.config-",
+        "--overwrite",
+    ])?;
+    c.install(
+        &dgx.root,
+        "exporter:\n  enabled: true\nnodeLabeller:\n  enabled: true\n  intervalSeconds: 2\nconfig:\n  map:\n    \
+         default: |\n      version: v1\n    ts2: |\n      version: v1\n      sharing:\n        timeSlicing:\n          \
+         resources:\n          - name: nvidia.com/gpu\n            replicas: 2\n",
+    )?;
     c.wait_allocatable(GPU, 8)?;
-    let want = [
-        ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
-        ("nvidia.com/gpu.count", "8"),
-        ("actk.dev/nvidia.count", "8"),
-        ("actk.dev/config", "keep"),
-    ];
-    let mut last = serde_json::Value::Null;
-    let labelled = c.wait_until("the node's labels from the labeller", Duration::from_secs(90), || {
-        last = c.get_json(&["node", &node])?["metadata"].clone();
-        let l = &last["labels"];
-        Ok((want.iter().all(|(k, v)| l[*k] == *v) && l["actk.dev/retired.count"].is_null()).then_some(()))
-    });
-    labelled.map_err(|e| anyhow::anyhow!("{e}; node metadata: {last}\n{}", c.plugin_logs()))?;
+    let labels_are = |what: &str, want: &[(&str, &str)], limit: Duration| -> Result<serde_json::Value> {
+        let mut last = serde_json::Value::Null;
+        let r = c.wait_until(what, limit, || {
+            last = c.get_json(&["node", &node])?["metadata"].clone();
+            let l = &last["labels"];
+            Ok((want.iter().all(|(k, v)| l[*k] == *v) && l["actk.dev/retired.count"].is_null()).then_some(()))
+        });
+        r.map_err(|e| anyhow::anyhow!("{e}; node metadata: {last}\n{}", c.plugin_logs()))?;
+        Ok(last)
+    };
+    let last = labels_are(
+        "the node's labels from the labeller",
+        &[
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/gpu.replicas", "1"),
+            ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("actk.dev/nvidia.count", "8"),
+            ("actk.dev/config", "default"),
+            ("actk.dev/config.applied", "default"),
+        ],
+        Duration::from_secs(90),
+    )?;
     let owned = last["annotations"]["actk.dev/labels"].as_str().unwrap_or_default().to_string();
     ensure!(
         owned.split(',').any(|k| k == "nvidia.com/gpu.product") && !owned.split(',').any(|k| k == "actk.dev/config"),
@@ -433,6 +460,60 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
     let o = c.kubectl(&["label", "node", &node, "actk.dev/forged=1", "--as", &sa]);
     let msg = String::from_utf8_lossy(&o.stderr).to_string();
     ensure!(!o.status.success() && msg.contains("names no node"), "refused by the own-node policy: {msg}");
+
+    // Existing nodeSelectors on GFD's product label: the H100 node takes the pod, a product it
+    // does not have leaves the other Pending (unschedulable, not failed).
+    let h100 = PodSpec::new("selects-h100", "ls /dev")
+        .limit(GPU, 1)
+        .node_selector("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3");
+    let r = c.run_pod(&h100)?;
+    ensure!(r.phase() == "Succeeded", "the H100 pod: {}\n{}", r.phase(), r.logs);
+    let a100 = PodSpec::new("selects-a100", "true")
+        .limit(GPU, 1)
+        .node_selector("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB");
+    c.create_pod(&a100)?;
+    let why = c.wait_until("the A100 pod unschedulable", Duration::from_secs(30), || {
+        let p = c.pod("selects-a100")?;
+        let cond = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        Ok(cond
+            .iter()
+            .find(|x| x["type"] == "PodScheduled" && x["status"] == "False" && x["reason"] == "Unschedulable")
+            .map(|x| x["message"].to_string()))
+    })?;
+    ensure!(c.pod("selects-a100")?["status"]["phase"] == "Pending", "still Pending: {why}");
+    c.delete_pod("selects-a100")?;
+
+    // Relabelled to the time-sliced config: the plugin serves 16 and the labels say so, as GFD
+    // writes them (the product marked -SHARED: a pod selecting the plain product avoids shares).
+    c.kubectl_ok(&["label", "node", &node, "actk.dev/config=ts2", "--overwrite"])?;
+    let minute = Duration::from_secs(60);
+    c.wait_allocatable_within(GPU, 16, minute)?;
+    labels_are(
+        "the time-slicing labels",
+        &[
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3-SHARED"),
+            ("nvidia.com/gpu.replicas", "2"),
+            ("nvidia.com/gpu.sharing-strategy", "time-slicing"),
+            ("actk.dev/nvidia.sharing", "time-slicing"),
+            ("actk.dev/nvidia.replicas", "2"),
+            ("actk.dev/config.applied", "ts2"),
+        ],
+        minute,
+    )?;
+
+    // GPU 7 falls off the bus (its device node goes): the count follows within the interval
+    // (2 s here), the node's other labels stay.
+    let gpu7 = dgx.path("/dev/nvidia7");
+    std::fs::remove_file(&gpu7).with_context(|| format!("removing {}", gpu7.display()))?;
+    let removed = labels_are(
+        "the count without GPU 7",
+        &[("nvidia.com/gpu.count", "7"), ("actk.dev/nvidia.count", "7"), ("nvidia.com/gpu.replicas", "2")],
+        Duration::from_secs(20),
+    );
+    let back = Command::new("mknod").arg(&gpu7).args(["c", "195", "7"]).status();
+    removed?;
+    ensure!(back.is_ok_and(|s| s.success()), "mknod {} failed", gpu7.display());
+    labels_are("the count with GPU 7 back", &[("nvidia.com/gpu.count", "8")], Duration::from_secs(20))?;
 
     // The exporter, through its Service's endpoints (the test node has no kube-proxy).
     let slices = c.get_json(&[

@@ -56,6 +56,15 @@ fn check_daemonset(all: &[Value], what: &str) {
     // The plugin talks to the API server only to read its Node's config label (named configs).
     let named = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "nvidia-config");
     assert_eq!(pod["automountServiceAccountToken"], named, "{what}: a token only for named configs");
+    // ... but always the same service account, rendered beside it: an upgrade that drops a
+    // serviceAccountName leaves it in the live template (the API server's deprecated
+    // serviceAccount field), and a ServiceAccount that went with it would stop every new pod.
+    let sa = pod["serviceAccountName"].as_str().unwrap_or_else(|| panic!("{what}: no serviceAccountName"));
+    assert!(sa.ends_with("-device-plugin"), "{what}: {sa}");
+    assert!(
+        all.iter().any(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == sa),
+        "{what}: the DaemonSet names ServiceAccount {sa}, which is not rendered"
+    );
     assert!(pod["hostPID"].is_null(), "{what}: only the node setup needs the host's pids");
     let volumes = pod["volumes"].as_array().unwrap();
     let host_path =
@@ -150,10 +159,11 @@ fn daemonset_manifest_parses_and_is_least_privilege() {
             "DaemonSet",
             "Service",
             "ServiceAccount",
+            "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding"
         ],
-        "the plugin, the exporter and the node labeller"
+        "the plugin (its service account always there), the exporter and the node labeller"
     );
     check_daemonset(&all, "deploy/kubernetes/actk-device-plugin.yaml");
 }
@@ -236,7 +246,7 @@ fn exporter_and_node_labeller_render_least_privilege() {
     let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
     let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort_unstable();
-    assert_eq!(kinds, ["ConfigMap", "DaemonSet"], "only the plugin");
+    assert_eq!(kinds, ["ConfigMap", "DaemonSet", "ServiceAccount"], "only the plugin (and its tokenless identity)");
 }
 
 /// Every `.Values.a.b` a template refers to is defined in values.yaml.
@@ -746,11 +756,7 @@ fn every_earlier_values_yaml_renders_as_reuse_values_would() {
     let tmp = tempfile::tempdir().unwrap();
     let chart = tmp.path().join("chart");
     copy_chart(&chart);
-    // Revisions whose values.yaml had `exporter`/`nodeLabeller` (issue 30's DaemonSets): that
-    // chart work was reverted before any of it landed, so no installed release has them.
-    const WITHDRAWN: [&str; 2] =
-        ["9adb62dac3c9d0cea8d8767daa12a2afecc5c377", "6c23d9c43d1699156d653e20bc71e85b846788ad"];
-    for c in commits.iter().filter(|c| !WITHDRAWN.contains(&c.as_str())) {
+    for c in &commits {
         let old = Command::new("git").current_dir(repo()).args(["show", &format!("{c}:{path}")]).output().unwrap();
         assert!(old.status.success(), "git show {c}:{path}");
         std::fs::write(chart.join("values.yaml"), &old.stdout).unwrap();

@@ -502,6 +502,19 @@ dra:
   extraEnv:
     - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
     - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+# The device plugin reads its Node for named configs (config.map): the API server as above.
+extraEnv:
+  - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+  - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
+# The exporter and the node labeller (on by default) only where a test enables them: the other
+# tests keep their pods to what they test (and two releases would share the exporter's host port).
+exporter:
+  enabled: false
+nodeLabeller:
+  enabled: false
+  extraEnv:
+    - {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}
 EOF
   local args=(upgrade --install "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$S/harness-values.yaml" "${values[@]}")
   [ $wait = 1 ] && args+=(--wait --timeout 3m)

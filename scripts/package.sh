@@ -47,6 +47,9 @@ deb)
   ls -t target/debian/actk_*.deb | head -n1
   ;;
 rpm)
+  # -o is a directory only if it exists: otherwise cargo-generate-rpm opens it as the file
+  # (EISDIR on the trailing slash).
+  mkdir -p target/generate-rpm
   "$tool" -p crates/actk -o target/generate-rpm/ >&2
   ls -t target/generate-rpm/actk-*.rpm | head -n1
   ;;

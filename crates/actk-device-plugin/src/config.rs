@@ -240,6 +240,16 @@ impl FileConfig {
     /// Read `path` (TOML; NVIDIA's YAML for `.yaml`/`.yml`). With `required == false` a missing
     /// file gives the empty config.
     pub fn load(path: &Path, required: bool) -> Result<FileConfig, ConfigError> {
+        FileConfig::load_named(path, required, None)
+    }
+
+    /// As [`FileConfig::load`], with `name` (the value of the node's label
+    /// [`crate::node_config::CONFIG_LABEL`]) choosing the config of the `nvidia_config`
+    /// directory instead of the file's `nvidia_config_name`.
+    ///
+    /// Errors: as [`FileConfig::load`]; `name` names no config of the directory (the message
+    /// lists those it has), or there is no `nvidia_config` to choose from.
+    pub fn load_named(path: &Path, required: bool, name: Option<&str>) -> Result<FileConfig, ConfigError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(FileConfig::default()),
@@ -250,6 +260,20 @@ impl FileConfig {
         }
         let mut f: FileConfig = toml::from_str(&text)
             .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim().to_string() })?;
+        if let Some(name) = name {
+            if f.nvidia_config.is_none() {
+                return Err(ConfigError::Invalid {
+                    origin: path.display().to_string(),
+                    key: "nvidia_config".into(),
+                    value: String::new(),
+                    expected: format!(
+                        "a directory of named configs for the node's config name {name:?} to choose from \
+                         (the chart's config.map or config.name)"
+                    ),
+                });
+            }
+            f.nvidia_config_name = Some(name.to_string());
+        }
         if let Some(n) = f.nvidia_config.clone() {
             let file = nvidia_config_file(&n, f.nvidia_config_name.as_deref(), path)?;
             let text =
@@ -300,7 +324,8 @@ impl FileConfig {
 }
 
 /// The file of NVIDIA's config `p`: `p` itself, or in a directory (a ConfigMap volume: one
-/// file per key, beside Kubernetes' `..data` entries) the one named `name`, else the only one.
+/// file per key, beside Kubernetes' `..data` entries) the one named `name`, else the one named
+/// `default`, else the only one (NVIDIA's fallback strategies `named` and `single`).
 fn nvidia_config_file(p: &Path, name: Option<&str>, origin: &Path) -> Result<PathBuf, ConfigError> {
     let invalid = |value: String, expected: String| ConfigError::Invalid {
         origin: origin.display().to_string(),
@@ -323,16 +348,18 @@ fn nvidia_config_file(p: &Path, name: Option<&str>, origin: &Path) -> Result<Pat
         Some(n) => Err(invalid(
             format!("{} (nvidia_config_name {n:?})", p.display()),
             format!(
-                "a config named {n:?} in the ConfigMap; it has {} (the chart's config.default names one of them)",
+                "a config named {n:?} in the ConfigMap; it has {} (the node label actk.dev/config or the chart's \
+                 config.default names one of them)",
                 if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
             ),
         )),
+        None if keys.iter().any(|k| k == "default") => Ok(p.join("default")),
         None if keys.len() == 1 => Ok(p.join(&keys[0])),
         None => Err(invalid(
             p.display().to_string(),
             format!(
-                "one config, or nvidia_config_name naming one (the chart's config.default): the ConfigMap has {}; \
-                 choosing a config by the node label nvidia.com/device-plugin.config is not supported",
+                "one config, one named `default`, or a name for this node: the node label actk.dev/config, \
+                 else nvidia_config_name (the chart's config.default); the ConfigMap has {}",
                 if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
             ),
         )),
@@ -423,6 +450,45 @@ fn nvidia_yaml(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
     }
     let sharing = (time_slicing.is_some() || mps.is_some()).then_some(SharingFile { time_slicing, mps });
     Ok(FileConfig { mig_strategy: y.flags.mig_strategy, sharing, ..Default::default() })
+}
+
+/// What the node labeller publishes of the plugin's config file `path` with the node's config
+/// `name` chosen as the plugin chooses it ([`FileConfig::load_named`]; `None`: the default):
+/// the MIG strategy, time-slicing and MPS replicas per resource (an entry limited to some
+/// `devices` counts too, as GFD counts it), the resources served under another name, and the
+/// named config applied (the `nvidia_config` directory's key, `None` without one). Flags and
+/// environment of the plugin's container (the chart's extraArgs/extraEnv) are not seen.
+///
+/// Errors: as [`FileConfig::load_named`] and [`Settings::merge`]: a config the plugin would
+/// refuse is refused here too.
+pub fn label_options(path: &Path, name: Option<&str>) -> Result<actk_node::labels::LabelOptions, ConfigError> {
+    let f = FileConfig::load_named(path, true, name)?;
+    let applied = match &f.nvidia_config {
+        Some(dir) if dir.is_dir() => nvidia_config_file(dir, f.nvidia_config_name.as_deref(), path)?
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+        _ => None,
+    };
+    let s = Settings::merge(Overrides::default(), f, &path.display().to_string())?;
+    let mut o = actk_node::labels::LabelOptions {
+        mig_strategy: Some(s.mig_strategy.to_string()),
+        config: applied,
+        ..Default::default()
+    };
+    if let Some(t) = &s.time_slicing {
+        for r in &t.resources {
+            o.replicas.insert(r.name.clone(), r.replicas);
+            if r.rename.is_some() || t.rename_by_default {
+                o.renamed.insert(r.name.clone());
+            }
+        }
+    }
+    if let Some(m) = &s.mps {
+        for r in &m.resources {
+            o.mps.insert(r.name.clone(), r.replicas);
+        }
+    }
+    Ok(o)
 }
 
 /// Values given on the command line or in the environment (clap fills both), each optional.
@@ -1005,6 +1071,43 @@ mod tests {
         assert_eq!((m.pipe_directory.as_path(), m.resources[0].replicas), (Path::new("/run/mps"), 2));
     }
 
+    /// Per-node named configs: the node label's name (load_named) wins over the file's
+    /// nvidia_config_name; without either a key `default` is NVIDIA's `named` fallback; an
+    /// unknown name is refused listing the configs there are.
+    #[test]
+    fn node_label_name_chooses_the_config_over_the_default() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cm = tmp.path().join("nvidia");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("default"), "version: v1\n").unwrap();
+        std::fs::write(
+            cm.join("ts2"),
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let toml_path = tmp.path().join("dp.toml");
+        std::fs::write(&toml_path, format!("nvidia_config = {:?}\n", cm.display().to_string())).unwrap();
+        let load = |name: Option<&str>| {
+            FileConfig::load_named(&toml_path, true, name).and_then(|f| Settings::merge(Overrides::default(), f, "c"))
+        };
+        assert!(load(None).unwrap().time_slicing.is_none(), "the key `default`");
+        assert_eq!(load(Some("ts2")).unwrap().time_slicing.unwrap().resources[0].replicas, 2);
+        let err = load(Some("ts4")).unwrap_err().to_string();
+        assert!(err.contains("a config named \"ts4\"") && err.contains("it has default, ts2"), "{err}");
+        // The label's name beats the file's.
+        std::fs::write(
+            &toml_path,
+            format!("nvidia_config = {:?}\nnvidia_config_name = \"ts2\"\n", cm.display().to_string()),
+        )
+        .unwrap();
+        assert!(load(None).unwrap().time_slicing.is_some());
+        assert!(load(Some("default")).unwrap().time_slicing.is_none());
+        // A name with nothing to choose from.
+        std::fs::write(&toml_path, "").unwrap();
+        let err = load(Some("ts2")).unwrap_err().to_string();
+        assert!(err.contains("nvidia_config") && err.contains("config.map"), "{err}");
+    }
+
     #[test]
     fn unknown_file_key_is_named() {
         let tmp = tempfile::tempdir().unwrap();
@@ -1014,5 +1117,43 @@ mod tests {
         assert!(err.contains("dp.toml") && err.contains("strategy"), "{err}");
         assert_eq!(FileConfig::load(&tmp.path().join("absent.toml"), false).unwrap(), FileConfig::default());
         assert!(FileConfig::load(&tmp.path().join("absent.toml"), true).is_err());
+    }
+
+    /// The labeller's view of a named config: the one the node's name picks (else the
+    /// default key), its MIG strategy, time-slicing replicas and renaming, and its name; a name
+    /// the plugin would refuse is refused.
+    #[test]
+    fn label_options_follow_the_named_config_the_plugin_would_serve() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cm = tmp.path().join("nvidia");
+        std::fs::create_dir_all(&cm).unwrap();
+        std::fs::write(cm.join("default"), "version: v1\nflags:\n  migStrategy: single\n").unwrap();
+        std::fs::write(
+            cm.join("ts4"),
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n",
+        )
+        .unwrap();
+        std::fs::write(
+            cm.join("ts2-renamed"),
+            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 2\n",
+        )
+        .unwrap();
+        let toml_path = tmp.path().join("dp.toml");
+        std::fs::write(&toml_path, format!("nvidia_config = {:?}\n", cm.display().to_string())).unwrap();
+        let d = label_options(&toml_path, None).unwrap();
+        assert_eq!((d.config.as_deref(), d.mig_strategy.as_deref()), (Some("default"), Some("single")));
+        assert!(d.replicas.is_empty() && d.renamed.is_empty());
+        let t = label_options(&toml_path, Some("ts4")).unwrap();
+        assert_eq!((t.config.as_deref(), t.mig_strategy.as_deref()), (Some("ts4"), Some("none")));
+        assert_eq!(t.replicas.get("nvidia.com/gpu"), Some(&4));
+        assert!(t.renamed.is_empty());
+        let r = label_options(&toml_path, Some("ts2-renamed")).unwrap();
+        assert!(r.renamed.contains("nvidia.com/gpu"), "{r:?}");
+        let err = label_options(&toml_path, Some("gone")).unwrap_err().to_string();
+        assert!(err.contains("a config named \"gone\""), "{err}");
+        // Without named configs: the file's own strategy and sharing, no name.
+        std::fs::write(&toml_path, "mig_strategy = \"mixed\"\n").unwrap();
+        let p = label_options(&toml_path, None).unwrap();
+        assert_eq!((p.config, p.mig_strategy.as_deref()), (None, Some("mixed")));
     }
 }

@@ -16,7 +16,8 @@
 //! - the imperative shell: [`service`] (the gRPC DevicePlugin service), [`manager`] (serve,
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
 //!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node), [`dra_servers`]
-//!   (the kinds the DRA driver serves on this node, left alone).
+//!   (the kinds the DRA driver serves on this node, left alone), [`node_config`] (the config
+//!   the node's label `actk.dev/config` names).
 
 pub mod allocate;
 pub mod api;
@@ -25,6 +26,7 @@ pub mod dra_servers;
 pub mod held;
 pub mod manager;
 pub mod metrics;
+pub mod node_config;
 pub mod resources;
 pub mod service;
 

@@ -11,6 +11,7 @@ use actk_device_plugin::dra_servers::DraServers;
 use actk_device_plugin::held::{self, Ledger};
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
+use actk_device_plugin::node_config::{self, Decision, NodeSource};
 use actk_device_plugin::{health, resources};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -19,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "actk-device-plugin",
     version = actk_version::LONG,
@@ -102,12 +103,25 @@ struct Cli {
     /// the plugin's container with its environment.
     #[arg(long, value_name = "FILE")]
     check_ready: Option<PathBuf>,
+    /// Serve the named config that this node's label actk.dev/config (else NVIDIA's
+    /// nvidia.com/device-plugin.config) names, of the config file's nvidia_config directory, and
+    /// restart in place when the label names another (read every 10 s from the API server:
+    /// needs --node-name and a service account that may get the Node and create Events).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_NODE_CONFIG", num_args = 0..=1, default_missing_value = "true")]
+    node_config: Option<bool>,
+    /// This node's name (the downward API's spec.nodeName), for --node-config.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: Option<String>,
 }
 
-fn settings(cli: Cli) -> Result<(Settings, Option<PathBuf>)> {
+/// The settings from `cli`, its config file and, with `name` (the node's config label), the
+/// config of that name.
+fn settings(cli: Cli, name: Option<&str>) -> Result<(Settings, Option<PathBuf>)> {
     let (file, origin) = match &cli.config {
-        Some(p) => (FileConfig::load(p, true)?, p.display().to_string()),
-        None => (FileConfig::load(std::path::Path::new(DEFAULT_CONFIG), false)?, DEFAULT_CONFIG.to_string()),
+        Some(p) => (FileConfig::load_named(p, true, name)?, p.display().to_string()),
+        None => {
+            (FileConfig::load_named(std::path::Path::new(DEFAULT_CONFIG), false, name)?, DEFAULT_CONFIG.to_string())
+        }
     };
     let o = Overrides {
         root: cli.root,
@@ -143,15 +157,166 @@ fn main() -> Result<()> {
     if let Some(f) = &cli.check_ready {
         std::process::exit(if f.exists() { 0 } else { 1 });
     }
+    // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let exit = rt.block_on(start(cli))?;
+    // Every task (sockets, the metrics listener) ends with the runtime, before the new image.
+    drop(rt);
+    match exit {
+        Exit::Stopped => Ok(()),
+        Exit::Reconfigure => Err(restart_in_place()),
+    }
+}
+
+/// Why the plugin stopped serving.
+enum Exit {
+    /// SIGTERM or SIGINT.
+    Stopped,
+    /// The node's config label names another config: start again with it.
+    Reconfigure,
+}
+
+/// Executes this binary again with the same arguments and environment (same pid, so the
+/// container keeps running and the kubelet's restart back-off never applies); returns only
+/// the error of a failed exec.
+fn restart_in_place() -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_default();
+    let err = std::process::Command::new("/proc/self/exe").arg0(arg0).args(args).exec();
+    anyhow::Error::new(err).context("restarting in place with the node's new config (exec /proc/self/exe)")
+}
+
+/// Chooses the config (the node's label with --node-config, else the file's), then serves it.
+async fn start(cli: Cli) -> Result<Exit> {
     let dra = DraServers {
         file: cli.dra_servers_file.clone(),
         default: cli.dra_default_profiles.iter().flatten().filter(|p| !p.is_empty()).cloned().collect(),
     };
-    let (s, ready_file) = settings(cli)?;
-    // One thread: the work is a few sockets and a stat loop; a thread pool would only cost memory.
-    let rt =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
-    rt.block_on(run(s, ready_file, dra))
+    if !cli.node_config.unwrap_or(false) {
+        let (s, ready_file) = settings(cli, None)?;
+        return run(s, ready_file, dra, None).await;
+    }
+    let node = cli.node_name.clone().filter(|n| !n.is_empty()).context(
+        "--node-config / ACTK_DEVICE_PLUGIN_NODE_CONFIG needs this node's name: --node-name / NODE_NAME \
+         (the downward API's spec.nodeName)",
+    )?;
+    // Not ready while no config is chosen: a ready file of an earlier run of the container goes.
+    if let Some(f) = &cli.ready_file {
+        let _ = std::fs::remove_file(f);
+    }
+    let src = NodeSource::connect(node).await?;
+    let check = {
+        let cli = cli.clone();
+        move |n: Option<&str>| settings(cli.clone(), n).map(|_| ()).map_err(|e| format!("{e:#}"))
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    // The first config: the label's, if it loads; else nothing is served (there is no last good
+    // config to keep) until the label changes.
+    let mut told: Option<Option<String>> = None;
+    let name = loop {
+        match src.labels().await {
+            Ok((labels, uid)) => {
+                let req = node_config::requested(&labels);
+                let label = req.as_ref().map(|(l, _)| *l);
+                let name = req.map(|(_, n)| n);
+                match check(name.as_deref()) {
+                    Ok(()) => break name,
+                    Err(why) if told.as_ref() != Some(&name) => {
+                        let m = node_config::refusal_message(name.as_deref(), label, &why, None);
+                        tracing::error!("{m}");
+                        if let Err(e) = src.refused(uid, &m).await {
+                            tracing::warn!("{e}");
+                        }
+                        told = Some(name);
+                    }
+                    Err(_) => {}
+                }
+            }
+            Err(e) => tracing::warn!("{e}; looking again in {} s", node_config::POLL.as_secs()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(node_config::POLL) => {}
+            _ = term.recv() => return Ok(Exit::Stopped),
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Stopped),
+        }
+    };
+    tracing::info!(
+        "node {}: serving config {} (node label {}, else {}, else the default)",
+        src.node(),
+        name.as_deref().map(|n| format!("{n:?}")).unwrap_or_else(|| "the default".into()),
+        node_config::CONFIG_LABEL,
+        node_config::NVIDIA_CONFIG_LABEL
+    );
+    let (s, ready_file) = settings(cli, name.as_deref())?;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let watch = tokio::spawn(watch_node(src, name, check, tx));
+    let exit = run(s, ready_file, dra, Some(rx)).await;
+    watch.abort();
+    exit
+}
+
+/// Reads the node's labels every [`node_config::POLL`]: a name that loads and differs from
+/// `current` is sent on `tx` (and the watch ends); one that does not is told once (log, Event).
+async fn watch_node(
+    src: NodeSource,
+    current: Option<String>,
+    check: impl Fn(Option<&str>) -> Result<(), String>,
+    tx: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut told: Option<Option<String>> = None;
+    let mut unreachable = false;
+    loop {
+        tokio::time::sleep(node_config::POLL).await;
+        let (labels, uid) = match src.labels().await {
+            Ok(l) => {
+                unreachable = false;
+                l
+            }
+            Err(e) => {
+                // Once per outage: the config in use stays.
+                if !unreachable {
+                    tracing::warn!("{e}; keeping the config in use");
+                }
+                unreachable = true;
+                continue;
+            }
+        };
+        match node_config::decide(current.as_deref(), &labels, &check) {
+            Decision::Keep => told = None,
+            Decision::Switch(n) => {
+                tracing::info!(
+                    "node {}: its label now names config {}; restarting in place to serve it",
+                    src.node(),
+                    n.as_deref().map(|n| format!("{n:?}")).unwrap_or_else(|| "the default".into())
+                );
+                let _ = tx.send(()).await;
+                return;
+            }
+            Decision::Refuse { name, label, why } => {
+                if told.as_ref() != Some(&name) {
+                    let m = node_config::refusal_message(name.as_deref(), label, &why, Some(current.as_deref()));
+                    tracing::error!("{m}");
+                    if let Err(e) = src.refused(uid, &m).await {
+                        tracing::warn!("{e}");
+                    }
+                    told = Some(name);
+                }
+            }
+        }
+    }
+}
+
+/// Waits for a reconfiguration on `rx`; never, without one.
+async fn reconfigured(rx: &mut Option<tokio::sync::mpsc::Receiver<()>>) {
+    if let Some(r) = rx
+        && r.recv().await.is_some()
+    {
+        return;
+    }
+    std::future::pending().await
 }
 
 /// How often discovery runs again: while no device has been found (a driver container often
@@ -160,7 +325,12 @@ fn main() -> Result<()> {
 /// device gone, a driver upgrade with other files for device-specs).
 const REDISCOVER: Duration = Duration::from_secs(5);
 
-async fn run(s: Settings, ready_file: Option<PathBuf>, dra: DraServers) -> Result<()> {
+async fn run(
+    s: Settings,
+    ready_file: Option<PathBuf>,
+    dra: DraServers,
+    mut reconfigure: Option<tokio::sync::mpsc::Receiver<()>>,
+) -> Result<Exit> {
     // A root that is not there is a configuration error, unlike a root without devices (a driver
     // may load later): say so and stop, so a pod shows it in its status.
     if !s.root.is_dir() {
@@ -240,8 +410,9 @@ async fn run(s: Settings, ready_file: Option<PathBuf>, dra: DraServers) -> Resul
             }
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {}
-                _ = term.recv() => return Ok(()),
-                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = term.recv() => return Ok(Exit::Stopped),
+                _ = tokio::signal::ctrl_c() => return Ok(Exit::Stopped),
+                _ = reconfigured(&mut reconfigure) => return Ok(Exit::Reconfigure),
             }
         };
         let seen = fingerprint(&inventory);
@@ -253,28 +424,33 @@ async fn run(s: Settings, ready_file: Option<PathBuf>, dra: DraServers) -> Resul
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
                     if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
-                        break true;
+                        break None;
                     }
                     if dra.profiles().0 != left_seen {
                         tracing::info!("what the DRA driver serves on this node changed; serving the rest again");
-                        break true;
+                        break None;
                     }
                 }
-                _ = term.recv() => break false,
-                _ = tokio::signal::ctrl_c() => break false,
+                _ = term.recv() => break Some(Exit::Stopped),
+                _ = tokio::signal::ctrl_c() => break Some(Exit::Stopped),
+                _ = reconfigured(&mut reconfigure) => break Some(Exit::Reconfigure),
             }
         };
         // Each manager removes the socket it bound (not one a newer pod bound since) when its
         // task is dropped.
         drop(tasks);
-        if !changed {
+        if let Some(exit) = changed {
+            if matches!(exit, Exit::Reconfigure) {
+                tracing::info!("stopped serving for the new config");
+                return Ok(exit);
+            }
             break;
         }
         tracing::info!("the devices under {} changed; serving them again", s.root.display());
         first = true;
     }
     tracing::info!("stopped");
-    Ok(())
+    Ok(Exit::Stopped)
 }
 
 /// What discovery found, as text: devices, their nodes, shared nodes, host files.

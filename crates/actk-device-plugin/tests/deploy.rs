@@ -53,7 +53,18 @@ fn check_daemonset(all: &[Value], what: &str) {
     let ds = plugin_daemonset(all, what);
     assert_eq!(ds["apiVersion"], "apps/v1", "{what}");
     let pod = &ds["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"], false, "{what}: the plugin never talks to the API server");
+    // The plugin talks to the API server only to read its Node's config label (named configs).
+    let named = pod["volumes"].as_array().unwrap().iter().any(|v| v["name"] == "nvidia-config");
+    assert_eq!(pod["automountServiceAccountToken"], named, "{what}: a token only for named configs");
+    // ... but always the same service account, rendered beside it: an upgrade that drops a
+    // serviceAccountName leaves it in the live template (the API server's deprecated
+    // serviceAccount field), and a ServiceAccount that went with it would stop every new pod.
+    let sa = pod["serviceAccountName"].as_str().unwrap_or_else(|| panic!("{what}: no serviceAccountName"));
+    assert!(sa.ends_with("-device-plugin"), "{what}: {sa}");
+    assert!(
+        all.iter().any(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == sa),
+        "{what}: the DaemonSet names ServiceAccount {sa}, which is not rendered"
+    );
     assert!(pod["hostPID"].is_null(), "{what}: only the node setup needs the host's pids");
     let volumes = pod["volumes"].as_array().unwrap();
     let host_path =
@@ -135,8 +146,107 @@ fn daemonset_manifest_parses_and_is_least_privilege() {
     let path = repo().join("deploy/kubernetes/actk-device-plugin.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let all = docs(&text, &path.display().to_string());
-    assert_eq!(all.len(), 2, "ConfigMap and DaemonSet");
+    let mut kinds: Vec<&str> = all.iter().filter_map(|d| d["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet",
+            "DaemonSet",
+            "DaemonSet",
+            "Service",
+            "ServiceAccount",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding"
+        ],
+        "the plugin (its service account always there), the exporter and the node labeller"
+    );
     check_daemonset(&all, "deploy/kubernetes/actk-device-plugin.yaml");
+}
+
+/// Issue 30: the exporter and the node labeller, on by default (as GPU Operator deploys
+/// dcgm-exporter and GFD): unprivileged like every part; the exporter without a token, behind a
+/// Service with Prometheus scrape annotations; the labeller with `get`/`patch` on nodes only,
+/// narrowed to its own node by an admission policy bound with Deny; both off with their values.
+#[test]
+fn exporter_and_node_labeller_render_least_privilege() {
+    let Some(helm) = helm() else {
+        eprintln!("skipping: no helm binary (run deploy/helm/install-helm.sh, or set ACTK_HELM)");
+        return;
+    };
+    let all = render(&helm, &[]);
+    let named = |kind: &str, name: &str| {
+        all.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    for (ds, c) in
+        [("actk-device-plugin-exporter", "actk-exporter"), ("actk-device-plugin-labeller", "actk-node-labeller")]
+    {
+        let pod = named("DaemonSet", ds)["spec"]["template"]["spec"].clone();
+        let sc = &container(&pod, c)["securityContext"];
+        assert_eq!(
+            (sc["privileged"].clone(), sc["readOnlyRootFilesystem"].clone()),
+            (false.into(), true.into()),
+            "{ds}"
+        );
+        assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{ds}");
+        for m in container(&pod, c)["volumeMounts"].as_array().unwrap() {
+            assert_eq!(m["readOnly"], true, "{ds}: {m}");
+        }
+    }
+    let exporter = named("DaemonSet", "actk-device-plugin-exporter")["spec"]["template"]["spec"].clone();
+    assert_eq!(exporter["automountServiceAccountToken"], false);
+    let args = container(&exporter, "actk-exporter")["args"].clone();
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--listen=0.0.0.0:9500"), "{args}");
+    let svc = named("Service", "actk-device-plugin-exporter");
+    assert_eq!(svc["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+    assert_eq!(svc["metadata"]["annotations"]["prometheus.io/port"], "9500");
+    assert_eq!(svc["spec"]["selector"]["app.kubernetes.io/name"], "actk-exporter");
+    let labeller = named("DaemonSet", "actk-device-plugin-labeller")["spec"]["template"]["spec"].clone();
+    assert_eq!(labeller["serviceAccountName"], "actk-device-plugin-labeller");
+    let args = container(&labeller, "actk-node-labeller")["args"].clone();
+    assert_eq!(
+        args.as_array().unwrap()[0..3],
+        serde_json::json!(["node", "labels", "--root=/host"]).as_array().unwrap()[..],
+        "{args}"
+    );
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--node=$(NODE_NAME)"), "{args}");
+    assert_eq!(
+        named("ClusterRole", "actk-device-plugin-labeller")["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+    );
+    let vap = named("ValidatingAdmissionPolicy", "actk-device-plugin-labeller-own-node");
+    assert!(
+        vap["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:kube-system:actk-device-plugin-labeller"),
+        "{vap}"
+    );
+    let binding = named("ValidatingAdmissionPolicyBinding", "actk-device-plugin-labeller-own-node");
+    assert_eq!(binding["spec"]["validationActions"], serde_json::json!(["Deny"]));
+    assert!(args.as_array().unwrap().iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{args}");
+    // No named configs: the label is not an input (the plugin ignores it too).
+    assert!(!args.as_array().unwrap().iter().any(|a| a == "--node-config"), "{args}");
+    // Without the plugin (DRA only) there is no plugin config: the chart's MIG strategy only.
+    let dra_only = render(&helm, &["devicePlugin.enabled=false", "dra.enabled=true"]);
+    let l = dra_only
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin-labeller")
+        .expect("the labeller without the plugin");
+    let a = container(&l["spec"]["template"]["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
+    assert!(!a.iter().any(|a| a.as_str().unwrap().starts_with("--plugin-config")), "{a:?}");
+    assert!(a.iter().any(|a| a == "--mig-strategy=none"), "{a:?}");
+    let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
+    let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["ConfigMap", "DaemonSet", "ServiceAccount"], "only the plugin (and its tokenless identity)");
 }
 
 /// Every `.Values.a.b` a template refers to is defined in values.yaml.
@@ -199,7 +309,10 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
 
     let default = render(&helm, &[]);
     check_daemonset(&default, "helm template (defaults)");
-    assert!(!default.iter().any(|d| d["kind"] == "Service"), "no metrics Service unless enabled");
+    assert!(
+        !default.iter().any(|d| d["kind"] == "Service" && d["metadata"]["name"] == "actk-device-plugin-metrics"),
+        "no metrics Service unless enabled"
+    );
     assert!(!default.iter().any(|d| d["kind"] == "RuntimeClass"), "no RuntimeClass without node setup");
 
     // The static manifest is the chart's default rendering: every object agrees.
@@ -217,7 +330,10 @@ fn helm_chart_lints_renders_and_matches_the_manifest() {
     let with_metrics =
         render(&helm, &["metrics.enabled=true", "metrics.port=9555", "config.strategies={cdi-cri,device-specs}"]);
     check_daemonset(&with_metrics, "helm template (metrics)");
-    let svc = kind(&with_metrics, "Service");
+    let svc = with_metrics
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "actk-device-plugin-metrics")
+        .expect("the metrics Service");
     assert_eq!(svc["spec"]["ports"][0]["port"], 9555);
     let toml_text = kind(&with_metrics, "ConfigMap")["data"]["device-plugin.toml"].as_str().unwrap().to_string();
     let file: FileConfig = toml::from_str(&toml_text).unwrap();
@@ -640,11 +756,7 @@ fn every_earlier_values_yaml_renders_as_reuse_values_would() {
     let tmp = tempfile::tempdir().unwrap();
     let chart = tmp.path().join("chart");
     copy_chart(&chart);
-    // Revisions whose values.yaml had `exporter`/`nodeLabeller` (issue 30's DaemonSets): that
-    // chart work was reverted before any of it landed, so no installed release has them.
-    const WITHDRAWN: [&str; 2] =
-        ["9adb62dac3c9d0cea8d8767daa12a2afecc5c377", "6c23d9c43d1699156d653e20bc71e85b846788ad"];
-    for c in commits.iter().filter(|c| !WITHDRAWN.contains(&c.as_str())) {
+    for c in &commits {
         let old = Command::new("git").current_dir(repo()).args(["show", &format!("{c}:{path}")]).output().unwrap();
         assert!(old.status.success(), "git show {c}:{path}");
         std::fs::write(chart.join("values.yaml"), &old.stdout).unwrap();
@@ -788,6 +900,58 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
     let pod = &plugin_daemonset(&all, "config.map")["spec"]["template"]["spec"];
     let vol = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "nvidia-config").unwrap();
     assert_eq!(vol["configMap"]["name"], "actk-device-plugin-nvidia-config");
+    // Each node's label actk.dev/config chooses among them: the plugin reads its own Node (get)
+    // and may post Events, nothing more.
+    check_daemonset(&all, "config.map");
+    // The node labeller reads the same file and named configs where the plugin reads them, so
+    // its sharing labels and actk.dev/config.applied follow the same node label.
+    let labeller = &all
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin-labeller")
+        .expect("the labeller DaemonSet")["spec"]["template"];
+    let largs = container(&labeller["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
+    assert!(largs.iter().any(|a| a == "--plugin-config=/etc/actk/device-plugin.toml"), "{largs:?}");
+    assert!(largs.iter().any(|a| a == "--node-config"), "the node's label picks, as for the plugin: {largs:?}");
+    let mounted = |pod: &Value, c: &str| -> Vec<(String, String, String)> {
+        let vols = pod["volumes"].as_array().unwrap();
+        container(pod, c)["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| {
+                let v = vols.iter().find(|v| v["name"] == m["name"])?;
+                let cm = v["configMap"]["name"].as_str()?;
+                Some((cm.to_string(), m["mountPath"].as_str()?.to_string(), m["subPath"].to_string()))
+            })
+            .collect()
+    };
+    let (pm, lm) = (mounted(pod, "actk-device-plugin"), mounted(&labeller["spec"], "actk-node-labeller"));
+    assert_eq!((lm.len(), pm), (2, lm), "the same ConfigMaps at the same paths");
+    assert_eq!(
+        labeller["metadata"]["annotations"]["checksum/config"],
+        plugin_daemonset(&all, "config.map")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    );
+    let env = container(pod, "actk-device-plugin")["env"].as_array().unwrap().clone();
+    let env_of = |n: &str| env.iter().find(|e| e["name"] == n).cloned().unwrap_or_default();
+    assert_eq!(env_of("ACTK_DEVICE_PLUGIN_NODE_CONFIG")["value"], "true");
+    assert_eq!(env_of("NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    assert_eq!(pod["serviceAccountName"], "actk-device-plugin-device-plugin");
+    let role = all
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "actk-device-plugin-device-plugin")
+        .expect("the plugin's ClusterRole");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+        ])
+    );
+    // Several configs without config.default: a key `default` is the default (NVIDIA's `named`).
+    let mut named = cfgs[..2].to_vec();
+    named.push("config.map.ts2=version: v1\n");
+    let s = plugin_settings(&ok(&named));
+    assert!(s.time_slicing.is_none(), "the key default");
     // config.name: the admin's own ConfigMap.
     let all = ok(&["config.name=nvidia-device-plugin-configs"]);
     let pod = &plugin_daemonset(&all, "config.name")["spec"]["template"]["spec"];
@@ -826,7 +990,7 @@ fn nvidia_chart_values_are_honoured_or_refused_with_the_fix() {
         ),
         ("deviceListStrategy=envvar,config.strategies={volume-mounts}", &["deviceListStrategy", "set one of them"][..]),
         ("config.name=a,config.map.b=x", &["config.name and config.map"][..]),
-        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label"][..]),
+        ("config.map.a=x,config.map.b=y", &["config.map has a, b", "config.default", "node label actk.dev/config"][..]),
         ("config.map.a=x,config.default=b", &["config.default \"b\" is not a key of config.map (a)"][..]),
         ("migStrategy=all", &["migStrategy"][..]),
         ("someTypo=1", &["someTypo", "not allowed"][..]),
@@ -1021,9 +1185,14 @@ fn values_given_as_false_stay_false_and_null_maps_get_defaults() {
     };
     let chart = repo().join("deploy/helm/actk-device-plugin");
     let all = render_chart(&helm, &chart, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
-    let ds: Vec<&str> =
+    let mut ds: Vec<&str> =
         all.iter().filter(|d| d["kind"] == "DaemonSet").filter_map(|d| d["metadata"]["name"].as_str()).collect();
-    assert_eq!(ds, ["actk-device-plugin-dra"], "no device plugin DaemonSet");
+    ds.sort_unstable();
+    assert_eq!(
+        ds,
+        ["actk-device-plugin-dra", "actk-device-plugin-exporter", "actk-device-plugin-labeller"],
+        "no device plugin DaemonSet"
+    );
     let all = render_chart(&helm, &chart, &["cdi.generate=false", "hostLibraries=false", "metrics.port=0"]);
     let all = all.expect_err("metrics.port 0 is refused by the schema");
     assert!(all.contains("metrics.port"), "{all}");

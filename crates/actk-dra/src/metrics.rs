@@ -1,5 +1,6 @@
 //! The driver's Prometheus metrics (OpenMetrics text, prometheus-client) on `GET /metrics`,
-//! served by hyper's HTTP/1.1 server on `--metrics-address` (the chart's `dra.metrics`).
+//! served by the node layer's endpoint (`actk_node::metrics_http`: hyper's HTTP/1.1 server, as
+//! the device plugin's and the exporter's) on `--metrics-address` (the chart's `dra.metrics`).
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -17,9 +18,6 @@
 //! A port another process holds (the old pod of a rolling update on the host network) is tried
 //! again every 2 s until it is free.
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Response, StatusCode};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -179,16 +177,18 @@ impl DraMetrics {
     }
 }
 
-/// Serves `GET /metrics` (and `GET /healthz`) on `addr` until the process ends; a port in use
-/// is tried again every 2 s (logged once).
+/// Serves `GET /metrics` on `addr` until the process ends, with the node layer's endpoint
+/// ([`actk_node::metrics_http`], as the device plugin and the exporter); a port in use (the old
+/// pod of a surge rollout on the host network still holds it) is tried again every 2 s (logged
+/// once).
 pub async fn serve(addr: SocketAddr, metrics: DraMetrics) {
     let mut said = false;
     let listener = loop {
-        match tokio::net::TcpListener::bind(addr).await {
+        match actk_node::metrics_http::bind(addr).await {
             Ok(l) => break l,
             Err(e) => {
                 if !said {
-                    tracing::warn!("metrics endpoint {addr}: {e}; trying again every 2 s");
+                    tracing::warn!("{e}; trying again every 2 s");
                     said = true;
                 }
                 tokio::time::sleep(Duration::from_secs(2)).await;
@@ -196,35 +196,7 @@ pub async fn serve(addr: SocketAddr, metrics: DraMetrics) {
         }
     };
     tracing::info!("metrics on http://{addr}/metrics");
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let m = metrics.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let m = m.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(&req, &m)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
-    }
-}
-
-fn answer<B>(req: &Request<B>, m: &DraMetrics) -> Response<Full<Bytes>> {
-    let (status, ctype, body) = match (req.method().as_str(), req.uri().path()) {
-        ("GET", "/metrics") => {
-            (StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", m.render())
-        }
-        ("GET", "/healthz") => (StatusCode::OK, "text/plain", "ok\n".to_string()),
-        _ => (StatusCode::NOT_FOUND, "text/plain", "GET /metrics\n".to_string()),
-    };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    if let Ok(v) = http::HeaderValue::from_str(ctype) {
-        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
-    }
-    r
+    actk_node::metrics_http::serve(listener, Arc::new(move || Ok(metrics.render()))).await;
 }
 
 #[cfg(test)]

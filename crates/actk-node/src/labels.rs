@@ -18,6 +18,18 @@ use std::collections::{BTreeMap, BTreeSet};
 /// that runs GFD too keeps GFD's other labels.)
 pub const OWNED_PREFIXES: &[&str] = &["actk.dev/"];
 
+/// The Node annotation where the labeller keeps the keys it set (comma-separated), so that its
+/// next pass knows which GFD-/AMD-compatible keys are its own to remove (as NFD keeps
+/// `nfd.node.kubernetes.io/feature-labels`).
+pub const OWNED_ANNOTATION: &str = "actk.dev/labels";
+
+/// Whether `key` is a label the admin sets for actk to read (the node's config name
+/// `actk.dev/config`, the DRA server choice `actk.dev/<profile>.server`): never the labeller's
+/// to remove, although under [`OWNED_PREFIXES`].
+pub fn admin_input(key: &str) -> bool {
+    key == "actk.dev/config" || (key.starts_with("actk.dev/") && key.ends_with(".server"))
+}
+
 /// How the node is configured, which discovery cannot see (the device plugin's settings).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LabelOptions {
@@ -25,6 +37,11 @@ pub struct LabelOptions {
     pub mig_strategy: Option<String>,
     /// Time-slicing replicas per kind (`nvidia.com/gpu` -> 4); absent or 1: not shared.
     pub replicas: BTreeMap<String, u32>,
+    /// Kinds whose time-sliced replicas are served under another name (an entry's `rename`,
+    /// or `renameByDefault`): GFD then leaves `-SHARED` off the product label.
+    pub renamed: BTreeSet<String>,
+    /// CUDA MPS replicas per kind (`sharing.mps`); time-slicing of the same kind wins.
+    pub mps: BTreeMap<String, u32>,
     /// The named config the node runs (`actk.dev/config` selects it; echoed as
     /// `actk.dev/config.applied`).
     pub config: Option<String>,
@@ -101,11 +118,11 @@ pub fn labels(inventory: &Inventory, opts: &LabelOptions) -> BTreeMap<String, St
         if cores > 0 {
             put(format!("{p}.cores"), &cores.to_string());
         }
-        let replicas = opts.replicas.get(&v.kind).copied().unwrap_or(1).max(1);
-        put(format!("{p}.sharing"), if replicas > 1 { "time-slicing" } else { "none" });
-        put(format!("{p}.replicas"), &replicas.to_string());
+        let sharing = Sharing::of(opts, &v.kind);
+        put(format!("{p}.sharing"), sharing.strategy());
+        put(format!("{p}.replicas"), &sharing.replicas().to_string());
         match v.profile.as_str() {
-            "nvidia" => nvidia(v, opts, replicas, &mut put),
+            "nvidia" => nvidia(v, opts, &sharing, &mut put),
             "amd" => amd(v, &mut put),
             _ => {}
         }
@@ -113,14 +130,59 @@ pub fn labels(inventory: &Inventory, opts: &LabelOptions) -> BTreeMap<String, St
     out
 }
 
-fn nvidia(v: &VendorInventory, opts: &LabelOptions, replicas: u32, put: &mut impl FnMut(String, &str)) {
+/// How a kind is shared on the node, from [`LabelOptions`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sharing {
+    None,
+    /// Time-sliced into this many replicas (> 1); `renamed`: served under another name.
+    TimeSlicing {
+        replicas: u32,
+        renamed: bool,
+    },
+    /// Shared through CUDA MPS, this many replicas (> 1).
+    Mps(u32),
+}
+
+impl Sharing {
+    fn of(opts: &LabelOptions, kind: &str) -> Sharing {
+        match (opts.replicas.get(kind).copied().unwrap_or(1), opts.mps.get(kind).copied().unwrap_or(1)) {
+            (r, _) if r > 1 => Sharing::TimeSlicing { replicas: r, renamed: opts.renamed.contains(kind) },
+            (_, m) if m > 1 => Sharing::Mps(m),
+            _ => Sharing::None,
+        }
+    }
+
+    /// The strategy as GFD's `nvidia.com/gpu.sharing-strategy` names it.
+    fn strategy(self) -> &'static str {
+        match self {
+            Sharing::None => "none",
+            Sharing::TimeSlicing { .. } => "time-slicing",
+            Sharing::Mps(_) => "mps",
+        }
+    }
+
+    fn replicas(self) -> u32 {
+        match self {
+            Sharing::None => 1,
+            Sharing::TimeSlicing { replicas, .. } | Sharing::Mps(replicas) => replicas,
+        }
+    }
+}
+
+fn nvidia(v: &VendorInventory, opts: &LabelOptions, sharing: &Sharing, put: &mut impl FnMut(String, &str)) {
     let d = &v.devices[0];
     let p = "actk.dev/nvidia";
-    // GPU Feature Discovery's names (its README's label list).
+    // GPU Feature Discovery's names (its README's label list; values as k8s-device-plugin's
+    // internal/lm/resource.go computes them).
     put("nvidia.com/gpu.present".into(), "true");
     put("nvidia.com/gpu.count".into(), &v.devices.len().to_string());
     if let Some(m) = &d.model {
-        put("nvidia.com/gpu.product".into(), m);
+        // GFD marks a time-sliced GPU that keeps its resource name: pods selecting the plain
+        // product must not land on a share of one by surprise.
+        match sharing {
+            Sharing::TimeSlicing { renamed: false, .. } => put("nvidia.com/gpu.product".into(), &format!("{m}-SHARED")),
+            _ => put("nvidia.com/gpu.product".into(), m),
+        }
     }
     if let Some(m) = d.attributes.get("memory_mib") {
         put("nvidia.com/gpu.memory".into(), m);
@@ -160,8 +222,13 @@ fn nvidia(v: &VendorInventory, opts: &LabelOptions, replicas: u32, put: &mut imp
     let strategy = opts.mig_strategy.as_deref().unwrap_or("none");
     put("nvidia.com/mig.strategy".into(), strategy);
     put(format!("{p}.mig-strategy"), strategy);
+    // GFD counts time-slicing replicas only (an MPS-shared GPU shows 1).
+    let replicas = match sharing {
+        Sharing::TimeSlicing { replicas, .. } => *replicas,
+        _ => 1,
+    };
     put("nvidia.com/gpu.replicas".into(), &replicas.to_string());
-    put("nvidia.com/gpu.sharing-strategy".into(), if replicas > 1 { "time-slicing" } else { "none" });
+    put("nvidia.com/gpu.sharing-strategy".into(), sharing.strategy());
 }
 
 fn amd(v: &VendorInventory, put: &mut impl FnMut(String, &str)) {
@@ -185,7 +252,7 @@ fn amd(v: &VendorInventory, put: &mut impl FnMut(String, &str)) {
 
 /// The keys of `current` (the node's labels now) that a labeller computing `new` must remove:
 /// those under [`OWNED_PREFIXES`] and those GFD-/AMD-compatible keys it set `before` (its
-/// previous set) that `new` no longer has.
+/// previous set) that `new` no longer has; never the admin's inputs ([`admin_input`]).
 pub fn stale(
     current: &BTreeMap<String, String>,
     before: &BTreeMap<String, String>,
@@ -194,6 +261,7 @@ pub fn stale(
     current
         .keys()
         .filter(|k| !new.contains_key(*k))
+        .filter(|k| !admin_input(k))
         .filter(|k| OWNED_PREFIXES.iter().any(|p| k.starts_with(p)) || before.contains_key(*k))
         .cloned()
         .collect()
@@ -226,5 +294,26 @@ mod tests {
         let before = m(&[("actk.dev/nvidia.count", "8"), ("nvidia.com/gpu.count", "8")]);
         assert_eq!(stale(&current, &before, &m(&[])), ["actk.dev/nvidia.count", "nvidia.com/gpu.count"]);
         assert!(stale(&current, &before, &before).is_empty());
+        // The admin's inputs under actk.dev/ stay.
+        let current = m(&[("actk.dev/config", "ts2"), ("actk.dev/nvidia.server", "dra"), ("actk.dev/x", "1")]);
+        assert_eq!(stale(&current, &m(&[]), &m(&[])), ["actk.dev/x"]);
+    }
+
+    /// GFD's sharing labels (k8s-device-plugin internal/lm/resource.go): time-slicing wins over
+    /// MPS for a kind; the product gets `-SHARED` only for time-slicing under the plain name.
+    #[test]
+    fn sharing_follows_gfd() {
+        let mut o = LabelOptions::default();
+        assert_eq!(Sharing::of(&o, "nvidia.com/gpu"), Sharing::None);
+        o.mps.insert("nvidia.com/gpu".into(), 2);
+        assert_eq!(Sharing::of(&o, "nvidia.com/gpu"), Sharing::Mps(2));
+        assert_eq!((Sharing::Mps(2).strategy(), Sharing::Mps(2).replicas()), ("mps", 2));
+        o.replicas.insert("nvidia.com/gpu".into(), 4);
+        assert_eq!(Sharing::of(&o, "nvidia.com/gpu"), Sharing::TimeSlicing { replicas: 4, renamed: false });
+        o.renamed.insert("nvidia.com/gpu".into());
+        assert_eq!(Sharing::of(&o, "nvidia.com/gpu"), Sharing::TimeSlicing { replicas: 4, renamed: true });
+        // One replica is no sharing.
+        o.replicas.insert("amd.com/gpu".into(), 1);
+        assert_eq!(Sharing::of(&o, "amd.com/gpu"), Sharing::None);
     }
 }

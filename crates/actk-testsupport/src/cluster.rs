@@ -107,6 +107,8 @@ pub struct PodSpec {
     pub env: Vec<(String, String)>,
     /// Pod annotations (`metadata.annotations`).
     pub annotations: Vec<(String, String)>,
+    /// `spec.nodeSelector` (node labels the pod asks for).
+    pub node_selector: Vec<(String, String)>,
 }
 
 impl PodSpec {
@@ -119,7 +121,14 @@ impl PodSpec {
             runtime_class: None,
             env: vec![],
             annotations: vec![],
+            node_selector: vec![],
         }
+    }
+
+    /// Adds `nodeSelector: {key: value}`.
+    pub fn node_selector(mut self, key: &str, value: &str) -> PodSpec {
+        self.node_selector.push((key.into(), value.into()));
+        self
     }
 
     /// Adds `limits: {resource: count}`.
@@ -167,6 +176,10 @@ impl PodSpec {
         });
         if let Some(rc) = &self.runtime_class {
             spec["runtimeClassName"] = Value::String(rc.clone());
+        }
+        if !self.node_selector.is_empty() {
+            spec["nodeSelector"] =
+                self.node_selector.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
         }
         let annotations: serde_json::Map<String, Value> =
             self.annotations.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();

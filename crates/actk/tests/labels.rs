@@ -84,6 +84,68 @@ fn dgx_h100_gets_gfd_labels_that_existing_node_selectors_match_and_they_follow_a
     wait_for("the count without GPU 7", || count().as_deref() == Some("7"));
 }
 
+/// The chart's labeller reads the device plugin's config (`--plugin-config`) and labels the
+/// named config the plugin serves: time-slicing under the plain name marks the product
+/// `-SHARED` as GFD does (so a nodeSelector on the plain product avoids shares), renamed shares
+/// keep it, the config's MIG strategy replaces --mig-strategy, and a name that does not load
+/// keeps the last good labels (here, with nothing loaded yet, --mig-strategy's).
+#[test]
+fn plugin_config_named_config_gives_the_sharing_labels() {
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cm = dir.path().join("nvidia");
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("default"), "version: v1\nflags:\n  migStrategy: single\n").unwrap();
+    let ts = |rename: bool| {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: {rename}\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\n"
+        )
+    };
+    std::fs::write(cm.join("ts4"), ts(false)).unwrap();
+    std::fs::write(cm.join("ts4-renamed"), ts(true)).unwrap();
+    let toml = dir.path().join("device-plugin.toml");
+    std::fs::write(&toml, format!("nvidia_config = {:?}\n", cm.display().to_string())).unwrap();
+    let pc = toml.to_str().unwrap();
+
+    let d = run(&fx.root, &["--plugin-config", pc]);
+    assert_eq!(d["actk.dev/config.applied"], "default");
+    assert_eq!(d["nvidia.com/mig.strategy"], "single");
+    assert_eq!(d["nvidia.com/gpu.sharing-strategy"], "none");
+    assert_eq!(d["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+
+    let t = run(&fx.root, &["--plugin-config", pc, "--config-name", "ts4"]);
+    for (k, v) in [
+        ("actk.dev/config.applied", "ts4"),
+        ("nvidia.com/mig.strategy", "none"),
+        ("nvidia.com/gpu.replicas", "4"),
+        ("nvidia.com/gpu.sharing-strategy", "time-slicing"),
+        ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3-SHARED"),
+        ("actk.dev/nvidia.sharing", "time-slicing"),
+        ("actk.dev/nvidia.replicas", "4"),
+        ("actk.dev/nvidia.product", "NVIDIA-H100-80GB-HBM3"),
+    ] {
+        assert_eq!(t.get(k).map(String::as_str), Some(v), "{k} in {t:#?}");
+    }
+    let r = run(&fx.root, &["--plugin-config", pc, "--config-name", "ts4-renamed"]);
+    assert_eq!(
+        (r["nvidia.com/gpu.product"].as_str(), r["nvidia.com/gpu.replicas"].as_str()),
+        ("NVIDIA-H100-80GB-HBM3", "4")
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_actk"))
+        .args(["node", "labels", "--root"])
+        .arg(&fx.root)
+        .args(["--plugin-config", pc, "--config-name", "gone", "--mig-strategy", "mixed"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a config named \"gone\"") && err.contains("last good config"), "{err}");
+    let g = labels_of(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(g["nvidia.com/mig.strategy"], "mixed");
+    assert!(!g.contains_key("actk.dev/config.applied"), "{g:#?}");
+}
+
 #[test]
 fn mi300x_gets_amd_labeller_names_with_partition_modes() {
     let Some(fx) = fixture::prepare("amd-mi300x").unwrap() else { return };

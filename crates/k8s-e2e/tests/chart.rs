@@ -64,6 +64,22 @@ fn without_nri_extra_env(values: &str) -> String {
     out
 }
 
+/// Removes, when dropped, the node labels the named-config and labeller tests set.
+struct Unlabel<'a>(&'a Cluster, String);
+
+impl Drop for Unlabel<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kubectl(&[
+            "label",
+            "node",
+            &self.1,
+            "actk.dev/config-",
+            "nvidia.com/device-plugin.config-",
+            "actk.dev/retired.count-",
+        ]);
+    }
+}
+
 fn text(o: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -188,6 +204,13 @@ fn reuse_values_upgrade_from_an_earlier_chart_revision() -> Result<()> {
         "-n",
         NAMESPACE,
         "--reuse-values",
+        // The exporter and the labeller are on by default since issue 30; the labeller needs the
+        // API server, which this node reaches only through the loopback (no kube-proxy), and the
+        // earlier values have no nodeLabeller.extraEnv to say so. Their templates' rendering
+        // with every earlier values.yaml is the deploy test's
+        // (every_earlier_values_yaml_renders_as_reuse_values_would).
+        "--set",
+        "exporter.enabled=false,nodeLabeller.enabled=false",
         "--wait",
         "--timeout",
         "3m",
@@ -283,5 +306,248 @@ fn up_with_dra_values_waits_for_slices_not_extended_resources() -> Result<()> {
     ensure!(text(&o).contains("the DRA driver publishes 8 devices"), "{}", text(&o));
     ensure!(c.allocatable()?.get(GPU).is_none_or(|n| *n == 0), "no extended resource: the DRA driver serves the GPUs");
     c.uninstall()?;
+    Ok(())
+}
+
+/// The plugin's pod: its name and its container's restart count.
+fn plugin_pod(c: &Cluster) -> Result<(String, i64)> {
+    let pods = c.release_pods()?;
+    let p = pods
+        .iter()
+        .find(|p| {
+            p["status"]["phase"] == "Running"
+                && p["metadata"]["labels"]["app.kubernetes.io/component"].is_null()
+                && p["metadata"]["deletionTimestamp"].is_null()
+        })
+        .context("no running plugin pod")?;
+    let restarts = p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "actk-device-plugin"))
+        .and_then(|s| s["restartCount"].as_i64())
+        .unwrap_or(-1);
+    Ok((p["metadata"]["name"].as_str().unwrap_or_default().to_string(), restarts))
+}
+
+/// Issue 30, per-node configs: the chart takes named configs (config.map, config.default) and
+/// the node label actk.dev/config picks this node's. On the DGX H100 fixture (8 GPUs): the
+/// default serves 8, `ts2` (time-slicing, 2 replicas) 16 within a minute of labelling, in the
+/// same pod and container (a restart in place); an unknown name keeps 16 and posts a Warning
+/// Event ConfigRefused on the Node naming the label and the configs there are; the label
+/// removed gives 8 again; NVIDIA's label nvidia.com/device-plugin.config is honoured too.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn node_label_chooses_the_named_config_without_a_reinstall() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    let node = c.node_name().to_string();
+    let _unlabel = Unlabel(&c, node.clone());
+    let label = |key: &str, v: Option<&str>| -> Result<()> {
+        let arg = match v {
+            Some(v) => format!("{key}={v}"),
+            None => format!("{key}-"),
+        };
+        c.kubectl_ok(&["label", "node", &node, &arg, "--overwrite"]).map(|_| ())
+    };
+    label("actk.dev/config", None)?;
+    label("nvidia.com/device-plugin.config", None)?;
+    c.install(
+        &dgx.root,
+        "config:\n  map:\n    default: |\n      version: v1\n    ts2: |\n      version: v1\n      sharing:\n        \
+         timeSlicing:\n          resources:\n          - name: nvidia.com/gpu\n            replicas: 2\n  default: default\n",
+    )?;
+    c.wait_allocatable(GPU, 8)?;
+    let before = plugin_pod(&c)?;
+    let minute = Duration::from_secs(60);
+
+    label("actk.dev/config", Some("ts2"))?;
+    c.wait_allocatable_within(GPU, 16, minute)?;
+    let after = plugin_pod(&c)?;
+    ensure!(after == before, "restarted in place, same pod and no container restart: {before:?} then {after:?}");
+    let logs = c.plugin_logs();
+    ensure!(logs.contains("serving config \"ts2\""), "the log names the config:\n{logs}");
+    gets_gpus(&c, "ts2-pod", 2)?;
+
+    // A name that is not a config: refused where the admin looks, the running config kept.
+    label("actk.dev/config", Some("ts9"))?;
+    let ev = c.wait_until("the ConfigRefused event on the node", minute, || {
+        let evs = c.events("default", &node)?;
+        Ok(evs.into_iter().find(|e| e.starts_with("ConfigRefused:") && e.contains("actk.dev/config=ts9")))
+    })?;
+    ensure!(ev.contains("it has default, ts2") && ev.contains("keeping config \"ts2\""), "{ev}");
+    std::thread::sleep(Duration::from_secs(12));
+    ensure!(c.allocatable()?.get(GPU) == Some(&16), "the running config stays: {:?}", c.allocatable()?);
+    let logs = c.plugin_logs();
+    ensure!(logs.contains("ERROR") && logs.contains("actk.dev/config=ts9"), "the log says so:\n{logs}");
+
+    // The label removed: the default again.
+    label("actk.dev/config", None)?;
+    c.wait_allocatable_within(GPU, 8, minute)?;
+    // NVIDIA's label, for nodes labelled for NVIDIA's plugin.
+    label("nvidia.com/device-plugin.config", Some("ts2"))?;
+    c.wait_allocatable_within(GPU, 16, minute)?;
+    label("nvidia.com/device-plugin.config", None)?;
+    c.wait_allocatable_within(GPU, 8, minute)?;
+    ensure!(plugin_pod(&c)? == before, "still the same pod and container");
+    Ok(())
+}
+
+/// Issue 30, the chart's exporter and node labeller (both on by default; the harness turns them
+/// off for the other tests): on the DGX H100 fixture the labeller puts GFD's and actk's labels on
+/// the Node (product and count as the fixture has them), removes an actk.dev/ label it does not
+/// compute but never the admin's actk.dev/config, and cannot write the Node with a token that
+/// names no node (the admission policy); a pod selecting GFD's product label runs there and one
+/// selecting a product the node lacks stays Pending; relabelling the node to a time-sliced named
+/// config turns its sharing labels on (GFD's `-SHARED` product, replicas, strategy) within a
+/// minute, as it turns the plugin's replicas on; a GPU removed from the node leaves the count
+/// within the watch interval; the exporter's /metrics answers at its Service's endpoint with a
+/// series per GPU. One install for all of it.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn exporter_and_node_labeller_daemonsets() -> Result<()> {
+    let Some(dgx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    let node = c.node_name().to_string();
+    // Whatever happens, the node leaves without the labels this test sets: a config label left
+    // behind names a config the next test's chart does not have, and its plugin would not start.
+    let _unlabel = Unlabel(&c, node.clone());
+    // A label a labeller set before (stale) and the admin's config label.
+    c.kubectl_ok(&[
+        "label",
+        "node",
+        &node,
+        "actk.dev/retired.count=1",
+        "actk.dev/config=default",
+        "nvidia.com/device-plugin.config-",
+        "--overwrite",
+    ])?;
+    c.install(
+        &dgx.root,
+        "exporter:\n  enabled: true\nnodeLabeller:\n  enabled: true\n  intervalSeconds: 2\nconfig:\n  map:\n    \
+         default: |\n      version: v1\n    ts2: |\n      version: v1\n      sharing:\n        timeSlicing:\n          \
+         resources:\n          - name: nvidia.com/gpu\n            replicas: 2\n",
+    )?;
+    c.wait_allocatable(GPU, 8)?;
+    let labels_are = |what: &str, want: &[(&str, &str)], limit: Duration| -> Result<serde_json::Value> {
+        let mut last = serde_json::Value::Null;
+        let r = c.wait_until(what, limit, || {
+            last = c.get_json(&["node", &node])?["metadata"].clone();
+            let l = &last["labels"];
+            Ok((want.iter().all(|(k, v)| l[*k] == *v) && l["actk.dev/retired.count"].is_null()).then_some(()))
+        });
+        r.map_err(|e| anyhow::anyhow!("{e}; node metadata: {last}\n{}", c.plugin_logs()))?;
+        Ok(last)
+    };
+    let last = labels_are(
+        "the node's labels from the labeller",
+        &[
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+            ("nvidia.com/gpu.count", "8"),
+            ("nvidia.com/gpu.replicas", "1"),
+            ("nvidia.com/gpu.sharing-strategy", "none"),
+            ("actk.dev/nvidia.count", "8"),
+            ("actk.dev/config", "default"),
+            ("actk.dev/config.applied", "default"),
+        ],
+        Duration::from_secs(90),
+    )?;
+    let owned = last["annotations"]["actk.dev/labels"].as_str().unwrap_or_default().to_string();
+    ensure!(
+        owned.split(',').any(|k| k == "nvidia.com/gpu.product") && !owned.split(',').any(|k| k == "actk.dev/config"),
+        "{owned}"
+    );
+    // The labeller's identity without a pod-bound token (no node in it) may not write the Node.
+    let sa = format!("system:serviceaccount:{NAMESPACE}:{RELEASE}-labeller");
+    let o = c.kubectl(&["label", "node", &node, "actk.dev/forged=1", "--as", &sa]);
+    let msg = String::from_utf8_lossy(&o.stderr).to_string();
+    ensure!(!o.status.success() && msg.contains("names no node"), "refused by the own-node policy: {msg}");
+
+    // Existing nodeSelectors on GFD's product label: the H100 node takes the pod, a product it
+    // does not have leaves the other Pending (unschedulable, not failed).
+    let h100 = PodSpec::new("selects-h100", "ls /dev")
+        .limit(GPU, 1)
+        .node_selector("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3");
+    let r = c.run_pod(&h100)?;
+    ensure!(r.phase() == "Succeeded", "the H100 pod: {}\n{}", r.phase(), r.logs);
+    let a100 = PodSpec::new("selects-a100", "true")
+        .limit(GPU, 1)
+        .node_selector("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB");
+    c.create_pod(&a100)?;
+    let why = c.wait_until("the A100 pod unschedulable", Duration::from_secs(30), || {
+        let p = c.pod("selects-a100")?;
+        let cond = p["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        Ok(cond
+            .iter()
+            .find(|x| x["type"] == "PodScheduled" && x["status"] == "False" && x["reason"] == "Unschedulable")
+            .map(|x| x["message"].to_string()))
+    })?;
+    ensure!(c.pod("selects-a100")?["status"]["phase"] == "Pending", "still Pending: {why}");
+    c.delete_pod("selects-a100")?;
+
+    // Relabelled to the time-sliced config: the plugin serves 16 and the labels say so, as GFD
+    // writes them (the product marked -SHARED: a pod selecting the plain product avoids shares).
+    c.kubectl_ok(&["label", "node", &node, "actk.dev/config=ts2", "--overwrite"])?;
+    let minute = Duration::from_secs(60);
+    c.wait_allocatable_within(GPU, 16, minute)?;
+    labels_are(
+        "the time-slicing labels",
+        &[
+            ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3-SHARED"),
+            ("nvidia.com/gpu.replicas", "2"),
+            ("nvidia.com/gpu.sharing-strategy", "time-slicing"),
+            ("actk.dev/nvidia.sharing", "time-slicing"),
+            ("actk.dev/nvidia.replicas", "2"),
+            ("actk.dev/config.applied", "ts2"),
+        ],
+        minute,
+    )?;
+
+    // GPU 7 falls off the bus (its device node goes): the count follows within the interval
+    // (2 s here), the node's other labels stay.
+    let gpu7 = dgx.path("/dev/nvidia7");
+    std::fs::remove_file(&gpu7).with_context(|| format!("removing {}", gpu7.display()))?;
+    let removed = labels_are(
+        "the count without GPU 7",
+        &[("nvidia.com/gpu.count", "7"), ("actk.dev/nvidia.count", "7"), ("nvidia.com/gpu.replicas", "2")],
+        Duration::from_secs(20),
+    );
+    let back = Command::new("mknod").arg(&gpu7).args(["c", "195", "7"]).status();
+    removed?;
+    ensure!(back.is_ok_and(|s| s.success()), "mknod {} failed", gpu7.display());
+    labels_are("the count with GPU 7 back", &[("nvidia.com/gpu.count", "8")], Duration::from_secs(20))?;
+
+    // The exporter, through its Service's endpoints (the test node has no kube-proxy).
+    let slices = c.get_json(&[
+        "endpointslices",
+        "-n",
+        NAMESPACE,
+        "-l",
+        &format!("kubernetes.io/service-name={RELEASE}-exporter"),
+    ])?;
+    let addr = c.wait_until("a ready exporter endpoint", Duration::from_secs(60), || {
+        let s = c.get_json(&[
+            "endpointslices",
+            "-n",
+            NAMESPACE,
+            "-l",
+            &format!("kubernetes.io/service-name={RELEASE}-exporter"),
+        ])?;
+        let Some(slice) = s["items"].as_array().and_then(|a| a.first()).cloned() else { return Ok(None) };
+        let ip = slice["endpoints"][0]["addresses"][0].as_str().map(str::to_string);
+        let ready = slice["endpoints"][0]["conditions"]["ready"] == true;
+        let port = slice["ports"][0]["port"].as_i64();
+        Ok(match (ip, port, ready) {
+            (Some(ip), Some(port), true) => Some(format!("{ip}:{port}")),
+            _ => None,
+        })
+    });
+    let addr = addr.map_err(|e| anyhow::anyhow!("{e}; {slices}"))?;
+    let o = Command::new("curl").args(["-fsS", "--max-time", "20", &format!("http://{addr}/metrics")]).output()?;
+    let body = String::from_utf8_lossy(&o.stdout).to_string();
+    ensure!(o.status.success(), "GET http://{addr}/metrics: {}", String::from_utf8_lossy(&o.stderr));
+    let gpus =
+        body.lines().filter(|l| l.starts_with("actk_device_info{") && l.contains("NVIDIA H100 80GB HBM3")).count();
+    let mem = body.lines().filter(|l| l.starts_with("actk_device_memory_total_bytes{")).count();
+    ensure!(gpus == 8 && mem >= 8, "8 H100s in /metrics ({gpus} info, {mem} memory series):\n{body}");
+    c.kubectl_ok(&["label", "node", &node, "actk.dev/config-"])?;
     Ok(())
 }

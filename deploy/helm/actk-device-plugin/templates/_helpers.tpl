@@ -79,6 +79,17 @@ app.kubernetes.io/name: actk-nri
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of the exporter's pods and the labeller's: names of their own, as the NRI plugin's. */}}
+{{- define "actk-device-plugin.exporterSelector" -}}
+app.kubernetes.io/name: actk-exporter
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "actk-device-plugin.labellerSelector" -}}
+app.kubernetes.io/name: actk-node-labeller
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/*
 recursiveReadOnly of a read-only hostPath mount of a whole root: its submounts (/proc, /sys,
 /run, a separate /var) read-only too where the kubelet and runtime can (Kubernetes 1.30+, a
@@ -261,7 +272,7 @@ affinity, devicePlugin.enabled, priorityClassName, nodeSelector, tolerations, re
 {{- if $c.map -}}
 {{- $keys := keys $c.map | sortAlpha -}}
 {{- if and $c.default (not (has $c.default $keys)) }}{{ fail (printf "config.default %q is not a key of config.map (%s)" $c.default (join ", " $keys)) }}{{ end -}}
-{{- if and (not $c.default) (gt (len $keys) 1) }}{{ fail (printf "config.map has %s: set config.default to the one this release uses (choosing a config by the node label nvidia.com/device-plugin.config is not supported; install one release per group of nodes with nodeSelector instead)" (join ", " $keys)) }}{{ end -}}
+{{- if and (not $c.default) (gt (len $keys) 1) (not (has "default" $keys)) }}{{ fail (printf "config.map has %s: set config.default to the config of nodes without the node label actk.dev/config (or name one key default)" (join ", " $keys)) }}{{ end -}}
 {{- end -}}
 {{- end -}}
 

@@ -200,9 +200,31 @@ fn two_time_sliced_gpus_are_two_gpus_while_the_node_has_them() -> Result<()> {
         c.delete_pod(&format!("ts-two-{i}"))?;
     }
     // Two GPUs left, each with replicas held by one pod: a pod asking 2 still gets both.
+    // The health watch turns GPUs 2-7 Unhealthy within a second; the plugin's rediscovery (every
+    // 5 s) then serves the node again and re-registers, and the kubelet closes its connection
+    // to the old endpoint, failing an Allocate still in flight there (UnexpectedAdmissionError,
+    // as with any device plugin that re-registers). The pods below start after that.
+    let reserved = || -> Result<usize> {
+        let sel = format!("app.kubernetes.io/instance={}", actk_testsupport::cluster::RELEASE);
+        let o = c.kubectl(&[
+            "logs",
+            "-n",
+            actk_testsupport::cluster::NAMESPACE,
+            "-l",
+            &sel,
+            "-c",
+            "actk-device-plugin",
+            "--tail=-1",
+        ]);
+        Ok(String::from_utf8_lossy(&o.stdout).matches("changed; serving them again").count())
+    };
+    let before = reserved()?;
     for g in 2..8 {
         std::fs::remove_file(dgx.path(&format!("/dev/nvidia{g}")))?;
     }
+    c.wait_until("the plugin serving the node's devices again", Duration::from_secs(30), || {
+        Ok((reserved()? > before).then_some(()))
+    })?;
     c.wait_allocatable_within(GPU, 8, Duration::from_secs(30))?;
     run(&c, &sleeper("ts-one-a").limit(GPU, 1))?;
     run(&c, &sleeper("ts-one-b").limit(GPU, 1))?;

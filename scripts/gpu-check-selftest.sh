@@ -13,7 +13,7 @@
 # independently of actk) whose compute-instance capability node exists. It is both the
 # `nvidia-smi` on PATH and the fixture's /usr/bin/nvidia-smi that actk mounts into the
 # container. Then:
-#   1. gpu-check must pass every check (11 passed, 0 failed, exit 0) on the DGX H100 (MIG off)
+#   1. gpu-check must pass every check (12 passed, 0 failed, exit 0) on the DGX H100 (MIG off)
 #      and on the DGX A100 (17 MIG devices: mig-devices compares them, mig-container runs one);
 #   1b. with the stand-in hiding the A100's last MIG device, mig-devices must FAIL;
 #   2. with the stand-in reporting GPUs 0 and 1 swapped, gpu-check must fail list-uuids and
@@ -28,6 +28,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=$repo/target/release
 [ -x "$bin/actk" ] || bin=$repo/target/debug
 if [ "${1:-}" = --bin ] && [ $# -ge 2 ]; then bin=$2; fi
+bin=$(cd "$bin" && pwd) || { echo "FAIL setup: no directory $bin"; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/actk-gpu-selftest.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
@@ -111,8 +112,30 @@ prepare() {
     fi
     cp "$work/$name-path/nvidia-smi" "$root/usr/bin/nvidia-smi"
 }
+# The compute check's stand-in for scripts/cuda-probe.c (the fixtures have no real libcuda): it
+# passes only when the container has the device nodes cuInit needs, /dev/nvidiactl,
+# /dev/nvidia-uvm and /dev/nvidia0. gpu-check takes it from --bin, so the binaries are linked
+# into a directory of their own beside it.
+cat >"$work/probe.c" <<'EOF'
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    const char *need[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"};
+    for (int i = 0; i < 3; i++)
+        if (access(need[i], F_OK) != 0) { printf("cuda: cuInit(0) failed: 100 (no %s)\n", need[i]); return 1; }
+    printf("cuda: 1 device(s); device 0: stand-in, 64 MiB allocated and checked\n");
+    return 0;
+}
+EOF
+mkdir -p "$work/bin"
+for b in actk actk-runtime actk-hook; do ln -s "$bin/$b" "$work/bin/$b"; done
+if ! gcc -O -o "$work/bin/cuda-probe" "$work/probe.c" 2>"$work/gcc.log"; then
+    echo "FAIL setup: compiling the cuda-probe stand-in: $(head -n 1 "$work/gcc.log")"
+    exit 1
+fi
 prepare nvidia-dgx-h100
 prepare nvidia-dgx-a100
+bin=$work/bin
 root=$work/nvidia-dgx-h100
 a100=$work/nvidia-dgx-a100
 
@@ -126,12 +149,12 @@ gpu_check() { # ROOT [ENV=VALUE...]: gpu-check against fixture ROOT with its sta
 
 out=$(gpu_check "$root")
 rc=$?
-if [ $rc = 0 ] && printf '%s\n' "$out" | grep -qx '11 passed, 0 failed'; then check all-pass ok
+if [ $rc = 0 ] && printf '%s\n' "$out" | grep -qx '12 passed, 0 failed'; then check all-pass ok
 else check all-pass "exit $rc: $(printf '%s' "$out" | grep -v '^PASS' | tr '\n' ' ')"; fi
 
 out=$(gpu_check "$a100")
 rc=$?
-if [ $rc = 0 ] && printf '%s\n' "$out" | grep -qx '11 passed, 0 failed' && printf '%s\n' "$out" | grep -qx 'PASS mig-container' \
+if [ $rc = 0 ] && printf '%s\n' "$out" | grep -qx '12 passed, 0 failed' && printf '%s\n' "$out" | grep -qx 'PASS mig-container' \
     && ! printf '%s\n' "$out" | grep -q 'no MIG device'; then check mig-all-pass ok
 else check mig-all-pass "exit $rc: $(printf '%s' "$out" | grep -v '^PASS' | tr '\n' ' ')"; fi
 

@@ -87,8 +87,17 @@ impl LdCache {
 /// Where the ld.so.cache is, in any root.
 const CACHE: &str = "/etc/ld.so.cache";
 
-/// Directories searched for executables.
+/// Directories searched for executables, in this order; an executable is mounted where it was
+/// found.
 const BIN_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/aws/neuron/bin"];
+
+/// Driver installs kept under one prefix with `bin/` and `lib64/` beside each other, searched
+/// after [`BIN_DIRS`]: GKE's driver installer mounts its driver at `/usr/local/nvidia`, NVIDIA's
+/// CUDA images put `/usr/local/nvidia/bin` on PATH, and hosts that keep the driver there often
+/// have only wrapper scripts in /usr/bin (seen on an H200 VM on 2026-12-04: `/usr/bin/nvidia-smi`
+/// a shell script ending in `exec /usr/local/nvidia/bin/nvidia-smi`). An executable taken from
+/// here is mounted at `/usr/bin/NAME`, which is on every image's default PATH.
+const DRIVER_BIN_DIRS: &[&str] = &["/usr/local/nvidia/bin"];
 
 /// The host files `profile` asks for that exist under `host`, in capability-name order,
 /// without duplicates (by container path). `driver_version` filters libraries and fills
@@ -489,18 +498,36 @@ fn canonical_dir(host: &HostRoot, path: &str) -> String {
     }
 }
 
+/// Executable `name` of capability `cap`: the first ELF file named so in [`BIN_DIRS`], then
+/// [`DRIVER_BIN_DIRS`]; when none of them is ELF, the first regular file found (a script that
+/// does its work itself still runs in the container). A wrapper script that execs the real
+/// binary by a host path would fail there, since that path is not mounted; preferring the ELF
+/// file mounts the binary itself. `None` when no directory has it.
 fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
-    BIN_DIRS.iter().find_map(|dir| {
+    let mut first = None;
+    for dir in BIN_DIRS.iter().chain(DRIVER_BIN_DIRS) {
         let path = format!("{dir}/{name}");
-        let (real, st) = host.resolve_stat(&path).ok()?;
-        is_file(&st).then_some(())?;
-        Some(HostFile {
-            capability: cap.to_string(),
-            kind: HostFileKind::Binary,
-            host_path: host.host_path(&real),
-            container_path: canonical_dir(host, &path),
-        })
-    })
+        let Ok((real, st)) = host.resolve_stat(&path) else { continue };
+        if !is_file(&st) {
+            continue;
+        }
+        let container_path =
+            if DRIVER_BIN_DIRS.contains(dir) { format!("/usr/bin/{name}") } else { canonical_dir(host, &path) };
+        let found = HostFile { capability: cap.to_string(), kind: HostFileKind::Binary, host_path: host.host_path(&real), container_path };
+        if is_elf(host, &real) {
+            return Some(found);
+        }
+        first.get_or_insert(found);
+    }
+    first
+}
+
+/// Whether the file at root path `real` starts with the ELF magic (`\x7fELF`); false when it
+/// cannot be opened or read.
+fn is_elf(host: &HostRoot, real: &Path) -> bool {
+    let Ok(fd) = host.open(real) else { return false };
+    let mut magic = [0u8; 4];
+    matches!(rustix::io::read(&fd, &mut magic), Ok(4)) && magic == *b"\x7fELF"
 }
 
 #[cfg(test)]
@@ -629,6 +656,31 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             "{:?}",
             w.0
         );
+    }
+
+    /// A host that keeps its driver under /usr/local/nvidia and has only wrapper scripts in
+    /// /usr/bin (the H200 VM where scripts/gpu-check ran on 2026-12-04; the container's
+    /// `nvidia-smi` failed with "exec: /usr/local/nvidia/bin/nvidia-smi: not found"): the ELF
+    /// binary is mounted at /usr/bin/nvidia-smi instead of the script. Where /usr/bin holds the
+    /// ELF binary itself, that one is mounted, as before.
+    #[test]
+    fn driver_prefix_binaries_win_over_wrapper_scripts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        file(r, "/usr/bin/nvidia-smi", "#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n");
+        elf(r, "/usr/local/nvidia/bin/nvidia-smi", 2, 62);
+        let smi = |r: &Path| {
+            let files = find(&HostRoot::new(r), &profile(), Some("580.95.05"), &mut Warnings::default());
+            let f = files.into_iter().find(|f| f.container_path.ends_with("/nvidia-smi")).expect("nvidia-smi found");
+            (f.container_path, f.host_path)
+        };
+        assert_eq!(smi(r), ("/usr/bin/nvidia-smi".to_string(), r.join("usr/local/nvidia/bin/nvidia-smi")));
+        std::fs::remove_file(r.join("usr/bin/nvidia-smi")).unwrap();
+        elf(r, "/usr/bin/nvidia-smi", 2, 62);
+        assert_eq!(smi(r), ("/usr/bin/nvidia-smi".to_string(), r.join("usr/bin/nvidia-smi")));
+        // Only the driver prefix has it: still on PATH in the container.
+        std::fs::remove_file(r.join("usr/bin/nvidia-smi")).unwrap();
+        assert_eq!(smi(r), ("/usr/bin/nvidia-smi".to_string(), r.join("usr/local/nvidia/bin/nvidia-smi")));
     }
 
     /// A root whose ld.so.cache names the driver's libraries under /lib/x86_64-linux-gnu (as

@@ -513,7 +513,12 @@ fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
         }
         let container_path =
             if DRIVER_BIN_DIRS.contains(dir) { format!("/usr/bin/{name}") } else { canonical_dir(host, &path) };
-        let found = HostFile { capability: cap.to_string(), kind: HostFileKind::Binary, host_path: host.host_path(&real), container_path };
+        let found = HostFile {
+            capability: cap.to_string(),
+            kind: HostFileKind::Binary,
+            host_path: host.host_path(&real),
+            container_path,
+        };
         if is_elf(host, &real) {
             return Some(found);
         }

@@ -243,6 +243,27 @@ fn exporter_and_node_labeller_render_least_privilege() {
     let a = container(&l["spec"]["template"]["spec"], "actk-node-labeller")["args"].as_array().unwrap().clone();
     assert!(!a.iter().any(|a| a.as_str().unwrap().starts_with("--plugin-config")), "{a:?}");
     assert!(a.iter().any(|a| a == "--mig-strategy=none"), "{a:?}");
+    // exporter.privileged=true (NVML on a real NVIDIA node): the exporter alone is privileged,
+    // with nothing that a privileged container must not set (allowPrivilegeEscalation: false
+    // is refused by the API server then); its mounts stay read-only, every other part as before.
+    let privileged = render(&helm, &["exporter.privileged=true"]);
+    for d in privileged.iter().filter(|d| d["kind"] == "DaemonSet") {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        for c in d["spec"]["template"]["spec"]["containers"].as_array().unwrap() {
+            let sc = &c["securityContext"];
+            if name == "actk-device-plugin-exporter" {
+                assert_eq!(sc["privileged"], true, "{name}");
+                assert!(sc["allowPrivilegeEscalation"].is_null(), "{name}: {sc}");
+                assert_eq!(sc["readOnlyRootFilesystem"], true, "{name}");
+                for m in c["volumeMounts"].as_array().unwrap() {
+                    assert_eq!(m["readOnly"], true, "{name}: {m}");
+                }
+            } else {
+                assert_eq!(sc["privileged"], false, "{name}: only the exporter");
+            }
+        }
+    }
+    check_daemonset(&privileged, "exporter.privileged=true");
     let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
     let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort_unstable();

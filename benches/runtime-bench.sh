@@ -51,6 +51,8 @@
 # ACTK_BENCH_CALLGRIND=1 adds instruction counts (valgrind's callgrind, dumped when the shim
 # calls execve): every create of the scale pass and the compare pass's actk creates once each.
 # They repeat to the instruction on a loaded machine, where CPU figures do not.
+# ACTK_BENCH_CALLGRIND_KEEP=DIR keeps each profile as DIR/<pass>-<variant>.cg, for
+# callgrind_annotate (build with debug info to see lines: CARGO_PROFILE_RELEASE_DEBUG=1).
 #
 # No pass/fail: a measurement, not a test. On a busy machine the CPU figures are the steadier
 # (`uptime` is printed with them); take them on a quiet one.
@@ -228,6 +230,7 @@ instructions() { # CONFIG BUNDLE ORIGINAL [SHIM]
     "$shim" create --bundle "$2" --pid-file "$2/cg.pid" actk-bench-cg >/dev/null 2>"$work/cg.log" || true
   [ -s "$out.1" ] || { tail -n 5 "$work/cg.log" >&2; need "callgrind run failed"; }
   awk '/^summary:/ { print $2 }' "$out.1"
+  [ -z "${ACTK_BENCH_CALLGRIND_KEEP:-}" ] || cp "$out.1" "$ACTK_BENCH_CALLGRIND_KEEP/$(basename "$(dirname "$2")")-$(basename "$2").cg"
   rm -f "$out" "$out".*
 }
 

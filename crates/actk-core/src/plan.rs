@@ -886,8 +886,8 @@ impl<'a> State<'a> {
 
 /// CDI device names (within the kind) for a vendor request served by spec files.
 fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, PlanError> {
-    let known = kind_device_names(reg, &vr.kind);
     let unknown = |what: String| -> PlanError {
+        let known = kind_device_names(reg, &vr.kind);
         RequestError {
             variable: vr.variable.clone(),
             value: vr.value.clone(),
@@ -902,11 +902,13 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
             out.push(n);
         }
     };
-    // Case-insensitive lookup of the spec's names, built once (a request may list 24k UUIDs).
-    let by_lower: HashMap<String, &String> = known.iter().rev().map(|k| (k.to_ascii_lowercase(), k)).collect();
+    // A name as written is one lookup (issue 31: nothing per device of the node). Only a name
+    // not found so builds the case-insensitive map of the kind's names, once (a request may
+    // list 24k UUIDs); where two names differ only in case, the first in name order wins.
+    let mut by_lower: Option<HashMap<String, String>> = None;
     match &vr.selection {
         Selection::All => {
-            if !known.iter().any(|k| k == "all") {
+            if !reg.has_device(&vr.kind, "all") {
                 return Err(unknown("no device named \"all\"".into()));
             }
             push("all".into());
@@ -921,8 +923,15 @@ fn spec_names_for(vr: &VendorRequest, reg: &Registry) -> Result<Vec<String>, Pla
                         format!("no MIG device {m:?} (CDI names MIG devices GPU:MIG, GPU:GI:CI and MIG-<uuid>)"),
                     ),
                 };
+                if reg.has_device(&vr.kind, &name) {
+                    push(name);
+                    continue;
+                }
+                let by_lower = by_lower.get_or_insert_with(|| {
+                    kind_device_names(reg, &vr.kind).into_iter().rev().map(|k| (k.to_ascii_lowercase(), k)).collect()
+                });
                 match by_lower.get(&name.to_ascii_lowercase()) {
-                    Some(k) => push((*k).clone()),
+                    Some(k) => push(k.clone()),
                     None => return Err(unknown(what)),
                 }
             }

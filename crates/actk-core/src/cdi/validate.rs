@@ -840,7 +840,9 @@ pub fn lazy_from_text(text: &str, path: &Path) -> Option<LazySpec> {
         let name = device_name(&raw)?;
         devices.push(LazyDevice { name, index, raw, parsed: std::sync::OnceLock::new() });
     }
-    let mut names = HashSet::with_capacity(devices.len());
+    // foldhash, not the default SipHash: one insert per device of every spec at each start.
+    let mut names: HashSet<&str, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(devices.len(), Default::default());
     if !devices.iter().all(|d| names.insert(d.name.as_str())) {
         return None;
     }

@@ -36,11 +36,28 @@ pub fn to_text(spec: &Spec, format: Format) -> Result<String, CdiError> {
     Ok(text)
 }
 
-/// Writes `spec` to exactly `path` (missing parent directories are created with mode 0755 under
+/// The spec as a spec file holds it: compact JSON (as the CNCF CDI library's `WriteSpec`
+/// writes `.json` files, with `json.Marshal`), or YAML, each ending with a newline. Compact
+/// because every container start that names a device of the file reads all of it: a 256-device
+/// spec is half whitespace when indented, and skipping it was a tenth of a start's
+/// instructions (issue 31). [`to_text`] gives the indented form for people.
+pub fn to_file_text(spec: &Spec, format: Format) -> Result<String, CdiError> {
+    if format != Format::Json {
+        return to_text(spec, format);
+    }
+    let mut text = serde_json::to_string(spec).map_err(|e| CdiError::Generate {
+        kind: spec.kind.clone(),
+        message: format!("cannot serialise as JSON: {e}"),
+    })?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Writes `spec` to exactly `path` as [`to_file_text`] (missing parent directories are created with mode 0755 under
 /// any umask, [`create_dirs_0755`]), atomically,
 /// with mode 0644. Errors: [`CdiError::Io`] naming the file or directory.
 pub fn write_spec(spec: &Spec, path: &Path, format: Format) -> Result<(), CdiError> {
-    let text = to_text(spec, format)?;
+    let text = to_file_text(spec, format)?;
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| CdiError::Io { path: p, source }
@@ -150,6 +167,13 @@ mod tests {
             let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o644);
             assert_eq!(read_spec_file(&path).unwrap(), spec());
+            if format == Format::Json {
+                // One line, as the CDI library writes a .json spec; stdout's text is indented.
+                let text = std::fs::read_to_string(&path).unwrap();
+                assert_eq!(text.lines().count(), 1, "{text}");
+                assert_eq!(text, to_file_text(&spec(), format).unwrap());
+                assert!(to_text(&spec(), format).unwrap().contains("\n  \"kind\""));
+            }
             // overwrite in place works and leaves no temporary files
             write_spec(&spec(), &path, format).unwrap();
         }

@@ -3,7 +3,7 @@
 
 use actk_core::cdi::generate::{GenerateOptions, generate_all};
 use actk_core::cdi::validate::{Format, validate_file, validate_spec};
-use actk_core::cdi::write::{to_text, write_spec, write_spec_in_dir};
+use actk_core::cdi::write::{to_file_text, to_text, write_spec, write_spec_in_dir};
 use actk_core::cdi::{DeviceNameStrategy, Registry};
 use actk_core::config::Config;
 use anyhow::{Context, bail};
@@ -60,7 +60,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub vendor: Option<String>,
     /// Write here instead of stdout: a FILE (`.json`/`.yaml`; one kind only) or a DIR (one
-    /// `<vendor>-<class>.<ext>` file per kind; created when missing).
+    /// `<vendor>-<class>.<ext>` file per kind; created when missing). JSON files are compact,
+    /// as the CDI library writes them (stdout is indented; `actk cdi list` or jq reads either).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
     /// Output format; default: from the output file's extension, else json.
@@ -431,7 +432,7 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
                         }
                     }
                     yielded.remove(&spec.kind);
-                    let text = to_text(spec, format)?;
+                    let text = to_file_text(spec, format)?;
                     // The first pass always writes, so the file is this process's own even when
                     // a previous generator left the same content.
                     if first || std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {

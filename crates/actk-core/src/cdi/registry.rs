@@ -217,7 +217,7 @@ impl Registry {
         let (path, priority) = (&loaded.path, loaded.priority);
         let kind = loaded.spec.kind.as_str();
         let names: Box<dyn Iterator<Item = &str>> = match &loaded.lazy {
-            Some(devices) => Box::new(devices.iter().map(|d| d.name.as_str())),
+            Some(devices) => Box::new(devices.iter().map(|d| d.name())),
             None => Box::new(loaded.spec.devices.iter().map(|d| d.name.as_str())),
         };
         let index = self.devices.entry(kind.to_string()).or_default();
@@ -330,7 +330,7 @@ impl Registry {
         match &l.lazy {
             None => Ok(&l.spec.devices[di]),
             Some(devices) => devices[di].device(&l.spec.cdi_version, &l.path).map_err(|why| CdiError::Refused {
-                name: format!("{}={}", l.spec.kind, devices[di].name),
+                name: format!("{}={}", l.spec.kind, devices[di].name()),
                 message: why.to_string(),
             }),
         }

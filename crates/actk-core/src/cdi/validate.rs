@@ -31,6 +31,7 @@ use super::spec::{ContainerEdits, Device, Spec};
 use super::typed::{self, Ty};
 use super::version::{check_device, check_spec_level};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -675,23 +676,40 @@ pub struct LazySpec {
     pub devices: Vec<LazyDevice>,
 }
 
-/// One device of a [`LazySpec`]: its name, its place in `devices` and its text.
+/// One device of a [`LazySpec`]: its name, its place in `devices` and where its text is in the
+/// file's text, which the devices share (no copy of each device's text, no allocation per
+/// device for an unescaped name: issue 31).
 #[derive(Debug, Clone)]
 pub struct LazyDevice {
-    /// The device name as written (a JSON string).
-    pub name: String,
+    name: LazyName,
     index: usize,
-    raw: Box<serde_json::value::RawValue>,
+    text: std::sync::Arc<str>,
+    span: std::ops::Range<usize>,
     parsed: std::sync::OnceLock<Result<Device, String>>,
 }
 
+/// A device's name: where it is in the file's text when written without escapes, else read.
+#[derive(Debug, Clone)]
+enum LazyName {
+    Span(std::ops::Range<usize>),
+    Owned(String),
+}
+
 impl LazyDevice {
+    /// The device name as written (the value of its JSON string `name`).
+    pub fn name(&self) -> &str {
+        match &self.name {
+            LazyName::Span(r) => &self.text[r.clone()],
+            LazyName::Owned(n) => n,
+        }
+    }
+
     /// The device, parsed and checked on first use as [`usable_from_text`] checks a device of
     /// the file (`cdi_version`: the spec's declared version; `file` names the file in errors).
     /// Errors: why it was refused, as one line naming the file and JSON pointers.
     pub fn device(&self, cdi_version: &str, file: &Path) -> Result<&Device, &str> {
         self.parsed
-            .get_or_init(|| parse_device(&self.raw, self.index, cdi_version, file))
+            .get_or_init(|| parse_device(&self.text[self.span.clone()], self.index, cdi_version, file))
             .as_ref()
             .map_err(|e| e.as_str())
     }
@@ -700,10 +718,10 @@ impl LazyDevice {
 /// One device's text into a checked [`Device`]: the typed model straight from the text when it
 /// fits, else typed by the schema first (as [`usable_from_value`] types each device), then the
 /// SPEC.md rules of [`device_rule_errors`]. Error: `FILE: error; error`.
-fn parse_device(raw: &serde_json::value::RawValue, i: usize, cdi_version: &str, file: &Path) -> Result<Device, String> {
+fn parse_device(raw: &str, i: usize, cdi_version: &str, file: &Path) -> Result<Device, String> {
     let f = Some(file);
     let fast = || -> Option<Device> {
-        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let mut de = serde_json::Deserializer::from_str(raw);
         let d = super::spec::object::<_, Device>(&mut de).ok()?;
         de.end().ok()?;
         let e = &d.container_edits;
@@ -713,7 +731,7 @@ fn parse_device(raw: &serde_json::value::RawValue, i: usize, cdi_version: &str, 
         Some(d) => Ok(d),
         None => {
             let at = format!("/devices/{i}");
-            match typed::json_value(raw.get()) {
+            match typed::json_value(raw) {
                 // The whole-file reading refuses the file for this (its parser reads every
                 // device); here it is this device's defect.
                 Err(e) => Err(vec![CdiError::Parse {
@@ -749,12 +767,13 @@ fn parse_device(raw: &serde_json::value::RawValue, i: usize, cdi_version: &str, 
 /// The spec-level part of a JSON spec with its devices as text, for [`lazy_from_text`].
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct LazyTop {
+struct LazyTop<'a> {
     cdi_version: String,
     kind: String,
     #[serde(default, deserialize_with = "super::spec::unique_keys")]
     annotations: std::collections::BTreeMap<String, String>,
-    devices: Vec<Box<serde_json::value::RawValue>>,
+    #[serde(borrow)]
+    devices: Vec<&'a serde_json::value::RawValue>,
     #[serde(default, deserialize_with = "super::spec::object")]
     container_edits: ContainerEdits,
 }
@@ -764,15 +783,15 @@ struct LazyTop {
 /// and most writers put it), else by reading the object's keys, where a `name` given twice or
 /// not as a string gives `None`. (Read from the text, a second `name` further on is not seen:
 /// that is a key given twice inside the device, refused when the device is named.)
-fn device_name(raw: &serde_json::value::RawValue) -> Option<String> {
+fn device_name(raw: &str) -> Option<Cow<'_, str>> {
     let first = || -> Option<&str> {
-        let rest = raw.get().strip_prefix('{')?.trim_start().strip_prefix("\"name\"")?;
+        let rest = raw.strip_prefix('{')?.trim_start().strip_prefix("\"name\"")?;
         let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
         let end = rest.find(['"', '\\'])?;
         (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
     };
     if let Some(n) = first() {
-        return Some(n.to_string());
+        return Some(Cow::Borrowed(n));
     }
     struct Name;
     impl<'de> serde::de::Visitor<'de> for Name {
@@ -815,8 +834,8 @@ fn device_name(raw: &serde_json::value::RawValue) -> Option<String> {
             Ok(v == "name")
         }
     }
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    serde::Deserializer::deserialize_map(&mut de, Name).ok().flatten()
+    let mut de = serde_json::Deserializer::from_str(raw);
+    serde::Deserializer::deserialize_map(&mut de, Name).ok().flatten().map(Cow::Owned)
 }
 
 /// A JSON spec file's text read for a container start ([`LazySpec`]), or `None` when the file
@@ -829,21 +848,29 @@ pub fn lazy_from_text(text: &str, path: &Path) -> Option<LazySpec> {
         return None;
     }
     let mut de = serde_json::Deserializer::from_str(text);
-    let top = super::spec::object::<_, LazyTop>(&mut de).ok()?;
+    let top = super::spec::object::<_, LazyTop<'_>>(&mut de).ok()?;
     de.end().ok()?;
     if top.devices.is_empty() || top.container_edits.intel_rdt.is_some() || !top.container_edits.net_devices.is_empty()
     {
         return None;
     }
+    // One copy of the file's text shared by its devices; each device is a span of it.
+    let shared: std::sync::Arc<str> = std::sync::Arc::from(text);
+    let at = |s: &str| s.as_ptr() as usize - text.as_ptr() as usize;
     let mut devices = Vec::with_capacity(top.devices.len());
     for (index, raw) in top.devices.into_iter().enumerate() {
-        let name = device_name(&raw)?;
-        devices.push(LazyDevice { name, index, raw, parsed: std::sync::OnceLock::new() });
+        let raw = raw.get();
+        let name = match device_name(raw)? {
+            Cow::Borrowed(n) => LazyName::Span(at(n)..at(n) + n.len()),
+            Cow::Owned(n) => LazyName::Owned(n),
+        };
+        let span = at(raw)..at(raw) + raw.len();
+        devices.push(LazyDevice { name, index, text: shared.clone(), span, parsed: std::sync::OnceLock::new() });
     }
     // foldhash, not the default SipHash: one insert per device of every spec at each start.
     let mut names: HashSet<&str, foldhash::fast::RandomState> =
         HashSet::with_capacity_and_hasher(devices.len(), Default::default());
-    if !devices.iter().all(|d| names.insert(d.name.as_str())) {
+    if !devices.iter().all(|d| names.insert(d.name())) {
         return None;
     }
     let mut spec = Spec {

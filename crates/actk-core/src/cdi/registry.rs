@@ -216,11 +216,13 @@ impl Registry {
         let loaded = &self.specs[idx];
         let (path, priority) = (&loaded.path, loaded.priority);
         let kind = loaded.spec.kind.as_str();
+        let count = loaded.lazy.as_ref().map_or(loaded.spec.devices.len(), Vec::len);
         let names: Box<dyn Iterator<Item = &str>> = match &loaded.lazy {
             Some(devices) => Box::new(devices.iter().map(|d| d.name())),
             None => Box::new(loaded.spec.devices.iter().map(|d| d.name.as_str())),
         };
         let index = self.devices.entry(kind.to_string()).or_default();
+        index.reserve(count);
         for (di, name) in names.enumerate() {
             if !self.conflicts.is_empty()
                 && let Some(files) = self.conflicts.get_mut(&format!("{kind}={name}"))

@@ -34,17 +34,26 @@ pub fn discover(
     opts: &DiscoverOptions,
     warnings: &mut Warnings,
 ) -> Option<VendorInventory> {
+    // The topology directory, resolved once: /sys/class/kfd is a symlink into
+    // /sys/devices/virtual/kfd, and a path through it was walked name by name for every node
+    // (two handles and memo entries per node; issue 31). Below the resolved one, each file is
+    // opened in one openat2 that refuses symlinks.
+    let resolved = host.resolve_dir(TOPOLOGY).ok()?;
+    let topology = resolved.to_str().unwrap_or(TOPOLOGY);
     let mut nodes: Vec<(u32, String)> =
-        host.list_dir(TOPOLOGY).ok()?.into_iter().filter_map(|n| Some((n.parse::<u32>().ok()?, n))).collect();
+        host.list_dir(topology).ok()?.into_iter().filter_map(|n| Some((n.parse::<u32>().ok()?, n))).collect();
     nodes.sort();
     let mut vendor = vendor_for(profile);
     vendor.driver_version = host.read_to_string("/sys/module/amdgpu/version").ok().map(|v| v.trim().to_string());
     // KFD node id -> GPU index, for links.
     let mut gpu_index: BTreeMap<u32, u32> = BTreeMap::new();
     let mut links_by_node: Vec<Vec<u32>> = Vec::new();
-    let mut gpu_nodes: Vec<(u32, String, KfdProps)> = Vec::new();
+    // Every node is read for the numbering (GPU or CPU, and its PCI function for partitions),
+    // parsed only as far as that needs; a GPU asked for is parsed whole below (issue 31: 66
+    // files on a CPX node, most of whose lines no start needs).
+    let mut gpu_nodes: Vec<(u32, String, String, KfdProps)> = Vec::new();
     for (node_id, name) in nodes {
-        let props_path = format!("{TOPOLOGY}/{name}/properties");
+        let props_path = format!("{topology}/{name}/properties");
         let text = match host.read_to_string(&props_path) {
             Ok(t) => t,
             Err(e) => {
@@ -52,11 +61,11 @@ pub fn discover(
                 continue;
             }
         };
-        let props = KfdProps::parse(&text);
+        let props = KfdProps::numbering(&text);
         if props.get("simd_count").is_none_or(|&n| n == 0) {
             continue; // a CPU node
         }
-        gpu_nodes.push((node_id, name, props));
+        gpu_nodes.push((node_id, name, text, props));
     }
     // The PCI function of a KFD node: its location_id without the function (partition) bits.
     let pci_of = |p: &KfdProps| -> Option<(u64, u64, u64)> {
@@ -64,19 +73,17 @@ pub fn discover(
         Some((p.get("domain").copied().unwrap_or(0), (loc >> 8) & 0xff, (loc >> 3) & 0x1f))
     };
     let mut per_pci: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
-    for (_, _, p) in &gpu_nodes {
+    for (_, _, _, p) in &gpu_nodes {
         if let Some(k) = pci_of(p) {
             *per_pci.entry(k).or_default() += 1;
         }
     }
     let mut seen_on_pci: BTreeMap<(u64, u64, u64), u32> = BTreeMap::new();
     let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
-    for (position, (node_id, name, props)) in gpu_nodes.into_iter().enumerate() {
-        let props_path = format!("{TOPOLOGY}/{name}/properties");
+    for (position, (node_id, name, text, numbering)) in gpu_nodes.into_iter().enumerate() {
         let index = position as u32;
         gpu_index.insert(node_id, index);
-        let mut dev = Device { index, ..Default::default() };
-        let pci_key = pci_of(&props);
+        let pci_key = pci_of(&numbering);
         let partitioned = pci_key.is_some_and(|k| per_pci[&k] > 1);
         let partition = pci_key.map(|k| {
             let e = seen_on_pci.entry(k).or_default();
@@ -87,6 +94,8 @@ pub fn discover(
         if opts.wanted(profile).is_some_and(|w| !w.contains(&index)) {
             continue;
         }
+        let props = KfdProps::parse(&text);
+        let mut dev = Device { index, ..Default::default() };
         if let Some(&uid) = props.get("unique_id").filter(|&&u| u != 0) {
             if partitioned {
                 dev.attributes.insert("unique_id".into(), format!("0x{uid:016x}"));
@@ -163,11 +172,15 @@ pub fn discover(
                     ),
                 }
             }
-            None => warnings.add(host, &props_path, "GPU node without drm_render_minor; no device node"),
+            None => warnings.add(
+                host,
+                format!("{topology}/{name}/properties"),
+                "GPU node without drm_render_minor; no device node",
+            ),
         }
         dev.attributes
             .insert("render_minor".into(), props.get("drm_render_minor").map(u64::to_string).unwrap_or_default());
-        let links_dir = format!("{TOPOLOGY}/{name}/io_links");
+        let links_dir = format!("{topology}/{name}/io_links");
         let mut xgmi: Vec<(u32, u64)> = Vec::new();
         let links = if opts.topology { host.list_dir(&links_dir).unwrap_or_default() } else { Vec::new() };
         for l in links {
@@ -237,8 +250,8 @@ impl PciFunction {
 }
 
 /// The numeric properties of a KFD node that discovery uses, from its `properties` file
-/// (`name value` lines, decimal): one pass, no map of the file's dozens of other lines (issue
-/// 31: a host reads one file per KFD node, 66 on a CPX node).
+/// (`name value` lines, decimal, as kfd_topology.c prints them): one pass, no map of the file's
+/// dozens of other lines (issue 31: a host reads one file per KFD node, 66 on a CPX node).
 struct KfdProps([Option<u64>; KFD_KEYS.len()]);
 
 /// The properties [`KfdProps`] keeps.
@@ -254,14 +267,60 @@ const KFD_KEYS: [&str; 9] = [
     "vendor_id",
 ];
 
+/// The properties that number the GPUs of a node (which nodes are GPUs, and which share a
+/// PCI function): what every KFD node is read for, with the `name ` each line starts with.
+const NUMBERING_KEYS: [(usize, &str); 3] = [(0, "simd_count "), (1, "location_id "), (2, "domain ")];
+
+/// The position of property `name` in [`KFD_KEYS`] (a `match`: one length switch and one
+/// compare per line of a properties file, not nine).
+fn kfd_key(name: &str) -> Option<usize> {
+    Some(match name {
+        "simd_count" => 0,
+        "location_id" => 1,
+        "domain" => 2,
+        "unique_id" => 3,
+        "hive_id" => 4,
+        "drm_render_minor" => 5,
+        "gfx_target_version" => 6,
+        "device_id" => 7,
+        "vendor_id" => 8,
+        _ => return None,
+    })
+}
+
 impl KfdProps {
+    /// Parse `text` for every property of [`KFD_KEYS`], stopping once each has been seen, or at
+    /// `simd_count 0` (a CPU node: nothing else is read of it). The first line of a name counts;
+    /// a value that is not a decimal u64 is left out, as a missing line is.
     fn parse(text: &str) -> KfdProps {
         let mut values = [None; KFD_KEYS.len()];
+        let mut left: u16 = (1 << KFD_KEYS.len()) - 1;
         for (k, v) in lines(text) {
-            if let Some(i) = KFD_KEYS.iter().position(|key| *key == k)
-                && let Ok(n) = v.parse()
-            {
-                values[i] = Some(n);
+            let Some(i) = kfd_key(k) else { continue };
+            if left & (1 << i) == 0 {
+                continue;
+            }
+            let Ok(n) = v.parse::<u64>() else { continue };
+            values[i] = Some(n);
+            left &= !(1 << i);
+            if left == 0 || (i == 0 && n == 0) {
+                break;
+            }
+        }
+        KfdProps(values)
+    }
+
+    /// Only the [`NUMBERING_KEYS`] of `text`, each found by searching for its line (memchr's
+    /// memmem) rather than by splitting every line before it: every KFD node is read for these,
+    /// and location_id is the 22nd line of a real node's file (issue 31). Nothing past
+    /// `simd_count` is read of a CPU node. Same values as [`KfdProps::parse`] on files as
+    /// kfd_topology.c prints them (`name value`, one space).
+    fn numbering(text: &str) -> KfdProps {
+        let mut values = [None; KFD_KEYS.len()];
+        for (i, name) in NUMBERING_KEYS {
+            values[i] = line_value(text.as_bytes(), name);
+            if i == 0 && values[0].is_none_or(|n| n == 0) {
+                break;
             }
         }
         KfdProps(values)
@@ -269,8 +328,23 @@ impl KfdProps {
 
     /// The value of property `name` (one of [`KFD_KEYS`]).
     fn get(&self, name: &str) -> Option<&u64> {
-        KFD_KEYS.iter().position(|key| *key == name).and_then(|i| self.0[i].as_ref())
+        kfd_key(name).and_then(|i| self.0[i].as_ref())
     }
+}
+
+/// The decimal value of the first line of `text` that starts with `name_sp` (a name and one
+/// space), if there is one and it parses.
+fn line_value(text: &[u8], name_sp: &str) -> Option<u64> {
+    let mut from = 0;
+    let start = loop {
+        let at = from + memchr::memmem::find(&text[from..], name_sp.as_bytes())?;
+        if at == 0 || text[at - 1] == b'\n' {
+            break at + name_sp.len();
+        }
+        from = at + 1;
+    };
+    let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |e| start + e);
+    std::str::from_utf8(&text[start..end]).ok()?.trim_ascii().parse().ok()
 }
 
 /// The value of `name` in a KFD properties file, if present.
@@ -278,8 +352,14 @@ fn property<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     lines(text).find(|(k, _)| *k == name).map(|(_, v)| v)
 }
 
+/// The `name value` lines of a KFD properties file; names and values are ASCII (kfd_topology.c
+/// prints `%s %llu`), so only ASCII whitespace separates them.
 fn lines(text: &str) -> impl Iterator<Item = (&str, &str)> {
-    text.lines().filter_map(|l| l.trim().split_once(char::is_whitespace)).map(|(k, v)| (k, v.trim()))
+    text.split('\n').filter_map(|l| {
+        let l = l.trim_ascii();
+        let sp = l.bytes().position(|b| b.is_ascii_whitespace())?;
+        Some((&l[..sp], l[sp + 1..].trim_ascii_start()))
+    })
 }
 
 /// Marketing names of Instinct parts by PCI device id (amdgpu_drv.c ids; used only when the
@@ -300,6 +380,61 @@ fn model_name(device_id: u64) -> Option<&'static str> {
 mod tests {
     use super::super::testutil::*;
     use super::*;
+
+    #[test]
+    fn kfd_properties_parse_as_far_as_asked() {
+        for (i, k) in KFD_KEYS.iter().enumerate() {
+            assert_eq!(kfd_key(k), Some(i), "{k}");
+        }
+        // The order and spacing of a real MI300X node (fixtures/amd-mi300x, nodes/2).
+        let text = "cpu_cores_count 0\nsimd_count 1216\nmem_banks_count 1\nlocation_id 1280\ndomain 0\n\
+                    drm_render_minor 128\nhive_id 0\nunique_id  11586028110763218670 \ndevice_id x\n";
+        let all = KfdProps::parse(text);
+        assert_eq!(all.get("simd_count"), Some(&1216));
+        assert_eq!(all.get("location_id"), Some(&1280));
+        assert_eq!(all.get("unique_id"), Some(&11586028110763218670), "extra spaces around a value");
+        assert_eq!(all.get("hive_id"), Some(&0));
+        assert_eq!(all.get("device_id"), None, "not a number: left out");
+        let numbering = KfdProps::numbering(text);
+        assert_eq!(
+            (numbering.get("simd_count"), numbering.get("location_id"), numbering.get("domain")),
+            (Some(&1216), Some(&1280), Some(&0))
+        );
+        assert_eq!(numbering.get("drm_render_minor"), None, "only the numbering keys are read");
+        for cpu in
+            [KfdProps::parse("simd_count 0\nlocation_id 7\n"), KfdProps::numbering("simd_count 0\nlocation_id 7\n")]
+        {
+            assert_eq!(
+                (cpu.get("simd_count"), cpu.get("location_id")),
+                (Some(&0), None),
+                "a CPU node stops at simd_count 0"
+            );
+        }
+        // A name inside another line's name or value is not that line; the first line counts.
+        let tricky = "xdomain 5\nsimd_count 4\nfw_domain 9\nsimd_count 8\ndomain 3";
+        let (p, n) = (KfdProps::parse(tricky), KfdProps::numbering(tricky));
+        assert_eq!((p.get("simd_count"), p.get("domain")), (Some(&4), Some(&3)));
+        assert_eq!((n.get("simd_count"), n.get("domain")), (Some(&4), Some(&3)));
+        assert_eq!(KfdProps::numbering("location_id 1\nsimd_count 2\n").get("location_id"), Some(&1), "first line");
+        // Both agree on every KFD node of the fixtures (copies of real MI300X/MI250 nodes).
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures");
+        let mut checked = 0;
+        for f in std::fs::read_dir(&fixtures).unwrap().flatten() {
+            let topology = f.path().join("root/sys/devices/virtual/kfd/kfd/topology/nodes");
+            for n in std::fs::read_dir(topology).into_iter().flatten().flatten() {
+                let text = std::fs::read_to_string(n.path().join("properties")).unwrap();
+                let (p, q) = (KfdProps::parse(&text), KfdProps::numbering(&text));
+                for (_, name) in NUMBERING_KEYS {
+                    let name = name.trim_end();
+                    if p.get("simd_count").is_some_and(|&s| s > 0) || name == "simd_count" {
+                        assert_eq!(p.get(name), q.get(name), "{name} of {}", n.path().display());
+                    }
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 8, "KFD fixtures found: {checked}");
+    }
 
     #[test]
     fn kfd_topology_gpus_nodes_and_xgmi_links() {

@@ -83,14 +83,20 @@ struct DirCache {
     /// Discovery reads several files in each of many directories (procfs and sysfs per GPU,
     /// library directories); without this every read resolved every component again, which
     /// made 64 GPUs cost 2.3x the instructions of 8 (benches/discovery.rs).
-    asked: HashMap<std::ffi::OsString, (PathBuf, Arc<OwnedFd>)>,
+    asked: PathMap<(PathBuf, Arc<OwnedFd>)>,
     /// Resolved directories (no symlink in them; `/` is the root) -> `O_PATH` handle.
-    fds: HashMap<std::ffi::OsString, Arc<OwnedFd>>,
+    fds: PathMap<Arc<OwnedFd>>,
     /// Directories as asked that do not exist (`ENOENT`): profiles name many optional ones.
-    missing: std::collections::HashSet<std::ffi::OsString>,
+    missing: std::collections::HashSet<std::ffi::OsString, foldhash::fast::RandomState>,
     /// Directory listings as asked (`/dev` is globbed by several profiles' patterns).
-    listings: HashMap<std::ffi::OsString, Vec<String>>,
+    listings: PathMap<Vec<String>>,
 }
+
+/// A map keyed by a path's bytes, hashed with foldhash rather than the default SipHash: every
+/// file a discovery pass reads looks its directory up here, and SipHash of the path was a
+/// tenth of an AMD CPX start (issue 31). Keys are host paths discovery asks for, not input
+/// a container controls, and the hasher is seeded per process.
+type PathMap<V> = HashMap<std::ffi::OsString, V, foldhash::fast::RandomState>;
 
 /// Where a path resolved: a directory reached as such (the root, a `..`, or a directory
 /// asked for), or a named entry of a resolved directory with its `lstat`.
@@ -387,6 +393,12 @@ impl HostRoot {
                 && c.fds.len() < self.max_dirs
             {
                 c.asked.insert(d.as_os_str().to_owned(), (p.clone(), fd.clone()));
+                // A resolved path (no symlink in it) resolves to itself: asked for later (a
+                // caller that resolved a directory once and reads below it), it is a memo hit
+                // and the base of an openat2, not a climb of every ancestor to the root.
+                if p.as_path() != d {
+                    c.asked.entry(p.as_os_str().to_owned()).or_insert_with(|| (p.clone(), fd.clone()));
+                }
             }
             base = Some((p, fd));
         }
@@ -639,18 +651,25 @@ impl HostRoot {
             Ok(fd) => fd,
             Err(e) => return Some(Err(e)),
         };
+        // The nearest memoised ancestor, found on the path's bytes (a plain absolute path: its
+        // ancestors are its prefixes up to a `/`); Path::parent and strip_prefix parse the
+        // components again at every step, most of an open's instructions (issue 31).
         let (dir, rel) = {
             let cache = self.cache.lock().ok()?;
-            let mut ancestor = path.parent();
+            let bytes = path.as_os_str().as_bytes();
+            let full = bytes.len() - bytes.iter().rev().take_while(|&&b| b == b'/').count();
+            let mut end = full;
             loop {
-                match ancestor {
-                    Some(a) if a.as_os_str() == "/" => break (root, path.strip_prefix("/").ok()?),
-                    Some(a) => match cache.asked.get(a.as_os_str()) {
-                        Some((_, fd)) => break (fd.clone(), path.strip_prefix(a).ok()?),
-                        None => ancestor = a.parent(),
-                    },
-                    None => return None,
+                let slash = memchr::memrchr(b'/', &bytes[..end])?;
+                let rel = OsStr::from_bytes(&bytes[slash + 1..full]);
+                let a_end = slash - bytes[..slash].iter().rev().take_while(|&&b| b == b'/').count();
+                if a_end == 0 {
+                    break (root, Path::new(rel));
                 }
+                if let Some((_, fd)) = cache.asked.get(OsStr::from_bytes(&bytes[..a_end])) {
+                    break (fd.clone(), Path::new(rel));
+                }
+                end = a_end;
             }
         };
         let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
@@ -1166,6 +1185,15 @@ mod tests {
                 h.resolve_parent("/sys/bus/pci/devices/0000:1b:00.0").unwrap(),
                 Path::new("/sys/bus/pci/devices/0000:1b:00.0")
             );
+            // Reads below a directory resolved once, by its resolved path (a memo hit), with
+            // doubled and trailing slashes, and from the root.
+            let dev = h.resolve_dir("/sys/bus/pci/devices/0000:1b:00.0").unwrap();
+            assert_eq!(h.read_to_string(dev.join("numa_node")).unwrap(), "0\n");
+            assert_eq!(h.read_to_string(format!("{}//numa_node", dev.display())).unwrap(), "0\n");
+            assert_eq!(h.read_to_string("//sys//devices/pci0000:00/0000:00:01.0///power").unwrap(), "on\n");
+            assert_eq!(h.list_dir(format!("{}//", dev.display())).unwrap(), ["numa_node"]);
+            assert_eq!(h.read_to_string("/sys/up/sys/devices/pci0000:00/0000:00:01.0/power").unwrap(), "on\n");
+            assert_eq!(h.read_to_string("/").unwrap_err().kind(), io::ErrorKind::IsADirectory);
         }
     }
 

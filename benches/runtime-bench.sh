@@ -108,6 +108,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Valgrind 3.19 (bookworm's) answers openat2(2) with ENOSYS, so discovery under it walks every
+# path name by name, as on a kernel before 5.6, and callgrind counts that fallback. Forky's
+# 3.27 implements openat2 (docs/performance.md: how to run it from its extracted .deb).
+if [ "$callgrind" != 0 ]; then
+  printf '#include <fcntl.h>\n#include <linux/openat2.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <errno.h>\nint main(void){struct open_how h={.flags=O_RDONLY};return syscall(SYS_openat2,AT_FDCWD,"/",&h,sizeof h)<0&&errno==ENOSYS;}\n' >"$work/openat2.c"
+  if gcc -o "$work/openat2" "$work/openat2.c" 2>/dev/null && ! valgrind --tool=none -q "$work/openat2" 2>/dev/null; then
+    echo "runtime-bench: $(valgrind --version) has no openat2: callgrind's discovery rows count the path walk of kernels before 5.6" >&2
+  fi
+fi
+
 gcc -O2 -o "$work/cycle-bench" "$repo/benches/cycle-bench.c"
 # Each floor is linked in build/ and copied into place, like target/dist's binaries; then every
 # binary a variant runs is dropped from the page cache (evict, before the rounds), so that all

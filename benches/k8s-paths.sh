@@ -81,7 +81,10 @@ POD
 }
 
 ms_now() { local t=$EPOCHREALTIME; echo $((${t/./} / 1000)); }
-start_ms() { # NAME PATH -> ms from apply to the container started
+# Sets `ms`, not echoed: a call in $(...) ran in a subshell, where start_nri's and stop_nri's
+# record of the running actk-nri was lost. Each round then started one more plugin, and
+# containerd failed the next pod: plugins "10-actk" and "10-actk" both tried to set an annotation.
+start_ms() { # NAME PATH -> ms: ms from apply to the container started
   local t0 t1
   case $2 in cdi+nri | nri) start_nri ;; *) stop_nri ;; esac
   path_pod "$1" "$2" >"$work/$1.yaml"
@@ -92,16 +95,17 @@ start_ms() { # NAME PATH -> ms from apply to the container started
     || need "$2: pod $1 did not start: $("$node" kubectl describe pod "$1" | tail -n 20)"
   t1=$(ms_now)
   "$node" kubectl delete pod "$1" --grace-period=0 --force --wait=true >/dev/null 2>&1
-  echo $((t1 - t0))
+  ms=$((t1 - t0))
 }
 
 paths=(cdi cdi+nri nri runtime)
-for p in "${paths[@]}"; do start_ms "warm-${p/+/-}" "$p" >/dev/null; done
+for p in "${paths[@]}"; do start_ms "warm-${p/+/-}" "$p"; done
 : >"$work/samples"
 for ((r = 0; r < rounds; r++)); do
   for ((j = 0; j < ${#paths[@]}; j++)); do
     p=${paths[$(((j + r) % ${#paths[@]}))]}
-    echo "$r $p $(start_ms "p$r-${p/+/-}" "$p")" >>"$work/samples"
+    start_ms "p$r-${p/+/-}" "$p"
+    echo "$r $p $ms" >>"$work/samples"
   done
 done
 stop_nri

@@ -185,6 +185,48 @@ fn watch_rolling_update_keeps_the_new_generators_spec() {
     assert!(!file.exists(), "the last generator removes its spec");
 }
 
+/// A rolling update that changes what the spec says (another root here; a values change in a
+/// chart upgrade): the old generator, still running its passes beside the new one, neither
+/// writes its older spec back over the new one's nor removes the new one's when it stops. Before,
+/// it did both, and the node was left without a spec until the new generator's next pass (the
+/// sharing cluster test's CPX pod failed Allocate in that gap: "no healthy devices").
+#[test]
+fn watch_rolling_update_with_other_content_leaves_the_new_spec_alone() {
+    let Some((node, old_root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    let Some((_node2, new_root)) = node_with_fixture("nvidia-dgx-h100") else { return };
+    std::fs::remove_file(new_root.join("dev/nvidia7")).unwrap();
+    let out = node.path().join("var/run/cdi");
+    let start = |root: &Path| {
+        Watcher(
+            Command::new(env!("CARGO_BIN_EXE_actk"))
+                .args(["cdi", "generate", "--watch", "1", "--ldcache-hook", "none", "--root"])
+                .arg(root)
+                .arg("--output")
+                .arg(&out)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let file = out.join("nvidia.com-gpu.json");
+    let has7 = || spec_names(&file).map(|n| n.contains(&"7".to_string()));
+    let mut old = start(&old_root);
+    wait_for("the old generator's spec (8 GPUs)", Duration::from_secs(20), || has7() == Some(true));
+    let _new = start(&new_root);
+    wait_for("the new generator's spec (7 GPUs)", Duration::from_secs(20), || has7() == Some(false));
+    // The old one makes three more passes (1 s apart) while both run; the spec stays the new
+    // one's throughout (sampled every 100 ms).
+    for _ in 0..35 {
+        assert_eq!(has7(), Some(false), "the old generator wrote its spec back over the new one's");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = rustix::process::Pid::from_child(&old.0);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    assert!(old.0.wait().unwrap().success());
+    assert_eq!(has7(), Some(false), "the old generator removed or replaced the new one's spec when it stopped");
+}
+
 /// Two installations (two chart releases) on one node, one spec directory (issue 28 item 6):
 /// each names its files after itself, the second leaves a kind the first's spec defines alone
 /// (two specs of one kind in one directory make its devices unresolvable), and when the first

@@ -396,6 +396,7 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
     let mut first = true;
     let mut last_error = String::new();
     let mut yielded: std::collections::BTreeMap<String, PathBuf> = Default::default();
+    let mut taken_over: std::collections::BTreeSet<PathBuf> = Default::default();
     println!("watching {} every {secs} s; specs go to {}", root.display(), dir.display());
     loop {
         match discover_and_generate(a, root, profiles) {
@@ -432,6 +433,24 @@ fn watch(a: &GenerateArgs, root: &Path, profiles: &[actk_core::profile::Profile]
                         }
                     }
                     yielded.remove(&spec.kind);
+                    // A file this process wrote that has another inode now was written since by
+                    // another generator: in a rolling update, the new pod's. It is that one's: not
+                    // written back here (with this process's older view of the node, another root
+                    // or config), nor removed at exit. Before, the old generator rewrote it on its
+                    // next pass and removed it when it stopped, and the node had no spec until the
+                    // new one's next pass (a cluster test's pod failed Allocate in that gap).
+                    // It stays that one's while it exists; once gone, this process writes again.
+                    let current = inode(&path);
+                    let theirs = current.is_some()
+                        && (taken_over.contains(&path)
+                            || (!first && written.get(&path).is_some_and(|i| current != Some(*i))));
+                    if theirs {
+                        if taken_over.insert(path.clone()) {
+                            println!("{} was written by another generator since: left to it", path.display());
+                        }
+                        continue;
+                    }
+                    taken_over.remove(&path);
                     let text = to_file_text(spec, format)?;
                     // The first pass always writes, so the file is this process's own even when
                     // a previous generator left the same content.

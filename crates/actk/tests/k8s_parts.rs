@@ -96,25 +96,29 @@ impl Drop for Watcher {
     }
 }
 
+/// `actk cdi generate --watch SECS --ldcache-hook none --root ROOT --output OUT`, then `extra`.
+fn watcher(secs: &str, root: &Path, out: &Path, extra: &[&std::ffi::OsStr]) -> Watcher {
+    Watcher(
+        Command::new(env!("CARGO_BIN_EXE_actk"))
+            .args(["cdi", "generate", "--watch", secs, "--ldcache-hook", "none", "--root"])
+            .arg(root)
+            .arg("--output")
+            .arg(out)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// The chart's generator: specs at start, rewritten when a device appears or goes and when the
 /// driver's files change, and every spec removed on SIGTERM.
 #[test]
 fn watch_refreshes_specs_and_removes_them_on_sigterm() {
     let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
     let out = node.path().join("var/run/cdi");
-    let mut w = Watcher(
-        Command::new(env!("CARGO_BIN_EXE_actk"))
-            .args(["cdi", "generate", "--watch", "1", "--ldcache-hook", "none", "--root"])
-            .arg(&root)
-            .arg("--host-mount")
-            .arg(node.path())
-            .arg("--output")
-            .arg(&out)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut w = watcher("1", &root, &out, &["--host-mount".as_ref(), node.path().as_os_str()]);
     let file = out.join("nvidia.com-gpu.json");
     wait_for("the spec", Duration::from_secs(20), || spec_names(&file).is_some_and(|n| n.contains(&"7".to_string())));
     let before = std::fs::metadata(&file).unwrap().modified().unwrap();
@@ -154,19 +158,7 @@ fn watch_refreshes_specs_and_removes_them_on_sigterm() {
 fn watch_rolling_update_keeps_the_new_generators_spec() {
     let Some((node, root)) = node_with_fixture("nvidia-dgx-h100") else { return };
     let out = node.path().join("var/run/cdi");
-    let start = || {
-        Watcher(
-            Command::new(env!("CARGO_BIN_EXE_actk"))
-                .args(["cdi", "generate", "--watch", "60", "--ldcache-hook", "none", "--root"])
-                .arg(&root)
-                .arg("--output")
-                .arg(&out)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let start = || watcher("60", &root, &out, &[]);
     let term = |w: &mut Watcher| {
         let pid = rustix::process::Pid::from_child(&w.0);
         rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
@@ -196,19 +188,7 @@ fn watch_rolling_update_with_other_content_leaves_the_new_spec_alone() {
     let Some((_node2, new_root)) = node_with_fixture("nvidia-dgx-h100") else { return };
     std::fs::remove_file(new_root.join("dev/nvidia7")).unwrap();
     let out = node.path().join("var/run/cdi");
-    let start = |root: &Path| {
-        Watcher(
-            Command::new(env!("CARGO_BIN_EXE_actk"))
-                .args(["cdi", "generate", "--watch", "1", "--ldcache-hook", "none", "--root"])
-                .arg(root)
-                .arg("--output")
-                .arg(&out)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let start = |root: &Path| watcher("1", root, &out, &[]);
     let file = out.join("nvidia.com-gpu.json");
     let has7 = || spec_names(&file).map(|n| n.contains(&"7".to_string()));
     let mut old = start(&old_root);

@@ -145,7 +145,8 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     assert_eq!(verbs("resourceclaims/status"), ["patch"]);
     assert_eq!(verbs("deviceclasses"), ["list"]);
     assert!(verbs("pods").is_empty() && verbs("pods/status").is_empty(), "{rules}");
-    // Opaque config for actk.dev is refused at admission, for claims, templates and classes.
+    // Opaque config for actk.dev is checked at admission (a DeviceConfig), for claims, templates
+    // and classes; the cases themselves run on the cluster (k8s-e2e dra_told).
     let vap = all
         .iter()
         .find(|d| {
@@ -155,9 +156,12 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
         .expect("the opaque config policy");
     let res = &vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
     assert_eq!(res, &serde_json::json!(["resourceclaims", "resourceclaimtemplates", "deviceclasses"]));
+    let vars = vap["spec"]["variables"].as_array().unwrap();
+    let params = vars.iter().find(|v| v["name"] == "params").expect("the parameters of actk.dev's entries");
+    assert!(params["expression"].as_str().unwrap().contains("c.opaque.driver == \"actk.dev\""), "{params}");
     let checks = vap["spec"]["validations"].as_array().unwrap();
-    assert_eq!(checks.len(), 3);
-    assert!(checks.iter().all(|v| v["expression"].as_str().unwrap().contains("c.opaque.driver == \"actk.dev\"")));
+    assert!(checks.len() > 3);
+    assert!(checks.iter().all(|v| v["messageExpression"].as_str().unwrap().starts_with("variables.where + ")));
     let binding = all
         .iter()
         .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == vap["metadata"]["name"])

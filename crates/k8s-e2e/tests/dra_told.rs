@@ -5,8 +5,9 @@
 //! - an allocated device that goes away: an Event on the claim and its pod, and the device's
 //!   `Ready=False` condition in the claim's status (`kubectl describe resourceclaim`), `True`
 //!   again once it is back;
-//! - opaque configuration for actk.dev is refused when the template is written (the chart's
-//!   ValidatingAdmissionPolicy), not after allocation;
+//! - opaque configuration for actk.dev that is not a valid DeviceConfig is refused when the
+//!   template is written (the chart's ValidatingAdmissionPolicy), naming the entry and the field,
+//!   not after allocation; a valid one is accepted;
 //! - a driver rollout while claims are created throughout: every claim's pod runs (slices are
 //!   published only after registration and withdrawn before the old driver stops).
 //!
@@ -150,22 +151,69 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
     assert!(described.contains("MigEnabled"), "kubectl describe pod shows it:\n{described}");
     c.delete_pod("told-five")?;
 
-    // Opaque configuration for actk.dev: refused when written, naming the fix.
-    let opaque = template(
-        "told-opaque",
-        1,
-        Some(json!([{"opaque": {"driver": "actk.dev", "parameters": {"sharing": "timeSlicing"}}}])),
-    );
-    let err = match c.apply(&opaque.to_string()) {
-        Ok(()) => anyhow::bail!("the template with opaque config for actk.dev was accepted"),
-        Err(e) => format!("{e:#}"),
+    // Opaque configuration for actk.dev: a DeviceConfig or refused when written, the message
+    // naming the template, the entry, the field and the fix.
+    let opaque = |params: Value| {
+        let cfg = json!([
+            {"opaque": {"driver": "gpu.example.com", "parameters": {"x": 1}}},
+            {"opaque": {"driver": "actk.dev", "parameters": params}}
+        ]);
+        template("told-opaque", 1, Some(cfg)).to_string()
     };
-    assert!(err.contains("opaque configuration for driver actk.dev, which takes none"), "{err}");
-    // Another driver's opaque config is not ours to judge.
-    let other =
-        template("told-opaque", 1, Some(json!([{"opaque": {"driver": "gpu.example.com", "parameters": {"x": 1}}}])));
-    c.apply(&other.to_string())?;
-    c.kubectl(&["delete", "resourceclaimtemplate", "told-opaque", "-n", TEST_NAMESPACE]);
+    let at = "ResourceClaimTemplate told-opaque: spec.spec.devices.config[1].opaque.parameters";
+    let refused = [
+        (json!({"sharing": "timeSlicing"}), format!("{at}.apiVersion must be actk.dev/v1 (it is missing)")),
+        (
+            json!({"apiVersion": "actk.dev/v1", "sharing": {"strategy": "TimeSlicing"}}),
+            format!("{at}.kind must be DeviceConfig (it is missing)"),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "timeSlicing"}}),
+            format!("{at}.sharing.strategy must be TimeSlicing or MPS, not \"timeSlicing\""),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharingg": {"strategy": "TimeSlicing"}}),
+            format!("{at} has unknown field \"sharingg\" (allowed: apiVersion, kind, sharing)"),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "TimeSlicing", "mps": {}}}),
+            format!("{at}.sharing.mps is allowed only with strategy MPS; set strategy: MPS or remove mps"),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig",
+                   "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 0}}}),
+            format!("{at}.sharing.mps.activeThreadPercentage must be an integer from 1 to 100, not 0"),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig",
+                   "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1.5Gi"}}}),
+            format!(
+                "{at}.sharing.mps.pinnedMemoryLimit must be a whole, nonzero byte quantity string such as \"20Gi\", \"512Mi\" or \"21474836480\", not \"1.5Gi\""
+            ),
+        ),
+    ];
+    for (params, want) in refused {
+        let err = match c.apply(&opaque(params.clone())) {
+            Ok(()) => {
+                c.kubectl(&["delete", "resourceclaimtemplate", "told-opaque", "-n", TEST_NAMESPACE]);
+                anyhow::bail!("the template with parameters {params} for actk.dev was accepted")
+            }
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(err.contains(&want), "{params}: want {want:?} in:\n{err}");
+    }
+    // Valid DeviceConfigs are accepted when written (another driver's entry beside them is not
+    // ours to judge); no pod uses them here.
+    for params in [
+        json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "TimeSlicing"}}),
+        json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig",
+               "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "20Gi"}}}),
+    ] {
+        c.apply(&opaque(params.clone())).with_context(|| format!("a valid DeviceConfig {params}"))?;
+        let t = c.get_json(&["resourceclaimtemplate", "told-opaque", "-n", TEST_NAMESPACE])?;
+        assert_eq!(t["spec"]["spec"]["devices"]["config"][1]["opaque"]["parameters"], params);
+        c.kubectl_ok(&["delete", "resourceclaimtemplate", "told-opaque", "-n", TEST_NAMESPACE])?;
+    }
 
     // GPU 4 goes away under the running pod: told on claim and pod, Ready=False in the claim's
     // status; Ready=True once it is back.
@@ -297,8 +345,9 @@ fn demo_pod(ns: &str, name: &str, claims: &[(&str, Value)], containers: &[(&str,
 /// containers (two containers, one GPU), basic-shared-claim-across-pods (one ResourceClaim, two
 /// pods, one GPU), basic-multiple-requests (two requests, two distinct GPUs), cel-selector
 /// (model and memory capacity), admin-access (a labelled namespace, `adminAccess`, every GPU
-/// although others hold them), basic-resourceclaim-opaque-config (refused at admission: actk.dev
-/// takes no opaque config). extended-resource-request needs the alpha gate DRAExtendedResource,
+/// although others hold them), basic-resourceclaim-opaque-config (its parameters without
+/// apiVersion and kind are refused at admission, naming the field; as an actk.dev DeviceConfig
+/// the template is accepted, no pod run with it). extended-resource-request needs the alpha gate DRAExtendedResource,
 /// off in 1.34: not run.
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
@@ -409,15 +458,32 @@ fn dra_example_driver_quickstart_demos_with_actk_classes() -> Result<()> {
         })?;
         let a = gpus_in(&c, admin_ns, "demo-admin", "ctr0")?;
         ensure!(a == (0..8).collect::<Vec<u32>>(), "admin-access: every GPU, got {a:?}");
-        // basic-resourceclaim-opaque-config: refused when written.
-        let mut opaque = rct("demo-opaque", ns, vec![request("gpu", json!({}))]);
-        opaque["spec"]["spec"]["devices"]["config"] = json!([{"requests": ["gpu"], "opaque": {"driver": "actk.dev", "parameters": {"sharing": {"strategy": "TimeSlicing"}}}}]);
-        match c.apply(&opaque.to_string()) {
-            Ok(()) => anyhow::bail!("basic-resourceclaim-opaque-config: accepted"),
-            Err(e) => ensure!(format!("{e:#}").contains("which takes none"), "{e:#}"),
+        // basic-resourceclaim-opaque-config: its parameters (the example driver's, without
+        // apiVersion and kind) are refused when written, naming the field; as an actk.dev
+        // DeviceConfig the template is accepted (created, read back, deleted; no pod runs it).
+        let opaque = |params: Value| {
+            let mut t = rct("demo-opaque", ns, vec![request("gpu", json!({}))]);
+            t["spec"]["spec"]["devices"]["config"] =
+                json!([{"requests": ["gpu"], "opaque": {"driver": "actk.dev", "parameters": params}}]);
+            t.to_string()
+        };
+        match c.apply(&opaque(json!({"sharing": {"strategy": "TimeSlicing"}}))) {
+            Ok(()) => anyhow::bail!("basic-resourceclaim-opaque-config without apiVersion and kind: accepted"),
+            Err(e) => ensure!(
+                format!("{e:#}").contains(
+                    "ResourceClaimTemplate demo-opaque: spec.spec.devices.config[0].opaque.parameters.apiVersion must be actk.dev/v1 (it is missing)"
+                ),
+                "{e:#}"
+            ),
         }
+        let config =
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "TimeSlicing"}});
+        c.apply(&opaque(config.clone())).context("basic-resourceclaim-opaque-config as a DeviceConfig")?;
+        let t = c.get_json(&["resourceclaimtemplate", "demo-opaque", "-n", ns])?;
+        ensure!(t["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"] == config, "{t}");
+        c.kubectl_ok(&["delete", "resourceclaimtemplate", "demo-opaque", "-n", ns])?;
         eprintln!(
-            "quickstart demos with actk-nvidia: resourceclaimtemplate {r0:?}/{r1:?}, shared across containers {s0:?}, shared across pods {p0:?}, multiple requests {m:?}, cel {e:?}, admin access {a:?}, opaque config refused at admission"
+            "quickstart demos with actk-nvidia: resourceclaimtemplate {r0:?}/{r1:?}, shared across containers {s0:?}, shared across pods {p0:?}, multiple requests {m:?}, cel {e:?}, admin access {a:?}, opaque config checked at admission (a DeviceConfig accepted)"
         );
         Ok(())
     };

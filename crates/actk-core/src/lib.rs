@@ -15,4 +15,5 @@ pub mod policy;
 pub mod profile;
 pub mod request;
 pub mod require;
+pub mod sharing;
 pub mod trusted;

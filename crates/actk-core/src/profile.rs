@@ -284,6 +284,13 @@ pub struct Kubernetes {
     /// Extended resource names (`aws.amazon.com/neuron`, `aws.amazon.com/neuroncore`).
     #[serde(default)]
     pub resources: Vec<String>,
+    /// The capacity a DRA claim consumes when it shares one of these devices with other claims
+    /// (KEP-5075 consumable capacity): `memory` (bytes, the device's total), `cores` (the
+    /// device's core count) or `shares` (100 per device, time-slicing). A device that does
+    /// not report the named capacity is shared in `shares`. `None`: devices are never shared
+    /// through DRA (each claim gets whole devices).
+    #[serde(default)]
+    pub shared_capacity: Option<String>,
 }
 
 /// Why profiles could not be loaded. Every variant names the file it concerns.
@@ -409,6 +416,9 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// Capacities a profile's `kubernetes.shared_capacity` may name.
+pub const SHARED_CAPACITIES: &[&str] = &["memory", "cores", "shares"];
+
 /// Check the values serde cannot: name and kind syntax, env variable names, `discovery`,
 /// paths and patterns. Returns `(field, value, expected)` for the first problem.
 pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
@@ -424,6 +434,11 @@ pub fn validate(p: &Profile) -> Result<(), (String, String, String)> {
     }
     if !DISCOVERY_KINDS.contains(&p.discovery.as_str()) {
         return bad("discovery", &p.discovery, &format!("one of {}", DISCOVERY_KINDS.join(", ")));
+    }
+    if let Some(c) = &p.kubernetes.shared_capacity
+        && !SHARED_CAPACITIES.contains(&c.as_str())
+    {
+        return bad("kubernetes.shared_capacity", c, &format!("one of {}", SHARED_CAPACITIES.join(", ")));
     }
     let s = &p.selection;
     for v in

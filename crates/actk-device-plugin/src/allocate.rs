@@ -509,20 +509,16 @@ fn env_value(res: &Resource, targets: &[(u32, Option<u32>)]) -> String {
 /// = the GPU's memory / replicas (MiB, from NVML).
 fn mps_edits(res: &Resource, mps: &crate::resources::Mps, devices: &[u32], resp: &mut ContainerAllocateResponse) {
     use crate::resources::MPS_CONTAINER_PIPE_DIR;
-    resp.envs.insert("CUDA_MPS_PIPE_DIRECTORY".into(), MPS_CONTAINER_PIPE_DIR.into());
     let replicas = res.replicas.max(1);
-    resp.envs.insert("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), (100 / replicas).max(1).to_string());
-    let limits: Vec<String> = devices
+    let limits: Vec<(String, u64)> = devices
         .iter()
         .filter_map(|d| {
             let dev = res.vendor.devices.iter().find(|x| x.index == *d)?;
             let mib: u64 = dev.attributes.get("memory_mib")?.parse().ok()?;
-            Some(format!("{}={}M", dev.uuid.as_deref()?, mib / u64::from(replicas)))
+            Some((dev.uuid.clone()?, mib / u64::from(replicas)))
         })
         .collect();
-    if !limits.is_empty() {
-        resp.envs.insert("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), limits.join(","));
-    }
+    resp.envs.extend(actk_core::sharing::mps_client_env(100 / replicas, &limits));
     resp.mounts.push(Mount {
         container_path: MPS_CONTAINER_PIPE_DIR.into(),
         host_path: mps.pipe_directory.display().to_string(),

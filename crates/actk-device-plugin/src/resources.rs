@@ -155,8 +155,7 @@ pub struct Mps {
     pub resources: Vec<SharedResource>,
 }
 
-/// Where the MPS pipe directory appears in the container: CUDA's default `CUDA_MPS_PIPE_DIRECTORY`.
-pub const MPS_CONTAINER_PIPE_DIR: &str = "/tmp/nvidia-mps";
+pub use actk_core::sharing::MPS_CONTAINER_PIPE_DIR;
 
 /// Longest device ID the kubelet accepts (api.proto `Device.ID`).
 pub const MAX_ID_LEN: usize = 63;
@@ -439,15 +438,10 @@ fn mig_units(
 /// cores of `lnc` physical cores each. `None` when a device reports no core count or one that
 /// does not divide by `lnc`.
 fn core_units(vendor: &VendorInventory, lnc: u32) -> Option<Vec<Unit>> {
+    let numbers = actk_core::sharing::core_numbers(vendor, lnc)?;
     let mut units = Vec::new();
-    let mut next = 0u32;
     for d in &vendor.devices {
-        let physical = d.cores?;
-        if physical % lnc != 0 {
-            return None;
-        }
-        let n = physical / lnc;
-        for c in next..next + n {
+        for c in numbers.get(&d.index).cloned().unwrap_or_default() {
             units.push(Unit {
                 id: c.to_string(),
                 device: d.index,
@@ -457,7 +451,6 @@ fn core_units(vendor: &VendorInventory, lnc: u32) -> Option<Vec<Unit>> {
                 replica: None,
             });
         }
-        next += n;
     }
     Some(units)
 }

@@ -4,7 +4,8 @@
 //!
 //! Format (JSON, `version` 1): `{"version": 1, "node": "...", "claims": {"<uid>": {"claim":
 //! {"namespace", "uid", "name"}, "devices": [{"request", "pool", "device", "cdi_ids"}],
-//! "spec": "<file name in the CDI dir>"}}}`. Written atomically (temporary file in the same
+//! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core>, ...]}}}}` (`cores` only
+//! for claims that share devices in cores). Written atomically (temporary file in the same
 //! directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new
 //! checkpoint, never a mix.
 
@@ -29,6 +30,10 @@ pub struct Entry {
     pub devices: Vec<PreparedDevice>,
     /// File name of its spec in the CDI directory; `None` when it has no device on this node.
     pub spec: Option<String>,
+    /// Cores the claim holds of each device it shares in cores (slice device name -> global
+    /// core numbers); absent in checkpoints of earlier releases, which shared nothing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cores: BTreeMap<String, Vec<u32>>,
 }
 
 /// The whole checkpoint.
@@ -153,6 +158,7 @@ mod tests {
                     cdi_ids: vec!["actk.dev/claim=u1-nvidia-0".into()],
                 }],
                 spec: Some("actk.dev-claim_u1.json".into()),
+                cores: [("neuron-1".to_string(), vec![2, 3])].into(),
             },
         );
         c.save(&p).unwrap();

@@ -25,7 +25,7 @@ use actk_core::cdi::spec::{ContainerEdits, Device as CdiDevice, Spec};
 use actk_core::cdi::version::minimum_version;
 use actk_core::inventory::{DeviceNode, HostFile, Inventory, VendorInventory};
 use actk_core::profile::Profile;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, DeviceRequestAllocationResult, ResourceClaim};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -76,6 +76,10 @@ pub struct Prepared {
     pub devices: Vec<PreparedDevice>,
     /// The transient spec; `None` when the claim has no device of this driver on this node.
     pub spec: Option<Spec>,
+    /// Cores this claim holds of each device it shares (slice device name -> global core
+    /// numbers), for devices whose profile shares `cores`: kept in the checkpoint so that the
+    /// next claim on the device gets other cores.
+    pub cores: BTreeMap<String, Vec<u32>>,
 }
 
 /// Why a claim cannot be prepared. Every message names the claim; the kubelet shows it in the
@@ -179,6 +183,20 @@ pub struct SpecOptions {
     pub capabilities: Option<Vec<String>>,
     /// Absolute path (on the node) of actk-hook for the ld.so.cache createContainer hook.
     pub ldcache_hook: Option<String>,
+    /// The node's CUDA MPS control daemon, for claims whose DeviceConfig asks for MPS; `None`:
+    /// such claims are refused (the node runs no MPS daemon the driver knows of).
+    pub mps: Option<MpsNode>,
+}
+
+/// Where the node's MPS control daemon is (node paths, as the container runtime reads them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MpsNode {
+    /// The daemon's pipe directory (its `CUDA_MPS_PIPE_DIRECTORY`), mounted at
+    /// [`actk_core::sharing::MPS_CONTAINER_PIPE_DIR`].
+    pub pipe_directory: PathBuf,
+    /// The directory its processes share as /dev/shm; `None`: not mounted (pods then need
+    /// hostIPC).
+    pub shm_directory: Option<PathBuf>,
 }
 
 /// Checks that `want.uid` is a UID in the RFC 4122 textual form (`8-4-4-4-12` hexadecimal
@@ -246,11 +264,15 @@ pub fn base_request(request: &str) -> &str {
 }
 
 /// Checks that `claim` (from the API server) is the one `want` names and prepares it on node
-/// `node` (its pool) from `inventory`.
+/// `node` (its pool) from `inventory`. `taken_cores` are the global core numbers other
+/// prepared claims hold (of devices shared in `cores`); a claim that consumed N cores of a
+/// device gets its N lowest cores not taken, in `NEURON_RT_VISIBLE_CORES` ([`sharing_edits`]).
 ///
 /// Errors: [`ClaimError::UidMismatch`], [`ClaimError::NotAllocated`], [`ClaimError::OtherPool`],
 /// [`ClaimError::UnknownDevice`] (naming every such device and the node's devices),
-/// [`ClaimError::Config`] (opaque configuration for this driver: not supported),
+/// [`ClaimError::Config`] (a DeviceConfig that is not valid, or asks for what the device or
+/// node cannot do: MPS on a device that is not an NVIDIA GPU or on a node without an MPS
+/// daemon, more cores than the device has free),
 /// [`ClaimError::Spec`].
 // The error names the claim and the devices; it is built once per failed claim, so its size
 // does not matter.
@@ -261,6 +283,7 @@ pub fn prepare(
     node: &str,
     inventory: &Inventory,
     profiles: &[Profile],
+    taken_cores: &BTreeSet<u32>,
     opts: &SpecOptions,
 ) -> Result<Prepared, ClaimError> {
     check_uid(want)?;
@@ -278,20 +301,7 @@ pub fn prepare(
         .and_then(|s| s.allocation.as_ref())
         .ok_or_else(|| ClaimError::NotAllocated { claim: want.clone() })?;
     let devices_alloc = alloc.devices.as_ref();
-    if let Some(cfg) = devices_alloc
-        .and_then(|d| d.config.as_ref())
-        .into_iter()
-        .flatten()
-        .find(|c| c.opaque.as_ref().is_some_and(|o| o.driver == DRIVER))
-    {
-        return Err(ClaimError::Config {
-            claim: want.clone(),
-            message: format!(
-                "opaque configuration for driver {DRIVER} (from the {}) is not supported; remove it",
-                if cfg.source == "FromClass" { "DeviceClass" } else { "claim" }
-            ),
-        });
-    }
+    let configs: &[DeviceAllocationConfiguration] = devices_alloc.and_then(|d| d.config.as_deref()).unwrap_or(&[]);
     let results: Vec<_> =
         devices_alloc.and_then(|d| d.results.as_ref()).into_iter().flatten().filter(|r| r.driver == DRIVER).collect();
     // slice device name -> (vendor position, device index)
@@ -303,6 +313,7 @@ pub fn prepare(
     }
     let mut unknown = Vec::new();
     let mut picked: Vec<(&str, &str, usize, u32)> = Vec::new(); // request, device, vendor, index
+    let mut shares: Vec<Share<'_>> = Vec::new();
     for r in &results {
         if r.pool != node {
             return Err(ClaimError::OtherPool {
@@ -313,7 +324,12 @@ pub fn prepare(
             });
         }
         match by_name.get(&r.device) {
-            Some(&(vi, idx)) => picked.push((base_request(&r.request), &r.device, vi, idx)),
+            Some(&(vi, idx)) => {
+                picked.push((base_request(&r.request), &r.device, vi, idx));
+                let cfg = crate::config::for_request(configs, &r.request)
+                    .map_err(|message| ClaimError::Config { claim: want.clone(), message })?;
+                shares.push(Share { result: r, vendor: vi, index: idx, config: cfg });
+            }
             None => unknown.push(r.device.clone()),
         }
     }
@@ -326,7 +342,7 @@ pub fn prepare(
         return Err(ClaimError::UnknownDevice { claim: want.clone(), device: unknown.join(", "), known });
     }
     if picked.is_empty() {
-        return Ok(Prepared { claim: want.clone(), devices: Vec::new(), spec: None });
+        return Ok(Prepared { claim: want.clone(), devices: Vec::new(), spec: None, cores: BTreeMap::new() });
     }
     let spec_err = |message: String| ClaimError::Spec { claim: want.clone(), message };
     // One generated per-kind spec per vendor, restricted to the claim's devices.
@@ -364,11 +380,17 @@ pub fn prepare(
         }
         generated.insert(*vi, spec);
     }
+    let sharing = sharing_edits(want, &shares, inventory, profiles, taken_cores, opts)?;
     let mut cdi_devices: Vec<CdiDevice> = Vec::new();
     for (vi, spec) in &generated {
+        let mut edits = spec.container_edits.clone();
+        if let Some(extra) = sharing.edits.get(vi) {
+            edits.env.extend(extra.env.iter().cloned());
+            edits.mounts.extend(extra.mounts.iter().cloned());
+        }
         cdi_devices.push(CdiDevice {
             name: common_name(&want.uid, &inventory.vendors[*vi].profile),
-            container_edits: spec.container_edits.clone(),
+            container_edits: edits,
             ..Default::default()
         });
     }
@@ -406,7 +428,161 @@ pub fn prepare(
         ..Default::default()
     };
     spec.cdi_version = minimum_version(&spec).to_string();
-    Ok(Prepared { claim: want.clone(), devices: prepared, spec: Some(spec) })
+    Ok(Prepared { claim: want.clone(), devices: prepared, spec: Some(spec), cores: sharing.cores })
+}
+
+/// One allocation result of this driver, with the configuration that applies to its request.
+struct Share<'a> {
+    result: &'a DeviceRequestAllocationResult,
+    vendor: usize,
+    index: u32,
+    config: Option<crate::config::DeviceConfig>,
+}
+
+/// What sharing adds to a claim: env and mounts for each vendor's common device, and the cores
+/// the claim now holds.
+#[derive(Default)]
+struct SharingEdits {
+    edits: BTreeMap<usize, ContainerEdits>,
+    cores: BTreeMap<String, Vec<u32>>,
+}
+
+/// A vendor's MPS clients in one claim: the largest share of a GPU's memory it holds (percent),
+/// each GPU's pinned memory limit (UUID, MiB), and the configured thread percentage.
+#[derive(Default)]
+struct MpsShare {
+    percent: u32,
+    limits: Vec<(String, u64)>,
+    configured: Option<u32>,
+}
+
+/// The consumed amount of capacity `name` of a result, in its unit (bytes for `memory`).
+fn consumed(r: &DeviceRequestAllocationResult, name: &str) -> Option<u64> {
+    r.consumed_capacity.as_ref()?.get(name).and_then(|q| crate::config::quantity_bytes(&q.0))
+}
+
+/// Per-claim edits of shared devices and of configured MPS, by vendor:
+/// - a result that consumed `cores` (KEP-5075, `shareID` set) gets that many free cores of its
+///   device; the vendor's cores variable (`NEURON_RT_VISIBLE_CORES`) then lists them, with every
+///   core of the claim's whole devices of that vendor;
+/// - `sharing.strategy: MPS` (NVIDIA GPUs): the MPS client environment
+///   ([`actk_core::sharing::mps_client_env`]) with each GPU's pinned memory limit (the config's
+///   `pinnedMemoryLimit`, else the memory the claim consumed, else the GPU's) and active thread
+///   percentage (the config's, else the largest share of a GPU's memory the claim holds), and
+///   the daemon's pipe directory (and shm) mounted;
+/// - time-slicing (the default) adds nothing: the device is the device, as for the device
+///   plugin's time-slicing replicas.
+#[allow(clippy::result_large_err)]
+fn sharing_edits(
+    want: &ClaimRef,
+    shares: &[Share<'_>],
+    inventory: &Inventory,
+    profiles: &[Profile],
+    taken_cores: &BTreeSet<u32>,
+    opts: &SpecOptions,
+) -> Result<SharingEdits, ClaimError> {
+    use crate::config::Strategy;
+    let config_err = |message: String| ClaimError::Config { claim: want.clone(), message };
+    let mut out = SharingEdits::default();
+    let mut taken = taken_cores.clone();
+    // vendor -> cores the claim's containers see, when any of its devices is shared in cores
+    let mut cores_of: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    let mut whole_cores: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    let mut mps: BTreeMap<usize, MpsShare> = BTreeMap::new();
+    for sh in shares {
+        let v = &inventory.vendors[sh.vendor];
+        let Some(profile) = profiles.iter().find(|p| p.name == v.profile) else { continue };
+        let Some(dev) = v.devices.iter().find(|d| d.index == sh.index) else { continue };
+        let r = sh.result;
+        let shared = r.share_id.is_some();
+        let numbers = actk_core::sharing::core_numbers(v, 1);
+        let range = numbers.as_ref().and_then(|n| n.get(&sh.index)).cloned();
+        if profile.selection.cores_env.is_some()
+            && let Some(range) = range
+        {
+            match consumed(r, "cores").filter(|_| shared) {
+                Some(n) => {
+                    let n = u32::try_from(n).unwrap_or(u32::MAX);
+                    let got = actk_core::sharing::pick_cores(range.clone(), &taken, n).ok_or_else(|| {
+                        config_err(format!(
+                            "device {} has {} cores, {} of them held by other claims on this node; this claim consumed {n}",
+                            r.device,
+                            range.len(),
+                            range.clone().filter(|c| taken.contains(c)).count()
+                        ))
+                    })?;
+                    taken.extend(&got);
+                    cores_of.entry(sh.vendor).or_default().extend(&got);
+                    out.cores.insert(r.device.clone(), got);
+                }
+                None => whole_cores.entry(sh.vendor).or_default().extend(range),
+            }
+        }
+        let strategy = sh.config.as_ref().and_then(|c| c.sharing.as_ref()).map(|s| s.strategy).unwrap_or_default();
+        if strategy == Strategy::Mps {
+            let field = "sharing.strategy: MPS";
+            if profile.discovery != "nvidia" {
+                return Err(config_err(format!(
+                    "{field} is for NVIDIA GPUs; device {} is a {} device: use TimeSlicing",
+                    r.device, v.kind
+                )));
+            }
+            if opts.mps.is_none() {
+                return Err(config_err(format!(
+                    "{field}: this node's driver knows no MPS control daemon (the chart's dra.mps.pipeDirectory, flag --mps-pipe-directory); start one and set it, or use TimeSlicing"
+                )));
+            }
+            let Some(uuid) = dev.uuid.clone() else {
+                return Err(config_err(format!("{field}: device {} has no UUID to limit", r.device)));
+            };
+            let total: Option<u64> = dev.attributes.get("memory_bytes").and_then(|m| m.parse().ok());
+            let m = sh.config.as_ref().and_then(|c| c.sharing.as_ref()).and_then(|s| s.mps.as_ref());
+            let limit = m
+                .and_then(|m| m.pinned_memory_limit.as_ref())
+                .and_then(|q| crate::config::quantity_bytes(&q.0))
+                .or_else(|| consumed(r, "memory").filter(|_| shared))
+                .or(total);
+            let percent = match (consumed(r, "memory").filter(|_| shared), total) {
+                (Some(c), Some(t)) if t > 0 => u32::try_from(c.saturating_mul(100).div_ceil(t)).unwrap_or(100),
+                _ => 100,
+            };
+            let e = mps.entry(sh.vendor).or_default();
+            e.percent = e.percent.max(percent);
+            if let Some(p) = m.and_then(|m| m.active_thread_percentage) {
+                e.configured = Some(e.configured.map_or(p, |q| q.max(p)));
+            }
+            if let Some(b) = limit {
+                e.limits.push((uuid, b >> 20));
+            }
+        }
+    }
+    for (vi, mut cores) in cores_of {
+        let v = &inventory.vendors[vi];
+        let Some(var) = profiles.iter().find(|p| p.name == v.profile).and_then(|p| p.selection.cores_env.clone())
+        else {
+            continue;
+        };
+        cores.extend(whole_cores.get(&vi).into_iter().flatten());
+        out.edits.entry(vi).or_default().env.push(format!("{var}={}", actk_core::sharing::core_list(&cores)));
+    }
+    for (vi, MpsShare { percent, limits, configured }) in mps {
+        let Some(node) = opts.mps.as_ref() else { continue };
+        let e = out.edits.entry(vi).or_default();
+        for (k, v) in actk_core::sharing::mps_client_env(configured.unwrap_or(percent), &limits) {
+            e.env.push(format!("{k}={v}"));
+        }
+        let bind = |host: &Path, container: &str| actk_core::cdi::spec::Mount {
+            host_path: node_path(&opts.host_mount, host).display().to_string(),
+            container_path: container.to_string(),
+            mount_type: Some("bind".into()),
+            options: vec!["rbind".into(), "rw".into(), "nosuid".into(), "nodev".into()],
+        };
+        e.mounts.push(bind(&node.pipe_directory, actk_core::sharing::MPS_CONTAINER_PIPE_DIR));
+        if let Some(shm) = &node.shm_directory {
+            e.mounts.push(bind(shm, "/dev/shm"));
+        }
+    }
+    Ok(out)
 }
 
 /// CDI device name of `profile`'s common edits in claim `uid`'s spec.
@@ -453,9 +629,9 @@ mod tests {
         };
         let inv = Inventory::default();
         let opts = SpecOptions::default();
-        assert!(prepare(&want(UID), &obj("tenant-a", "gpus"), "n", &inv, &[], &opts).is_ok());
+        assert!(prepare(&want(UID), &obj("tenant-a", "gpus"), "n", &inv, &[], &Default::default(), &opts).is_ok());
         for (ns, name) in [("tenant-b", "gpus"), ("tenant-a", "other")] {
-            let e = prepare(&want(UID), &obj(ns, name), "n", &inv, &[], &opts).unwrap_err();
+            let e = prepare(&want(UID), &obj(ns, name), "n", &inv, &[], &Default::default(), &opts).unwrap_err();
             assert!(matches!(&e, ClaimError::OtherClaim { where_, .. } if where_ == "the API server"), "{e}");
         }
     }

@@ -4,11 +4,15 @@
 //! Prepare of one claim:
 //! 1. already in the checkpoint and its spec file present: the checkpointed answer (idempotent,
 //!    and a restarted driver answers without the API server);
-//! 2. else read the claim from the API server ([`ClaimSource`]), check its UID, build its spec
-//!    ([`crate::claim::prepare`]), write the spec atomically, then the checkpoint; when the
-//!    checkpoint cannot be written the spec is removed again, so an error leaves nothing behind.
+//! 2. else read the claim from the API server ([`ClaimSource`]), then under the lock check its
+//!    UID, build its spec ([`crate::claim::prepare`], with the cores of shared devices that
+//!    other prepared claims hold, from the checkpoint), write the spec atomically, then the
+//!    checkpoint; when the checkpoint cannot be written the spec is removed again, so an error
+//!    leaves nothing behind.
 //!
-//! Unprepare of one claim removes its spec (a missing one is fine) and its checkpoint entry.
+//! Unprepare of one claim removes its spec (a missing one is fine) and its checkpoint entry
+//! (with the cores it held). Claims sharing a device each have their own spec, so the others
+//! keep theirs: the device stays for them.
 //! Claims are handled one at a time under one lock (the work is a few small file writes); the
 //! API read happens outside the lock.
 //!
@@ -232,11 +236,18 @@ impl Driver {
             .await
             .map_err(|message| ClaimError::NotFound { claim: want.clone(), message }.to_string())?;
         let inventory = self.inventory.borrow().clone();
-        let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &self.spec_options)
-            .map_err(|e| e.to_string())?;
         let mut st = self.hold().await?;
         // Another call may have prepared this UID for another claim while the API was read.
         Self::same_claim(&st, want)?;
+        // Under the lock: which cores of shared devices other claims hold is the checkpoint's.
+        let taken: std::collections::BTreeSet<u32> = st
+            .claims
+            .iter()
+            .filter(|(uid, _)| **uid != want.uid)
+            .flat_map(|(_, e)| e.cores.values().flatten().copied())
+            .collect();
+        let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &taken, &self.spec_options)
+            .map_err(|e| e.to_string())?;
         let file = claim::spec_file_name(&want.uid);
         let path = self.cdi_dir.join(&file);
         if let Some(spec) = &prepared.spec {
@@ -250,6 +261,7 @@ impl Driver {
                 claim: want.clone(),
                 devices: prepared.devices.clone(),
                 spec: prepared.spec.is_some().then_some(file),
+                cores: prepared.cores.clone(),
             },
         );
         if let Err(e) = next.save(&self.checkpoint_path) {

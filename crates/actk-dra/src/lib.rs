@@ -19,6 +19,7 @@ pub mod api;
 pub mod authority;
 pub mod checkpoint;
 pub mod claim;
+pub mod config;
 pub mod discovery;
 pub mod driver;
 pub mod events;

@@ -78,6 +78,18 @@ struct Cli {
     /// Publish kinds that a device plugin also advertises on this node (off: they are left out).
     #[arg(long, env = "ACTK_DRA_ALLOW_DEVICE_PLUGIN_OVERLAP")]
     allow_device_plugin_overlap: bool,
+    /// Publish every device as one whole device per claim: no consumable capacity
+    /// (`allowMultipleAllocations`, capacity `requestPolicy`) even where the profile shares.
+    #[arg(long, env = "ACTK_DRA_NO_SHARING")]
+    no_sharing: bool,
+    /// Host path of the node's CUDA MPS control daemon's pipe directory, for claims whose
+    /// DeviceConfig asks for `sharing.strategy: MPS` (unset: such claims are refused).
+    #[arg(long, env = "ACTK_DRA_MPS_PIPE_DIRECTORY")]
+    mps_pipe_directory: Option<PathBuf>,
+    /// Host directory the MPS daemon's processes share as /dev/shm, mounted there in MPS
+    /// clients (unset: not mounted; such pods need hostIPC).
+    #[arg(long, env = "ACTK_DRA_MPS_SHM_DIRECTORY", requires = "mps_pipe_directory")]
+    mps_shm_directory: Option<PathBuf>,
     /// The per-node choice: the Node's labels `actk.dev/<profile>.server=dra|device-plugin`
     /// decide which of the served profiles this driver takes on the node.
     #[arg(long, env = "ACTK_DRA_SERVER_LABELS")]
@@ -134,7 +146,12 @@ fn main() -> Result<()> {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let profiles = actk_core::profile::load(cli.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    let mut profiles = actk_core::profile::load(cli.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    if cli.no_sharing {
+        for p in &mut profiles {
+            p.kubernetes.shared_capacity = None;
+        }
+    }
     let served: Option<BTreeSet<String>> = cli.profiles.as_ref().map(|p| p.iter().cloned().collect());
     if let Some(s) = &served
         && let Some(bad) = s.iter().find(|n| !profiles.iter().any(|p| &p.name == *n))
@@ -209,6 +226,10 @@ async fn run(cli: Cli) -> Result<()> {
                 host_mount: cli.host_mount.clone(),
                 capabilities: cli.capabilities.clone(),
                 ldcache_hook: cli.ldcache_hook.clone(),
+                mps: cli.mps_pipe_directory.clone().map(|pipe_directory| actk_dra::claim::MpsNode {
+                    pipe_directory,
+                    shm_directory: cli.mps_shm_directory.clone(),
+                }),
             },
             inv_rx.clone(),
             Arc::new(actk_dra::kube::ApiClaims(client.clone())),

@@ -433,7 +433,8 @@ pub async fn run<S: Sink>(
             tracing::info!("device {name} is healthy again");
         }
         unhealthy_before = unhealthy.clone();
-        let devices = judged_devices(&inv, &problems, mode);
+        let mut devices = judged_devices(&inv, &problems, mode);
+        slice::share(&mut devices, &cfg.profiles);
         if let Some((reporter, pool)) = &cfg.health_engine.report {
             // Every device the pool holds or would hold, healthy or not, for the kubelet.
             let report = crate::health::HealthReport {

@@ -29,7 +29,9 @@
 //! `resource.kubernetes.io/numaNode` (int, the scalar form; left out without NUMA affinity).
 //! They are plain qualified names, so a 1.34 API server takes them as well. Capacities:
 //! `memory` (NVIDIA, when NVML reported it: attribute `memory_bytes`) and `cores` (Neuron core
-//! count).
+//! count); the publisher makes devices of profiles that share ([`share`]) multi-allocatable with
+//! a request policy on the profile's shared capacity (`shares`, 100 per device, where the
+//! device reports neither).
 //!
 //! A GPU in MIG mode is published as itself with `migMode: enabled` so that CEL can tell it
 //! apart: a CUDA process cannot use such a GPU whole, only its MIG devices, which are not
@@ -324,6 +326,57 @@ pub fn slice_device(
     }
 }
 
+/// Capacity published on shareable devices that report neither memory nor cores: this many
+/// shares per device (a claim for 25 of them holds a quarter of the device's time slices).
+pub const SHARES_PER_DEVICE: u32 = 100;
+
+/// Makes the devices of profiles with a `kubernetes.shared_capacity` shareable between claims
+/// (KEP-5075 consumable capacity, resource.k8s.io/v1 with feature gate `DRAConsumableCapacity`,
+/// alpha in 1.34, beta in 1.36): `allowMultipleAllocations: true`, and the named capacity
+/// (`memory`, `cores`; `shares` = [`SHARES_PER_DEVICE`], added where the device reports
+/// neither) gets a `requestPolicy` whose `default` is the whole capacity, so that a claim
+/// that names no capacity still gets the device to itself, and whose `validRange` starts at
+/// one unit (`1Mi` of memory, one core, one share) in steps of one unit.
+///
+/// An API server that does not serve the gate drops both fields when the slice is written
+/// (its strategy's dropDisabledFields), so the same slice is a pool of whole devices there.
+/// GPUs in MIG mode are never shared whole (a CUDA process cannot use them).
+pub fn share(devices: &mut [SliceDevice], profiles: &[actk_core::profile::Profile]) {
+    use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, CapacityRequestPolicyRange};
+    for d in devices {
+        let attrs = d.attributes.as_ref();
+        let profile = attrs.and_then(|a| a.get("profile")).and_then(|p| p.string.as_deref());
+        let Some(wanted) = profiles
+            .iter()
+            .find(|p| Some(p.name.as_str()) == profile)
+            .and_then(|p| p.kubernetes.shared_capacity.clone())
+        else {
+            continue;
+        };
+        if attrs.and_then(|a| a.get("migMode")).and_then(|m| m.string.as_deref()) == Some("enabled") {
+            continue;
+        }
+        let capacity = d.capacity.get_or_insert_with(BTreeMap::new);
+        let name = if capacity.contains_key(&wanted) { wanted } else { "shares".to_string() };
+        let cap = capacity
+            .entry(name.clone())
+            .or_insert_with(|| DeviceCapacity { value: Quantity(SHARES_PER_DEVICE.to_string()), ..Default::default() });
+        // Steps of 1Mi only where the total is whole mebibytes: the default (the total) must be
+        // a valid request itself.
+        let unit = if name == "memory" && cap.value.0.ends_with("Mi") { "1Mi" } else { "1" };
+        cap.request_policy = Some(CapacityRequestPolicy {
+            default: Some(cap.value.clone()),
+            valid_range: Some(CapacityRequestPolicyRange {
+                min: Quantity(unit.into()),
+                max: Some(cap.value.clone()),
+                step: Some(Quantity(unit.into())),
+            }),
+            valid_values: None,
+        });
+        d.allow_multiple_allocations = Some(true);
+    }
+}
+
 /// Slice devices of every vendor in `inventory` whose profile is in `profiles` (all when
 /// `None`), leaving out devices without a usable node (nothing could be prepared for them) and
 /// those `excluded` names (unhealthy ones), in inventory order.
@@ -480,6 +533,61 @@ mod tests {
         let a = s.attributes.unwrap();
         assert_eq!(a["vendor"].string.as_deref(), Some("nvidia.com"));
         assert!(!a.contains_key(PCIE_ROOT) && !a.contains_key("uuid"), "unknown facts are left out");
+    }
+
+    #[test]
+    fn shareable_devices_get_consumable_capacity_whose_default_is_the_whole_device() {
+        let profiles = actk_core::profile::builtin();
+        let dev = |profile: &str, kind: &str, attrs: &[(&str, &str)], cores: Option<u32>, mig: Option<bool>| {
+            let v = VendorInventory { profile: profile.into(), kind: kind.into(), ..Default::default() };
+            let d = Device {
+                index: 0,
+                cores,
+                attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                mig: mig.map(|enabled| actk_core::inventory::Mig { enabled, devices: vec![] }),
+                ..Default::default()
+            };
+            slice_device(Path::new("/nonexistent"), &NodeFacts::default(), &v, &d, None)
+        };
+        let mut devs = vec![
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "85520809984")], None, Some(false)),
+            dev("neuron", "aws.amazon.com/neuron", &[], Some(8), None),
+            dev("amd", "amd.com/gpu", &[], None, None),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "85520809984")], None, Some(true)),
+            dev("nvidia", "nvidia.com/gpu", &[], None, None),
+            dev("nvidia-imex", "nvidia.com/imex-channel", &[], None, None),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "1000")], None, None),
+        ];
+        share(&mut devs, &profiles);
+        let policy = |d: &SliceDevice, cap: &str| {
+            let c = &d.capacity.as_ref().unwrap()[cap];
+            let p = c.request_policy.as_ref().unwrap();
+            let r = p.valid_range.as_ref().unwrap();
+            (
+                c.value.0.clone(),
+                p.default.as_ref().unwrap().0.clone(),
+                r.min.0.clone(),
+                r.step.as_ref().unwrap().0.clone(),
+                r.max.as_ref().unwrap().0.clone(),
+            )
+        };
+        let whole =
+            |v: &str, unit: &str| (v.to_string(), v.to_string(), unit.to_string(), unit.to_string(), v.to_string());
+        assert_eq!(policy(&devs[0], "memory"), whole("81559Mi", "1Mi"));
+        assert_eq!(policy(&devs[1], "cores"), whole("8", "1"));
+        assert_eq!(policy(&devs[2], "shares"), whole("100", "1"));
+        for i in [0, 1, 2, 4, 6] {
+            assert_eq!(devs[i].allow_multiple_allocations, Some(true), "{}", devs[i].name);
+        }
+        // A GPU in MIG mode is not shared whole; IMEX channels are not shared by capacity.
+        assert_eq!(devs[3].allow_multiple_allocations, None);
+        assert!(devs[3].capacity.as_ref().unwrap()["memory"].request_policy.is_none());
+        assert_eq!(devs[5].allow_multiple_allocations, None);
+        assert!(devs[5].capacity.is_none());
+        // A GPU whose memory NVML did not report is shared in shares.
+        assert_eq!(policy(&devs[4], "shares"), whole("100", "1"));
+        // A total that is not whole mebibytes steps in bytes, so that the default is valid.
+        assert_eq!(policy(&devs[6], "memory"), whole("1000", "1"));
     }
 
     #[test]

@@ -1,0 +1,234 @@
+//! Claims that share a device (KEP-5075 consumable capacity: allocation results with a
+//! `shareID` and `consumedCapacity`) and `actk.dev/v1` DeviceConfig parameters, prepared by the
+//! driver on fixture nodes with claims from an in-memory API, as the scheduler allocates them.
+//!
+//! What a container of each claim would get is read from the claim's CDI spec: the cores
+//! variable of a Neuron claim that consumed cores (disjoint between claims, freed at unprepare,
+//! kept across a driver restart), the MPS client environment and mounts of an NVIDIA claim
+//! that asked for MPS, nothing extra for time-slicing, and errors that name the field of a bad
+//! parameter and leave nothing behind.
+
+use actk_core::cdi::spec::Spec;
+use actk_dra::claim::{ClaimRef, MpsNode, SpecOptions};
+use actk_dra::driver::{Driver, MemoryClaims};
+use actk_testsupport::fixture;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+const NODE: &str = "node-a";
+
+fn uid(n: u32) -> String {
+    format!("5a7e0000-{n:04x}-4d5e-8f90-a1b2c3d4e5f6")
+}
+
+fn want(n: u32) -> ClaimRef {
+    ClaimRef { namespace: "ns".into(), uid: uid(n), name: format!("c{n}") }
+}
+
+/// Claim `n`, allocated `results` (request, device, consumed capacity or null) and `config`.
+fn claim(n: u32, results: &[(&str, &str, Value)], config: Value) -> ResourceClaim {
+    let results: Vec<Value> = results
+        .iter()
+        .enumerate()
+        .map(|(i, (req, dev, consumed))| {
+            let mut r = json!({"request": req, "driver": "actk.dev", "pool": NODE, "device": dev});
+            if !consumed.is_null() {
+                r["shareID"] = json!(format!("7c5f0a1e-0000-4000-8000-0000000000{n:01x}{i}"));
+                r["consumedCapacity"] = consumed.clone();
+            }
+            r
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"namespace": "ns", "name": format!("c{n}"), "uid": uid(n)},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": results, "config": config}}}
+    }))
+    .unwrap()
+}
+
+fn driver(root: &Path, dir: &Path, claims: Arc<MemoryClaims>, mps: Option<MpsNode>) -> Driver {
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(root, &profiles);
+    let (tx, rx) = watch::channel(Arc::new(inv));
+    std::mem::forget(tx);
+    Driver::new(
+        NODE.into(),
+        profiles,
+        dir.join("cdi"),
+        dir.join("plugin/checkpoint.json"),
+        SpecOptions { host_mount: "/".into(), mps, ..Default::default() },
+        rx,
+        claims,
+    )
+    .unwrap()
+    .with_lock_file(dir.join("plugin/serialize.lock"))
+}
+
+fn spec(dir: &Path, n: u32) -> Spec {
+    actk_core::cdi::validate::validate_file(&dir.join(format!("cdi/actk.dev-claim_{}.json", uid(n))))
+        .expect("the claim's spec passes CDI validation")
+}
+
+/// The env of the common device of `profile` in claim `n`'s spec (what every container of the
+/// claim gets once).
+fn common_env(dir: &Path, n: u32, profile: &str) -> Vec<String> {
+    let s = spec(dir, n);
+    let name = format!("{}-{profile}-common", uid(n));
+    s.devices.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name}")).container_edits.env.clone()
+}
+
+fn var<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
+    env.iter().rev().find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
+}
+
+#[tokio::test]
+async fn claims_sharing_a_neuron_device_get_disjoint_cores() {
+    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    // inf2: 2 NeuronCores per device; neuron-3's are global cores 6 and 7.
+    let one_core = json!({"cores": "1"});
+    for n in 1..=3 {
+        claims.put(claim(n, &[("nc", "neuron-3", one_core.clone())], Value::Null));
+    }
+    d.prepare(&want(1)).await.unwrap();
+    d.prepare(&want(2)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6"));
+    assert_eq!(var(&common_env(dir.path(), 2, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("7"));
+    // Both containers get the device itself.
+    for n in [1, 2] {
+        let s = spec(dir.path(), n);
+        let dev = s.devices.iter().find(|x| x.name == format!("{}-neuron-3", uid(n))).unwrap();
+        assert_eq!(dev.container_edits.device_nodes[0].path, "/dev/neuron3");
+    }
+    // A third claim on the full device (the scheduler would not allocate it; a driver that
+    // lost count must not hand out a held core).
+    let e = d.prepare(&want(3)).await.unwrap_err();
+    assert!(e.contains("device neuron-3 has 2 cores, 2 of them held by other claims"), "{e}");
+    assert!(!dir.path().join(format!("cdi/actk.dev-claim_{}.json", uid(3))).exists());
+
+    // A restarted driver remembers which cores are held (the checkpoint).
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    assert!(d.prepare(&want(3)).await.is_err());
+    // Unprepare of one claim frees its core and leaves the other's spec and core alone.
+    d.unprepare(&want(1)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 2, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("7"));
+    d.prepare(&want(3)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 3, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6"));
+
+    // A claim with a whole device and a shared one sees all cores of the first.
+    claims.put(claim(4, &[("a", "neuron-0", Value::Null), ("b", "neuron-5", json!({"cores": "1"}))], Value::Null));
+    d.prepare(&want(4)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 4, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("0,1,10"));
+    // A claim of whole devices only is as before: no cores variable of its own.
+    claims.put(claim(5, &[("a", "neuron-1", Value::Null)], Value::Null));
+    d.prepare(&want(5)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 5, "neuron"), "NEURON_RT_VISIBLE_CORES"), None);
+}
+
+fn mps_config(mps: Value) -> Value {
+    json!([{"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": "actk.dev", "parameters":
+        {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS", "mps": mps}}}}])
+}
+
+#[tokio::test]
+async fn a_quarter_of_a_gpu_by_memory_with_mps_or_time_slicing() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let pipe = dir.path().join("mps/pipe");
+    let node = MpsNode { pipe_directory: pipe.clone(), shm_directory: Some(dir.path().join("mps/shm")) };
+    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    // nvidia-0: an H100 80GB, 81559 MiB as NVML reports it (the fixture's NVML double).
+    let quarter = json!({"memory": "20389Mi"});
+    claims.put(claim(1, &[("gpu", "nvidia-0", quarter.clone())], mps_config(json!({}))));
+    claims.put(claim(2, &[("gpu", "nvidia-0", quarter.clone())], Value::Null));
+    claims.put(claim(
+        3,
+        &[("gpu", "nvidia-0", quarter.clone())],
+        mps_config(json!({"activeThreadPercentage": 10, "pinnedMemoryLimit": "8Gi"})),
+    ));
+    for n in 1..=3 {
+        d.prepare(&want(n)).await.unwrap();
+    }
+    let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
+    let env = common_env(dir.path(), 1, "nvidia");
+    assert_eq!(var(&env, "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
+    assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=20389M").as_str()));
+    assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("25"));
+    assert_eq!(var(&env, "NVIDIA_VISIBLE_DEVICES"), Some("void"));
+    let s = spec(dir.path(), 1);
+    let common = &s.devices.iter().find(|x| x.name.ends_with("-nvidia-common")).unwrap().container_edits;
+    let mounts: Vec<(&str, &str)> =
+        common.mounts.iter().map(|m| (m.host_path.as_str(), m.container_path.as_str())).collect();
+    assert!(mounts.contains(&(pipe.to_str().unwrap(), "/tmp/nvidia-mps")), "{mounts:?}");
+    assert!(mounts.iter().any(|(_, c)| *c == "/dev/shm"), "{mounts:?}");
+    // Time-slicing (no config): the GPU, no MPS.
+    let env = common_env(dir.path(), 2, "nvidia");
+    assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS")), "{env:?}");
+    // The configured limits win over the consumed share.
+    let env = common_env(dir.path(), 3, "nvidia");
+    assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=8192M").as_str()));
+    assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("10"));
+    // Every claim gets GPU 0's node; unpreparing one leaves the others' specs.
+    d.unprepare(&want(2)).await.unwrap();
+    for n in [1, 3] {
+        let s = spec(dir.path(), n);
+        let dev = s.devices.iter().find(|x| x.name == format!("{}-nvidia-0", uid(n))).unwrap();
+        assert_eq!(dev.container_edits.device_nodes[0].path, "/dev/nvidia0");
+    }
+}
+
+#[tokio::test]
+async fn device_config_errors_name_the_field_and_leave_nothing() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let bad = |params: Value| json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters": params}}]);
+    let cases = [
+        (
+            bad(json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "Spatial"}})),
+            "status.allocation.devices.config[0].opaque.parameters: unknown variant `Spatial`",
+        ),
+        (bad(json!({"sharing": {}})), "status.allocation.devices.config[0].opaque.parameters.apiVersion is missing"),
+        (
+            bad(json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"}})),
+            "sharing.strategy: MPS: this node's driver knows no MPS control daemon",
+        ),
+    ];
+    for (i, (config, want_msg)) in cases.into_iter().enumerate() {
+        let n = i as u32 + 1;
+        claims.put(claim(n, &[("gpu", "nvidia-0", Value::Null)], config));
+        let e = d.prepare(&want(n)).await.unwrap_err();
+        assert!(e.contains(want_msg), "{e}");
+        assert!(e.starts_with(&format!("claim ns/c{n} (uid {})", uid(n))), "{e}");
+    }
+    // MPS is for NVIDIA GPUs.
+    claims.put(claim(
+        9,
+        &[("nc", "neuron-0", json!({"cores": "1"}))],
+        bad(json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"}})),
+    ));
+    let e = d.prepare(&want(9)).await.unwrap_err();
+    assert!(
+        e.contains("sharing.strategy: MPS is for NVIDIA GPUs; device neuron-0 is a aws.amazon.com/neuron device"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("cdi")).map(|r| r.count()).into_iter().collect();
+    assert!(left.is_empty() || left == [0], "no spec written: {left:?}");
+    assert!(d.prepared_claims().await.unwrap().is_empty());
+    // Another driver's parameters are not ours to judge.
+    claims.put(claim(
+        10,
+        &[("gpu", "nvidia-0", Value::Null)],
+        json!([{"source": "FromClaim", "opaque": {"driver": "gpu.example.com", "parameters": {"x": 1}}}]),
+    ));
+    d.prepare(&want(10)).await.unwrap();
+}

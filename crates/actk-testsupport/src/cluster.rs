@@ -61,6 +61,10 @@ pub struct StartOptions {
     /// Kubernetes version (`v1.37.2`); `None`: `ACTK_KUBE_VERSION`, else the script's default.
     /// A running cluster of another version is taken down and started again with this one.
     pub kube_version: Option<String>,
+    /// Feature gates of every component (`DRAConsumableCapacity=true`), added to
+    /// `ACTK_KUBE_FEATURE_GATES`'s. A running cluster with other gates is taken down and
+    /// started again with these (and the next test without them starts it again without).
+    pub feature_gates: Option<String>,
 }
 
 /// The environment variable naming the cluster's Kubernetes version (`v1.34.4`, `v1.37.2`),
@@ -72,6 +76,7 @@ pub const KUBE_VERSION_ENV: &str = "ACTK_KUBE_VERSION";
 pub struct Cluster {
     env: BTreeMap<String, String>,
     script: PathBuf,
+    start_gates: Option<String>,
     _lock: fs::File,
 }
 
@@ -227,7 +232,7 @@ impl Cluster {
             lock.lock().with_context(|| format!("locking {LOCK}"))?;
         }
         let script = engines::workspace_root().join("scripts/k8s-node.sh");
-        let mut c = Cluster { env: BTreeMap::new(), script, _lock: lock };
+        let mut c = Cluster { env: BTreeMap::new(), script, start_gates: None, _lock: lock };
         let mut args = vec!["start".to_string()];
         if let Some(p) = &opts.topology_policy {
             args.extend(["--topology-policy".into(), p.clone()]);
@@ -237,7 +242,12 @@ impl Cluster {
         if let Some(v) = version {
             args.extend(["--version".into(), v]);
         }
+        let global = std::env::var("ACTK_KUBE_FEATURE_GATES").unwrap_or_default();
+        let gates: Vec<&str> =
+            [global.as_str(), opts.feature_gates.as_deref().unwrap_or("")].into_iter().filter(|g| !g.is_empty()).collect();
+        c.start_gates = Some(gates.join(","));
         c.script_ok(&args, 3600).context("starting the test cluster (scripts/k8s-node.sh start)")?;
+        c.start_gates = None;
         let env = c.script_ok(&["env".to_string()], 600)?;
         c.env = env.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
         // Pods a failed test left would hold devices the next test counts on.
@@ -260,6 +270,9 @@ impl Cluster {
         let mut cmd = Command::new("timeout");
         cmd.arg("--kill-after=10").arg(timeout_s.to_string()).arg(&self.script).args(args);
         cmd.env("ACTK_K8S_LOCK_HELD", "1").stdin(Stdio::null());
+        if let Some(g) = &self.start_gates {
+            cmd.env("ACTK_KUBE_FEATURE_GATES", g);
+        }
         cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", self.script.display()))
     }
 

@@ -243,8 +243,10 @@ impl Cluster {
             args.extend(["--version".into(), v]);
         }
         let global = std::env::var("ACTK_KUBE_FEATURE_GATES").unwrap_or_default();
-        let gates: Vec<&str> =
-            [global.as_str(), opts.feature_gates.as_deref().unwrap_or("")].into_iter().filter(|g| !g.is_empty()).collect();
+        let gates: Vec<&str> = [global.as_str(), opts.feature_gates.as_deref().unwrap_or("")]
+            .into_iter()
+            .filter(|g| !g.is_empty())
+            .collect();
         c.start_gates = Some(gates.join(","));
         c.script_ok(&args, 3600).context("starting the test cluster (scripts/k8s-node.sh start)")?;
         c.start_gates = None;

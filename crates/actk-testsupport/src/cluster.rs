@@ -527,6 +527,23 @@ impl Cluster {
         self.get_json(&["pod", name, "-n", TEST_NAMESPACE])
     }
 
+    /// Waits (a minute at most) until pod `name` in [`TEST_NAMESPACE`] is reported
+    /// unschedulable (condition PodScheduled False, reason Unschedulable); the scheduler's
+    /// message. Errors when the pod leaves Pending or the minute passes.
+    pub fn unschedulable(&self, name: &str) -> Result<String> {
+        self.wait_until(&format!("pod {name} unschedulable"), Duration::from_secs(60), || {
+            let p = self.pod(name)?;
+            anyhow::ensure!(p["status"]["phase"] == "Pending", "pod {name} left Pending: {}", p["status"]);
+            let cond = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")
+                .cloned();
+            Ok(cond.map(|c| c["message"].as_str().unwrap_or_default().to_string()))
+        })
+    }
+
     /// Waits until pod `name` is in one of `phases`; returns the pod.
     pub fn wait_pod_phase(&self, name: &str, phases: &[&str], limit: Duration) -> Result<Value> {
         let mut last = Value::Null;

@@ -225,20 +225,6 @@ fn indices(devs: &[Value]) -> Vec<i64> {
     v
 }
 
-/// Waits until pod `name` is reported unschedulable; the scheduler's message.
-fn unschedulable(c: &Cluster, name: &str) -> Result<String> {
-    c.wait_until(&format!("pod {name} unschedulable"), Duration::from_secs(60), || {
-        let p = c.pod(name)?;
-        ensure!(p["status"]["phase"] == "Pending", "pod {name} left Pending: {}", p["status"]);
-        let cond = p["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")
-            .cloned();
-        Ok(cond.map(|c| c["message"].as_str().unwrap_or_default().to_string()))
-    })
-}
 
 /// The claim templates and selectors users write (the chart's examples), on the DGX H100:
 /// 2 GPUs; CEL on `index` and on `model`; a claim no device satisfies and a claim for a class
@@ -334,9 +320,9 @@ fn dra_templates_cel_sharing_restart_and_removal_on_the_dgx() -> Result<()> {
     c.apply(&noclass.to_string())?;
     c.apply(&claim_pod("dra-unsat", &[("gpu", Source::Template("no-such-model"))], &[("c", &["gpu"])]).to_string())?;
     c.apply(&claim_pod("dra-noclass", &[("gpu", Source::Template("no-such-class"))], &[("c", &["gpu"])]).to_string())?;
-    let why = unschedulable(&c, "dra-unsat")?;
+    let why = c.unschedulable("dra-unsat")?;
     assert!(why.contains("cannot allocate all claims"), "{why}");
-    let why = unschedulable(&c, "dra-noclass")?;
+    let why = c.unschedulable("dra-noclass")?;
     assert!(why.contains("actk-nosuch") && why.contains("does not exist"), "{why}");
 
     // Driver restart: the running pod keeps its GPU, and the new driver unprepares it (from its

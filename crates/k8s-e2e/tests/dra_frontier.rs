@@ -29,20 +29,6 @@ fn published(c: &Cluster) -> Result<Vec<Value>> {
     c.published_devices("actk.dev")
 }
 
-/// Waits until pod `name` is reported unschedulable; the scheduler's message.
-fn unschedulable(c: &Cluster, name: &str) -> Result<String> {
-    c.wait_until(&format!("pod {name} unschedulable"), Duration::from_secs(60), || {
-        let p = c.pod(name)?;
-        ensure!(p["status"]["phase"] == "Pending", "pod {name} left Pending: {}", p["status"]);
-        let cond = p["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")
-            .cloned();
-        Ok(cond.map(|c| c["message"].as_str().unwrap_or_default().to_string()))
-    })
-}
 
 /// What a container sees of its devices: `/dev` entries, its environment, its mounts
 /// (mount point, root and source; the kubelet's per-pod files by mount point only), and the
@@ -123,7 +109,7 @@ fn dra_extended_resource_limits_served_by_dra_or_the_device_plugin_alike() -> Re
         ensure!(mapped.is_none(), "the class maps {mapped:?} on {:?} without the gate", c.kube_version());
         c.delete_pod("xr-waits")?;
         c.create_pod(&PodSpec::new("xr-waits", "true").limit("nvidia.com/gpu", 2))?;
-        let why = unschedulable(&c, "xr-waits")?;
+        let why = c.unschedulable("xr-waits")?;
         ensure!(why.contains("nvidia.com/gpu"), "{why}");
         c.delete_pod("xr-waits")?;
         eprintln!("Kubernetes {:?}: no extended-resource mapping by default; the DRA path is 1.36+", c.kube_version());
@@ -381,7 +367,7 @@ fn dra_bad_input_is_told_by_the_scheduler() -> Result<()> {
 
     c.delete_pod("bad-resource")?;
     c.create_pod(&PodSpec::new("bad-resource", "true").limit("example.com/no-such-accelerator", 1))?;
-    let why = unschedulable(&c, "bad-resource")?;
+    let why = c.unschedulable("bad-resource")?;
     assert!(why.contains("example.com/no-such-accelerator"), "the scheduler's reason: {why}");
     eprintln!("unmapped extended resource: {why}");
     c.delete_pod("bad-resource")?;

@@ -85,20 +85,6 @@ fn run(c: &Cluster, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// The scheduler's reason for pod `name` staying Pending.
-fn unschedulable(c: &Cluster, name: &str) -> Result<String> {
-    c.wait_until(&format!("pod {name} unschedulable"), Duration::from_secs(60), || {
-        let p = c.pod(name)?;
-        ensure!(p["status"]["phase"] == "Pending", "pod {name} left Pending: {}", p["status"]);
-        let cond = p["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable")
-            .cloned();
-        Ok(cond.map(|c| c["message"].as_str().unwrap_or_default().to_string()))
-    })
-}
 
 /// What the container of pod `name` printed first: its `ls /dev` and env lines.
 fn view(c: &Cluster, name: &str) -> Result<String> {
@@ -149,7 +135,7 @@ fn dra_quarters_of_a_gpu_by_memory_and_neuron_cores_by_count() -> Result<()> {
         pods[..4].iter().map(|p| results(&c, p).map(|r| r[0].1.clone().unwrap_or_default())).collect::<Result<_>>()?;
     assert_eq!(shares.len(), 4, "{shares:?}");
     c.apply(&pod("q5", "quarter-gpu0", gpus).to_string())?;
-    let why = unschedulable(&c, "q5")?;
+    let why = c.unschedulable("q5")?;
     eprintln!("the fifth quarter waits: {why}");
     ensure!(why.contains("cannot allocate all claims") || why.contains("resource"), "{why}");
     c.delete_pod("q1")?;

@@ -225,7 +225,6 @@ fn indices(devs: &[Value]) -> Vec<i64> {
     v
 }
 
-
 /// The claim templates and selectors users write (the chart's examples), on the DGX H100:
 /// 2 GPUs; CEL on `index` and on `model`; a claim no device satisfies and a claim for a class
 /// that does not exist stay pending with the scheduler's reason; one claim shared by two

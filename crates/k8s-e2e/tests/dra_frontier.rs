@@ -29,7 +29,6 @@ fn published(c: &Cluster) -> Result<Vec<Value>> {
     c.published_devices("actk.dev")
 }
 
-
 /// What a container sees of its devices: `/dev` entries, its environment, its mounts
 /// (mount point, root and source; the kubelet's per-pod files by mount point only), and the
 /// node it ran on.

@@ -85,7 +85,6 @@ fn run(c: &Cluster, name: &str) -> Result<()> {
     Ok(())
 }
 
-
 /// What the container of pod `name` printed first: its `ls /dev` and env lines.
 fn view(c: &Cluster, name: &str) -> Result<String> {
     c.kubectl_ok(&["logs", name, "-n", TEST_NAMESPACE])

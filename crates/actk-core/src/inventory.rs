@@ -123,6 +123,11 @@ pub struct MigDevice {
     pub memory_mib: u64,
     /// Streaming multiprocessors of the compute instance.
     pub multiprocessors: u32,
+    /// Engines of the GPU instance by name, as NVML counts them (nvmlDeviceGetAttributes_v2
+    /// `shared*Count`): `copyEngines`, `decoders`, `encoders`, `jpegEngines`, `ofaEngines`;
+    /// zero counts are left out.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub engines: BTreeMap<String, u32>,
     /// The capability nodes that grant access to this instance: `/dev/nvidia-caps/nvidia-capN`
     /// of the GPU instance and of the compute instance (minors from
     /// /proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>[/ci<C>]/access). A container also

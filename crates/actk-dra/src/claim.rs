@@ -250,6 +250,9 @@ fn node_view(vendor: &VendorInventory, indexes: &BTreeSet<u32>, host_mount: &Pat
     v.devices.retain(|d| indexes.contains(&d.index));
     for d in &mut v.devices {
         d.nodes = d.nodes.iter().map(fix_node).collect();
+        for m in d.mig.iter_mut().flat_map(|m| m.devices.iter_mut()) {
+            m.nodes = m.nodes.iter().map(fix_node).collect();
+        }
     }
     v.shared_nodes = v.shared_nodes.iter().map(fix_node).collect();
     v.host_files =
@@ -304,15 +307,19 @@ pub fn prepare(
     let configs: &[DeviceAllocationConfiguration] = devices_alloc.and_then(|d| d.config.as_deref()).unwrap_or(&[]);
     let results: Vec<_> =
         devices_alloc.and_then(|d| d.results.as_ref()).into_iter().flatten().filter(|r| r.driver == DRIVER).collect();
-    // slice device name -> (vendor position, device index)
-    let mut by_name: BTreeMap<String, (usize, u32)> = BTreeMap::new();
+    // slice device name -> (vendor position, device index, MIG device index)
+    let mut by_name: BTreeMap<String, (usize, u32, Option<u32>)> = BTreeMap::new();
     for (vi, v) in inventory.vendors.iter().enumerate() {
         for d in v.devices.iter().filter(|d| !d.nodes.is_empty()) {
-            by_name.insert(device_name(&v.profile, d.index), (vi, d.index));
+            by_name.insert(device_name(&v.profile, d.index), (vi, d.index, None));
+            for m in d.mig.iter().filter(|m| m.enabled).flat_map(|m| &m.devices) {
+                by_name.insert(crate::slice::mig_device_name(&v.profile, d.index, m), (vi, d.index, Some(m.index)));
+            }
         }
     }
     let mut unknown = Vec::new();
-    let mut picked: Vec<(&str, &str, usize, u32)> = Vec::new(); // request, device, vendor, index
+    // request, device, vendor, index, MIG index
+    let mut picked: Vec<(&str, &str, usize, u32, Option<u32>)> = Vec::new();
     let mut shares: Vec<Share<'_>> = Vec::new();
     for r in &results {
         if r.pool != node {
@@ -324,11 +331,11 @@ pub fn prepare(
             });
         }
         match by_name.get(&r.device) {
-            Some(&(vi, idx)) => {
-                picked.push((base_request(&r.request), &r.device, vi, idx));
+            Some(&(vi, idx, mig)) => {
+                picked.push((base_request(&r.request), &r.device, vi, idx, mig));
                 let cfg = crate::config::for_request(configs, &r.request)
                     .map_err(|message| ClaimError::Config { claim: want.clone(), message })?;
-                shares.push(Share { result: r, vendor: vi, index: idx, config: cfg });
+                shares.push(Share { result: r, vendor: vi, index: idx, mig: mig.is_some(), config: cfg });
             }
             None => unknown.push(r.device.clone()),
         }
@@ -347,7 +354,7 @@ pub fn prepare(
     let spec_err = |message: String| ClaimError::Spec { claim: want.clone(), message };
     // One generated per-kind spec per vendor, restricted to the claim's devices.
     let mut per_vendor: BTreeMap<usize, BTreeSet<u32>> = BTreeMap::new();
-    for (_, _, vi, idx) in &picked {
+    for (_, _, vi, idx, _) in &picked {
         per_vendor.entry(*vi).or_default().insert(*idx);
     }
     let gen_opts = GenerateOptions {
@@ -396,14 +403,26 @@ pub fn prepare(
     }
     let mut prepared = Vec::new();
     let mut common_given: BTreeSet<(&str, usize)> = BTreeSet::new();
-    for (request, device, vi, idx) in &picked {
+    for (request, device, vi, idx, mig) in &picked {
         let spec = &generated[vi];
-        let edits: ContainerEdits = spec
-            .devices
-            .iter()
-            .find(|d| d.name == idx.to_string())
-            .map(|d| d.container_edits.clone())
-            .ok_or_else(|| spec_err(format!("device {device} has no usable device node")))?;
+        let edits: ContainerEdits = match mig {
+            // The parent GPU's node and the instance's capability nodes, as
+            // nvidia-container-toolkit injects a MIG device.
+            Some(m) => {
+                let view = node_view(&inventory.vendors[*vi], &BTreeSet::from([*idx]), &opts.host_mount);
+                let e = actk_core::cdi::generate::mig_edits(&view, &[(*idx, *m)]);
+                if e.device_nodes.is_empty() {
+                    return Err(spec_err(format!("MIG device {device} has no usable device node")));
+                }
+                e
+            }
+            None => spec
+                .devices
+                .iter()
+                .find(|d| d.name == idx.to_string())
+                .map(|d| d.container_edits.clone())
+                .ok_or_else(|| spec_err(format!("device {device} has no usable device node")))?,
+        };
         let name = format!("{}-{device}", want.uid);
         if !cdi_devices.iter().any(|d| d.name == name) {
             cdi_devices.push(CdiDevice { name: name.clone(), container_edits: edits, ..Default::default() });
@@ -436,6 +455,7 @@ struct Share<'a> {
     result: &'a DeviceRequestAllocationResult,
     vendor: usize,
     index: u32,
+    mig: bool,
     config: Option<crate::config::DeviceConfig>,
 }
 
@@ -525,6 +545,12 @@ fn sharing_edits(
                 return Err(config_err(format!(
                     "{field} is for NVIDIA GPUs; device {} is a {} device: use TimeSlicing",
                     r.device, v.kind
+                )));
+            }
+            if sh.mig {
+                return Err(config_err(format!(
+                    "{field} on MIG device {} is not supported: a MIG device is a partition already; use TimeSlicing",
+                    r.device
                 )));
             }
             if opts.mps.is_none() {

@@ -191,7 +191,7 @@ fn unservable(
             Some((
                 MIG_ENABLED,
                 format!(
-                    "node {node}: {free} of its {} whole {profile} GPU(s) are free for a request of {want}; {} more are in MIG mode, which class {class} does not match (a CUDA process cannot use a MIG-mode GPU whole; MIG devices are not published yet); turn MIG off on a GPU to serve it whole",
+                    "node {node}: {free} of its {} whole {profile} GPU(s) are free for a request of {want}; {} more are in MIG mode, which class {class} does not match (a CUDA process cannot use a MIG-mode GPU whole; claim its MIG devices with class actk-nvidia-mig); turn MIG off on a GPU to serve it whole",
                     whole.len(),
                     mig.len()
                 ),

@@ -34,9 +34,11 @@
 //! device reports neither).
 //!
 //! A GPU in MIG mode is published as itself with `migMode: enabled` so that CEL can tell it
-//! apart: a CUDA process cannot use such a GPU whole, only its MIG devices, which are not
-//! published yet. The chart's DeviceClasses match only devices whose `migMode` is absent or
-//! not `enabled` ([`NOT_MIG_ENABLED`]).
+//! apart: a CUDA process cannot use such a GPU whole, only its MIG devices, which follow it as
+//! devices of their own ([`mig_slice_device`], `<gpu>-mig-<GI>-<CI>`, attribute `migProfile`).
+//! The chart's profile DeviceClasses match only devices whose `migMode` is absent or not
+//! `enabled` and that are not MIG devices ([`NOT_MIG_ENABLED`]); class `actk-nvidia-mig`
+//! matches the MIG devices ([`IS_MIG_DEVICE`]).
 //!
 //! `linkGroupK` makes "K linked devices" a `matchAttribute` constraint: on a ring of N devices
 //! (K dividing N) group `g` is the arc at ring positions `g*K .. g*K+K-1`; on a torus, K below
@@ -70,8 +72,11 @@ pub const NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
 
 /// The CEL condition of the chart's DeviceClasses that leaves out GPUs in MIG mode (a device
 /// without the attribute is not one).
-pub const NOT_MIG_ENABLED: &str =
-    r#"(!("migMode" in device.attributes["actk.dev"]) || device.attributes["actk.dev"].migMode != "enabled")"#;
+pub const NOT_MIG_ENABLED: &str = r#"(!("migMode" in device.attributes["actk.dev"]) || device.attributes["actk.dev"].migMode != "enabled") && !("migProfile" in device.attributes["actk.dev"])"#;
+
+/// The CEL condition of the chart's DeviceClass `actk-nvidia-mig`: MIG devices
+/// ([`mig_slice_device`]).
+pub const IS_MIG_DEVICE: &str = r#""migProfile" in device.attributes["actk.dev"]"#;
 
 /// Most devices one ResourceSlice may hold (resource.k8s.io/v1 `ResourceSliceMaxDevices`).
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
@@ -340,7 +345,8 @@ pub const SHARES_PER_DEVICE: u32 = 100;
 ///
 /// An API server that does not serve the gate drops both fields when the slice is written
 /// (its strategy's dropDisabledFields), so the same slice is a pool of whole devices there.
-/// GPUs in MIG mode are never shared whole (a CUDA process cannot use them).
+/// GPUs in MIG mode are never shared whole (a CUDA process cannot use them), nor are MIG
+/// devices (each is a partition already).
 pub fn share(devices: &mut [SliceDevice], profiles: &[actk_core::profile::Profile]) {
     use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, CapacityRequestPolicyRange};
     for d in devices {
@@ -353,7 +359,9 @@ pub fn share(devices: &mut [SliceDevice], profiles: &[actk_core::profile::Profil
         else {
             continue;
         };
-        if attrs.and_then(|a| a.get("migMode")).and_then(|m| m.string.as_deref()) == Some("enabled") {
+        if attrs.and_then(|a| a.get("migMode")).and_then(|m| m.string.as_deref()) == Some("enabled")
+            || attrs.is_some_and(|a| a.contains_key("migProfile"))
+        {
             continue;
         }
         let capacity = d.capacity.get_or_insert_with(BTreeMap::new);
@@ -374,6 +382,64 @@ pub fn share(devices: &mut [SliceDevice], profiles: &[actk_core::profile::Profil
             valid_values: None,
         });
         d.allow_multiple_allocations = Some(true);
+    }
+}
+
+/// The slice device name of MIG device `m` of GPU `gpu` of profile `profile`:
+/// `<profile>-<gpu>-mig-<GI id>-<CI id>` (`nvidia-0-mig-2-0`).
+pub fn mig_device_name(profile: &str, gpu: u32, m: &actk_core::inventory::MigDevice) -> String {
+    format!("{}-mig-{}-{}", device_name(profile, gpu), m.gpu_instance, m.compute_instance)
+}
+
+/// The slice device of MIG device `m` of GPU `d` (a GPU in MIG mode): attributes `kind`,
+/// `profile`, `vendor`, `driverVersion` as the GPU's, `model` of the parent, and
+/// `migProfile` (`3g.40gb`), `uuid` (`MIG-...`), `parentUUID`, `parentIndex`, `migIndex`
+/// (`nvidia-smi -L`'s), `gpuInstance`, `computeInstance`, `placementStart`, `placementSize`
+/// (memory slices); capacities `memory` (the GPU instance's, bytes), `multiprocessors` and the
+/// engines (`copyEngines`, `decoders`, `encoders`, `jpegEngines`, `ofaEngines`), as NVML
+/// reports them. The chart's DeviceClass `actk-nvidia-mig` selects these (`migProfile` set);
+/// `actk-nvidia` leaves them out.
+pub fn mig_slice_device(vendor: &VendorInventory, d: &Device, m: &actk_core::inventory::MigDevice) -> SliceDevice {
+    let mut attrs: BTreeMap<String, DeviceAttribute> = BTreeMap::new();
+    attrs.insert("kind".into(), string(&vendor.kind));
+    attrs.insert("profile".into(), string(&vendor.profile));
+    attrs.insert("vendor".into(), string(vendor.kind.split('/').next().unwrap_or_default()));
+    if let Some(v) = vendor.driver_version.as_deref().and_then(semver_of) {
+        attrs.insert("driverVersion".into(), version(v));
+    }
+    if let Some(model) = &d.model {
+        attrs.insert("model".into(), string(model));
+    }
+    if let Some(u) = &d.uuid {
+        attrs.insert("parentUUID".into(), string(u));
+    }
+    attrs.insert("parentIndex".into(), int(i64::from(d.index)));
+    attrs.insert("migProfile".into(), string(&m.profile));
+    attrs.insert("uuid".into(), string(&m.uuid));
+    attrs.insert("migIndex".into(), int(i64::from(m.index)));
+    attrs.insert("gpuInstance".into(), int(i64::from(m.gpu_instance)));
+    attrs.insert("computeInstance".into(), int(i64::from(m.compute_instance)));
+    attrs.insert("placementStart".into(), int(i64::from(m.placement.start)));
+    attrs.insert("placementSize".into(), int(i64::from(m.placement.size)));
+    if let Some(n) = d.numa_node {
+        attrs.insert(NUMA_NODE.into(), int(i64::from(n)));
+    }
+    let mut capacity: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
+    let cap = |v: String| DeviceCapacity { value: Quantity(v), ..Default::default() };
+    if m.memory_mib > 0 {
+        capacity.insert("memory".into(), cap(format!("{}Mi", m.memory_mib)));
+    }
+    if m.multiprocessors > 0 {
+        capacity.insert("multiprocessors".into(), cap(m.multiprocessors.to_string()));
+    }
+    for (k, n) in &m.engines {
+        capacity.insert(k.clone(), cap(n.to_string()));
+    }
+    SliceDevice {
+        name: mig_device_name(&vendor.profile, d.index, m),
+        attributes: Some(attrs),
+        capacity: (!capacity.is_empty()).then_some(capacity),
+        ..Default::default()
     }
 }
 
@@ -398,6 +464,9 @@ pub fn devices(
                 continue;
             }
             out.push(slice_device(&inventory.root, &facts, v, d, links.get(&d.index)));
+            if let Some(m) = d.mig.as_ref().filter(|m| m.enabled) {
+                out.extend(m.devices.iter().map(|m| mig_slice_device(v, d, m)));
+            }
         }
     }
     out

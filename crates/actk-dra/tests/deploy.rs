@@ -171,9 +171,20 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     // One DeviceClass per profile the driver serves (dra.profiles), selecting the driver and the
     // profile's kind, never a GPU in MIG mode (issue 28, items 2 and 4): a class for a kind the
     // driver does not serve would leave its claims Pending for ever.
-    let classes: Vec<&Value> = all.iter().filter(|d| d["kind"] == "DeviceClass").collect();
+    let mut classes: Vec<&Value> = all.iter().filter(|d| d["kind"] == "DeviceClass").collect();
     let names: Vec<&str> = classes.iter().map(|c| c["metadata"]["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["actk-nvidia", "actk-neuron"]);
+    assert_eq!(names, ["actk-nvidia", "actk-neuron", "actk-nvidia-mig"]);
+    // MIG devices have a class of their own, which the profile classes leave out.
+    let mig = classes.pop_if(|c| c["metadata"]["name"] == "actk-nvidia-mig").expect("the MIG class");
+    assert_eq!(
+        mig["spec"]["selectors"][0]["cel"]["expression"],
+        format!(
+            "device.driver == \"actk.dev\" && device.attributes[\"actk.dev\"].kind == \"nvidia.com/gpu\" && {}",
+            actk_dra::slice::IS_MIG_DEVICE
+        )
+        .as_str()
+    );
+    assert!(mig["metadata"]["labels"].get("actk.dev/profile").is_none(), "{mig}");
     let profiles = actk_core::profile::builtin();
     for c in &classes {
         let p = c["metadata"]["labels"]["actk.dev/profile"].as_str().expect("the profile label the driver reads");
@@ -191,7 +202,7 @@ fn dra_driver_daemonset_rbac_and_device_classes() {
     }
     // Every built-in profile gets its class when the driver serves every profile.
     let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
-    assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len());
+    assert_eq!(all.iter().filter(|d| d["kind"] == "DeviceClass").count(), profiles.len() + 1);
 }
 
 /// Issue 26: the DeviceClasses map each profile's device plugin resource (KEP-5004,

@@ -97,12 +97,47 @@ fn dgx_h100_gpus_with_identity_numa_and_pcie_root() {
 /// SOURCES.md); the slice says which, so the default class can leave the MIG-mode ones out.
 #[test]
 fn dgx_a100_gpus_in_mig_mode_say_so() {
-    let Some((_, devs)) = devices_of("nvidia-dgx-a100") else { return };
+    let Some((_, all)) = devices_of("nvidia-dgx-a100") else { return };
+    let devs: Vec<&Device> = all.iter().filter(|d| s(d, "migProfile").is_none()).collect();
     assert_eq!(devs.len(), 8);
     let modes: Vec<(&str, Option<&str>)> = devs.iter().map(|d| (d.name.as_str(), s(d, "migMode"))).collect();
     let want: Vec<(String, Option<&str>)> =
         (0..8).map(|i| (format!("nvidia-{i}"), Some(if i < 4 { "enabled" } else { "disabled" }))).collect();
     assert_eq!(modes, want.iter().map(|(n, m)| (n.as_str(), *m)).collect::<Vec<_>>());
+}
+
+/// Issue 27, partitionable devices: each MIG device of a GPU in MIG mode is a slice device of its
+/// own, after its GPU, with the profile, parent and instances as attributes and what NVML
+/// reports of the GPU instance as capacities (fixtures/nvidia-dgx-a100/nvml.tsv follows
+/// `nvidia-smi mig -lgip` and `-lgi` of an A100-SXM4-80GB: 3g.40gb is GI profile 9, 4 memory
+/// slices from 4, 42 SMs, 3 copy engines, 2 decoders).
+#[test]
+fn dgx_a100_mig_devices_are_devices_with_their_capacities() {
+    let Some((_, all)) = devices_of("nvidia-dgx-a100") else { return };
+    let migs: Vec<&Device> = all.iter().filter(|d| s(d, "migProfile").is_some()).collect();
+    let names: Vec<&str> = migs.iter().take(4).map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["nvidia-0-mig-2-0", "nvidia-0-mig-3-0", "nvidia-0-mig-9-0", "nvidia-0-mig-10-0"]);
+    let pos = |n: &str| all.iter().position(|d| d.name == n).unwrap();
+    assert_eq!(pos("nvidia-0-mig-2-0"), pos("nvidia-0") + 1, "after its GPU");
+    let m = migs[0];
+    assert_eq!(s(m, "migProfile"), Some("3g.40gb"));
+    assert_eq!(s(m, "uuid"), Some("MIG-04e85a7c-8a74-584e-9f3f-bd495ea55d15"));
+    assert_eq!(s(m, "parentUUID"), Some("GPU-ba6c9fc3-5c92-bdf4-90af-b063445c61e5"));
+    assert_eq!(s(m, "kind"), Some("nvidia.com/gpu"));
+    assert_eq!(s(m, "model"), Some("NVIDIA A100-SXM4-80GB"));
+    for (k, v) in [("parentIndex", 0), ("migIndex", 0), ("gpuInstance", 2), ("computeInstance", 0)] {
+        assert_eq!(i(m, k), Some(v), "{k}");
+    }
+    assert_eq!((i(m, "placementStart"), i(m, "placementSize")), (Some(4), Some(4)));
+    let cap: Vec<(String, String)> =
+        m.capacity.as_ref().unwrap().iter().map(|(k, v)| (k.clone(), v.value.0.clone())).collect();
+    let want = [("copyEngines", "3"), ("decoders", "2"), ("memory", "40192Mi"), ("multiprocessors", "42")];
+    assert_eq!(cap, want.map(|(k, v)| (k.to_string(), v.to_string())));
+    // GPUs 4-7 are not in MIG mode: no MIG devices.
+    assert!(migs.iter().all(|d| i(d, "parentIndex").is_some_and(|p| p < 4)));
+    // The class conditions: a MIG device is never a whole GPU, and only it is a MIG device.
+    assert!(slice::NOT_MIG_ENABLED.contains(r#"!("migProfile" in device.attributes["actk.dev"])"#));
+    assert!(m.allow_multiple_allocations.is_none());
 }
 
 #[test]

@@ -232,3 +232,36 @@ async fn device_config_errors_name_the_field_and_leave_nothing() {
     ));
     d.prepare(&want(10)).await.unwrap();
 }
+
+/// A static MIG device (a 3g.40gb of the DGX A100 fixture's GPU 0) is prepared as
+/// nvidia-container-toolkit injects one: the parent GPU's node and the capability nodes of its
+/// GPU and compute instance (`/proc/driver/nvidia/capabilities/gpu0/mig/gi2/access` and
+/// `gi2/ci0/access`), nothing of another instance; MPS is refused on it.
+#[tokio::test]
+async fn a_mig_device_claim_gets_its_parent_and_its_capability_nodes() {
+    let Some(f) = fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    claims.put(claim(1, &[("mig", "nvidia-0-mig-2-0", Value::Null)], Value::Null));
+    let answer = d.prepare(&want(1)).await.unwrap();
+    assert_eq!(answer[0].device, "nvidia-0-mig-2-0");
+    let s = spec(dir.path(), 1);
+    let dev = s.devices.iter().find(|x| x.name == format!("{}-nvidia-0-mig-2-0", uid(1))).unwrap();
+    let nodes: Vec<&str> = dev.container_edits.device_nodes.iter().map(|n| n.path.as_str()).collect();
+    let caps = |file: &str| -> String {
+        let t = std::fs::read_to_string(f.root.join("proc/driver/nvidia/capabilities/gpu0/mig").join(file)).unwrap();
+        let minor = t.lines().find_map(|l| l.strip_prefix("DeviceFileMinor: ")).unwrap().trim().to_string();
+        format!("/dev/nvidia-caps/nvidia-cap{minor}")
+    };
+    assert_eq!(nodes, ["/dev/nvidia0", &caps("gi2/access"), &caps("gi2/ci0/access")]);
+    assert_eq!(var(&common_env(dir.path(), 1, "nvidia"), "NVIDIA_VISIBLE_DEVICES"), Some("void"));
+    claims.put(claim(
+        2,
+        &[("mig", "nvidia-0-mig-9-0", Value::Null)],
+        json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters":
+            {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"}}}}]),
+    ));
+    let e = d.prepare(&want(2)).await.unwrap_err();
+    assert!(e.contains("on MIG device nvidia-0-mig-9-0 is not supported"), "{e}");
+}

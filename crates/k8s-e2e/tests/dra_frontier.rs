@@ -420,6 +420,8 @@ fn dra_first_available_and_admin_access_on_fixtures() -> Result<()> {
                     .all(|x| x["attributes"]["model"]["string"].as_str().is_some_and(|m| m.starts_with("NVIDIA H100")))
         }),
         ("nvidia-dgx-a100", "two-h100-else-four-a100", "gpus/a100", 4, |d| {
+            // The eight GPUs (the MIG devices of those in MIG mode are devices too).
+            let d: Vec<&Value> = d.iter().filter(|x| x["attributes"]["migProfile"].is_null()).collect();
             d.len() == 8
                 && d.iter()
                     .all(|x| x["attributes"]["model"]["string"].as_str().is_some_and(|m| m.starts_with("NVIDIA A100")))

@@ -101,12 +101,17 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
     let Some(a100) = fixture::prepare("nvidia-dgx-a100")? else { return Ok(()) };
     let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
     c.install(&a100.root, VALUES)?;
-    let devices = c
-        .wait_until("8 GPUs in the node's slices", Duration::from_secs(120), || {
-            let d = published(&c)?;
-            Ok((d.len() == 8).then_some(d))
+    // Whole GPUs, and the MIG devices of the GPUs in MIG mode (slice devices of their own).
+    let (devices, migs) = c
+        .wait_until("8 GPUs and the MIG devices in the node's slices", Duration::from_secs(120), || {
+            let (gpus, migs): (Vec<Value>, Vec<Value>) =
+                published(&c)?.into_iter().partition(|d| d["attributes"]["migProfile"].is_null());
+            Ok((gpus.len() == 8 && !migs.is_empty()).then_some((gpus, migs)))
         })
         .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+    let state = actk_testsupport::nvml_double::State::of(&a100.root)?;
+    let want_migs: usize = state.gpus().iter().map(|g| state.migs(g.num("index")).len()).sum();
+    assert_eq!(migs.len(), want_migs, "one slice device per MIG device of the NVML state");
     // The fixture's MIG layout (SOURCES.md): GPUs 0-3 in MIG mode.
     let mut modes: Vec<(i64, String)> = devices
         .iter()
@@ -150,6 +155,37 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
     let described = c.kubectl_ok(&["describe", "pod", "told-five", "-n", TEST_NAMESPACE])?;
     assert!(described.contains("MigEnabled"), "kubectl describe pod shows it:\n{described}");
     c.delete_pod("told-five")?;
+
+    // A MIG device by profile (class actk-nvidia-mig): the pod gets the parent GPU's node and
+    // the two capability nodes of the instance, nothing else of the GPUs.
+    let mig_3g = migs
+        .iter()
+        .find(|d| d["attributes"]["migProfile"]["string"] == "3g.40gb")
+        .context("the fixture has a 3g.40gb MIG device")?;
+    let parent = mig_3g["attributes"]["parentIndex"]["int"].as_i64().context("parentIndex")?;
+    c.kubectl(&["delete", "resourceclaimtemplate", "told-mig", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+    let mut mig_t = template("told-mig", 1, None);
+    mig_t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = json!("actk-nvidia-mig");
+    mig_t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"] =
+        json!([{"cel": {"expression": "device.attributes[\"actk.dev\"].migProfile == \"3g.40gb\""}}]);
+    c.apply(&mig_t.to_string())?;
+    c.delete_pod("told-mig")?;
+    c.apply(&claim_pod("told-mig", "told-mig").to_string())?;
+    c.wait_pod_phase("told-mig", &["Running"], Duration::from_secs(120))
+        .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+    let claim_mig = claim_of(&c, "told-mig")?;
+    let cl = c.get_json(&["resourceclaim", &claim_mig, "-n", TEST_NAMESPACE])?;
+    assert_eq!(cl["status"]["allocation"]["devices"]["results"][0]["device"], mig_3g["name"], "{cl}");
+    let dev = c.exec("told-mig", &["ls", "/dev", "/dev/nvidia-caps"])?;
+    let gpus: Vec<&str> = dev
+        .split_whitespace()
+        .filter(|n| n.strip_prefix("nvidia").is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())))
+        .collect();
+    assert_eq!(gpus, [format!("nvidia{parent}")], "{dev}");
+    let caps = dev.split_whitespace().filter(|n| n.starts_with("nvidia-cap") && *n != "nvidia-caps").count();
+    assert_eq!(caps, 2, "the GI and CI capability nodes:\n{dev}");
+    c.delete_pod("told-mig")?;
+    c.kubectl(&["delete", "resourceclaimtemplate", "told-mig", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
 
     // Opaque configuration for actk.dev: a DeviceConfig or refused when written, the message
     // naming the template, the entry, the field and the fix.

@@ -378,6 +378,7 @@ fn mig_device(
         placement: MigPlacement { start: m.placement_start, size: m.placement_size },
         memory_mib: m.memory_mib,
         multiprocessors: m.multiprocessors,
+        engines: m.engines.clone(),
         nodes,
     }
 }

@@ -115,6 +115,9 @@ pub struct MigInfo {
     pub memory_mib: u64,
     /// Streaming multiprocessors of the compute instance.
     pub multiprocessors: u32,
+    /// Engines of the GPU instance by name (`copyEngines`, `decoders`, `encoders`,
+    /// `jpegEngines`, `ofaEngines`; nvmlDeviceAttributes_t `shared*Count`), zero counts left out.
+    pub engines: std::collections::BTreeMap<String, u32>,
 }
 
 /// Where one NVLink leads.
@@ -290,6 +293,22 @@ fn mig_devices(gpu: &nvml_wrapper::Device<'_>, total_mib: Option<u64>, problems:
             placement_size: info.map_or(0, |i| i.size),
             memory_mib,
             multiprocessors: attrs.as_ref().map_or(0, |a| a.multiprocessor_count),
+            engines: attrs
+                .as_ref()
+                .map(|a| {
+                    [
+                        ("copyEngines", a.shared_copy_engine_count),
+                        ("decoders", a.shared_decoder_count),
+                        ("encoders", a.shared_encoder_count),
+                        ("jpegEngines", a.shared_jpeg_count),
+                        ("ofaEngines", a.shared_ofa_count),
+                    ]
+                    .into_iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(k, n)| (k.to_string(), n))
+                    .collect()
+                })
+                .unwrap_or_default(),
         });
     }
     out
@@ -613,6 +632,7 @@ mod tests {
                     placement_size: 4,
                     memory_mib: 40192,
                     multiprocessors: 42,
+                    engines: Default::default(),
                 }],
                 nvlinks: vec![(0, LinkPeer::Switch("0000:c1:00.0".into()))],
                 ..Default::default()

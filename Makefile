@@ -156,8 +156,9 @@ lint: deps
 # measurement, not a test: run it on a quiet machine. bench-scale: nodes of 8, 64 and 256
 # devices of every vendor; bench-paths: pod start by NRI, engine CDI and RuntimeClass on the
 # real cluster (scripts/k8s-node.sh, one per machine; left down); bench-dra: pod start through
-# DRA against the device plugin, NodePrepareResources p50/p99 (ACTK_KUBE_VERSION picks 1.34/1.37).
-.PHONY: bench-runtime bench-scale bench-paths bench-dra
+# DRA against the device plugin, NodePrepareResources p50/p99 (ACTK_KUBE_VERSION picks 1.34/1.37);
+# bench-sharing: 64 pods of an eighth of a GPU, DRA consumable capacity against time-slicing.
+.PHONY: bench-runtime bench-scale bench-paths bench-dra bench-sharing
 bench-runtime: deps
 	scripts/build-release.sh >/dev/null
 	scripts/fetch-nvidia-runtime.sh >/dev/null
@@ -173,3 +174,6 @@ bench-paths: deps
 
 bench-dra: deps
 	benches/k8s-bench.sh dra $(BENCH_ROUNDS)
+
+bench-sharing: deps
+	benches/k8s-bench.sh sharing $(BENCH_ROUNDS)

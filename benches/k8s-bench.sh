@@ -39,6 +39,11 @@
 # NodePrepareResources p50/p99, and driver start to slice; described in benches/dra-bench.sh.
 # On the version ACTK_KUBE_VERSION names (v1.34.4, v1.37.2).
 #
+#        benches/k8s-bench.sh sharing [ROUNDS] [PODS]        (defaults 3 and 64)
+# 64 pods holding an eighth of a GPU each (issue 27): claims for an eighth of a GPU's memory
+# (DRA consumable capacity) against the device plugin's time-slicing replicas, seconds until
+# all run and their ratio; described in benches/sharing-bench.sh.
+#
 # Needs root; the first run on a machine builds Kubernetes (scripts/k8s/build-kube.sh).
 # Leaves the cluster down at the end (as `make test` does).
 set -euo pipefail
@@ -49,6 +54,9 @@ if [ "${1:-}" = paths ]; then
 fi
 if [ "${1:-}" = dra ]; then
   exec "$repo/benches/dra-bench.sh" "${@:2}"
+fi
+if [ "${1:-}" = sharing ]; then
+  exec "$repo/benches/sharing-bench.sh" "${@:2}"
 fi
 cold_build=0
 [ "${1:-}" = --cold-build ] && { cold_build=1; shift; }

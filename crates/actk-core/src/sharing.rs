@@ -44,11 +44,26 @@ pub fn core_numbers(vendor: &VendorInventory, lnc: u32) -> Option<BTreeMap<u32, 
 /// The `n` lowest cores of `range` that are not in `taken`; `None` when fewer are free (or `n`
 /// is 0).
 pub fn pick_cores(range: Range<u32>, taken: &BTreeSet<u32>, n: u32) -> Option<Vec<u32>> {
-    if n == 0 {
+    pick_core_groups(range, taken, n, 1)
+}
+
+/// The lowest `groups` free groups of `size` consecutive cores of `range`, each group aligned to
+/// `size` from `range.start` (a logical NeuronCore of `size` physical ones), as the cores they
+/// hold in ascending order; `None` when fewer whole groups are free (or `groups` or `size` is
+/// 0).
+pub fn pick_core_groups(range: Range<u32>, taken: &BTreeSet<u32>, groups: u32, size: u32) -> Option<Vec<u32>> {
+    if groups == 0 || size == 0 {
         return None;
     }
-    let free: Vec<u32> = range.filter(|c| !taken.contains(c)).take(n as usize).collect();
-    (free.len() == n as usize).then_some(free)
+    let mut out = Vec::new();
+    let mut start = range.start;
+    while start + size <= range.end && out.len() < (groups * size) as usize {
+        if (start..start + size).all(|c| !taken.contains(&c)) {
+            out.extend(start..start + size);
+        }
+        start += size;
+    }
+    (out.len() == (groups * size) as usize).then_some(out)
 }
 
 /// Cores as `NEURON_RT_VISIBLE_CORES` takes them: ascending, comma separated (`0,1,4`), as the
@@ -113,6 +128,16 @@ mod tests {
         assert_eq!(pick_cores(8..16, &taken, 5), Some(vec![10, 12, 13, 14, 15]));
         assert_eq!(pick_cores(8..16, &taken, 6), None);
         assert_eq!(pick_cores(8..16, &taken, 0), None);
+    }
+
+    #[test]
+    fn logical_cores_are_aligned_groups_of_free_physical_cores() {
+        // 9 is taken: the pair 8-9 is not free, 10-11 is.
+        let taken: BTreeSet<u32> = [9].into();
+        assert_eq!(pick_core_groups(8..16, &taken, 2, 2), Some(vec![10, 11, 12, 13]));
+        assert_eq!(pick_core_groups(8..16, &taken, 3, 2), Some(vec![10, 11, 12, 13, 14, 15]));
+        assert_eq!(pick_core_groups(8..16, &taken, 4, 2), None);
+        assert_eq!(pick_core_groups(8..16, &taken, 1, 0), None);
     }
 
     #[test]

@@ -484,7 +484,9 @@ fn consumed(r: &DeviceRequestAllocationResult, name: &str) -> Option<u64> {
 /// Per-claim edits of shared devices and of configured MPS, by vendor:
 /// - a result that consumed `cores` (KEP-5075, `shareID` set) gets that many free cores of its
 ///   device; the vendor's cores variable (`NEURON_RT_VISIBLE_CORES`) then lists them, with every
-///   core of the claim's whole devices of that vendor;
+///   core of the claim's whole devices of that vendor; with `neuron.logicalCoreSize` L the
+///   cores come in aligned groups of L, the variable counts logical cores and the logical core
+///   size variable (`NEURON_LOGICAL_NC_CONFIG`) says L;
 /// - `sharing.strategy: MPS` (NVIDIA GPUs): the MPS client environment
 ///   ([`actk_core::sharing::mps_client_env`]) with each GPU's pinned memory limit (the config's
 ///   `pinnedMemoryLimit`, else the memory the claim consumed, else the GPU's) and active thread
@@ -508,6 +510,8 @@ fn sharing_edits(
     // vendor -> cores the claim's containers see, when any of its devices is shared in cores
     let mut cores_of: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
     let mut whole_cores: BTreeMap<usize, Vec<u32>> = BTreeMap::new();
+    // vendor -> logical core size the claim configured
+    let mut lnc_of: BTreeMap<usize, u32> = BTreeMap::new();
     let mut mps: BTreeMap<usize, MpsShare> = BTreeMap::new();
     for sh in shares {
         let v = &inventory.vendors[sh.vendor];
@@ -517,25 +521,56 @@ fn sharing_edits(
         let shared = r.share_id.is_some();
         let numbers = actk_core::sharing::core_numbers(v, 1);
         let range = numbers.as_ref().and_then(|n| n.get(&sh.index)).cloned();
+        // Logical NeuronCores: the claim's setting for this request, one per vendor in a claim.
+        let configured_lnc = sh.config.as_ref().and_then(|c| c.neuron.as_ref()).and_then(|n| n.logical_core_size);
+        if let Some(l) = configured_lnc {
+            let Some(var) = profile.selection.logical_core_size_env.as_deref() else {
+                return Err(config_err(format!(
+                    "neuron.logicalCoreSize is for Neuron devices; device {} is a {} device",
+                    r.device, v.kind
+                )));
+            };
+            match lnc_of.insert(sh.vendor, l) {
+                Some(other) if other != l => {
+                    return Err(config_err(format!(
+                        "neuron.logicalCoreSize is {other} for one request and {l} for another; a container has one {var}"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let lnc = configured_lnc.unwrap_or(1);
         if profile.selection.cores_env.is_some()
             && let Some(range) = range
         {
+            let logical = |cores: &[u32]| cores.iter().step_by(lnc as usize).map(|c| c / lnc).collect::<Vec<u32>>();
             match consumed(r, "cores").filter(|_| shared) {
                 Some(n) => {
                     let n = u32::try_from(n).unwrap_or(u32::MAX);
-                    let got = actk_core::sharing::pick_cores(range.clone(), &taken, n).ok_or_else(|| {
-                        config_err(format!(
-                            "device {} has {} cores, {} of them held by other claims on this node; this claim consumed {n}",
-                            r.device,
-                            range.len(),
-                            range.clone().filter(|c| taken.contains(c)).count()
-                        ))
-                    })?;
+                    if n % lnc != 0 {
+                        return Err(config_err(format!(
+                            "the claim consumed {n} cores of device {}, which are not whole logical cores of neuron.logicalCoreSize {lnc}; request a multiple of {lnc}",
+                            r.device
+                        )));
+                    }
+                    let got = actk_core::sharing::pick_core_groups(range.clone(), &taken, n / lnc, lnc)
+                        .ok_or_else(|| {
+                            config_err(format!(
+                                "device {} has {} cores, {} of them held by other claims on this node; this claim consumed {n}{}",
+                                r.device,
+                                range.len(),
+                                range.clone().filter(|c| taken.contains(c)).count(),
+                                if lnc > 1 { format!(" in aligned groups of {lnc}") } else { String::new() }
+                            ))
+                        })?;
                     taken.extend(&got);
-                    cores_of.entry(sh.vendor).or_default().extend(&got);
+                    cores_of.entry(sh.vendor).or_default().extend(logical(&got));
                     out.cores.insert(r.device.clone(), got);
                 }
-                None => whole_cores.entry(sh.vendor).or_default().extend(range),
+                None => {
+                    let all: Vec<u32> = range.collect();
+                    whole_cores.entry(sh.vendor).or_default().extend(logical(&all));
+                }
             }
         }
         let strategy = sh.config.as_ref().and_then(|c| c.sharing.as_ref()).map(|s| s.strategy).unwrap_or_default();
@@ -590,6 +625,14 @@ fn sharing_edits(
         };
         cores.extend(whole_cores.get(&vi).into_iter().flatten());
         out.edits.entry(vi).or_default().env.push(format!("{var}={}", actk_core::sharing::core_list(&cores)));
+    }
+    for (vi, l) in lnc_of {
+        let v = &inventory.vendors[vi];
+        if let Some(var) =
+            profiles.iter().find(|p| p.name == v.profile).and_then(|p| p.selection.logical_core_size_env.clone())
+        {
+            out.edits.entry(vi).or_default().env.push(format!("{var}={l}"));
+        }
     }
     for (vi, MpsShare { percent, limits, configured }) in mps {
         let Some(node) = opts.mps.as_ref() else { continue };

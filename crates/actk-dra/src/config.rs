@@ -12,6 +12,9 @@
 //!   mps:                          # only with strategy MPS
 //!     activeThreadPercentage: 25  # 1..100; default: the claim's share of the GPU's memory
 //!     pinnedMemoryLimit: 20Gi     # a quantity; default: the memory the claim consumed
+//! neuron:                         # Neuron devices
+//!   logicalCoreSize: 2            # physical NeuronCores per logical core, 1 or 2
+//!                                 # (NEURON_LOGICAL_NC_CONFIG); default: 1
 //! ```
 //!
 //! Unknown fields are refused at every level. The chart's ValidatingAdmissionPolicy checks the
@@ -21,7 +24,7 @@
 //! Which configuration applies to a request follows the API: an entry without `requests`
 //! applies to every request, one with `requests` to those named (a `request/subrequest` also
 //! matches its base request); entries from the class come first, the claim's after them, and a
-//! later entry's `sharing` replaces an earlier one's.
+//! later entry's `sharing` (or `neuron`) replaces an earlier one's.
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -66,6 +69,16 @@ pub struct Sharing {
     pub mps: Option<MpsConfig>,
 }
 
+/// `neuron`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NeuronConfig {
+    /// Physical NeuronCores per logical core (`NEURON_LOGICAL_NC_CONFIG`), 1 or 2: the cores a
+    /// claim consumes are given in aligned groups of this size and `NEURON_RT_VISIBLE_CORES`
+    /// counts logical cores.
+    pub logical_core_size: Option<u32>,
+}
+
 /// The parameters (`opaque.parameters`), checked.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -76,6 +89,8 @@ pub struct DeviceConfig {
     pub kind: String,
     /// How shared devices are shared; `None`: time-slicing.
     pub sharing: Option<Sharing>,
+    /// Neuron settings.
+    pub neuron: Option<NeuronConfig>,
 }
 
 /// A byte quantity as a number: plain, decimal (`k`, `M`, `G`, `T`, `P`, `E`) or binary (`Ki`
@@ -126,7 +141,7 @@ impl DeviceConfig {
             let msg = e.to_string();
             // serde names the field it did not know; keep its words, say where.
             format!(
-                "{field}: {msg} (DeviceConfig fields: apiVersion, kind, sharing.strategy TimeSlicing|MPS, sharing.mps.activeThreadPercentage, sharing.mps.pinnedMemoryLimit)"
+                "{field}: {msg} (DeviceConfig fields: apiVersion, kind, sharing.strategy TimeSlicing|MPS, sharing.mps.activeThreadPercentage, sharing.mps.pinnedMemoryLimit, neuron.logicalCoreSize)"
             )
         })?;
         if let Some(s) = &cfg.sharing
@@ -151,6 +166,11 @@ impl DeviceConfig {
                 ));
             }
         }
+        if let Some(n) = cfg.neuron.as_ref().and_then(|n| n.logical_core_size)
+            && !(1..=2).contains(&n)
+        {
+            return Err(format!("{field}.neuron.logicalCoreSize is {n}; it must be 1 or 2"));
+        }
         Ok(cfg)
     }
 }
@@ -173,8 +193,16 @@ pub fn for_request(configs: &[DeviceAllocationConfiguration], request: &str) -> 
         let field = format!("status.allocation.devices.config[{i}].opaque.parameters");
         let from = if c.source == "FromClass" { "the DeviceClass" } else { "the claim" };
         let cfg = DeviceConfig::parse(&o.parameters.0, &field).map_err(|e| format!("{e} (set in {from})"))?;
-        if cfg.sharing.is_some() || out.is_none() {
-            out = Some(cfg);
+        match &mut out {
+            None => out = Some(cfg),
+            Some(prev) => {
+                if cfg.sharing.is_some() {
+                    prev.sharing = cfg.sharing;
+                }
+                if cfg.neuron.is_some() {
+                    prev.neuron = cfg.neuron;
+                }
+            }
         }
     }
     Ok(out)
@@ -231,6 +259,11 @@ mod tests {
                 json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS", "mps": {"pinnedMemoryLimit": "1.5Gi"}}}),
                 "p.sharing.mps.pinnedMemoryLimit is \"1.5Gi\"",
             ),
+            (
+                json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": 4}}),
+                "p.neuron.logicalCoreSize is 4; it must be 1 or 2",
+            ),
+            (json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"lnc": 2}}), "unknown field `lnc`"),
         ];
         for (v, want) in cases {
             let e = parse(v.clone()).unwrap_err();

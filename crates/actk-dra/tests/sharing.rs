@@ -265,3 +265,46 @@ async fn a_mig_device_claim_gets_its_parent_and_its_capability_nodes() {
     let e = d.prepare(&want(2)).await.unwrap_err();
     assert!(e.contains("on MIG device nvidia-0-mig-9-0 is not supported"), "{e}");
 }
+
+/// `neuron.logicalCoreSize: 2` (Trainium2's LNC=2 grouping; the arithmetic is the same on the
+/// inf2 fixture's two cores per device): a claim that consumed 2 cores gets an aligned pair,
+/// `NEURON_RT_VISIBLE_CORES` counts logical cores and `NEURON_LOGICAL_NC_CONFIG=2`; an odd
+/// count is refused naming the setting, as is the setting on an NVIDIA GPU.
+#[tokio::test]
+async fn logical_core_size_groups_cores_and_numbers_them_logically() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let lnc = |n: u32| {
+        json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters":
+            {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": n}}}}])
+    };
+    // neuron-1's physical cores are 2 and 3: logical core 1.
+    claims.put(claim(1, &[("nc", "neuron-1", json!({"cores": "2"}))], lnc(2)));
+    d.prepare(&want(1)).await.unwrap();
+    let env = common_env(dir.path(), 1, "neuron");
+    assert_eq!(var(&env, "NEURON_RT_VISIBLE_CORES"), Some("1"), "{env:?}");
+    assert_eq!(var(&env, "NEURON_LOGICAL_NC_CONFIG"), Some("2"), "{env:?}");
+    // One core is no logical core of two.
+    claims.put(claim(2, &[("nc", "neuron-0", json!({"cores": "1"}))], lnc(2)));
+    let e = d.prepare(&want(2)).await.unwrap_err();
+    assert!(
+        e.contains(
+            "consumed 1 cores of device neuron-0, which are not whole logical cores of neuron.logicalCoreSize 2"
+        ),
+        "{e}"
+    );
+    // A whole device with the setting: the variable only.
+    claims.put(claim(3, &[("nc", "neuron-0", Value::Null)], lnc(2)));
+    d.prepare(&want(3)).await.unwrap();
+    let env = common_env(dir.path(), 3, "neuron");
+    assert_eq!(var(&env, "NEURON_LOGICAL_NC_CONFIG"), Some("2"));
+    assert_eq!(var(&env, "NEURON_RT_VISIBLE_CORES"), None);
+    claims.put(claim(4, &[("gpu", "nvidia-0", Value::Null)], lnc(1)));
+    let e = d.prepare(&want(4)).await.unwrap_err();
+    assert!(
+        e.contains("neuron.logicalCoreSize is for Neuron devices; device nvidia-0 is a nvidia.com/gpu device"),
+        "{e}"
+    );
+}

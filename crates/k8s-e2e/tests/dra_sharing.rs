@@ -5,7 +5,9 @@
 //!
 //! - A quarter of GPU 0 by `memory`: four pods whose claims each request a quarter of GPU 0's
 //!   published memory all run on GPU 0 (each container sees /dev/nvidia0 and no other GPU); a
-//!   fifth stays Pending with the scheduler's reason; deleting one lets it run.
+//!   fifth stays Pending with the scheduler's reason; the driver restarts with the four
+//!   prepared, then deleting one pod unprepares only its claim (the others keep their CDI
+//!   specs and run on) and lets the fifth run.
 //! - NeuronCores: two pods claiming one core each of the same inf2 device run on that device
 //!   with disjoint `NEURON_RT_VISIBLE_CORES`.
 //!
@@ -85,6 +87,14 @@ fn run(c: &Cluster, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The UID of pod `name`'s claim.
+fn claim_uid(c: &Cluster, name: &str) -> Result<String> {
+    let p = c.pod(name)?;
+    let claim = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"].as_str().context("no claim")?.to_string();
+    let cl = c.get_json(&["resourceclaim", &claim, "-n", TEST_NAMESPACE])?;
+    Ok(cl["metadata"]["uid"].as_str().context("claim without uid")?.to_string())
+}
+
 /// What the container of pod `name` printed first: its `ls /dev` and env lines.
 fn view(c: &Cluster, name: &str) -> Result<String> {
     c.kubectl_ok(&["logs", name, "-n", TEST_NAMESPACE])
@@ -137,7 +147,27 @@ fn dra_quarters_of_a_gpu_by_memory_and_neuron_cores_by_count() -> Result<()> {
     let why = c.unschedulable("q5")?;
     eprintln!("the fifth quarter waits: {why}");
     ensure!(why.contains("cannot allocate all claims") || why.contains("resource"), "{why}");
+    // The driver restarts with the four shared claims prepared. Then one pod goes: its claim is
+    // unprepared (its spec removed, by the new driver); the other three claims keep their
+    // specs and their pods run on; the fifth gets the freed quarter.
+    let uids: Vec<String> = pods[..4].iter().map(|p| claim_uid(&c, p)).collect::<Result<_>>()?;
+    let spec = |uid: &str| std::path::Path::new(c.env("CDI_DIR")).join(format!("actk.dev-claim_{uid}.json"));
+    for u in &uids {
+        ensure!(spec(u).exists(), "no spec {}", spec(u).display());
+    }
+    let ds = c.get_json(&["daemonsets", "-n", "kube-system", "-l", "app.kubernetes.io/component=dra-driver"])?["items"]
+        [0]["metadata"]["name"]
+        .as_str()
+        .context("no DRA driver DaemonSet")?
+        .to_string();
+    c.kubectl_ok(&["rollout", "restart", "daemonset", &ds, "-n", "kube-system"])?;
+    c.kubectl_ok(&["rollout", "status", "daemonset", &ds, "-n", "kube-system", "--timeout=180s"])?;
     c.delete_pod("q1")?;
+    c.wait_until("q1's claim unprepared", Duration::from_secs(60), || Ok((!spec(&uids[0]).exists()).then_some(())))?;
+    for (p, u) in pods[1..4].iter().zip(&uids[1..]) {
+        ensure!(spec(u).exists(), "{p}'s spec went with q1's: {}", spec(u).display());
+        assert_eq!(c.pod(p)?["status"]["phase"], "Running", "{p}");
+    }
     run(&c, "q5")?;
     let r = results(&c, "q5")?;
     ensure!(r.len() == 1 && r[0].0 == "nvidia-0", "q5: {r:?}");

@@ -209,7 +209,7 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
         ),
         (
             json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharingg": {"strategy": "TimeSlicing"}}),
-            format!("{at} has unknown field \"sharingg\" (allowed: apiVersion, kind, sharing)"),
+            format!("{at} has unknown field \"sharingg\" (allowed: apiVersion, kind, sharing, neuron)"),
         ),
         (
             json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "TimeSlicing", "mps": {}}}),
@@ -226,6 +226,14 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
             format!(
                 "{at}.sharing.mps.pinnedMemoryLimit must be a whole, nonzero byte quantity string such as \"20Gi\", \"512Mi\" or \"21474836480\", not \"1.5Gi\""
             ),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": 3}}),
+            format!("{at}.neuron.logicalCoreSize must be 1 or 2, not 3"),
+        ),
+        (
+            json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"lnc": 2}}),
+            format!("{at}.neuron has unknown field \"lnc\" (allowed: logicalCoreSize)"),
         ),
     ];
     for (params, want) in refused {
@@ -244,6 +252,7 @@ fn dra_mig_gpus_are_never_claimed_whole_and_failures_are_told_on_claim_and_pod()
         json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "TimeSlicing"}}),
         json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig",
                "sharing": {"strategy": "MPS", "mps": {"activeThreadPercentage": 50, "pinnedMemoryLimit": "20Gi"}}}),
+        json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": 2}}),
     ] {
         c.apply(&opaque(params.clone())).with_context(|| format!("a valid DeviceConfig {params}"))?;
         let t = c.get_json(&["resourceclaimtemplate", "told-opaque", "-n", TEST_NAMESPACE])?;

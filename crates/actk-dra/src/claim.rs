@@ -565,7 +565,8 @@ fn sharing_edits(
                         })?;
                     taken.extend(&got);
                     cores_of.entry(sh.vendor).or_default().extend(logical(&got));
-                    out.cores.insert(r.device.clone(), got);
+                    // Two results of one claim may share the same device: it holds the cores of both.
+                    out.cores.entry(r.device.clone()).or_default().extend(got);
                 }
                 None => {
                     let all: Vec<u32> = range.collect();

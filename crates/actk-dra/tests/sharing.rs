@@ -308,3 +308,22 @@ async fn logical_core_size_groups_cores_and_numbers_them_logically() {
         "{e}"
     );
 }
+
+/// Two results of one claim on the same device (two requests, each with its own shareID) hold
+/// the cores of both: a later claim must not get any of them, also after a driver restart.
+#[tokio::test]
+async fn two_shares_of_one_device_in_one_claim_hold_both_cores() {
+    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let one_core = json!({"cores": "1"});
+    claims.put(claim(1, &[("a", "neuron-3", one_core.clone()), ("b", "neuron-3", one_core.clone())], Value::Null));
+    claims.put(claim(2, &[("nc", "neuron-3", one_core.clone())], Value::Null));
+    d.prepare(&want(1)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6,7"));
+    let e = d.prepare(&want(2)).await.unwrap_err();
+    assert!(e.contains("device neuron-3 has 2 cores, 2 of them held by other claims"), "{e}");
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    assert!(d.prepare(&want(2)).await.is_err(), "a restarted driver still knows both cores are held");
+}

@@ -476,9 +476,24 @@ struct MpsShare {
     configured: Option<u32>,
 }
 
-/// The consumed amount of capacity `name` of a result, in its unit (bytes for `memory`).
-fn consumed(r: &DeviceRequestAllocationResult, name: &str) -> Option<u64> {
-    r.consumed_capacity.as_ref()?.get(name).and_then(|q| crate::config::quantity_bytes(&q.0))
+/// The consumed amount of capacity `name` of a shared result (`shareID` set), in its unit
+/// (bytes for `memory`); `Ok(None)` for a result that is not shared (the whole device).
+///
+/// Errors: a shared result that names no amount of `name`, or one that is not a whole
+/// quantity: the driver cannot tell the claim's part, and the whole device is not the claim's.
+fn consumed(r: &DeviceRequestAllocationResult, name: &str) -> Result<Option<u64>, String> {
+    if r.share_id.is_none() {
+        return Ok(None);
+    }
+    match r.consumed_capacity.as_ref().and_then(|c| c.get(name)) {
+        None => Err(format!(
+            "the allocation of device {} is shared but names no consumed {name}; the driver cannot tell the claim's part of the device",
+            r.device
+        )),
+        Some(q) => crate::config::quantity_bytes(&q.0).map(Some).ok_or_else(|| {
+            format!("the consumed {name} of device {} is {:?}, which is not a whole quantity", r.device, q.0)
+        }),
+    }
 }
 
 /// Per-claim edits of shared devices and of configured MPS, by vendor:
@@ -518,7 +533,6 @@ fn sharing_edits(
         let Some(profile) = profiles.iter().find(|p| p.name == v.profile) else { continue };
         let Some(dev) = v.devices.iter().find(|d| d.index == sh.index) else { continue };
         let r = sh.result;
-        let shared = r.share_id.is_some();
         let numbers = actk_core::sharing::core_numbers(v, 1);
         let range = numbers.as_ref().and_then(|n| n.get(&sh.index)).cloned();
         // Logical NeuronCores: the claim's setting for this request, one per vendor in a claim.
@@ -544,7 +558,7 @@ fn sharing_edits(
             && let Some(range) = range
         {
             let logical = |cores: &[u32]| cores.iter().step_by(lnc as usize).map(|c| c / lnc).collect::<Vec<u32>>();
-            match consumed(r, "cores").filter(|_| shared) {
+            match consumed(r, "cores").map_err(config_err)? {
                 Some(n) => {
                     let n = u32::try_from(n).unwrap_or(u32::MAX);
                     if n % lnc != 0 {
@@ -598,13 +612,15 @@ fn sharing_edits(
                 return Err(config_err(format!("{field}: device {} has no UUID to limit", r.device)));
             };
             let total: Option<u64> = dev.attributes.get("memory_bytes").and_then(|m| m.parse().ok());
+            // A GPU without a memory capacity is shared in `shares`: no memory is consumed.
+            let used = if total.is_some() { consumed(r, "memory").map_err(config_err)? } else { None };
             let m = sh.config.as_ref().and_then(|c| c.sharing.as_ref()).and_then(|s| s.mps.as_ref());
             let limit = m
                 .and_then(|m| m.pinned_memory_limit.as_ref())
                 .and_then(|q| crate::config::quantity_bytes(&q.0))
-                .or_else(|| consumed(r, "memory").filter(|_| shared))
+                .or(used)
                 .or(total);
-            let percent = match (consumed(r, "memory").filter(|_| shared), total) {
+            let percent = match (used, total) {
                 (Some(c), Some(t)) if t > 0 => u32::try_from(c.saturating_mul(100).div_ceil(t)).unwrap_or(100),
                 _ => 100,
             };

@@ -94,12 +94,20 @@ pub struct DeviceConfig {
 }
 
 /// A byte quantity as a number: plain, decimal (`k`, `M`, `G`, `T`, `P`, `E`) or binary (`Ki`
-/// .. `Ei`) suffixes, whole numbers only. `None` for anything else (fractions, `m`, exponents).
+/// .. `Ei`) suffixes, or a decimal exponent (`131072e3`, `1E3`: the API server's canonical form
+/// of a quantity written with one), whole numbers only. `None` for anything else (fractions,
+/// `m`, signs, negative exponents).
 pub fn quantity_bytes(q: &str) -> Option<u64> {
     let q = q.trim();
     let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
     let (num, suffix) = q.split_at(split);
     let n: u64 = num.parse().ok()?;
+    if let Some(exp) = suffix.strip_prefix(['e', 'E']).filter(|e| !e.is_empty())
+        && exp.bytes().all(|b| b.is_ascii_digit())
+    {
+        let exp: u32 = exp.parse().ok()?;
+        return n.checked_mul(10u64.checked_pow(exp)?);
+    }
     let mult: u64 = match suffix {
         "" => 1,
         "k" => 1_000,
@@ -279,6 +287,13 @@ mod tests {
         assert_eq!(quantity_bytes("1.5Gi"), None);
         assert_eq!(quantity_bytes("100m"), None);
         assert_eq!(quantity_bytes("20000Ei"), None);
+        assert_eq!(quantity_bytes("131072e3"), Some(131_072_000));
+        assert_eq!(quantity_bytes("1E3"), Some(1000));
+        assert_eq!(quantity_bytes("2E"), Some(2_000_000_000_000_000_000));
+        assert_eq!(quantity_bytes("1e-3"), None);
+        assert_eq!(quantity_bytes("1e"), None);
+        assert_eq!(quantity_bytes("1e30"), None);
+        assert_eq!(quantity_bytes("-1"), None);
     }
 
     #[test]

@@ -327,3 +327,56 @@ async fn two_shares_of_one_device_in_one_claim_hold_both_cores() {
     let d = driver(&f.root, dir.path(), claims.clone(), None);
     assert!(d.prepare(&want(2)).await.is_err(), "a restarted driver still knows both cores are held");
 }
+
+/// A shared result whose consumed `cores` is missing or not a quantity the driver can read is
+/// refused: it must not fall back to the whole device (every core, none of them recorded), which
+/// would give cores that other claims hold. Exponent forms (`1e0`, the API's canonical form of
+/// a quantity written with an exponent) are read.
+#[tokio::test]
+async fn a_shared_result_without_a_readable_core_count_gets_no_cores_of_others() {
+    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    claims.put(claim(1, &[("nc", "neuron-3", json!({"cores": "1"}))], Value::Null));
+    d.prepare(&want(1)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6"));
+    for (n, consumed) in
+        [(2, json!({})), (3, json!({"cores": "-1"})), (4, json!({"cores": "x"})), (5, json!({"cores": "0.5"}))]
+    {
+        claims.put(claim(n, &[("nc", "neuron-3", consumed.clone())], Value::Null));
+        match d.prepare(&want(n)).await {
+            Err(e) => assert!(e.contains("neuron-3"), "{consumed}: {e}"),
+            Ok(_) => panic!(
+                "{consumed}: prepared with NEURON_RT_VISIBLE_CORES={:?} while core 6 is held",
+                var(&common_env(dir.path(), n, "neuron"), "NEURON_RT_VISIBLE_CORES")
+            ),
+        }
+    }
+    claims.put(claim(6, &[("nc", "neuron-3", json!({"cores": "1e0"}))], Value::Null));
+    d.prepare(&want(6)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 6, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("7"));
+}
+
+/// The memory an MPS claim consumed, in exponent form (`131072e3`, 125Mi, as the API server
+/// writes a quantity given with an exponent), is its limit, not the whole GPU; a shared result
+/// whose consumed memory cannot be read is refused rather than given the whole GPU.
+#[tokio::test]
+async fn mps_limits_come_from_the_consumed_memory_in_any_form() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let node = MpsNode { pipe_directory: dir.path().join("mps/pipe"), shm_directory: None };
+    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
+    claims.put(claim(2, &[("gpu", "nvidia-0", json!({"memory": "131072e3"}))], mps_config(json!({}))));
+    d.prepare(&want(2)).await.unwrap();
+    let env = common_env(dir.path(), 2, "nvidia");
+    assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=125M").as_str()));
+    assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("1"));
+    for (n, consumed) in [(3, json!({"memory": "-5Gi"})), (4, json!({}))] {
+        claims.put(claim(n, &[("gpu", "nvidia-0", consumed.clone())], mps_config(json!({}))));
+        let e = d.prepare(&want(n)).await.unwrap_err();
+        assert!(e.contains("nvidia-0"), "{consumed}: {e}");
+    }
+}

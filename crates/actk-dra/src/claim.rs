@@ -619,7 +619,9 @@ fn sharing_edits(
                 .and_then(|m| m.pinned_memory_limit.as_ref())
                 .and_then(|q| crate::config::quantity_bytes(&q.0))
                 .or(used)
-                .or(total);
+                .or(total)
+                // The configured limit narrows the claim's part, never widens it.
+                .map(|b| used.or(total).map_or(b, |cap| b.min(cap)));
             let percent = match (used, total) {
                 (Some(c), Some(t)) if t > 0 => u32::try_from(c.saturating_mul(100).div_ceil(t)).unwrap_or(100),
                 _ => 100,

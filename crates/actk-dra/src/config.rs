@@ -11,7 +11,7 @@
 //!   strategy: MPS                 # TimeSlicing (default) or MPS (NVIDIA GPUs)
 //!   mps:                          # only with strategy MPS
 //!     activeThreadPercentage: 25  # 1..100; default: the claim's share of the GPU's memory
-//!     pinnedMemoryLimit: 20Gi     # a quantity; default: the memory the claim consumed
+//!     pinnedMemoryLimit: 20Gi     # a quantity, at most the memory the claim consumed (default)
 //! neuron:                         # Neuron devices
 //!   logicalCoreSize: 2            # physical NeuronCores per logical core, 1 or 2
 //!                                 # (NEURON_LOGICAL_NC_CONFIG); default: 1

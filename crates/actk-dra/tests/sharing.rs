@@ -380,3 +380,23 @@ async fn mps_limits_come_from_the_consumed_memory_in_any_form() {
         assert!(e.contains("nvidia-0"), "{consumed}: {e}");
     }
 }
+
+/// A tenant's `pinnedMemoryLimit` cannot widen what the claim was allocated: the limit is at
+/// most the memory the claim consumed.
+#[tokio::test]
+async fn a_pinned_memory_limit_above_the_consumed_memory_is_cut_to_it() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let node = MpsNode { pipe_directory: dir.path().join("mps/pipe"), shm_directory: None };
+    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
+    claims.put(claim(
+        1,
+        &[("gpu", "nvidia-0", json!({"memory": "20389Mi"}))],
+        mps_config(json!({"pinnedMemoryLimit": "80Gi"})),
+    ));
+    d.prepare(&want(1)).await.unwrap();
+    let env = common_env(dir.path(), 1, "nvidia");
+    assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=20389M").as_str()));
+}

@@ -372,6 +372,15 @@ pub fn share(devices: &mut [SliceDevice], profiles: &[actk_core::profile::Profil
         // Steps of 1Mi only where the total is whole mebibytes: the default (the total) must be
         // a valid request itself.
         let unit = if name == "memory" && cap.value.0.ends_with("Mi") { "1Mi" } else { "1" };
+        // The API server refuses a range whose first step passes the value (min + step <=
+        // value): a device of less than two units (one NeuronCore, no memory) cannot be split,
+        // and its policy would get the whole slice refused. It stays a whole device.
+        let units = crate::config::quantity_bytes(&cap.value.0)
+            .zip(crate::config::quantity_bytes(unit))
+            .map_or(0, |(v, u)| v / u);
+        if units < 2 {
+            continue;
+        }
         cap.request_policy = Some(CapacityRequestPolicy {
             default: Some(cap.value.clone()),
             valid_range: Some(CapacityRequestPolicyRange {
@@ -657,6 +666,76 @@ mod tests {
         assert_eq!(policy(&devs[4], "shares"), whole("100", "1"));
         // A total that is not whole mebibytes steps in bytes, so that the default is valid.
         assert_eq!(policy(&devs[6], "memory"), whole("1000", "1"));
+    }
+
+    /// The API server's rules for a range request policy (k8s.io/kubernetes
+    /// pkg/apis/resource/validation, validateRequestPolicyRange): min <= value, default >= min,
+    /// max <= value, default <= max, min + step <= value, (default - min) and (max - min)
+    /// multiples of step. Values in the driver's own forms (plain or `Mi`).
+    fn policy_errors(c: &DeviceCapacity) -> Vec<String> {
+        let q = |x: &Quantity| crate::config::quantity_bytes(&x.0).unwrap();
+        let Some(p) = &c.request_policy else { return vec![] };
+        let (value, default) = (q(&c.value), q(p.default.as_ref().unwrap()));
+        let r = p.valid_range.as_ref().unwrap();
+        let (min, max, step) = (q(&r.min), r.max.as_ref().map(q), r.step.as_ref().map(q));
+        let mut e = vec![];
+        if min > value {
+            e.push("min is larger than capacity value".to_string());
+        }
+        if default < min {
+            e.push("default is less than min".into());
+        }
+        if let Some(max) = max
+            && (max > value || default > max || min > max)
+        {
+            e.push("max".into());
+        }
+        if let Some(step) = step {
+            if min + step > value {
+                e.push("one step is larger than capacity value".into());
+            }
+            if (default - min) % step != 0 || max.is_some_and(|m| (m - min) % step != 0) {
+                e.push("not a multiple of step".into());
+            }
+        }
+        e
+    }
+
+    #[test]
+    fn request_policies_pass_the_api_servers_validation_even_for_one_unit_devices() {
+        let profiles = actk_core::profile::builtin();
+        let dev = |profile: &str, kind: &str, attrs: &[(&str, &str)], cores: Option<u32>| {
+            let v = VendorInventory { profile: profile.into(), kind: kind.into(), ..Default::default() };
+            let d = Device {
+                index: 0,
+                cores,
+                attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                ..Default::default()
+            };
+            slice_device(Path::new("/nonexistent"), &NodeFacts::default(), &v, &d, None)
+        };
+        let mut devs = vec![
+            dev("neuron", "aws.amazon.com/neuron", &[], Some(1)),
+            dev("neuron", "aws.amazon.com/neuron", &[], Some(0)),
+            dev("neuron", "aws.amazon.com/neuron", &[], Some(2)),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "1048576")], None),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "1")], None),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "0")], None),
+            dev("nvidia", "nvidia.com/gpu", &[("memory_bytes", "85520809984")], None),
+        ];
+        share(&mut devs, &profiles);
+        for d in &devs {
+            for (name, c) in d.capacity.iter().flatten() {
+                let e = policy_errors(c);
+                assert!(e.is_empty(), "{} {name} {:?}: {e:?}", d.name, c);
+                if c.request_policy.is_some() {
+                    assert_eq!(d.allow_multiple_allocations, Some(true));
+                }
+            }
+        }
+        // Devices that can be split still are.
+        assert_eq!(devs[2].allow_multiple_allocations, Some(true));
+        assert_eq!(devs[6].allow_multiple_allocations, Some(true));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 # that each hold an eighth of a GPU:
 #   dra  a claim for an eighth of a GPU's published `memory` (ResourceClaimTemplate, class
 #        actk-nvidia, capacity.requests.memory: the GPU's memory / 8, rounded down to MiB):
-#        KEP-5075 consumable capacity, the scheduler packs 8 claims on each GPU
+#        KEP-5075 consumable capacity, 8 claims on each GPU. Pod i's template names GPU i % 8
+#        (CEL on `index`): Kubernetes 1.34's allocator does not go on to the next device once a
+#        matching one is partly allocated (kubernetes/kubernetes#133705, fixed by #133706 in
+#        1.35), so claims that could take any GPU would all wait after the first eight
 #   dp   `limits: {nvidia.com/gpu: 1}` served by the device plugin's time-slicing, 8 replicas
 #        of each GPU (sharing.timeSlicing), the whole-device equivalent
 # Each round applies all PODS pods of one path at once and takes the seconds until every one is
@@ -43,6 +46,7 @@ sharing:
       - {name: nvidia.com/gpu, replicas: 8}
 dra:
   enabled: true
+  sharing: true
   profiles: [nvidia]
   perNodeServer:
     enabled: true
@@ -84,10 +88,11 @@ mib=$(k get resourceslices -o json | jq -r '[.items[] | select(.spec.driver == "
   | select(.name == "nvidia-0")][0].capacity.memory.value')
 case $mib in *Mi) ;; *) need "nvidia-0's memory capacity is $mib, not MiB" ;; esac
 eighth=$((${mib%Mi} / 8))Mi
-k apply -f - >/dev/null <<TEMPLATE
+for ((g = 0; g < 8; g++)); do
+  k apply -f - >/dev/null <<TEMPLATE
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
-metadata: {name: bench-eighth}
+metadata: {name: bench-eighth-$g}
 spec:
   spec:
     devices:
@@ -95,16 +100,18 @@ spec:
         - name: gpu
           exactly:
             deviceClassName: actk-nvidia
+            selectors: [{cel: {expression: 'device.attributes["actk.dev"].index == $g'}}]
             capacity: {requests: {memory: $eighth}}
 TEMPLATE
+done
 
-pod() { # NAME PATH
+pod() { # NAME PATH GPU
   local spec claims=""
   case $2 in
     dp) spec="resources: {limits: {nvidia.com/gpu: 1}}" ;;
     dra)
       spec="resources: {claims: [{name: gpu}]}"
-      claims="resourceClaims: [{name: gpu, resourceClaimTemplateName: bench-eighth}]"
+      claims="resourceClaims: [{name: gpu, resourceClaimTemplateName: bench-eighth-$3}]"
       ;;
   esac
   cat <<POD
@@ -130,7 +137,7 @@ POD
 phase() { # ROUND PATH -> seconds from applying PODS pods to all Ready
   local i t0 t1
   : >"$work/pods.yaml"
-  for ((i = 0; i < pods; i++)); do pod "s$1-$2-$i" "$2" >>"$work/pods.yaml"; done
+  for ((i = 0; i < pods; i++)); do pod "s$1-$2-$i" "$2" $((i % 8)) >>"$work/pods.yaml"; done
   t0=$(now)
   k apply -f "$work/pods.yaml" >/dev/null
   k wait --for=condition=Ready pod -l actk-bench=sharing --timeout=600s >/dev/null \

@@ -632,7 +632,8 @@ fn sharing_edits(
                 e.configured = Some(e.configured.map_or(p, |q| q.max(p)));
             }
             if let Some(b) = limit {
-                e.limits.push((uuid, b >> 20));
+                // MiB, never 0 (which MPS could read as no limit at all).
+                e.limits.push((uuid, (b >> 20).max(1)));
             }
         }
     }

@@ -76,6 +76,29 @@ impl ApiFeatures {
     }
 }
 
+/// Whether the driver publishes consumable capacity, for `--sharing` `setting` (`auto`, `on`,
+/// `off`) and the server's `(major, minor)`, with the reason for the log. `auto` is on from
+/// Kubernetes 1.35: 1.34's allocator does not go on to the next matching device once one is
+/// partly allocated (kubernetes/kubernetes#133705, fixed in 1.35 by #133706), so with
+/// DRAConsumableCapacity on there a second claim for "any GPU" would wait, whole-device claims
+/// too. Where the server does not serve the gate it drops the fields itself.
+pub fn sharing(setting: &str, minor: Option<(u32, u32)>) -> (bool, String) {
+    match setting {
+        "on" => (true, "published (--sharing on)".into()),
+        "off" => (false, "not published (--sharing off): every claim gets whole devices".into()),
+        _ => match minor {
+            Some(v) if v >= (1, 35) => (
+                true,
+                "published (--sharing auto, Kubernetes 1.35+; kept where DRAConsumableCapacity is on, beta and on by default from 1.36)".into(),
+            ),
+            _ => (
+                false,
+                "not published (--sharing auto on Kubernetes 1.34: its allocator stops at the first partly allocated device, kubernetes/kubernetes#133705; --sharing on to publish it anyway)".into(),
+            ),
+        },
+    }
+}
+
 /// `(major, minor)` of a `/version` answer's fields (`minor` may carry a `+`, as on some
 /// managed clusters: `"34+"`).
 pub fn parse_version(major: &str, minor: &str) -> Option<(u32, u32)> {
@@ -175,6 +198,17 @@ mod tests {
         f.resource_versions = vec!["v1".into(), "v1beta2".into()];
         assert!(f.check().is_ok());
         assert!(f.summary().contains("not probed"));
+    }
+
+    #[test]
+    fn consumable_capacity_from_1_35_unless_told() {
+        assert!(!sharing("auto", Some((1, 34))).0);
+        assert!(sharing("auto", Some((1, 34))).1.contains("#133705"));
+        assert!(!sharing("auto", None).0);
+        assert!(sharing("auto", Some((1, 35))).0);
+        assert!(sharing("auto", Some((1, 37))).0);
+        assert!(sharing("on", Some((1, 34))).0);
+        assert!(!sharing("off", Some((1, 37))).0);
     }
 
     #[test]

@@ -78,10 +78,13 @@ struct Cli {
     /// Publish kinds that a device plugin also advertises on this node (off: they are left out).
     #[arg(long, env = "ACTK_DRA_ALLOW_DEVICE_PLUGIN_OVERLAP")]
     allow_device_plugin_overlap: bool,
-    /// Publish every device as one whole device per claim: no consumable capacity
-    /// (`allowMultipleAllocations`, capacity `requestPolicy`) even where the profile shares.
-    #[arg(long, env = "ACTK_DRA_NO_SHARING")]
-    no_sharing: bool,
+    /// Consumable capacity (KEP-5075: `allowMultipleAllocations`, capacity `requestPolicy`) on
+    /// the devices of profiles that share: `auto` where the API server is 1.35 or newer (1.34's
+    /// allocator stops at the first partly allocated device, kubernetes/kubernetes#133705, so
+    /// even whole-device claims would wait there once the gate is on), `on` always (1.34 with
+    /// DRAConsumableCapacity, claims pinned to one device), `off` never.
+    #[arg(long, env = "ACTK_DRA_SHARING", default_value = "auto", value_parser = ["auto", "on", "off"])]
+    sharing: String,
     /// Host path of the node's CUDA MPS control daemon's pipe directory, for claims whose
     /// DeviceConfig asks for `sharing.strategy: MPS` (unset: such claims are refused).
     #[arg(long, env = "ACTK_DRA_MPS_PIPE_DIRECTORY")]
@@ -147,11 +150,6 @@ fn main() -> Result<()> {
 
 async fn run(cli: Cli) -> Result<()> {
     let mut profiles = actk_core::profile::load(cli.profiles_dir.as_deref()).context("loading vendor profiles")?;
-    if cli.no_sharing {
-        for p in &mut profiles {
-            p.kubernetes.shared_capacity = None;
-        }
-    }
     let served: Option<BTreeSet<String>> = cli.profiles.as_ref().map(|p| p.iter().cloned().collect());
     if let Some(s) = &served
         && let Some(bad) = s.iter().find(|n| !profiles.iter().any(|p| &p.name == *n))
@@ -189,6 +187,13 @@ async fn run(cli: Cli) -> Result<()> {
     };
     api.check()?;
     tracing::info!("{}", api.summary());
+    let (share, why) = actk_dra::discovery::sharing(&cli.sharing, api.minor);
+    tracing::info!("consumable capacity: {}", why);
+    if !share {
+        for p in &mut profiles {
+            p.kubernetes.shared_capacity = None;
+        }
+    }
     metrics.api(&api);
     // The Node must exist (the kubelet registers it) before slices can name it as owner.
     let node = loop {

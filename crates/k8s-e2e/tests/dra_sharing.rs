@@ -19,9 +19,11 @@ use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The DRA driver alone, for the profiles named.
+/// The DRA driver alone, for the profiles named, consumable capacity published whatever the
+/// version (`auto` leaves it out on 1.34, kubernetes/kubernetes#133705; these claims each
+/// select one device, which that version allocates right).
 fn dra_only(profiles: &str) -> String {
-    format!("devicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  profiles: [{profiles}]\n")
+    format!("devicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  sharing: true\n  profiles: [{profiles}]\n")
 }
 
 /// The cluster with consumable capacity served (the gate where it is not on by default).

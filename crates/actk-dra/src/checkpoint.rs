@@ -4,7 +4,7 @@
 //!
 //! Format (JSON, `version` 1): `{"version": 1, "node": "...", "claims": {"<uid>": {"claim":
 //! {"namespace", "uid", "name"}, "devices": [{"request", "pool", "device", "cdi_ids"}],
-//! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core>, ...]}}}}` (`cores` only
+//! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core within the device>, ...]}}}}` (`cores` only
 //! for claims that share devices in cores). Written atomically (temporary file in the same
 //! directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new
 //! checkpoint, never a mix.
@@ -30,8 +30,9 @@ pub struct Entry {
     pub devices: Vec<PreparedDevice>,
     /// File name of its spec in the CDI directory; `None` when it has no device on this node.
     pub spec: Option<String>,
-    /// Cores the claim holds of each device it shares in cores (slice device name -> global
-    /// core numbers); absent in checkpoints of earlier releases, which shared nothing.
+    /// Cores the claim holds of each device it shares in cores (slice device name -> cores
+    /// numbered within the device, 0 first); absent in checkpoints of earlier releases, which
+    /// shared nothing.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cores: BTreeMap<String, Vec<u32>>,
 }

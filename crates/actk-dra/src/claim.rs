@@ -76,9 +76,9 @@ pub struct Prepared {
     pub devices: Vec<PreparedDevice>,
     /// The transient spec; `None` when the claim has no device of this driver on this node.
     pub spec: Option<Spec>,
-    /// Cores this claim holds of each device it shares (slice device name -> global core
-    /// numbers), for devices whose profile shares `cores`: kept in the checkpoint so that the
-    /// next claim on the device gets other cores.
+    /// Cores this claim holds of each device it shares (slice device name -> cores numbered
+    /// within the device, 0 first), for devices whose profile shares `cores`: kept in the
+    /// checkpoint so that the next claim on the device gets other cores.
     pub cores: BTreeMap<String, Vec<u32>>,
 }
 
@@ -267,8 +267,8 @@ pub fn base_request(request: &str) -> &str {
 }
 
 /// Checks that `claim` (from the API server) is the one `want` names and prepares it on node
-/// `node` (its pool) from `inventory`. `taken_cores` are the global core numbers other
-/// prepared claims hold (of devices shared in `cores`); a claim that consumed N cores of a
+/// `node` (its pool) from `inventory`. `taken_cores` are the cores other prepared claims hold
+/// of devices shared in `cores` (slice device name -> cores numbered within the device); a claim that consumed N cores of a
 /// device gets its N lowest cores not taken, in `NEURON_RT_VISIBLE_CORES` ([`sharing_edits`]).
 ///
 /// Errors: [`ClaimError::UidMismatch`], [`ClaimError::NotAllocated`], [`ClaimError::OtherPool`],
@@ -286,7 +286,7 @@ pub fn prepare(
     node: &str,
     inventory: &Inventory,
     profiles: &[Profile],
-    taken_cores: &BTreeSet<u32>,
+    taken_cores: &BTreeMap<String, BTreeSet<u32>>,
     opts: &SpecOptions,
 ) -> Result<Prepared, ClaimError> {
     check_uid(want)?;
@@ -515,7 +515,7 @@ fn sharing_edits(
     shares: &[Share<'_>],
     inventory: &Inventory,
     profiles: &[Profile],
-    taken_cores: &BTreeSet<u32>,
+    taken_cores: &BTreeMap<String, BTreeSet<u32>>,
     opts: &SpecOptions,
 ) -> Result<SharingEdits, ClaimError> {
     use crate::config::Strategy;
@@ -567,20 +567,25 @@ fn sharing_edits(
                             r.device
                         )));
                     }
-                    let got = actk_core::sharing::pick_core_groups(range.clone(), &taken, n / lnc, lnc)
+                    // Held cores are kept by device and core within it, so that a change in the
+                    // node's other devices (one gone, global numbers shifted) cannot move them.
+                    let held: BTreeSet<u32> =
+                        taken.get(&r.device).into_iter().flatten().map(|c| range.start + c).collect();
+                    let got = actk_core::sharing::pick_core_groups(range.clone(), &held, n / lnc, lnc)
                         .ok_or_else(|| {
                             config_err(format!(
                                 "device {} has {} cores, {} of them held by other claims on this node; this claim consumed {n}{}",
                                 r.device,
                                 range.len(),
-                                range.clone().filter(|c| taken.contains(c)).count(),
+                                held.len(),
                                 if lnc > 1 { format!(" in aligned groups of {lnc}") } else { String::new() }
                             ))
                         })?;
-                    taken.extend(&got);
+                    let local: Vec<u32> = got.iter().map(|c| c - range.start).collect();
+                    taken.entry(r.device.clone()).or_default().extend(&local);
                     cores_of.entry(sh.vendor).or_default().extend(logical(&got));
                     // Two results of one claim may share the same device: it holds the cores of both.
-                    out.cores.entry(r.device.clone()).or_default().extend(got);
+                    out.cores.entry(r.device.clone()).or_default().extend(local);
                 }
                 None => {
                     let all: Vec<u32> = range.collect();

@@ -240,12 +240,14 @@ impl Driver {
         // Another call may have prepared this UID for another claim while the API was read.
         Self::same_claim(&st, want)?;
         // Under the lock: which cores of shared devices other claims hold is the checkpoint's.
-        let taken: std::collections::BTreeSet<u32> = st
-            .claims
-            .iter()
-            .filter(|(uid, _)| **uid != want.uid)
-            .flat_map(|(_, e)| e.cores.values().flatten().copied())
-            .collect();
+        let mut taken: std::collections::BTreeMap<String, std::collections::BTreeSet<u32>> = Default::default();
+        for (uid, e) in &st.claims {
+            if *uid != want.uid {
+                for (device, cores) in &e.cores {
+                    taken.entry(device.clone()).or_default().extend(cores);
+                }
+            }
+        }
         let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &taken, &self.spec_options)
             .map_err(|e| e.to_string())?;
         let file = claim::spec_file_name(&want.uid);

@@ -101,6 +101,11 @@ async fn claims_sharing_a_neuron_device_get_disjoint_cores() {
     d.prepare(&want(2)).await.unwrap();
     assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6"));
     assert_eq!(var(&common_env(dir.path(), 2, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("7"));
+    // The checkpoint holds them by device and core within it (not by global number, which
+    // another device's coming or going would shift).
+    let cp: Value = serde_json::from_slice(&std::fs::read(dir.path().join("plugin/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(cp["claims"][uid(1)]["cores"], json!({"neuron-3": [0]}));
+    assert_eq!(cp["claims"][uid(2)]["cores"], json!({"neuron-3": [1]}));
     // Both containers get the device itself.
     for n in [1, 2] {
         let s = spec(dir.path(), n);

@@ -9,7 +9,9 @@
 #        KEP-5075 consumable capacity, 8 claims on each GPU. Pod i's template names GPU i % 8
 #        (CEL on `index`): Kubernetes 1.34's allocator does not go on to the next device once a
 #        matching one is partly allocated (kubernetes/kubernetes#133705, fixed by #133706 in
-#        1.35), so claims that could take any GPU would all wait after the first eight
+#        1.35), so claims that could take any GPU would all wait after the first eight. Even
+#        pinned, 1.34.4 places only 7 eighths on GPUs 1-7 (8 on GPU 0): the same allocator
+#        defect counts another device's consumption; run PODS=56 there (7 a GPU), 64 on 1.35+
 #   dp   `limits: {nvidia.com/gpu: 1}` served by the device plugin's time-slicing, 8 replicas
 #        of each GPU (sharing.timeSlicing), the whole-device equivalent
 # Each round applies all PODS pods of one path at once and takes the seconds until every one is

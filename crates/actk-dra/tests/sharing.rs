@@ -69,6 +69,27 @@ fn driver(root: &Path, dir: &Path, claims: Arc<MemoryClaims>, mps: Option<MpsNod
     .with_lock_file(dir.join("plugin/serialize.lock"))
 }
 
+/// A driver on fixture `name` with claims held in memory; with `mps`, the node's MPS control
+/// daemon has its pipes in `<dir>/mps/pipe` and its shm in `<dir>/mps/shm`.
+struct Node {
+    f: fixture::Fixture,
+    dir: tempfile::TempDir,
+    claims: Arc<MemoryClaims>,
+    d: Driver,
+}
+
+fn node(name: &str, mps: bool) -> Option<Node> {
+    let f = fixture::prepare(name).unwrap()?;
+    let dir = tempfile::tempdir().unwrap();
+    let claims = Arc::new(MemoryClaims::default());
+    let mps = mps.then(|| MpsNode {
+        pipe_directory: dir.path().join("mps/pipe"),
+        shm_directory: Some(dir.path().join("mps/shm")),
+    });
+    let d = driver(&f.root, dir.path(), claims.clone(), mps);
+    Some(Node { f, dir, claims, d })
+}
+
 fn spec(dir: &Path, n: u32) -> Spec {
     actk_core::cdi::validate::validate_file(&dir.join(format!("cdi/actk.dev-claim_{}.json", uid(n))))
         .expect("the claim's spec passes CDI validation")
@@ -88,10 +109,7 @@ fn var<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
 
 #[tokio::test]
 async fn claims_sharing_a_neuron_device_get_disjoint_cores() {
-    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f, dir, claims, d }) = node("aws-inf2-48xlarge", false) else { return };
     // inf2: 2 NeuronCores per device; neuron-3's are global cores 6 and 7.
     let one_core = json!({"cores": "1"});
     for n in 1..=3 {
@@ -144,12 +162,7 @@ fn mps_config(mps: Value) -> Value {
 
 #[tokio::test]
 async fn a_quarter_of_a_gpu_by_memory_with_mps_or_time_slicing() {
-    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let pipe = dir.path().join("mps/pipe");
-    let node = MpsNode { pipe_directory: pipe.clone(), shm_directory: Some(dir.path().join("mps/shm")) };
-    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    let Some(Node { f: _f, dir, claims, d }) = node("nvidia-dgx-h100", true) else { return };
     // nvidia-0: an H100 80GB, 81559 MiB as NVML reports it (the fixture's NVML double).
     let quarter = json!({"memory": "20389Mi"});
     claims.put(claim(1, &[("gpu", "nvidia-0", quarter.clone())], mps_config(json!({}))));
@@ -172,6 +185,7 @@ async fn a_quarter_of_a_gpu_by_memory_with_mps_or_time_slicing() {
     let common = &s.devices.iter().find(|x| x.name.ends_with("-nvidia-common")).unwrap().container_edits;
     let mounts: Vec<(&str, &str)> =
         common.mounts.iter().map(|m| (m.host_path.as_str(), m.container_path.as_str())).collect();
+    let pipe = dir.path().join("mps/pipe");
     assert!(mounts.contains(&(pipe.to_str().unwrap(), "/tmp/nvidia-mps")), "{mounts:?}");
     assert!(mounts.iter().any(|(_, c)| *c == "/dev/shm"), "{mounts:?}");
     // Time-slicing (no config): the GPU, no MPS.
@@ -192,10 +206,7 @@ async fn a_quarter_of_a_gpu_by_memory_with_mps_or_time_slicing() {
 
 #[tokio::test]
 async fn device_config_errors_name_the_field_and_leave_nothing() {
-    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f: _f, dir, claims, d }) = node("hetero-nvidia-neuron", false) else { return };
     let bad = |params: Value| json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters": params}}]);
     let cases = [
         (
@@ -244,10 +255,7 @@ async fn device_config_errors_name_the_field_and_leave_nothing() {
 /// `gi2/ci0/access`), nothing of another instance; MPS is refused on it.
 #[tokio::test]
 async fn a_mig_device_claim_gets_its_parent_and_its_capability_nodes() {
-    let Some(f) = fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f, dir, claims, d }) = node("nvidia-dgx-a100", false) else { return };
     claims.put(claim(1, &[("mig", "nvidia-0-mig-2-0", Value::Null)], Value::Null));
     let answer = d.prepare(&want(1)).await.unwrap();
     assert_eq!(answer[0].device, "nvidia-0-mig-2-0");
@@ -277,10 +285,7 @@ async fn a_mig_device_claim_gets_its_parent_and_its_capability_nodes() {
 /// count is refused naming the setting, as is the setting on an NVIDIA GPU.
 #[tokio::test]
 async fn logical_core_size_groups_cores_and_numbers_them_logically() {
-    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f: _f, dir, claims, d }) = node("hetero-nvidia-neuron", false) else { return };
     let lnc = |n: u32| {
         json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters":
             {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": n}}}}])
@@ -318,10 +323,7 @@ async fn logical_core_size_groups_cores_and_numbers_them_logically() {
 /// the cores of both: a later claim must not get any of them, also after a driver restart.
 #[tokio::test]
 async fn two_shares_of_one_device_in_one_claim_hold_both_cores() {
-    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f, dir, claims, d }) = node("aws-inf2-48xlarge", false) else { return };
     let one_core = json!({"cores": "1"});
     claims.put(claim(1, &[("a", "neuron-3", one_core.clone()), ("b", "neuron-3", one_core.clone())], Value::Null));
     claims.put(claim(2, &[("nc", "neuron-3", one_core.clone())], Value::Null));
@@ -339,10 +341,7 @@ async fn two_shares_of_one_device_in_one_claim_hold_both_cores() {
 /// a quantity written with an exponent) are read.
 #[tokio::test]
 async fn a_shared_result_without_a_readable_core_count_gets_no_cores_of_others() {
-    let Some(f) = fixture::prepare("aws-inf2-48xlarge").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let d = driver(&f.root, dir.path(), claims.clone(), None);
+    let Some(Node { f: _f, dir, claims, d }) = node("aws-inf2-48xlarge", false) else { return };
     claims.put(claim(1, &[("nc", "neuron-3", json!({"cores": "1"}))], Value::Null));
     d.prepare(&want(1)).await.unwrap();
     assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("6"));
@@ -368,11 +367,7 @@ async fn a_shared_result_without_a_readable_core_count_gets_no_cores_of_others()
 /// whose consumed memory cannot be read is refused rather than given the whole GPU.
 #[tokio::test]
 async fn mps_limits_come_from_the_consumed_memory_in_any_form() {
-    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let node = MpsNode { pipe_directory: dir.path().join("mps/pipe"), shm_directory: None };
-    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    let Some(Node { f: _f, dir, claims, d }) = node("nvidia-dgx-h100", true) else { return };
     let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
     claims.put(claim(2, &[("gpu", "nvidia-0", json!({"memory": "131072e3"}))], mps_config(json!({}))));
     d.prepare(&want(2)).await.unwrap();
@@ -390,11 +385,7 @@ async fn mps_limits_come_from_the_consumed_memory_in_any_form() {
 /// most the memory the claim consumed.
 #[tokio::test]
 async fn a_pinned_memory_limit_above_the_consumed_memory_is_cut_to_it() {
-    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let claims = Arc::new(MemoryClaims::default());
-    let node = MpsNode { pipe_directory: dir.path().join("mps/pipe"), shm_directory: None };
-    let d = driver(&f.root, dir.path(), claims.clone(), Some(node));
+    let Some(Node { f: _f, dir, claims, d }) = node("nvidia-dgx-h100", true) else { return };
     let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
     claims.put(claim(
         1,

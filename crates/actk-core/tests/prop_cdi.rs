@@ -8,11 +8,14 @@
 //!   still valid or rejected with errors naming the file (and a JSON pointer for rule errors);
 //! - a valid spec written as JSON or YAML reads back equal;
 //! - the registry's fast path (`spec_from_text`) gives the long way's verdict and spec;
+//! - the start's JSON scanner (`cdi::scan`) accepts exactly the text serde_json accepts, and
+//!   splits a spec into the devices and the rest serde_json reads there;
 //! - any string given as a qualified name or kind parses or errors naming it; a parsed name
 //!   prints back as the input.
 //!
 //! Cases per property: `PROPTEST_CASES` (default 256); counts go to `$ACTK_VERIFY_COUNTS`.
 
+use actk_core::cdi::scan::{split_devices, value_end};
 use actk_core::cdi::validate::{parse_value, spec_from_text, spec_from_value, validate_value};
 use actk_core::cdi::write::to_text;
 use actk_core::cdi::{CdiError, Format, Kind, QualifiedName};
@@ -214,6 +217,61 @@ fn mutated_valid_specs_are_accepted_or_rejected_naming_file_and_field() {
                 }
                 Err(errors) => errors_name_file(&errors, file)?,
             }
+        }
+        Ok(())
+    });
+}
+
+/// `text` with each edit applied: at a position (modulo the length, on a char boundary), insert,
+/// replace or delete one of the bytes JSON's grammar turns on.
+fn mutate(text: &str, edits: &[(usize, u8, char)]) -> String {
+    let mut t: Vec<char> = text.chars().collect();
+    for &(at, how, c) in edits {
+        let at = if t.is_empty() { 0 } else { at % (t.len() + 1) };
+        match how % 3 {
+            0 => t.insert(at, c),
+            1 if at < t.len() => t[at] = c,
+            _ if at < t.len() => {
+                t.remove(at);
+            }
+            _ => {}
+        }
+    }
+    t.into_iter().collect()
+}
+
+#[test]
+fn the_start_scanner_accepts_exactly_what_serde_json_accepts() {
+    let valid = prop_oneof![
+        json_value().prop_map(|v| v.to_string()),
+        json_value().prop_map(|v| serde_json::to_string_pretty(&v).unwrap_or_default()),
+        Just(good().to_string()),
+        Just(serde_json::to_string_pretty(&good()).unwrap_or_default()),
+    ];
+    let grammar = prop::sample::select(vec![
+        '"', '\\', '{', '}', '[', ']', ',', ':', '0', '1', '-', '+', '.', 'e', 'E', 'u', 't', 'n', 'f', 'a', ' ', '\n',
+        '\t', '\r', '\u{0}', '\u{1f}', '\u{7f}', '\u{a0}', '\u{feff}', 'é',
+    ]);
+    let text = prop_oneof![
+        valid.clone(),
+        (valid, prop::collection::vec((any::<usize>(), any::<u8>(), grammar), 1..4)).prop_map(|(t, e)| mutate(&t, &e)),
+        any::<String>(),
+    ];
+    check("cdi-json-scan", text, |text| {
+        let b = text.as_bytes();
+        let start = b.iter().position(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r')).unwrap_or(b.len());
+        let end = value_end(b, start, 64);
+        let scanned = end.is_some_and(|e| b[e..].iter().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')));
+        // serde_json's skipping, as the lazy reading used it before (a number past f64's range is
+        // grammar, and only a typed read refuses it).
+        let serde = serde_json::from_str::<serde::de::IgnoredAny>(&text);
+        prop_assert_eq!(scanned, serde.is_ok(), "scanner {:?}, serde_json {:?}: {:?}", end, serde, text);
+        if let (Some(split), Ok(Value::Object(mut whole))) = (split_devices(&text), serde_json::from_str(&text)) {
+            // The devices serde_json reads, one by one, and everything else as one object.
+            let devices: Vec<Value> = split.devices.iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+            prop_assert_eq!(Some(Value::Array(devices)), whole.shift_remove("devices"));
+            let rest: Value = serde_json::from_str(&split.rest).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(rest, Value::Object(whole));
         }
         Ok(())
     });

@@ -6,12 +6,14 @@
 //! - [`generate`]: one spec per kind from a profile and its inventory; [`generate::edits_for`];
 //! - [`validate`]: JSON schema + SPEC.md rules, errors with file and JSON pointer;
 //! - [`registry`]: spec files of /etc/cdi and /var/run/cdi, resolution of names to edits;
+//! - [`scan`]: the validating JSON scanner that finds each device's text for a start's lazy reading;
 //! - [`write`]: atomic spec file writes (JSON or YAML).
 
 pub mod error;
 pub mod generate;
 pub mod name;
 pub mod registry;
+pub mod scan;
 pub mod spec;
 pub mod typed;
 pub mod validate;

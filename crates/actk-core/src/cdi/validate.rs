@@ -764,16 +764,15 @@ fn parse_device(raw: &str, i: usize, cdi_version: &str, file: &Path) -> Result<D
     })
 }
 
-/// The spec-level part of a JSON spec with its devices as text, for [`lazy_from_text`].
+/// The spec-level part of a JSON spec, read from the text [`super::scan::split_devices`] leaves
+/// when it takes the devices out, for [`lazy_from_text`].
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct LazyTop<'a> {
+struct LazyTop {
     cdi_version: String,
     kind: String,
     #[serde(default, deserialize_with = "super::spec::unique_keys")]
     annotations: std::collections::BTreeMap<String, String>,
-    #[serde(borrow)]
-    devices: Vec<&'a serde_json::value::RawValue>,
     #[serde(default, deserialize_with = "super::spec::object")]
     container_edits: ContainerEdits,
 }
@@ -784,13 +783,7 @@ struct LazyTop<'a> {
 /// not as a string gives `None`. (Read from the text, a second `name` further on is not seen:
 /// that is a key given twice inside the device, refused when the device is named.)
 fn device_name(raw: &str) -> Option<Cow<'_, str>> {
-    let first = || -> Option<&str> {
-        let rest = raw.strip_prefix('{')?.trim_start().strip_prefix("\"name\"")?;
-        let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
-        let end = rest.find(['"', '\\'])?;
-        (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
-    };
-    if let Some(n) = first() {
+    if let Some(n) = super::scan::leading_name(raw) {
         return Some(Cow::Borrowed(n));
     }
     struct Name;
@@ -847,19 +840,23 @@ pub fn lazy_from_text(text: &str, path: &Path) -> Option<LazySpec> {
     if Format::from_path(path) == Some(Format::Yaml) {
         return None;
     }
-    let mut de = serde_json::Deserializer::from_str(text);
-    let top = super::spec::object::<_, LazyTop<'_>>(&mut de).ok()?;
+    // The devices a start does not name are only checked as JSON, by the scanner: serde_json's
+    // own skipping cost most of a start's growth with the node (issue 31).
+    let split = super::scan::split_devices(text)?;
+    let mut de = serde_json::Deserializer::from_str(&split.rest);
+    let top = super::spec::object::<_, LazyTop>(&mut de).ok()?;
     de.end().ok()?;
-    if top.devices.is_empty() || top.container_edits.intel_rdt.is_some() || !top.container_edits.net_devices.is_empty()
+    if split.devices.is_empty()
+        || top.container_edits.intel_rdt.is_some()
+        || !top.container_edits.net_devices.is_empty()
     {
         return None;
     }
     // One copy of the file's text shared by its devices; each device is a span of it.
     let shared: std::sync::Arc<str> = std::sync::Arc::from(text);
     let at = |s: &str| s.as_ptr() as usize - text.as_ptr() as usize;
-    let mut devices = Vec::with_capacity(top.devices.len());
-    for (index, raw) in top.devices.into_iter().enumerate() {
-        let raw = raw.get();
+    let mut devices = Vec::with_capacity(split.devices.len());
+    for (index, raw) in split.devices.into_iter().enumerate() {
         let name = match device_name(raw)? {
             Cow::Borrowed(n) => LazyName::Span(at(n)..at(n) + n.len()),
             Cow::Owned(n) => LazyName::Owned(n),

@@ -26,7 +26,8 @@
 # (envRequests: always, a node whose pod authors are trusted: the bench's own actk-nri config
 # and nodeSetup.policy); they skip the kubelet's Allocate call, one local gRPC call. actk-nri
 # runs on the node as a process (target/dist/actk-nri, the image's binary), started before a
-# cdi+nri or nri pod and stopped before a cdi or runtime pod, outside the measured time. Every
+# cdi+nri or nri pod and stopped before a cdi or runtime pod, outside the measured time, and
+# serves one unmeasured pod of the same path after each start (warm, as the chart's plugin). Every
 # container checks that it sees both GPU nodes (it never starts otherwise).
 # Prints median seconds from `kubectl apply` to the container started (a watch), each path's
 # median over cdi's and the paired per-round differences to cdi (median, p25..p75, ms).

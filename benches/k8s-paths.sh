@@ -61,11 +61,7 @@ start_nri() { # PATH: the path of the pod about to be measured
   # each start paid the plugin's first request (code paged in, first spec-directory read), and
   # the rotation put cdi+nri first after a start in every round and nri in one round of four,
   # which made cdi+nri 1.035x and nri 1.018x of cdi in the first run.
-  path_pod warm-nri "$1" >"$work/warm-nri.yaml"
-  "$node" kubectl apply -f "$work/warm-nri.yaml" >/dev/null
-  "$node" kubectl wait --for=jsonpath='{.status.containerStatuses[0].started}'=true pod/warm-nri --timeout=120s >/dev/null \
-    || need "$1: warm-up pod did not start: $("$node" kubectl describe pod warm-nri | tail -n 20)"
-  "$node" kubectl delete pod warm-nri --grace-period=0 --force --wait=true >/dev/null 2>&1
+  run_pod warm-nri "$1"
 }
 
 path_pod() { # NAME PATH
@@ -98,9 +94,9 @@ ms_now() { local t=$EPOCHREALTIME; echo $((${t/./} / 1000)); }
 # Sets `ms`, not echoed: a call in $(...) ran in a subshell, where start_nri's and stop_nri's
 # record of the running actk-nri was lost. Each round then started one more plugin, and
 # containerd failed the next pod: plugins "10-actk" and "10-actk" both tried to set an annotation.
-start_ms() { # NAME PATH -> ms: ms from apply to the container started
-  local t0 t1
-  case $2 in cdi+nri | nri) start_nri "$2" ;; *) stop_nri ;; esac
+# Applies pod NAME of PATH, waits until its container started, deletes it; sets t0 and t1, the
+# ms at the apply and at the start.
+run_pod() { # NAME PATH
   path_pod "$1" "$2" >"$work/$1.yaml"
   t0=$(ms_now)
   "$node" kubectl apply -f "$work/$1.yaml" >/dev/null
@@ -109,6 +105,10 @@ start_ms() { # NAME PATH -> ms: ms from apply to the container started
     || need "$2: pod $1 did not start: $("$node" kubectl describe pod "$1" | tail -n 20)"
   t1=$(ms_now)
   "$node" kubectl delete pod "$1" --grace-period=0 --force --wait=true >/dev/null 2>&1
+}
+start_ms() { # NAME PATH -> ms: ms from apply to the container started
+  case $2 in cdi+nri | nri) start_nri "$2" ;; *) stop_nri ;; esac
+  run_pod "$1" "$2"
   ms=$((t1 - t0))
 }
 

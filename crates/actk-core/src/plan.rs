@@ -520,8 +520,12 @@ fn wanted_devices(profiles: &[Profile], req: &request::Request) -> BTreeMap<Stri
 /// (found by tests/peers/cdi-oracle: `devices:order`).
 fn keep_last_mention(edits: &mut ContainerEdits) {
     fn keep_last_by<T>(list: &mut Vec<T>, key: impl Fn(&T) -> &str) {
-        let mut seen = HashSet::with_capacity(list.len());
-        let keep: Vec<bool> = list.iter().rev().map(|x| seen.insert(key(x).to_string())).collect();
+        // Borrowed keys, foldhash (issue 31: a String and a SipHash per mount of a start).
+        let keep: Vec<bool> = {
+            let mut seen: HashSet<&str, foldhash::fast::RandomState> =
+                HashSet::with_capacity_and_hasher(list.len(), Default::default());
+            list.iter().rev().map(|x| seen.insert(key(x))).collect()
+        };
         let mut keep = keep.into_iter().rev();
         list.retain(|_| keep.next().unwrap_or(true));
     }

@@ -533,7 +533,8 @@ pub fn dedup(edits: &mut ContainerEdits) {
 /// dozens of mounts were each copied into the set).
 fn keep_first_by<T>(list: &mut Vec<T>, key: impl Fn(&T) -> &String) {
     let keep: Vec<bool> = {
-        let mut seen: HashSet<&str> = HashSet::with_capacity(list.len());
+        let mut seen: HashSet<&str, foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(list.len(), Default::default());
         list.iter().map(|x| seen.insert(key(x).as_str())).collect()
     };
     let mut keep = keep.into_iter();

@@ -24,7 +24,7 @@ demo: build
 # (target/debug/actk-hook, linked as nvidia-container-runtime-hook) exists at its start, and the
 # end-to-end tests run the built actk, actk-runtime and actk-hook; the static release
 # actk-runtime and actk-hook are tested too (crates/e2e/tests/release_shims.rs), and so is the
-# .deb of the release build (crates/e2e/tests/package.rs). The whole release build (which
+# .deb and the .rpm of the release build (crates/e2e/tests/package.rs). The whole release build (which
 # test-k8s needs anyway) comes first, so the .deb holds the same actk as the image.
 # ACTK_E2E_STRICT=1: an end-to-end test that cannot run (dockerd down, not root) fails instead
 # of skipping, so this target never passes by skipping.
@@ -34,6 +34,7 @@ demo: build
 test: build
 	scripts/build-release.sh >/dev/null
 	scripts/package.sh deb >/dev/null
+	scripts/package.sh rpm >/dev/null
 	scripts/start-dockerd.sh
 	ACTK_E2E_STRICT=1 $(CARGO) test --workspace --exclude actk-k8s-e2e --no-fail-fast; w=$$?; \
 	  $(MAKE) test-k8s; k=$$?; \
@@ -43,8 +44,8 @@ test: build
 # release actk-runtime and actk-hook (target/dist from build-release.sh --cli-only), the CDI
 # refresh units of deploy/systemd and the udev rule, by cargo-deb into target/debian/ and by
 # cargo-generate-rpm into target/generate-rpm/ (each installed with `cargo install --locked` on
-# first use). `make test` builds the .deb: crates/e2e/tests/package.rs installs it on a fresh
-# Debian 12 root.
+# first use). `make test` builds both: crates/e2e/tests/package.rs installs the .deb on a fresh
+# Debian 12 root, and the .rpm with rpm into an empty root, checking it carries what the .deb does.
 deb:
 	scripts/build-release.sh --cli-only >/dev/null
 	scripts/package.sh deb

@@ -40,6 +40,8 @@ declare -A probe=(
   [npm]=/usr/bin/npm
   # The OS package test (crates/e2e/tests/package.rs) boots a Debian root with systemd-nspawn.
   [systemd-container]=/usr/bin/systemd-nspawn
+  # ... and installs the .rpm with rpm (Debian's rpm) into an empty root.
+  [rpm]=/usr/bin/rpm
   # runc's own integration suite (tests/conformance/runc-bats): bats (bookworm's 1.8.2 runs
   # runc 1.1.5's tests), gawk (its helpers), libseccomp-dev (its seccompagent is built here).
   [bats]=/usr/bin/bats

@@ -37,19 +37,29 @@ const NODE: &str = "var/lib/actk/simulated-node";
 
 /// The newest target/debian/actk_*.deb.
 fn deb() -> Option<PathBuf> {
-    let dir = engines::target_dir().join("debian");
-    let mut debs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
+    newest("debian", "actk_", "deb")
+}
+
+/// The newest target/generate-rpm/actk-*.rpm.
+fn rpm() -> Option<PathBuf> {
+    newest("generate-rpm", "actk-", "rpm")
+}
+
+/// The newest file `target/<dir>/<prefix>*.<ext>`.
+fn newest(dir: &str, prefix: &str, ext: &str) -> Option<PathBuf> {
+    let dir = engines::target_dir().join(dir);
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
         .ok()?
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("actk_"))
-                && p.extension().is_some_and(|e| e == "deb")
+            p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+                && p.extension().is_some_and(|e| e == ext)
         })
         .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
         .collect();
-    debs.sort();
-    debs.pop().map(|(_, p)| p)
+    found.sort();
+    found.pop().map(|(_, p)| p)
 }
 
 /// `sh -c script` on the host; panics with the output unless it succeeds. Returns stdout.
@@ -558,4 +568,149 @@ fn deb_on_a_fresh_debian_root_refreshes_specs_serves_docker_and_podman_and_purge
         engines_took.as_secs_f64(),
         t0.elapsed().as_secs_f64()
     );
+}
+
+/// The package's regular files and links as `path -> (kind, mode)`, from `rpm -qp` or `dpkg-deb
+/// -c` (kind `-` a file, `l` a link; mode the permission bits), directories left out (dpkg lists
+/// every parent, rpm only those it owns).
+type Listing = BTreeMap<String, (char, String)>;
+
+fn rpm_listing(rpm: &Path) -> Listing {
+    let out = sh(
+        "rpm -qp (file list)",
+        &format!("rpm -qp --qf '[%{{FILEMODES:perms}} %{{FILENAMES}}\\n]' '{}'", rpm.display()),
+    );
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(m, _)| !m.starts_with('d'))
+        .map(|(m, p)| (p.to_string(), (m.chars().next().unwrap_or('?'), m[1..].to_string())))
+        .collect()
+}
+
+fn deb_listing(deb: &Path) -> Listing {
+    let out = sh("dpkg-deb -c", &format!("dpkg-deb -c '{}'", deb.display()));
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (m, p) = (f.first()?, f.get(5)?);
+            let kind = m.chars().next()?;
+            (kind != 'd').then(|| (p.trim_start_matches('.').to_string(), (kind, m[1..].to_string())))
+        })
+        .collect()
+}
+
+/// Issue 30, "an .rpm where the tooling allows": the .rpm that `make rpm` builds (make test
+/// does) carries what the .deb carries, at the same paths with the same modes, with the same
+/// maintainer scripts' work; rpm itself installs it into an empty root (`--root`, rpm's own
+/// database there) with the very binaries of target/dist, the packaged `actk` writes the
+/// simulated DGX H100's CDI spec from there, and `rpm -e` leaves none of its files.
+///
+/// Differences allowed, each for a reason: cargo-generate-rpm packages no symlinks, so
+/// `nvidia-container-runtime-hook` is a copy of actk-hook (a file) where the .deb has a link;
+/// the .deb carries Debian's `copyright` and `changelog.Debian.gz`, which rpm keeps in its
+/// header instead. The scriptlets are not run here: an empty root has no shell or systemd (the
+/// .deb test runs its maintainer scripts on a booted Debian root); they are checked to be the
+/// deploy/rpm scripts and to do what the deb's do (enable the units, register nothing unless
+/// asked, remove registrations and specs on erase).
+#[test]
+fn rpm_carries_what_the_deb_carries_and_installs_and_erases_with_rpm() {
+    if !require_root() {
+        return;
+    }
+    let (Some(rpm), Some(deb)) = (rpm(), deb()) else {
+        skip_or_fail(
+            "Run `make rpm` and `make deb` (make test does).",
+            "target/generate-rpm has no actk-*.rpm or target/debian no actk_*.deb",
+        );
+        return;
+    };
+    if which("rpm").is_none() || which("dpkg-deb").is_none() {
+        skip_or_fail("Run scripts/install-deps.sh (rpm).", "rpm or dpkg-deb is not installed");
+        return;
+    }
+
+    // 1. The same files, modes and kinds, but for the differences above.
+    let mut from_rpm = rpm_listing(&rpm);
+    let mut from_deb = deb_listing(&deb);
+    let hook = "/usr/bin/nvidia-container-runtime-hook";
+    assert_eq!(from_deb.remove(hook).map(|k| k.0), Some('l'), "the .deb's {hook} is a link");
+    assert_eq!(from_rpm.remove(hook), Some(('-', "rwxr-xr-x".to_string())), "the .rpm's {hook} is a copy");
+    for debian_only in ["/usr/share/doc/actk/copyright", "/usr/share/doc/actk/changelog.Debian.gz"] {
+        from_deb.remove(debian_only);
+    }
+    assert!(from_rpm.contains_key("/usr/bin/actk-runtime"), "rpm lists no actk-runtime: {from_rpm:?}");
+    assert_eq!(from_rpm, from_deb, "the .rpm's files (left) and the .deb's (right)");
+
+    // The scriptlets are deploy/rpm's, and each does the work of the .deb's script that runs at
+    // the same point (its control files as dpkg-deb extracts them).
+    let scripts = sh("rpm -qp --scripts", &format!("rpm -qp --scripts '{}'", rpm.display()));
+    let control = tempfile::tempdir().unwrap();
+    sh("dpkg-deb -e", &format!("dpkg-deb -e '{}' '{}'", deb.display(), control.path().display()));
+    let here = engines::workspace_root().join("deploy/rpm");
+    for (name, deb_script, work) in [
+        ("post.sh", "postinst", &["/usr/lib/actk/runtime-registrations add", "enable actk-cdi-refresh"][..]),
+        (
+            "preun.sh",
+            "prerm",
+            &["/usr/lib/actk/runtime-registrations remove", "/usr/bin/actk cdi clean --output /var/run/cdi"][..],
+        ),
+        ("postun.sh", "postrm", &["rm -f /var/lib/actk/runtime-registrations"][..]),
+    ] {
+        let text = std::fs::read_to_string(here.join(name)).unwrap();
+        assert!(scripts.contains(text.trim()), "rpm's scriptlets do not hold deploy/rpm/{name}:\n{scripts}");
+        let theirs = std::fs::read_to_string(control.path().join(deb_script)).unwrap();
+        for w in work {
+            assert!(text.contains(w), "deploy/rpm/{name} does not run `{w}`");
+            let w = w.replace("enable actk-cdi-refresh", "actk-cdi-refresh.path");
+            assert!(theirs.contains(&w), "the .deb's {deb_script} does not run `{w}`:\n{theirs}");
+        }
+        sh(&format!("sh -n deploy/rpm/{name}"), &format!("sh -n '{}'", here.join(name).display()));
+    }
+
+    // 2. rpm installs it into an empty root.
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let r = root.display();
+    sh("rpm --initdb", &format!("rpm --root '{r}' --initdb"));
+    sh("rpm -i", &format!("rpm --root '{r}' -i --nodeps --noscripts --nosignature '{}'", rpm.display()));
+    let listed = sh("rpm -q", &format!("rpm --root '{r}' -q actk"));
+    assert!(listed.starts_with("actk-"), "rpm -q after the install: {listed}");
+    for b in ["actk", "actk-runtime", "actk-hook"] {
+        let installed = std::fs::read(root.join("usr/bin").join(b)).unwrap();
+        let built = std::fs::read(engines::target_dir().join("dist").join(b)).unwrap();
+        assert!(installed == built, "/usr/bin/{b} from the .rpm is not target/dist/{b}");
+    }
+    let conf = std::fs::read_to_string(root.join("etc/actk/config.toml")).unwrap();
+    assert!(conf.contains("spec_dirs"), "the packaged config.toml: {conf}");
+
+    // The packaged actk writes the simulated node's spec.
+    let node = work.path().join("node");
+    sh(
+        "fixtures/prepare.sh",
+        &format!("{}/fixtures/prepare.sh nvidia-dgx-h100 '{}'", engines::workspace_root().display(), node.display()),
+    );
+    let specs = work.path().join("cdi");
+    sh(
+        "actk cdi generate (from the .rpm)",
+        &format!(
+            "'{r}/usr/bin/actk' cdi generate --root '{}' --vendor nvidia --output '{}'",
+            node.display(),
+            specs.display()
+        ),
+    );
+    let spec = std::fs::read_to_string(specs.join("nvidia.com-gpu.json"))
+        .or_else(|_| std::fs::read_to_string(specs.join("nvidia.com-gpu.yaml")))
+        .expect("the generated spec");
+    for i in 0..8 {
+        assert!(spec.contains(&format!("/dev/nvidia{i}")), "the spec lacks /dev/nvidia{i}");
+    }
+
+    // 3. rpm -e leaves none of the package's files.
+    sh("rpm -e", &format!("rpm --root '{r}' -e --nodeps --noscripts actk"));
+    let files = rpm_listing(&rpm);
+    let left: Vec<&String> = files.keys().filter(|p| root.join(p.trim_start_matches('/')).exists()).collect();
+    assert!(left.is_empty(), "rpm -e left {left:?}");
+    let gone = Command::new("rpm").args(["--root", &r.to_string(), "-q", "actk"]).output().unwrap();
+    assert!(!gone.status.success(), "rpm still lists actk after rpm -e");
 }

@@ -10,7 +10,9 @@
 # packages carry that is made, not kept in git: config.toml (`actk config default` of the
 # packaged actk, so the shipped conffile is always what that binary documents). Prints the
 # package's path.
-# Usage: scripts/package.sh deb|rpm
+# Usage: scripts/package.sh deb|rpm|tools   (tools: only install both packagers; CI does it early,
+#        in the background, scripts/ci-prefetch.sh). The install holds a lock
+#        (~/.cargo/.actk-packagers.lock), so a second caller waits and reuses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -18,11 +20,29 @@ cargo=${CARGO:-cargo}
 CARGO_DEB_VERSION=3.8.0
 CARGO_GENERATE_RPM_VERSION=0.21.1
 
+# Installs the packager $1 at version $2 when missing, under a lock shared by every caller.
+install_tool() {
+  local tool=$1 version=$2
+  mkdir -p "$HOME/.cargo"
+  (
+    flock 9
+    if ! "$tool" --version 2>/dev/null | grep -q "$version"; then
+      echo "package: installing $tool $version (cargo install --locked)" >&2
+      "$cargo" install --locked "$tool@$version" >&2
+    fi
+  ) 9>"$HOME/.cargo/.actk-packagers.lock"
+}
+
 kind=${1:-}
 case $kind in
 deb) tool=cargo-deb; version=$CARGO_DEB_VERSION ;;
 rpm) tool=cargo-generate-rpm; version=$CARGO_GENERATE_RPM_VERSION ;;
-*) echo "usage: $0 deb|rpm" >&2; exit 2 ;;
+tools)
+  install_tool cargo-deb "$CARGO_DEB_VERSION"
+  install_tool cargo-generate-rpm "$CARGO_GENERATE_RPM_VERSION"
+  exit 0
+  ;;
+*) echo "usage: $0 deb|rpm|tools" >&2; exit 2 ;;
 esac
 for b in actk actk-runtime actk-hook; do
   [ -x "target/dist/$b" ] || { echo "package: target/dist/$b is missing; run scripts/build-release.sh --cli-only" >&2; exit 1; }
@@ -31,10 +51,7 @@ for b in actk-runtime actk-hook; do
   file -b "target/dist/$b" | grep -q "statically linked" \
     || { echo "package: target/dist/$b is not the static release build (scripts/build-release.sh)" >&2; exit 1; }
 done
-if ! "$tool" --version 2>/dev/null | grep -q "$version"; then
-  echo "package: installing $tool $version (cargo install --locked)" >&2
-  "$cargo" install --locked "$tool@$version" >&2
-fi
+install_tool "$tool" "$version"
 
 mkdir -p target/pkg
 target/dist/actk config default >target/pkg/config.toml

@@ -16,6 +16,9 @@
 #                    (the long run does; commit what it adds). Otherwise new inputs go to
 #                    fuzz/target/corpus/ and the committed corpus is only read.
 #   SKIP_FUZZ=1      properties only
+#   SKIP_PROPERTIES=1  fuzz targets only (.ci/run runs the two parts apart: the properties
+#                    early, the fuzz targets last, built meanwhile by scripts/ci-prefetch.sh)
+#   FUZZ_BUILD_ONLY=1  build every fuzz target as the run would, run none, report nothing
 #   ACTK_VERIFY_COUNTS  report file the tests append `name count [failed]` lines to (default: a
 #                    temporary file); the caller may add its own lines to it
 #   ROBUSTNESS_SUMMARY  file to append the PASS/FAIL lines to (default: printed only)
@@ -49,36 +52,49 @@ for f in "${prop_files[@]}"; do
   prop_crate[$crate]+=" --test $t"
 done
 
-log "property tests, PROPTEST_CASES=$PROPTEST_CASES"
-t0=$(date +%s)
-for crate in "${!prop_crate[@]}"; do
-  # --no-fail-fast: a failing test binary must not keep the others from running.
-  # shellcheck disable=SC2086
-  if ! $CARGO test -p "$crate" --no-fail-fast ${prop_crate[$crate]} 2>&1 | tee -a "$work/prop.log"; then
-    failed+=("property tests of $crate")
-  fi
-done
-prop_secs=$(( $(date +%s) - t0 ))
+# The same build command as the run below, so that the run's own build finds nothing to do.
+fuzz_build() {
+  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -a -s none)
+}
+if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then
+  command -v cargo-fuzz >/dev/null || $CARGO install cargo-fuzz --locked
+  fuzz_build
+  exit
+fi
 
-# One line per property, named in the sources (so a property that never ran shows 0, not nothing).
-mapfile -t props < <(grep -ohE 'check\("[^"]+"' "${prop_files[@]}" | sed 's/check("//; s/"$//' | sort -u)
-for p in "${props[@]}"; do
-  if [[ "$p" == *" "* ]]; then
-    # The count file is "name count [failed]": a name with a space would never be counted.
-    line FAIL "property: $p" "name has a space; use - in check(\"...\")"
-    failed+=("property name \"$p\"")
-    continue
-  fi
-  n=$(awk -v k="$p" '$1 == k {s += $2} END {print s+0}' "$ACTK_VERIFY_COUNTS")
-  bad=$(awk -v k="$p" '$1 == k && $3 == "failed" {print "y"}' "$ACTK_VERIFY_COUNTS" | head -1)
-  if [ -n "$bad" ]; then
-    line FAIL "property: $p" "failed after $n inputs (see the test output above)"
-  elif [ "$n" -ge "$PROPTEST_CASES" ]; then
-    line PASS "property: $p (no panic, errors name the input)" "$n inputs tried"
-  else
-    line FAIL "property: $p" "$n inputs tried (expected $PROPTEST_CASES; the test did not run or stopped)"
-  fi
-done
+prop_secs=0
+if [ "${SKIP_PROPERTIES:-0}" != 1 ]; then
+  log "property tests, PROPTEST_CASES=$PROPTEST_CASES"
+  t0=$(date +%s)
+  for crate in "${!prop_crate[@]}"; do
+    # --no-fail-fast: a failing test binary must not keep the others from running.
+    # shellcheck disable=SC2086
+    if ! $CARGO test -p "$crate" --no-fail-fast ${prop_crate[$crate]} 2>&1 | tee -a "$work/prop.log"; then
+      failed+=("property tests of $crate")
+    fi
+  done
+  prop_secs=$(( $(date +%s) - t0 ))
+
+  # One line per property, named in the sources (so a property that never ran shows 0, not nothing).
+  mapfile -t props < <(grep -ohE 'check\("[^"]+"' "${prop_files[@]}" | sed 's/check("//; s/"$//' | sort -u)
+  for p in "${props[@]}"; do
+    if [[ "$p" == *" "* ]]; then
+      # The count file is "name count [failed]": a name with a space would never be counted.
+      line FAIL "property: $p" "name has a space; use - in check(\"...\")"
+      failed+=("property name \"$p\"")
+      continue
+    fi
+    n=$(awk -v k="$p" '$1 == k {s += $2} END {print s+0}' "$ACTK_VERIFY_COUNTS")
+    bad=$(awk -v k="$p" '$1 == k && $3 == "failed" {print "y"}' "$ACTK_VERIFY_COUNTS" | head -1)
+    if [ -n "$bad" ]; then
+      line FAIL "property: $p" "failed after $n inputs (see the test output above)"
+    elif [ "$n" -ge "$PROPTEST_CASES" ]; then
+      line PASS "property: $p (no panic, errors name the input)" "$n inputs tried"
+    else
+      line FAIL "property: $p" "$n inputs tried (expected $PROPTEST_CASES; the test did not run or stopped)"
+    fi
+  done
+fi
 
 fuzz_secs=0
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
@@ -91,7 +107,7 @@ if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   # Build every target once (the first run would otherwise carry the whole build).
   # -a: debug assertions and overflow checks; -s none: no sanitizer (no unsafe parsing code).
   # RUSTC_BOOTSTRAP=1: cargo-fuzz's -Z flags on the stable toolchain (fuzz/README.md).
-  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -a -s none) > "$work/fuzz-build.log" 2>&1 ||
+  fuzz_build > "$work/fuzz-build.log" 2>&1 ||
     { tail -20 "$work/fuzz-build.log"; failed+=("cargo fuzz build"); }
   for t in $targets; do
     mkdir -p "fuzz/target/corpus/$t" "fuzz/artifacts/$t" "fuzz/corpus/$t"

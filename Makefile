@@ -62,10 +62,11 @@ rpm:
 K8S_TEST = ACTK_E2E_STRICT=1 $(CARGO) test -p actk-k8s-e2e --no-fail-fast
 # Cluster tests that only `make verify` runs (test-k8s-more), to keep a cold CI run inside its 90
 # minutes: chart upgrade paths whose parts CI still covers (helm --wait, earlier values rendered
-# by the deploy tests, named configs and NVIDIA's ConfigMaps on the cluster).
+# by the deploy tests, named configs on the cluster by node label, NVIDIA's ConfigMap format by
+# crates/actk-device-plugin's tests).
 K8S_VERIFY_ONLY = helm_wait_fails_for_a_plugin_that_does_not_come_up_and_the_old_one_serves \
   reuse_values_upgrade_from_an_earlier_chart_revision two_releases_keep_to_their_own_specs \
-  up_with_dra_values_waits_for_slices_not_extended_resources
+  up_with_dra_values_waits_for_slices_not_extended_resources nvidia_configmap_and_chart_values_carry_over
 test-k8s: build
 	scripts/k8s/build-kube.sh >/dev/null
 	scripts/k8s/fetch-forky.sh >/dev/null

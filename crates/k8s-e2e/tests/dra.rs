@@ -524,9 +524,12 @@ fn dra_allocation_of_a_vanished_device_is_refused_naming_claim_and_device() -> R
             })
             .to_string(),
         )?;
-        // Bound to the node by name (no scheduler), so the claim's allocation is ours to write.
+        // No scheduler takes the pod (its schedulerName has none), so the claim's allocation is
+        // ours to write; it is bound to the node only once the claim is reserved for it, so that
+        // the kubelet's first try reaches the driver (a refused try puts the next one behind the
+        // pod worker's backoff, past a minute on a loaded node).
         let mut pod = claim_pod(pod_name, &[("gpu", Source::Claim(claim_name))], &[("c", &["gpu"])]);
-        pod["spec"]["nodeName"] = json!(c.node_name());
+        pod["spec"]["schedulerName"] = json!("actk-test-nobody");
         c.apply(&pod.to_string())?;
         let uid = c.pod(pod_name)?["metadata"]["uid"].as_str().context("pod without uid")?.to_string();
         let status = json!({"status": {
@@ -550,8 +553,23 @@ fn dra_allocation_of_a_vanished_device_is_refused_naming_claim_and_device() -> R
             .as_str()
             .unwrap_or_default()
             .to_string();
-        // Before the status patch the kubelet refuses on its own (the claim is not reserved for
-        // the pod); the driver's refusal is the event that names the device.
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": pod_name, "namespace": TEST_NAMESPACE},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": c.node_name()}
+        });
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("binding.json");
+        std::fs::write(&file, binding.to_string())?;
+        let path = format!("/api/v1/namespaces/{TEST_NAMESPACE}/pods/{pod_name}/binding");
+        c.kubectl_ok(&[
+            std::ffi::OsStr::new("create"),
+            "--raw".as_ref(),
+            path.as_ref(),
+            "-f".as_ref(),
+            file.as_os_str(),
+        ])?;
+        // The driver's refusal is the event that names the device.
         let want =
             format!("claim {TEST_NAMESPACE}/{claim_name} (uid {claim_uid}): device nvidia-7 is not on this node");
         c.wait_until(

@@ -440,7 +440,8 @@ fn dra_first_available_and_admin_access_on_fixtures() -> Result<()> {
         c.wait_until(&format!("the {fx} devices in the node's slices"), Duration::from_secs(120), || {
             let d = published(&c)?;
             Ok(ready(&d).then_some(()))
-        })?;
+        })
+        .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
         c.apply(&examples)?;
         let pod = format!("fa-{}", fx.replace('_', "-"));
         c.delete_pod(&pod)?;
@@ -473,7 +474,7 @@ fn dra_first_available_and_admin_access_on_fixtures() -> Result<()> {
             })
             .map_err(|e| {
                 let events = c.events("gpu-monitoring", "fa-monitor").unwrap_or_default();
-                anyhow::anyhow!("{e}; events: {events:#?}")
+                anyhow::anyhow!("{e}; events: {events:#?}; driver log:\n{}", c.plugin_logs())
             })?;
             let dev = c.kubectl_ok(&["logs", "fa-monitor", "-n", "gpu-monitoring"])?;
             let gpus = dev

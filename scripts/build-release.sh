@@ -26,6 +26,8 @@
 #                  ship (`make deb`, `make rpm`), without the Kubernetes binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/cargo-outside-test.sh
+. scripts/lib/cargo-outside-test.sh
 cargo=${CARGO:-cargo}
 shims_only=0
 cli_only=0
@@ -71,8 +73,12 @@ else
 fi
 dist=$PWD/target/dist
 mkdir -p "$dist"
+# A binary already there byte for byte is left as it is: a build that found nothing to do
+# rewrites nothing (a test may be running target/dist's binaries meanwhile).
+put() { cmp -s "$1" "$dist/${1##*/}" || cp -p "$1" "$dist/"; }
 for b in target/release/*; do
-  [ -f "$b" ] && [ -x "$b" ] && case ${b##*/} in actk-runtime | actk-hook | *.d) ;; *) cp -p "$b" "$dist/" ;; esac
+  [ -f "$b" ] && [ -x "$b" ] && case ${b##*/} in actk-runtime | actk-hook | *.d) ;; *) put "$b" ;; esac
 done
-cp -p "target/$shim_target/release/actk-runtime" "target/$shim_target/release/actk-hook" "$dist/"
+put "target/$shim_target/release/actk-runtime"
+put "target/$shim_target/release/actk-hook"
 echo "$dist"

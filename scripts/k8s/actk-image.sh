@@ -21,6 +21,8 @@
 # `actk node setup` copies them onto the node, where they then depend on nothing of its libc.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=scripts/lib/cargo-outside-test.sh
+. "$repo/scripts/lib/cargo-outside-test.sh"
 profile=${ACTK_IMAGE_PROFILE:-release}
 out=$repo/target/k8s/actk-image.tar
 build=1

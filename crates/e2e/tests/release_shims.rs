@@ -177,3 +177,50 @@ fn actk_is_musl(exe: &Path) -> bool {
     let bytes = std::fs::read(exe).unwrap();
     !bytes.windows(5).any(|w| w == b"GLIBC")
 }
+
+/// The release build run from inside a cargo test, as the cluster harness builds the image
+/// (scripts/k8s/actk-image.sh → scripts/build-release.sh), finds nothing to do after the same
+/// build from a shell. Cargo's test environment (CARGO_MANIFEST_DIR and friends) must not reach
+/// the build scripts: ring's reads CARGO_MANIFEST_DIR, and a changed value rebuilt ring, rustls,
+/// kube and every binary above them (ten minutes of stop 38's CI run;
+/// scripts/lib/cargo-outside-test.sh). The first call, with the variables removed as a shell
+/// would have them, brings the build up to date; the second, with this test's own environment,
+/// must compile nothing.
+#[test]
+fn release_build_from_a_cargo_test_reuses_the_shells_build() {
+    if !engines::target_dir().join("release").join("actk").is_file() {
+        skip_or_fail("Run scripts/build-release.sh.", "the release actk is not built");
+        return;
+    }
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "cargo test sets CARGO_MANIFEST_DIR; without it this test checks nothing"
+    );
+    let script = engines::workspace_root().join("scripts/build-release.sh");
+    let run = |as_a_shell: bool| -> Output {
+        // The whole build, as `make test` and the image run it: `--cli-only` selects other
+        // packages, so Cargo would unify other features and build the CLI again for that alone.
+        let mut cmd = std::process::Command::new(&script);
+        if as_a_shell {
+            for (k, _) in std::env::vars_os() {
+                let k = k.to_string_lossy().into_owned();
+                if k == "OUT_DIR"
+                    || (k.starts_with("CARGO_") && k != "CARGO_HOME" && !k.starts_with("CARGO_TARGET_DIR"))
+                {
+                    cmd.env_remove(&k);
+                }
+            }
+        }
+        cmd.output().expect("running scripts/build-release.sh")
+    };
+    let first = run(true);
+    assert!(first.status.success(), "build-release.sh as a shell runs it: {:?}", text(&first));
+    let second = run(false);
+    assert!(second.status.success(), "build-release.sh from the test: {:?}", text(&second));
+    let compiled: Vec<&str> = std::str::from_utf8(&second.stderr)
+        .unwrap_or("")
+        .lines()
+        .filter(|l| l.trim_start().starts_with("Compiling "))
+        .collect();
+    assert!(compiled.is_empty(), "the build from a cargo test compiled again what a shell's had built: {compiled:?}");
+}

@@ -3,9 +3,9 @@
 # background after `make deps`): the packagers scripts/package.sh installs, the Kubernetes
 # binaries of the test cluster (scripts/k8s/build-kube.sh, ~18 min of CPU cold), containerd
 # and etcd from Debian forky (scripts/k8s/fetch-forky.sh) and the fuzz targets, which .ci/run
-# runs last (scripts/robustness.sh, FUZZ_BUILD_ONLY=1: the same build command as the run). At nice 19 it takes only the CPU
-# that lint, the builds and the tests leave idle (the end-to-end tests wait on containers much of
-# the time), so the work that used to run alone before the cluster tests mostly overlaps them.
+# runs last (scripts/robustness.sh, FUZZ_BUILD_ONLY=1: the same build command as the run). At
+# nice 19 it takes only the CPU that lint, the builds and the tests leave idle (the end-to-end
+# tests wait on containers much of the time), so work that used to run alone overlaps them.
 # Each step holds the same lock as the foreground call that needs its result: that call waits
 # for this one and then reuses what it built (or builds it itself if this one failed). Nothing
 # here mounts, makes device nodes or writes CDI specs, so the host snapshots of the tests

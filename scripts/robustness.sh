@@ -50,13 +50,16 @@ for f in "${prop_files[@]}"; do
   test_args+=(--test "$(basename "$f" .rs)")
 done
 
+# cargo-fuzz (scripts/install-deps.sh installs it; here for a machine without it).
+need_cargo_fuzz() {
+  command -v cargo-fuzz >/dev/null || $CARGO install cargo-fuzz --locked
+}
 # The same build command as the run below, so that the run's own build finds nothing to do.
 fuzz_build() {
   (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -a -s none)
 }
 if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then
-  command -v cargo-fuzz >/dev/null || $CARGO install cargo-fuzz --locked
-  fuzz_build
+  need_cargo_fuzz && fuzz_build
   exit
 fi
 
@@ -99,9 +102,7 @@ fuzz_secs=0
 if [ "${SKIP_FUZZ:-0}" != 1 ]; then
   log "coverage-guided fuzzing, ${FUZZ_SECONDS}s per target"
   t0=$(date +%s)
-  if ! command -v cargo-fuzz >/dev/null; then
-    $CARGO install cargo-fuzz --locked || failed+=("cargo install cargo-fuzz")
-  fi
+  need_cargo_fuzz || failed+=("cargo install cargo-fuzz")
   targets=${FUZZ_TARGETS:-$(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^actk-fuzz$')}
   # Build every target once (the first run would otherwise carry the whole build).
   # -a: debug assertions and overflow checks; -s none: no sanitizer (no unsafe parsing code).

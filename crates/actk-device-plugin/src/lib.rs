@@ -17,7 +17,8 @@
 //!   register, watch for kubelet restarts), [`metrics`] (Prometheus text endpoint),
 //!   [`config`] (file < env < flags), [`uds`] (gRPC over unix sockets, actk-node), [`dra_servers`]
 //!   (the kinds the DRA driver serves on this node, left alone), [`node_config`] (the config
-//!   the node's label `actk.dev/config` names).
+//!   the node's label `actk.dev/config` names), [`telemetry_grant`] (the NVIDIA device nodes
+//!   the telemetry exporter reads, as one extended resource of its own).
 
 pub mod allocate;
 pub mod api;
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod node_config;
 pub mod resources;
 pub mod service;
+pub mod telemetry_grant;
 
 // The node layer's modules under the paths the plugin's code (and its tests) use.
 pub use actk_node::{health, topology, uds};

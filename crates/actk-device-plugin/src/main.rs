@@ -12,6 +12,7 @@ use actk_device_plugin::held::{self, Ledger};
 use actk_device_plugin::manager::{self, ManagerConfig};
 use actk_device_plugin::metrics::{self, Metrics};
 use actk_device_plugin::node_config::{self, Decision, NodeSource};
+use actk_device_plugin::telemetry_grant::TelemetryGrant;
 use actk_device_plugin::{health, resources};
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -112,6 +113,13 @@ struct Cli {
     /// This node's name (the downward API's spec.nodeName), for --node-config.
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
+    /// Also serve the telemetry grant under this extended resource name (the chart:
+    /// actk.dev/telemetry): one device, on every node, whose Allocate gives the device nodes
+    /// NVML opens for every NVIDIA GPU (/dev/nvidiactl, /dev/nvidiaN, MIG capability nodes), so
+    /// that the telemetry exporter reads them unprivileged. It is every GPU's control path:
+    /// serve it only where an admission policy limits who may ask for it (the chart's does).
+    #[arg(long, env = "ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE", value_name = "RESOURCE")]
+    telemetry_resource: Option<String>,
 }
 
 /// The settings from `cli`, its config file and, with `name` (the node's config label), the
@@ -194,9 +202,18 @@ async fn start(cli: Cli) -> Result<Exit> {
         file: cli.dra_servers_file.clone(),
         default: cli.dra_default_profiles.iter().flatten().filter(|p| !p.is_empty()).cloned().collect(),
     };
+    let grant = cli.telemetry_resource.clone().filter(|r| !r.is_empty());
+    if let Some(r) = &grant
+        && !actk_device_plugin::config::extended_resource_name_ok(r)
+    {
+        anyhow::bail!(
+            "--telemetry-resource / ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE {r:?} is not an extended resource name: \
+             use <domain>/<name> outside kubernetes.io, such as actk.dev/telemetry"
+        );
+    }
     if !cli.node_config.unwrap_or(false) {
         let (s, ready_file) = settings(cli, None)?;
-        return run(s, ready_file, dra, None).await;
+        return run(s, ready_file, dra, None, grant).await;
     }
     let node = cli.node_name.clone().filter(|n| !n.is_empty()).context(
         "--node-config / ACTK_DEVICE_PLUGIN_NODE_CONFIG needs this node's name: --node-name / NODE_NAME \
@@ -253,7 +270,7 @@ async fn start(cli: Cli) -> Result<Exit> {
     let (s, ready_file) = settings(cli, name.as_deref())?;
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let watch = tokio::spawn(watch_node(src, name, check, tx));
-    let exit = run(s, ready_file, dra, Some(rx)).await;
+    let exit = run(s, ready_file, dra, Some(rx), grant).await;
     watch.abort();
     exit
 }
@@ -330,6 +347,7 @@ async fn run(
     ready_file: Option<PathBuf>,
     dra: DraServers,
     mut reconfigure: Option<tokio::sync::mpsc::Receiver<()>>,
+    grant: Option<String>,
 ) -> Result<Exit> {
     // A root that is not there is a configuration error, unlike a root without devices (a driver
     // may load later): say so and stop, so a pod shows it in its status.
@@ -361,7 +379,13 @@ async fn run(
     if let Ok(listed) = held::list_assignments(&s.pod_resources_socket).await {
         ledger.reconcile(listed);
     }
-    let _reconcile = Tasks(vec![tokio::spawn(held::reconcile_loop(ledger.clone(), s.pod_resources_socket.clone()))]);
+    let mut always = vec![tokio::spawn(held::reconcile_loop(ledger.clone(), s.pod_resources_socket.clone()))];
+    // The telemetry grant, served whatever the node's devices (and outside the readiness set,
+    // which follows the devices' resources).
+    if let Some(name) = grant {
+        always.push(serve_grant(&s, name, Arc::new(profiles.clone()), &metrics, &ledger));
+    }
+    let _always = Tasks(always);
     let mut first = true;
     let mut left_before: Option<std::collections::BTreeSet<String>> = None;
     // One pass per set of devices: serve it until discovery sees another (a device that got its
@@ -451,6 +475,42 @@ async fn run(
     }
     tracing::info!("stopped");
     Ok(Exit::Stopped)
+}
+
+/// Serves the telemetry grant `name` (actk_device_plugin::telemetry_grant) until the task is
+/// aborted.
+fn serve_grant(
+    s: &Settings,
+    name: String,
+    profiles: Arc<Vec<actk_core::profile::Profile>>,
+    metrics: &Arc<Metrics>,
+    ledger: &Arc<Ledger>,
+) -> tokio::task::JoinHandle<()> {
+    let cfg = ManagerConfig {
+        socket_dir: s.socket_dir.clone(),
+        kubelet_socket: s.kubelet_socket.clone(),
+        allocate: Arc::new(AllocateOptions {
+            strategies: vec![Strategy::DeviceSpecs],
+            host_mount: s.host_mount.clone(),
+            capabilities: None,
+            spec_dirs: Vec::new(),
+            logical_core_size: 0,
+            nri_gate: false,
+        }),
+        strict_topology: false,
+        ledger: ledger.clone(),
+        // Its own readiness, never written: the plugin's follows the devices' resources.
+        readiness: Arc::new(manager::Readiness::new(None)),
+    };
+    let (root, host_mount, metrics) = (s.root.clone(), s.host_mount.clone(), metrics.clone());
+    tracing::info!("serving the telemetry grant {name} (NVIDIA device nodes for the exporter)");
+    tokio::spawn(async move {
+        let endpoint = format!("actk-telemetry-{}.sock", name.replace(['/', '.'], "_"));
+        let make = |ended, alive| {
+            TelemetryGrant::new(name.clone(), root.clone(), host_mount.clone(), profiles.clone(), ended, alive)
+        };
+        manager::serve_socket(&name, &endpoint, 1, &cfg, &metrics, make).await
+    })
 }
 
 /// What discovery found, as text: devices, their nodes, shared nodes, host files.

@@ -182,12 +182,45 @@ pub async fn run(
     cfg: Arc<ManagerConfig>,
     metrics: Arc<Metrics>,
 ) {
-    let endpoint = res.socket_name();
-    let sock = cfg.socket_dir.join(&endpoint);
+    let make = {
+        let (res, cfg, metrics) = (res.clone(), cfg.clone(), metrics.clone());
+        move |ended: Arc<Notify>, alive: watch::Receiver<()>| {
+            Plugin::new(
+                res.clone(),
+                cfg.ledger.clone(),
+                health.clone(),
+                cfg.allocate.clone(),
+                cfg.strict_topology,
+                metrics.clone(),
+                ended,
+            )
+            .until(alive)
+        }
+    };
+    serve_socket(&res.name, &res.socket_name(), res.units.len(), &cfg, &metrics, make).await
+}
+
+/// Serves the DevicePlugin service that `make` builds for resource `name` on socket file
+/// `endpoint` of the socket directory and registers it, forever (see the module docs); `units`
+/// is only logged. `make` gets the notifier to call when a ListAndWatch stream ends and the
+/// receiver whose sender is dropped when this session ends ([`Plugin::until`]). Returns only
+/// if the tokio runtime shuts down.
+pub async fn serve_socket<P, F>(
+    name: &str,
+    endpoint: &str,
+    units: usize,
+    cfg: &ManagerConfig,
+    metrics: &Metrics,
+    make: F,
+) where
+    P: crate::api::device_plugin_server::DevicePlugin,
+    F: Fn(Arc<Notify>, watch::Receiver<()>) -> P,
+{
+    let sock = cfg.socket_dir.join(endpoint);
     let mut logged_wait = false;
     loop {
         if let Err(e) = std::fs::create_dir_all(&cfg.socket_dir) {
-            tracing::warn!("{}: cannot create {}: {e}; retrying", res.name, cfg.socket_dir.display());
+            tracing::warn!("{name}: cannot create {}: {e}; retrying", cfg.socket_dir.display());
             tokio::time::sleep(MAX_BACKOFF).await;
             continue;
         }
@@ -195,7 +228,7 @@ pub async fn run(
         let listener = match tokio::net::UnixListener::bind(&sock) {
             Ok(l) => l,
             Err(e) => {
-                tracing::warn!("{}: cannot listen on {}: {e}; retrying", res.name, sock.display());
+                tracing::warn!("{name}: cannot listen on {}: {e}; retrying", sock.display());
                 tokio::time::sleep(MAX_BACKOFF).await;
                 continue;
             }
@@ -206,16 +239,7 @@ pub async fn run(
         // Dropped with this iteration or with the task (aborted when the resource is no longer
         // served): the kubelet's ListAndWatch streams end then (Plugin::until).
         let (_alive, alive) = watch::channel(());
-        let plugin = Plugin::new(
-            res.clone(),
-            cfg.ledger.clone(),
-            health.clone(),
-            cfg.allocate.clone(),
-            cfg.strict_topology,
-            metrics.clone(),
-            ended.clone(),
-        )
-        .until(alive);
+        let plugin = make(ended.clone(), alive);
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         // Aborted with this task (the plugin serves a new set of devices): no server outlives it.
         let mut server = AbortOnDrop(tokio::spawn(
@@ -225,7 +249,7 @@ pub async fn run(
                     let _ = stop_rx.await;
                 }),
         ));
-        let reason = session(&res, &cfg, &sock, own, &endpoint, &ended, &metrics, &mut logged_wait).await;
+        let reason = session(name, units, cfg, &sock, own, endpoint, &ended, metrics, &mut logged_wait).await;
         let _ = stop_tx.send(());
         // Streams to a dead kubelet may hold a graceful shutdown open forever: cut them off.
         if tokio::time::timeout(Duration::from_millis(500), &mut server.0).await.is_err() {
@@ -233,17 +257,16 @@ pub async fn run(
         }
         if file_id(&sock).is_some_and(|id| Some(id) != own) && answers(&sock).await {
             tracing::info!(
-                "{}: another instance serves {} now (a rolling update's new pod): standing down while it does",
-                res.name,
+                "{name}: another instance serves {} now (a rolling update's new pod): standing down while it does",
                 sock.display()
             );
             while file_id(&sock).is_some() && answers(&sock).await {
                 tokio::time::sleep(STAND_DOWN_POLL).await;
             }
-            tracing::info!("{}: {} is no longer served: serving it again", res.name, sock.display());
+            tracing::info!("{name}: {} is no longer served: serving it again", sock.display());
             continue;
         }
-        tracing::info!("{}: {reason}; serving {} again and re-registering", res.name, sock.display());
+        tracing::info!("{name}: {reason}; serving {} again and re-registering", sock.display());
     }
 }
 
@@ -261,7 +284,8 @@ impl<T> Drop for AbortOnDrop<T> {
 
 #[allow(clippy::too_many_arguments)]
 async fn session(
-    res: &Resource,
+    name: &str,
+    units: usize,
     cfg: &ManagerConfig,
     sock: &Path,
     own: Option<(u64, u64)>,
@@ -278,17 +302,17 @@ async fn session(
             return "our socket was removed while waiting for the kubelet";
         }
         if !*logged_wait {
-            tracing::info!("{}: waiting for the kubelet socket {}", res.name, cfg.kubelet_socket.display());
+            tracing::info!("{}: waiting for the kubelet socket {}", name, cfg.kubelet_socket.display());
             *logged_wait = true;
         }
         tokio::time::sleep(POLL).await;
     };
     let mut delay = POLL;
     loop {
-        match register(&cfg.kubelet_socket, endpoint, &res.name).await {
+        match register(&cfg.kubelet_socket, endpoint, name).await {
             Ok(()) => break,
             Err(e) => {
-                tracing::warn!("{}: {e}; retrying in {} ms", res.name, delay.as_millis());
+                tracing::warn!("{name}: {e}; retrying in {} ms", delay.as_millis());
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(MAX_BACKOFF);
                 if file_id(sock) != own {
@@ -302,9 +326,9 @@ async fn session(
         }
     }
     *logged_wait = false;
-    metrics.update(&res.name, |m| m.registrations += 1);
-    cfg.readiness.registered(&res.name);
-    tracing::info!("{}: registered with the kubelet as {endpoint} ({} devices)", res.name, res.units.len());
+    metrics.update(name, |m| m.registrations += 1);
+    cfg.readiness.registered(name);
+    tracing::info!("{name}: registered with the kubelet as {endpoint} ({units} devices)");
     loop {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}

@@ -670,6 +670,35 @@ fn run_bundle(b: &actk_testsupport::engines::Bundle, what: &str) -> String {
     actk_testsupport::engines::expect_success(&format!("runc run ({what})"), &o)
 }
 
+/// A busybox bundle running `script` with what the kubelet makes of Allocate answer `c`'s device
+/// specs and mounts: OCI devices (numbers from the host node), cgroup allow rules, bind mounts.
+fn kubelet_bundle(c: &ContainerAllocateResponse, script: &str) -> actk_testsupport::engines::Bundle {
+    let bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", script], &[]).unwrap();
+    bundle
+        .edit(|cfg| {
+            use std::os::unix::fs::MetadataExt;
+            for d in &c.devices {
+                let rdev = std::fs::metadata(&d.host_path).unwrap().rdev();
+                let (major, minor) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
+                let dev = serde_json::json!({"path": d.container_path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666});
+                if cfg["linux"]["devices"].is_null() {
+                    cfg["linux"]["devices"] = serde_json::json!([]);
+                }
+                cfg["linux"]["devices"].as_array_mut().unwrap().push(dev);
+                cfg["linux"]["resources"]["devices"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(serde_json::json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": d.permissions}));
+            }
+            for m in &c.mounts {
+                let opts = if m.read_only { serde_json::json!(["rbind", "ro"]) } else { serde_json::json!(["rbind"]) };
+                cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!({"destination": m.container_path, "source": m.host_path, "type": "bind", "options": opts}));
+            }
+        })
+        .unwrap();
+    bundle
+}
+
 #[tokio::test]
 async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
     if !actk_testsupport::engines::require_root() {
@@ -704,29 +733,7 @@ async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
 
     // 2. What the kubelet does with device specs and mounts: OCI devices (numbers from the
     //    host node), cgroup allow rules, read-only bind mounts.
-    let spec_bundle = actk_testsupport::engines::Bundle::busybox(&["sh", "-c", LIST_NODES], &[]).unwrap();
-    spec_bundle
-        .edit(|cfg| {
-            use std::os::unix::fs::MetadataExt;
-            for d in &c.devices {
-                let rdev = std::fs::metadata(&d.host_path).unwrap().rdev();
-                let (major, minor) = ((rdev >> 8) & 0xfff, (rdev & 0xff) | ((rdev >> 12) & 0xfff00));
-                let dev = serde_json::json!({"path": d.container_path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666});
-                if cfg["linux"]["devices"].is_null() {
-                    cfg["linux"]["devices"] = serde_json::json!([]);
-                }
-                cfg["linux"]["devices"].as_array_mut().unwrap().push(dev);
-                cfg["linux"]["resources"]["devices"]
-                    .as_array_mut()
-                    .unwrap()
-                    .push(serde_json::json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": d.permissions}));
-            }
-            for m in &c.mounts {
-                let opts = if m.read_only { serde_json::json!(["rbind", "ro"]) } else { serde_json::json!(["rbind"]) };
-                cfg["mounts"].as_array_mut().unwrap().push(serde_json::json!({"destination": m.container_path, "source": m.host_path, "type": "bind", "options": opts}));
-            }
-        })
-        .unwrap();
+    let spec_bundle = kubelet_bundle(c, LIST_NODES);
     let via_specs = run_bundle(&spec_bundle, "dp-specs");
 
     let expect_gpu = |i: usize| {
@@ -746,6 +753,66 @@ async fn allocate_answer_starts_a_runc_container_with_the_same_devices() {
         out.lines().filter(|l| *l != "libcuda").map(str::to_string).collect::<std::collections::BTreeSet<_>>()
     };
     assert_eq!(nodes(&via_cdi), nodes(&via_specs), "CDI names and device specs give the same device nodes");
+}
+
+/// Issue 30, the telemetry grant (`--telemetry-resource`): served next to the GPUs, one device,
+/// Healthy; its Allocate gives a container (as the kubelet makes it of the device specs) the
+/// nodes NVML opens for all eight GPUs, /dev/nvidiactl and every /dev/nvidiaN, and nothing of
+/// CUDA's (/dev/nvidia-uvm) or the driver's files; any other ID is refused. A node without
+/// NVIDIA GPUs serves it too (the exporter's DaemonSet asks for it on every node), with an
+/// empty answer.
+#[tokio::test]
+async fn telemetry_grant_gives_the_nodes_nvml_opens_for_every_gpu_and_nothing_else() {
+    let Some(f) = prepare("nvidia-dgx-h100") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&f.root, dir.path(), &["--telemetry-resource", "actk.dev/telemetry"]);
+    let reg = kubelet.next_register_of("actk.dev/telemetry", Duration::from_secs(10)).await;
+    let mut client = kubelet.dial(&reg).await;
+    let mut s = client.list_and_watch(Empty {}).await.unwrap().into_inner();
+    let list = next_list(&mut s, Duration::from_secs(5)).await;
+    assert_eq!(list.devices.len(), 1, "{list:?}");
+    assert_eq!(health_of(&list, "telemetry"), "Healthy");
+    let bad = client.allocate(one(&["0"])).await.unwrap_err();
+    assert!(bad.message().contains("\"0\"") && bad.message().contains("telemetry"), "{}", bad.message());
+    let resp = client.allocate(one(&["telemetry"])).await.unwrap().into_inner();
+    let c = &resp.container_responses[0];
+    assert!(c.mounts.is_empty() && c.envs.is_empty() && c.cdi_devices.is_empty(), "{c:?}");
+    if actk_testsupport::engines::require_root() {
+        // LIST_NODES then `true`: its last test (libcuda mounted) fails without driver files.
+        let out = run_bundle(&kubelet_bundle(c, &format!("{LIST_NODES}; true")), "dp-telemetry");
+        assert!(!out.contains("libcuda"), "no driver library: {out}");
+        let mut seen: Vec<&str> = out.lines().map(|l| l.split(' ').next().unwrap_or_default()).collect();
+        seen.sort();
+        let mut want: Vec<String> = (0..8).map(|i| format!("nvidia{i}")).collect();
+        want.push("nvidiactl".into());
+        want.sort();
+        assert_eq!(seen, want, "the container's NVIDIA nodes: {out}");
+        assert!(out.contains("nvidiactl c3 ff"), "the control node's numbers: {out}");
+    }
+
+    let Some(inf2) = prepare("aws-inf2-48xlarge") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubelet = Emulator::new(dir.path());
+    kubelet.start();
+    let _plugin = PluginProcess::start(&inf2.root, dir.path(), &["--telemetry-resource", "actk.dev/telemetry"]);
+    let reg = kubelet.next_register_of("actk.dev/telemetry", Duration::from_secs(10)).await;
+    let resp = kubelet.dial(&reg).await.allocate(one(&["telemetry"])).await.unwrap().into_inner();
+    assert!(resp.container_responses[0].devices.is_empty(), "{resp:?}");
+}
+
+#[test]
+fn a_telemetry_resource_that_is_no_extended_resource_name_stops_the_plugin_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_actk-device-plugin"))
+        .args(["--root", "/", "--socket-dir"])
+        .arg(dir.path())
+        .args(["--telemetry-resource", "telemetry"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("\"telemetry\"") && err.contains("actk.dev/telemetry"), "{err}");
 }
 
 /// Waits up to 5 s for `path` to appear.

@@ -498,6 +498,9 @@ mod tests {
                 alloc("nvidia.com/mig-1g.10gb", "MIG-a"),
                 alloc("aws.amazon.com/neuroncore", "3"),
                 alloc("nvidia.com/gpu", "GPU-unknown"),
+                // The exporter's telemetry grant (actk-device-plugin telemetry_grant) reaches
+                // every GPU's nodes but holds none of them.
+                alloc("actk.dev/telemetry", "telemetry"),
             ],
             &[],
         );
@@ -506,6 +509,7 @@ mod tests {
         assert_eq!(holders_of(&out, "nvidia.com/gpu", 1)[0].part.as_deref(), Some("MIG 1:0 1g.10gb"));
         assert_eq!(holders_of(&out, "aws.amazon.com/neuron", 1)[0].part.as_deref(), Some("core 3"));
         assert!(holders_of(&out, "nvidia.com/gpu", 3).is_empty());
+        assert!(out.iter().flat_map(|d| &d.holders).all(|h| !h.via.contains("telemetry")), "{out:?}");
         assert!(holders_of(&out, "aws.amazon.com/neuron", 0).is_empty());
     }
 

@@ -160,10 +160,13 @@ fn daemonset_manifest_parses_and_is_least_privilege() {
             "Service",
             "ServiceAccount",
             "ServiceAccount",
+            "ServiceAccount",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding"
         ],
-        "the plugin (its service account always there), the exporter and the node labeller"
+        "the plugin (its service account always there), the exporter (its telemetry grant's policy) and the node labeller"
     );
     check_daemonset(&all, "deploy/kubernetes/actk-device-plugin.yaml");
 }
@@ -264,6 +267,49 @@ fn exporter_and_node_labeller_render_least_privilege() {
         }
     }
     check_daemonset(&privileged, "exporter.privileged=true");
+    // The telemetry grant (values.yaml exporter.deviceGrant): by default the plugin serves
+    // actk.dev/telemetry, the unprivileged exporter asks for one under its own service account,
+    // and a policy bound with Deny lets no other pod ask. Privileged, or without the plugin, or
+    // off: none of the three.
+    let grant_of = |all: &[Value]| {
+        let plugin = all.iter().find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin");
+        let env = plugin.map(|p| {
+            container(&p["spec"]["template"]["spec"], "actk-device-plugin")["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == "ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE")
+                .map(|e| e["value"].clone())
+        });
+        let exporter = all
+            .iter()
+            .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "actk-device-plugin-exporter")
+            .map(|d| container(&d["spec"]["template"]["spec"], "actk-exporter")["resources"]["limits"].clone());
+        let policy = all.iter().any(|d| {
+            d["kind"] == "ValidatingAdmissionPolicyBinding"
+                && d["spec"]["policyName"] == "actk-device-plugin-telemetry-grant"
+                && d["spec"]["validationActions"] == serde_json::json!(["Deny"])
+        });
+        (env.flatten(), exporter.map(|l| l["actk.dev/telemetry"].clone()), policy)
+    };
+    assert_eq!(grant_of(&all), (Some("actk.dev/telemetry".into()), Some(1.into()), true));
+    assert_eq!(exporter["serviceAccountName"], "actk-device-plugin-exporter");
+    let vap = named("ValidatingAdmissionPolicy", "actk-device-plugin-telemetry-grant");
+    let rule = vap["spec"]["validations"][0]["expression"].as_str().unwrap();
+    assert!(
+        rule.contains("request.namespace == \"kube-system\"")
+            && rule.contains("object.spec.serviceAccountName == \"actk-device-plugin-exporter\""),
+        "{vap}"
+    );
+    assert!(vap["spec"]["variables"][0]["expression"].as_str().unwrap().contains("initContainers"), "{vap}");
+    assert_eq!(grant_of(&privileged), (None, Some(Value::Null), false), "privileged: no grant");
+    let no_plugin = render(&helm, &["devicePlugin.enabled=false", "dra.enabled=true"]);
+    assert_eq!(grant_of(&no_plugin), (None, Some(Value::Null), false), "no plugin to serve it");
+    let off = render(&helm, &["exporter.deviceGrant.enabled=false"]);
+    assert_eq!(grant_of(&off), (None, Some(Value::Null), false), "deviceGrant off");
+    // A cluster without the policy API (before 1.30) gets no grant rather than an unguarded one.
+    let old = render_args(&helm, &[]).unwrap();
+    assert_eq!(grant_of(&old), (None, Some(Value::Null), false), "no admission policy API");
     let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
     let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort_unstable();
@@ -304,7 +350,9 @@ fn helm() -> Option<PathBuf> {
 fn render(helm: &Path, set: &[&str]) -> Vec<Value> {
     let chart = repo().join("deploy/helm/actk-device-plugin");
     let mut cmd = Command::new(helm);
-    cmd.args(["template", "actk-device-plugin", "--namespace", "kube-system"]).arg(&chart);
+    // What `helm install` sees on a cluster of 1.30 or later, the chart's floor (the labeller's
+    // admission policy): the ValidatingAdmissionPolicy API.
+    cmd.args(["template", "actk-device-plugin", "--namespace", "kube-system", "--api-versions", VAP_API]).arg(&chart);
     for s in set {
         cmd.args(["--set", s]);
     }

@@ -548,6 +548,56 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
         body.lines().filter(|l| l.starts_with("actk_device_info{") && l.contains("NVIDIA H100 80GB HBM3")).count();
     let mem = body.lines().filter(|l| l.starts_with("actk_device_memory_total_bytes{")).count();
     ensure!(gpus == 8 && mem >= 8, "8 H100s in /metrics ({gpus} info, {mem} memory series):\n{body}");
+
+    // The telemetry grant: the unprivileged exporter's container has the nodes NVML opens for
+    // every GPU (the kubelet's device specs from the plugin's actk.dev/telemetry), and nothing
+    // of CUDA's; the exporter does not count itself as a holder of any GPU.
+    let dev = exporter_nvidia_nodes()?;
+    let mut want: Vec<String> = (0..8).map(|i| format!("nvidia{i}")).collect();
+    want.push("nvidiactl".into());
+    want.sort();
+    ensure!(dev == want, "the exporter's /dev: {dev:?}, want {want:?}");
+    let own = body.lines().filter(|l| l.contains("pod=\"") && l.contains("-exporter-")).collect::<Vec<_>>();
+    ensure!(own.is_empty(), "the exporter attributed devices to itself: {own:?}");
+    // Nobody else may ask for it: a test pod, and a pod in the release's namespace under
+    // another service account, are refused at creation naming the rule.
+    let asks = PodSpec::new("asks-telemetry", "ls /dev").limit("actk.dev/telemetry", 1);
+    let refused = c.create_pod(&asks).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    ensure!(refused.contains("telemetry grant"), "a test pod asking for the grant: {refused:?}");
+    let mut in_release = asks.manifest();
+    in_release["metadata"]["namespace"] = NAMESPACE.into();
+    // A server-side dry run: admission runs, nothing is created in the release's namespace.
+    let f = tempfile::NamedTempFile::new()?;
+    std::fs::write(f.path(), in_release.to_string())?;
+    let o =
+        c.kubectl(&[std::ffi::OsStr::new("create"), "--dry-run=server".as_ref(), "-f".as_ref(), f.path().as_os_str()]);
+    let refused = if o.status.success() { String::new() } else { String::from_utf8_lossy(&o.stderr).to_string() };
+    ensure!(
+        refused.contains("telemetry grant") && refused.contains("-exporter"),
+        "a pod of {NAMESPACE} under the default service account: {refused:?}"
+    );
     c.kubectl_ok(&["label", "node", &node, "actk.dev/config-"])?;
     Ok(())
+}
+
+/// The character devices named nvidia* in the /dev of the exporter's container (the
+/// `actk-exporter` process's root, seen from the node).
+fn exporter_nvidia_nodes() -> Result<Vec<String>> {
+    use std::os::unix::fs::FileTypeExt;
+    for e in std::fs::read_dir("/proc")?.flatten() {
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !cmd.starts_with(b"/usr/bin/actk-exporter\0") {
+            continue;
+        }
+        let mut out = Vec::new();
+        for d in std::fs::read_dir(e.path().join("root/dev"))?.flatten() {
+            let name = d.file_name().to_string_lossy().to_string();
+            if name.starts_with("nvidia") && d.file_type().is_ok_and(|t| t.is_char_device()) {
+                out.push(name);
+            }
+        }
+        out.sort();
+        return Ok(out);
+    }
+    bail!("no actk-exporter process on the node")
 }

@@ -308,3 +308,17 @@ devices = {{ toString . | toJson }}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The telemetry grant's resource name when the chart serves it, else empty (values.yaml
+exporter.deviceGrant): the exporter, the device plugin and the grant's ValidatingAdmissionPolicy
+(exporter.yaml) all follow it, so the resource is never served without the policy, and the
+exporter never asks for a resource that no plugin serves.
+*/}}
+{{- define "actk.telemetryGrant" -}}
+{{- $e := .Values.exporter -}}
+{{- $api := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
+{{- if and $e.enabled $e.deviceGrant.enabled (not $e.privileged) .Values.devicePlugin.enabled $api -}}
+{{ $e.deviceGrant.resource }}
+{{- end -}}
+{{- end -}}

@@ -203,14 +203,6 @@ async fn start(cli: Cli) -> Result<Exit> {
         default: cli.dra_default_profiles.iter().flatten().filter(|p| !p.is_empty()).cloned().collect(),
     };
     let grant = cli.telemetry_resource.clone().filter(|r| !r.is_empty());
-    if let Some(r) = &grant
-        && !actk_device_plugin::config::extended_resource_name_ok(r)
-    {
-        anyhow::bail!(
-            "--telemetry-resource / ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE {r:?} is not an extended resource name: \
-             use <domain>/<name> outside kubernetes.io, such as actk.dev/telemetry"
-        );
-    }
     if !cli.node_config.unwrap_or(false) {
         let (s, ready_file) = settings(cli, None)?;
         return run(s, ready_file, dra, None, grant).await;
@@ -359,6 +351,9 @@ async fn run(
         );
     }
     let profiles = actk_core::profile::load(s.profiles_dir.as_deref()).context("loading vendor profiles")?;
+    if let Some(name) = &grant {
+        actk_device_plugin::telemetry_grant::check_resource_name(name, &profiles).map_err(anyhow::Error::msg)?;
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let metrics = Arc::new(Metrics::default());

@@ -150,6 +150,12 @@ fn file_id(p: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// The options every service of this plugin registers with and answers GetDevicePluginOptions
+/// with: no PreStartContainer, GetPreferredAllocation answered.
+pub fn options() -> DevicePluginOptions {
+    DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }
+}
+
 /// Register `resource` served on socket file `endpoint` with the kubelet at `kubelet`.
 ///
 /// Errors: the kubelet cannot be reached or refuses (its message is kept), or a timeout.
@@ -163,7 +169,7 @@ pub async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<
         version: VERSION.into(),
         endpoint: endpoint.into(),
         resource_name: resource.into(),
-        options: Some(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }),
+        options: Some(options()),
     };
     match tokio::time::timeout(CALL_TIMEOUT, RegistrationClient::new(channel).register(req)).await {
         Ok(Ok(_)) => Ok(()),

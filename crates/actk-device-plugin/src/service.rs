@@ -258,7 +258,7 @@ impl Plugin {
 #[tonic::async_trait]
 impl DevicePlugin for Plugin {
     async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
-        Ok(Response::new(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+        Ok(Response::new(crate::manager::options()))
     }
 
     type ListAndWatchStream = ReceiverStream<Result<ListAndWatchResponse, Status>>;

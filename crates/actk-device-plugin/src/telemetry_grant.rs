@@ -15,8 +15,10 @@
 //!
 //! Served on every node the plugin runs on, whether or not the node has NVIDIA GPUs (the
 //! exporter's DaemonSet asks for it on every node): on a node without them the answer is
-//! empty. The answer is computed from a discovery at Allocate time, so GPUs that appeared since
-//! the plugin started are in it.
+//! empty. The answer is computed from a discovery at Allocate time, so it names the GPUs the
+//! node has when the exporter's pod is admitted. The kubelet calls Allocate once per pod and
+//! keeps the answer for its containers' restarts: a GPU (or a driver) that comes later reaches
+//! the exporter with its next pod (docs/telemetry.md).
 
 use crate::allocate::node_path;
 use crate::api::device_plugin_server::DevicePlugin;
@@ -47,8 +49,9 @@ pub const NVML_CONTROL_NODE: &str = "/dev/nvidiactl";
 /// (`discovery = "nvidia"`): [`NVML_CONTROL_NODE`], every GPU's nodes, the MIG `monitor`
 /// capability (/proc/driver/nvidia/capabilities/mig/monitor, which lets NVML read every MIG
 /// device, as dcgm-exporter's pod gets it) and every MIG device's own capability nodes. No
-/// mounts and no env: the exporter loads the driver's NVML from the host root it reads. Empty
-/// on a node without such devices.
+/// mounts and no env: the exporter loads the driver's NVML from the host root it reads. Nodes
+/// that are not character devices under the root are left out. Empty on a node without such
+/// devices.
 pub fn grant_response(inventory: &Inventory, profiles: &[Profile], host_mount: &Path) -> ContainerAllocateResponse {
     let mut resp = ContainerAllocateResponse::default();
     for vendor in &inventory.vendors {
@@ -60,7 +63,10 @@ pub fn grant_response(inventory: &Inventory, profiles: &[Profile], host_mount: &
         let monitor = vendor.mig_capabilities.get("monitor");
         let migs = vendor.devices.iter().flat_map(|d| d.mig.iter().flat_map(|m| &m.devices)).flat_map(|m| &m.nodes);
         for n in control.chain(gpus).chain(monitor).chain(migs) {
-            if resp.devices.iter().any(|d| d.container_path == n.path) {
+            // Only nodes the node has: discovery names capability nodes from the driver's
+            // tables, which may not be made yet (`nvidia-modprobe -f` makes them on demand),
+            // and a device spec whose host path is missing fails the container's creation.
+            if resp.devices.iter().any(|d| d.container_path == n.path) || !is_char_device(&n.host_path) {
                 continue;
             }
             resp.devices.push(DeviceSpec {
@@ -71,6 +77,42 @@ pub fn grant_response(inventory: &Inventory, profiles: &[Profile], host_mount: &
         }
     }
     resp
+}
+
+/// Checks `name` as the grant's resource name (`--telemetry-resource`): an extended resource
+/// name (`<domain>/<name>`, crate::config::extended_resource_name_ok) that the kubelet takes
+/// from a device plugin (not in `kubernetes.io` or a subdomain of it, no `requests.` prefix:
+/// Kubernetes `IsExtendedResourceName`), and none that a profile in `profiles` serves, nor
+/// such a name's time-slicing rename (`<name>.shared`), since the grant would then take that
+/// resource's place at the kubelet. The error names the value and the fix.
+pub fn check_resource_name(name: &str, profiles: &[Profile]) -> Result<(), String> {
+    let fix = "use a name of its own such as actk.dev/telemetry (the chart's)";
+    let domain = name.split_once('/').map(|(d, _)| d).unwrap_or_default();
+    if !crate::config::extended_resource_name_ok(name)
+        || domain == "kubernetes.io"
+        || domain.ends_with(".kubernetes.io")
+        || name.starts_with("requests.")
+    {
+        return Err(format!(
+            "--telemetry-resource / ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE {name:?} is not an extended resource \
+             name the kubelet takes from a device plugin (<domain>/<name>, the domain outside kubernetes.io): {fix}"
+        ));
+    }
+    let served = profiles.iter().flat_map(|p| &p.kubernetes.resources).find(|r| {
+        name == r.as_str() || name.strip_suffix(".shared") == Some(r.as_str()) || name.starts_with(&format!("{r}."))
+    });
+    if let Some(r) = served {
+        return Err(format!(
+            "--telemetry-resource / ACTK_DEVICE_PLUGIN_TELEMETRY_RESOURCE {name:?} is (a variant of) {r}, which this \
+             plugin serves for devices: {fix}"
+        ));
+    }
+    Ok(())
+}
+
+fn is_char_device(p: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device())
 }
 
 /// The grant's DevicePlugin service: one device, always Healthy; Allocate answers
@@ -103,7 +145,7 @@ impl TelemetryGrant {
 #[tonic::async_trait]
 impl DevicePlugin for TelemetryGrant {
     async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
-        Ok(Response::new(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+        Ok(Response::new(crate::manager::options()))
     }
 
     type ListAndWatchStream = ReceiverStream<Result<ListAndWatchResponse, Status>>;
@@ -133,7 +175,10 @@ impl DevicePlugin for TelemetryGrant {
         let mut out = PreferredAllocationResponse::default();
         for c in req.into_inner().container_requests {
             let size = usize::try_from(c.allocation_size).unwrap_or(0);
-            let ids = c.must_include_device_i_ds.iter().chain(&c.available_device_i_ds).take(size).cloned().collect();
+            // The must-include IDs first; the available list holds them too (device plugin API).
+            let mut ids: Vec<String> = c.must_include_device_i_ds.clone();
+            ids.extend(c.available_device_i_ds.iter().filter(|id| !c.must_include_device_i_ds.contains(id)).cloned());
+            ids.truncate(size);
             out.container_responses.push(ContainerPreferredAllocationResponse { device_i_ds: ids });
         }
         Ok(Response::new(out))
@@ -180,18 +225,47 @@ mod tests {
         let profiles = actk_core::profile::builtin();
         let inv = actk_core::discover::discover(&f.root, &profiles);
         let r = grant_response(&inv, &profiles, &f.root);
-        let paths: Vec<&str> = r.devices.iter().map(|d| d.container_path.as_str()).collect();
-        assert!(paths.contains(&"/dev/nvidiactl"), "{paths:?}");
-        for i in 0..8 {
-            assert!(paths.contains(&format!("/dev/nvidia{i}").as_str()), "{paths:?}");
-        }
-        // Not compute (no /dev/nvidia-uvm): NVML does not open it.
-        assert!(!paths.iter().any(|p| p.contains("uvm")), "{paths:?}");
+        let mut paths: Vec<&str> = r.devices.iter().map(|d| d.container_path.as_str()).collect();
+        paths.sort();
+        // The control node, the eight GPUs, the MIG monitor capability (the fixture's
+        // /proc/driver/nvidia/capabilities/mig/monitor, nvidia-cap2); not CUDA's
+        // /dev/nvidia-uvm, -uvm-tools nor -modeset, not the MIG config capability (nvidia-cap1).
+        let mut want = vec!["/dev/nvidia-caps/nvidia-cap2".to_string(), "/dev/nvidiactl".into()];
+        want.extend((0..8).map(|i| format!("/dev/nvidia{i}")));
+        want.sort();
+        assert_eq!(paths, want);
         for d in &r.devices {
             assert_eq!(d.host_path, d.container_path, "the node's path, the fixture root removed");
             assert_eq!(d.permissions, "rw");
         }
         assert!(r.mounts.is_empty() && r.envs.is_empty() && r.cdi_devices.is_empty(), "{r:?}");
+
+        // A capability node the driver lists but nobody made yet is left out (a device spec
+        // whose host path is missing would fail the exporter's container).
+        std::fs::remove_file(f.path("/dev/nvidia-caps/nvidia-cap2")).unwrap();
+        let r = grant_response(&inv, &profiles, &f.root);
+        assert!(r.devices.iter().all(|d| !d.container_path.contains("nvidia-cap")), "{r:?}");
+        assert_eq!(r.devices.len(), 9);
+    }
+
+    #[test]
+    fn resource_names_that_are_not_the_grants_own_are_refused() {
+        let profiles = actk_core::profile::builtin();
+        assert_eq!(check_resource_name("actk.dev/telemetry", &profiles), Ok(()));
+        assert_eq!(check_resource_name("example.com/nvml", &profiles), Ok(()));
+        for bad in [
+            "telemetry",
+            "kubernetes.io/telemetry",
+            "foo.kubernetes.io/telemetry",
+            "requests.actk.dev/telemetry",
+            "nvidia.com/gpu",
+            "nvidia.com/gpu.shared",
+            "aws.amazon.com/neuroncore",
+            "amd.com/gpu",
+        ] {
+            let e = check_resource_name(bad, &profiles).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")) && e.contains("actk.dev/telemetry"), "{bad}: {e}");
+        }
     }
 
     #[test]

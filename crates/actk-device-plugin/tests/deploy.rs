@@ -302,18 +302,24 @@ fn exporter_and_node_labeller_render_least_privilege() {
         "{vap}"
     );
     assert!(vap["spec"]["variables"][0]["expression"].as_str().unwrap().contains("initContainers"), "{vap}");
-    assert_eq!(grant_of(&privileged), (None, Some(Value::Null), false), "privileged: no grant");
+    // The policy stays whatever the exporter's values: a plugin pod of the revision before may
+    // still serve the grant while the one that turns it off rolls out.
+    assert_eq!(grant_of(&privileged), (None, Some(Value::Null), true), "privileged: no grant, the policy kept");
     let no_plugin = render(&helm, &["devicePlugin.enabled=false", "dra.enabled=true"]);
     assert_eq!(grant_of(&no_plugin), (None, Some(Value::Null), false), "no plugin to serve it");
     let off = render(&helm, &["exporter.deviceGrant.enabled=false"]);
-    assert_eq!(grant_of(&off), (None, Some(Value::Null), false), "deviceGrant off");
+    assert_eq!(grant_of(&off), (None, Some(Value::Null), true), "deviceGrant off: the policy kept");
     // A cluster without the policy API (before 1.30) gets no grant rather than an unguarded one.
     let old = render_args(&helm, &[]).unwrap();
     assert_eq!(grant_of(&old), (None, Some(Value::Null), false), "no admission policy API");
     let off = render(&helm, &["exporter.enabled=false", "nodeLabeller.enabled=false"]);
     let mut kinds: Vec<&str> = off.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort_unstable();
-    assert_eq!(kinds, ["ConfigMap", "DaemonSet", "ServiceAccount"], "only the plugin (and its tokenless identity)");
+    assert_eq!(
+        kinds,
+        ["ConfigMap", "DaemonSet", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"],
+        "only the plugin (and its tokenless identity, and the telemetry grant's policy, kept with the plugin)"
+    );
 }
 
 /// Every `.Values.a.b` a template refers to is defined in values.yaml.

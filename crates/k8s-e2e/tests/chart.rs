@@ -553,8 +553,9 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
     // every GPU (the kubelet's device specs from the plugin's actk.dev/telemetry), and nothing
     // of CUDA's; the exporter does not count itself as a holder of any GPU.
     let dev = exporter_nvidia_nodes()?;
+    // The fixture's MIG monitor capability (nvidia-cap2) too: NVML reads every MIG device by it.
     let mut want: Vec<String> = (0..8).map(|i| format!("nvidia{i}")).collect();
-    want.push("nvidiactl".into());
+    want.extend(["nvidiactl".into(), "nvidia-caps/nvidia-cap2".into()]);
     want.sort();
     ensure!(dev == want, "the exporter's /dev: {dev:?}, want {want:?}");
     let own = body.lines().filter(|l| l.contains("pod=\"") && l.contains("-exporter-")).collect::<Vec<_>>();
@@ -580,8 +581,9 @@ fn exporter_and_node_labeller_daemonsets() -> Result<()> {
     Ok(())
 }
 
-/// The character devices named nvidia* in the /dev of the exporter's container (the
-/// `actk-exporter` process's root, seen from the node).
+/// The character devices named nvidia* in the /dev of the exporter's container, and in its
+/// /dev/nvidia-caps (`nvidia-caps/<name>`), seen from the node through the `actk-exporter`
+/// process's root.
 fn exporter_nvidia_nodes() -> Result<Vec<String>> {
     use std::os::unix::fs::FileTypeExt;
     for e in std::fs::read_dir("/proc")?.flatten() {
@@ -589,11 +591,14 @@ fn exporter_nvidia_nodes() -> Result<Vec<String>> {
         if !cmd.starts_with(b"/usr/bin/actk-exporter\0") {
             continue;
         }
+        let dev = e.path().join("root/dev");
+        let caps = std::fs::read_dir(dev.join("nvidia-caps")).into_iter().flatten().flatten();
         let mut out = Vec::new();
-        for d in std::fs::read_dir(e.path().join("root/dev"))?.flatten() {
+        for (prefix, d) in std::fs::read_dir(&dev)?.flatten().map(|d| ("", d)).chain(caps.map(|d| ("nvidia-caps/", d)))
+        {
             let name = d.file_name().to_string_lossy().to_string();
             if name.starts_with("nvidia") && d.file_type().is_ok_and(|t| t.is_char_device()) {
-                out.push(name);
+                out.push(format!("{prefix}{name}"));
             }
         }
         out.sort();

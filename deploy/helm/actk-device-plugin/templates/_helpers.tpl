@@ -311,14 +311,24 @@ devices = {{ toString . | toJson }}
 
 {{/*
 The telemetry grant's resource name when the chart serves it, else empty (values.yaml
-exporter.deviceGrant): the exporter, the device plugin and the grant's ValidatingAdmissionPolicy
-(exporter.yaml) all follow it, so the resource is never served without the policy, and the
-exporter never asks for a resource that no plugin serves.
+exporter.deviceGrant): the exporter and the device plugin follow it. Served only where its
+ValidatingAdmissionPolicy is installed ("actk.telemetryGrantPolicy"), so never unguarded.
 */}}
 {{- define "actk.telemetryGrant" -}}
 {{- $e := .Values.exporter -}}
-{{- $api := .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}
-{{- if and $e.enabled $e.deviceGrant.enabled (not $e.privileged) .Values.devicePlugin.enabled $api -}}
-{{ $e.deviceGrant.resource }}
+{{- if and $e.enabled $e.deviceGrant.enabled (not $e.privileged) (include "actk.telemetryGrantPolicy" .) -}}
+actk.dev/telemetry
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the telemetry grant's ValidatingAdmissionPolicy is installed (telemetry-grant.yaml):
+with the device plugin, on a cluster with the API, whatever the exporter's values. A plugin pod
+of an earlier revision may still serve the grant during the rollout that turns it off, and the
+policy must outlive it.
+*/}}
+{{- define "actk.telemetryGrantPolicy" -}}
+{{- if and .Values.devicePlugin.enabled (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") -}}
+true
 {{- end -}}
 {{- end -}}

@@ -275,7 +275,9 @@ pub fn base_request(request: &str) -> &str {
 /// [`ClaimError::UnknownDevice`] (naming every such device and the node's devices),
 /// [`ClaimError::Config`] (a DeviceConfig that is not valid, or asks for what the device or
 /// node cannot do: MPS on a device that is not an NVIDIA GPU or on a node without an MPS
-/// daemon, more cores than the device has free),
+/// daemon, more cores than the device has free; a section of an entry for every request is
+/// left out for a device it is not for when another device of the claim takes it,
+/// [`crate::config::Skip`]),
 /// [`ClaimError::Spec`].
 // The error names the claim and the devices; it is built once per failed claim, so its size
 // does not matter.
@@ -320,7 +322,8 @@ pub fn prepare(
     let mut unknown = Vec::new();
     // request, device, vendor, index, MIG index
     let mut picked: Vec<(&str, &str, usize, u32, Option<u32>)> = Vec::new();
-    let mut shares: Vec<Share<'_>> = Vec::new();
+    // Which claim-wide DeviceConfig sections each result's device is for (config::Skip).
+    let mut fits: Vec<(&DeviceRequestAllocationResult, crate::config::Skip)> = Vec::new();
     for r in &results {
         if r.pool != node {
             return Err(ClaimError::OtherPool {
@@ -333,12 +336,29 @@ pub fn prepare(
         match by_name.get(&r.device) {
             Some(&(vi, idx, mig)) => {
                 picked.push((base_request(&r.request), &r.device, vi, idx, mig));
-                let cfg = crate::config::for_request(configs, &r.request)
-                    .map_err(|message| ClaimError::Config { claim: want.clone(), message })?;
-                shares.push(Share { result: r, vendor: vi, index: idx, mig: mig.is_some(), config: cfg });
+                let profile = profiles.iter().find(|p| p.name == inventory.vendors[vi].profile);
+                fits.push((
+                    r,
+                    crate::config::Skip {
+                        mps: profile.is_some_and(|p| p.discovery == "nvidia") && mig.is_none(),
+                        neuron: profile.is_some_and(|p| p.selection.logical_core_size_env.is_some()),
+                    },
+                ));
             }
             None => unknown.push(r.device.clone()),
         }
+    }
+    // A claim-wide section is left out for a device it is not for only when another device of
+    // the claim takes it; one that no device takes stays, and is refused naming the device.
+    let any_mps = fits.iter().any(|(_, f)| f.mps);
+    let any_neuron = fits.iter().any(|(_, f)| f.neuron);
+    let mut shares: Vec<Share<'_>> = Vec::new();
+    for (r, f) in &fits {
+        let skip = crate::config::Skip { mps: any_mps && !f.mps, neuron: any_neuron && !f.neuron };
+        let cfg = crate::config::for_request(configs, &r.request, skip)
+            .map_err(|message| ClaimError::Config { claim: want.clone(), message })?;
+        let &(vi, idx, mig) = &by_name[&r.device];
+        shares.push(Share { result: r, vendor: vi, index: idx, mig: mig.is_some(), config: cfg });
     }
     if !unknown.is_empty() {
         let known = if by_name.is_empty() {

@@ -24,7 +24,11 @@
 //! Which configuration applies to a request follows the API: an entry without `requests`
 //! applies to every request, one with `requests` to those named (a `request/subrequest` also
 //! matches its base request); entries from the class come first, the claim's after them, and a
-//! later entry's `sharing` (or `neuron`) replaces an earlier one's.
+//! later entry's `sharing` (or `neuron`) replaces an earlier one's. A section of an entry for
+//! every request that is for another kind of device (MPS, for whole NVIDIA GPUs; `neuron`, for
+//! Neuron devices) is left out for a request whose device is not that kind, as NVIDIA's DRA
+//! driver skips a `GpuConfig` without requests for a MIG device: a claim for a GPU and a Neuron
+//! device can say `MPS` once ([`Skip`]).
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -183,24 +187,50 @@ impl DeviceConfig {
     }
 }
 
+/// The sections of entries for every request (no `requests`, or an empty list) that are left
+/// out for one request, because they are for another kind of device of the same claim. The
+/// claim's preparation sets a flag only when the request's device is not of that kind and
+/// another device of the claim is: a section that is for none of the claim's devices stays, so
+/// that the claim is refused with the device named rather than the setting lost in silence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skip {
+    /// `sharing` with `strategy: MPS` (for whole NVIDIA GPUs, not MIG devices).
+    pub mps: bool,
+    /// `neuron` (for devices whose profile has a logical core size variable).
+    pub neuron: bool,
+}
+
 /// The configuration of `request` (an allocation result's request, `gpu` or `gpu/large`) from
 /// the allocation's `config` entries of driver `actk.dev`, in order (class entries first, as
-/// the API server lists them). `Ok(None)` when no entry applies.
+/// the API server lists them), the sections `skip` names left out of entries for every request.
+/// `Ok(None)` when no entry applies.
 ///
-/// Errors: [`DeviceConfig::parse`]'s, for the first applying entry that is not valid.
-pub fn for_request(configs: &[DeviceAllocationConfiguration], request: &str) -> Result<Option<DeviceConfig>, String> {
+/// Errors: [`DeviceConfig::parse`]'s, for the first applying entry that is not valid (whatever
+/// `skip` leaves out of it).
+pub fn for_request(
+    configs: &[DeviceAllocationConfiguration],
+    request: &str,
+    skip: Skip,
+) -> Result<Option<DeviceConfig>, String> {
     let base = crate::claim::base_request(request);
     let mut out: Option<DeviceConfig> = None;
     for (i, c) in configs.iter().enumerate() {
         let Some(o) = c.opaque.as_ref().filter(|o| o.driver == crate::slice::DRIVER) else { continue };
-        let applies =
-            c.requests.as_ref().is_none_or(|rs| rs.is_empty() || rs.iter().any(|r| r == request || r == base));
-        if !applies {
+        let every = c.requests.as_ref().is_none_or(|rs| rs.is_empty());
+        if !every && !c.requests.iter().flatten().any(|r| r == request || r == base) {
             continue;
         }
         let field = format!("status.allocation.devices.config[{i}].opaque.parameters");
         let from = if c.source == "FromClass" { "the DeviceClass" } else { "the claim" };
-        let cfg = DeviceConfig::parse(&o.parameters.0, &field).map_err(|e| format!("{e} (set in {from})"))?;
+        let mut cfg = DeviceConfig::parse(&o.parameters.0, &field).map_err(|e| format!("{e} (set in {from})"))?;
+        if every {
+            if skip.mps && cfg.sharing.as_ref().is_some_and(|s| s.strategy == Strategy::Mps) {
+                cfg.sharing = None;
+            }
+            if skip.neuron {
+                cfg.neuron = None;
+            }
+        }
         match &mut out {
             None => out = Some(cfg),
             Some(prev) => {
@@ -311,18 +341,43 @@ mod tests {
             }),
         };
         let configs = vec![entry("FromClass", None, "TimeSlicing"), entry("FromClaim", Some(vec!["gpu"]), "MPS")];
-        let strategy = |r: &str| for_request(&configs, r).unwrap().and_then(|c| c.sharing).map(|s| s.strategy);
+        let strategy =
+            |r: &str| for_request(&configs, r, Skip::default()).unwrap().and_then(|c| c.sharing).map(|s| s.strategy);
         assert_eq!(strategy("gpu"), Some(Strategy::Mps));
         assert_eq!(strategy("gpu/small"), Some(Strategy::Mps));
         assert_eq!(strategy("other"), Some(Strategy::TimeSlicing));
-        assert_eq!(for_request(&[], "gpu").unwrap(), None);
+        assert_eq!(for_request(&[], "gpu", Skip::default()).unwrap(), None);
         let mut bad = configs.clone();
         bad[1].opaque.as_mut().unwrap().parameters = RawExtension(json!({"kind": "DeviceConfig"}));
-        let e = for_request(&bad, "gpu").unwrap_err();
+        let e = for_request(&bad, "gpu", Skip::default()).unwrap_err();
         assert!(e.contains("status.allocation.devices.config[1].opaque.parameters.apiVersion is missing"), "{e}");
         assert!(e.contains("(set in the claim)"), "{e}");
         // Another driver's entry is not read.
         bad[1].opaque.as_mut().unwrap().driver = "gpu.example.com".into();
-        assert!(for_request(&bad, "gpu").is_ok());
+        assert!(for_request(&bad, "gpu", Skip::default()).is_ok());
+
+        // Skip leaves sections out of entries for every request only.
+        let configs = vec![
+            entry("FromClass", None, "TimeSlicing"),
+            entry("FromClaim", Some(vec![]), "MPS"),
+            entry("FromClaim", Some(vec!["gpu"]), "MPS"),
+        ];
+        let skip = Skip { mps: true, neuron: true };
+        let strategy = |r: &str| for_request(&configs, r, skip).unwrap().and_then(|c| c.sharing).map(|s| s.strategy);
+        assert_eq!(strategy("nc"), Some(Strategy::TimeSlicing), "the claim-wide MPS left out, the class's stays");
+        assert_eq!(strategy("gpu"), Some(Strategy::Mps), "named: kept (and refused later if not for the device)");
+        let lnc = DeviceAllocationConfiguration {
+            source: "FromClaim".into(),
+            requests: None,
+            opaque: Some(OpaqueDeviceConfiguration {
+                driver: "actk.dev".into(),
+                parameters: RawExtension(
+                    json!({"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "neuron": {"logicalCoreSize": 2}}),
+                ),
+            }),
+        };
+        let neuron = |skip| for_request(std::slice::from_ref(&lnc), "gpu", skip).unwrap().and_then(|c| c.neuron);
+        assert_eq!(neuron(Skip { mps: false, neuron: true }), None);
+        assert_eq!(neuron(Skip { mps: true, neuron: false }).and_then(|n| n.logical_core_size), Some(2));
     }
 }

@@ -14,11 +14,12 @@
 //!   driver actk.dev that apply to the request (no `requests`, an empty list, the request or
 //!   its base request named), in order; the first applying entry that is not valid is the
 //!   error, naming its index; otherwise a later entry's `sharing` or `neuron` replaces an
-//!   earlier one's.
+//!   earlier one's, where an entry for every request (no `requests`, an empty list) has no
+//!   MPS `sharing` when `Skip::mps` is set and no `neuron` when `Skip::neuron` is.
 //!
 //! Cases per property: `PROPTEST_CASES` (default 256); counts go to `$ACTK_VERIFY_COUNTS`.
 
-use actk_dra::config::{API_VERSION, DeviceConfig, KIND, Strategy as Sharing, for_request, quantity_bytes};
+use actk_dra::config::{API_VERSION, DeviceConfig, KIND, Skip, Strategy as Sharing, for_request, quantity_bytes};
 use k8s_openapi::api::resource::v1::{DeviceAllocationConfiguration, OpaqueDeviceConfiguration};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use proptest::prelude::*;
@@ -286,13 +287,18 @@ fn entry() -> impl Strategy<Value = DeviceAllocationConfiguration> {
 
 #[test]
 fn for_request_equals_the_rule_stated_directly() {
-    let strategy =
-        (prop::collection::vec(entry(), 0..5), prop::sample::select(vec!["gpu", "gpu/small", "tpu", "none"]));
-    check("dra-config-for-request", strategy, |(configs, request)| {
+    let strategy = (
+        prop::collection::vec(entry(), 0..5),
+        prop::sample::select(vec!["gpu", "gpu/small", "tpu", "none"]),
+        any::<(bool, bool)>(),
+    );
+    check("dra-config-for-request", strategy, |(configs, request, (mps, neuron))| {
+        let skip = Skip { mps, neuron };
         let base = request.split_once('/').map_or(request, |(b, _)| b);
         let mut want: Result<Option<DeviceConfig>, usize> = Ok(None);
         for (i, c) in configs.iter().enumerate() {
             let o = c.opaque.as_ref().expect("the strategy gives every entry parameters");
+            let every = c.requests.as_ref().is_none_or(|r| r.is_empty());
             let applies = o.driver == "actk.dev"
                 && c.requests.as_ref().is_none_or(|r| r.is_empty() || r.iter().any(|r| r == request || r == base));
             if !applies {
@@ -303,7 +309,13 @@ fn for_request_equals_the_rule_stated_directly() {
                     want = Err(i);
                     break;
                 }
-                Ok(c) => {
+                Ok(mut c) => {
+                    if every && skip.mps && c.sharing.as_ref().is_some_and(|s| s.strategy == Sharing::Mps) {
+                        c.sharing = None;
+                    }
+                    if every && skip.neuron {
+                        c.neuron = None;
+                    }
                     let Ok(prev) = &mut want else { unreachable!("an error ends the loop") };
                     match prev {
                         None => *prev = Some(c),
@@ -319,7 +331,7 @@ fn for_request_equals_the_rule_stated_directly() {
                 }
             }
         }
-        match (for_request(&configs, request), want) {
+        match (for_request(&configs, request, skip), want) {
             (Ok(got), Ok(want)) => prop_assert_eq!(got, want),
             (Err(e), Err(i)) => {
                 let at = format!("status.allocation.devices.config[{i}].opaque.parameters");

@@ -319,6 +319,43 @@ async fn logical_core_size_groups_cores_and_numbers_them_logically() {
     );
 }
 
+/// One claim for an NVIDIA GPU and two Neuron cores with one DeviceConfig for every request
+/// (MPS and a logical core size of 2): each device takes the section that is for it, as
+/// NVIDIA's DRA driver applies a `GpuConfig` without requests to its GPUs only. The same entry
+/// naming both requests is refused, naming the device a section is not for.
+#[tokio::test]
+async fn a_config_for_every_request_of_a_mixed_claim_applies_where_it_fits() {
+    let Some(Node { f: _f, dir, claims, d }) = node("hetero-nvidia-neuron", true) else { return };
+    let cfg = |requests: Value| {
+        json!([{"source": "FromClaim", "requests": requests, "opaque": {"driver": "actk.dev", "parameters":
+            {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"},
+             "neuron": {"logicalCoreSize": 2}}}}])
+    };
+    let results = [("gpu", "nvidia-0", Value::Null), ("nc", "neuron-1", json!({"cores": "2"}))];
+    claims.put(claim(1, &results, cfg(Value::Null)));
+    d.prepare(&want(1)).await.unwrap();
+    let gpu = common_env(dir.path(), 1, "nvidia");
+    assert_eq!(var(&gpu, "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"), "{gpu:?}");
+    assert!(!gpu.iter().any(|e| e.starts_with("NEURON_")), "{gpu:?}");
+    let nc = common_env(dir.path(), 1, "neuron");
+    // neuron-1's physical cores 2 and 3 are logical core 1.
+    assert_eq!(var(&nc, "NEURON_RT_VISIBLE_CORES"), Some("1"), "{nc:?}");
+    assert_eq!(var(&nc, "NEURON_LOGICAL_NC_CONFIG"), Some("2"), "{nc:?}");
+    assert!(!nc.iter().any(|e| e.starts_with("CUDA_MPS")), "{nc:?}");
+
+    // Named for both requests, each section is for both devices: refused, nothing written.
+    let results = [("gpu", "nvidia-1", Value::Null), ("nc", "neuron-0", json!({"cores": "2"}))];
+    claims.put(claim(2, &results, cfg(json!(["gpu", "nc"]))));
+    let e = d.prepare(&want(2)).await.unwrap_err();
+    assert!(
+        e.contains("neuron.logicalCoreSize is for Neuron devices; device nvidia-1 is a nvidia.com/gpu device"),
+        "{e}"
+    );
+    assert!(!dir.path().join(format!("cdi/actk.dev-claim_{}.json", uid(2))).exists());
+    // The first claim's cores are still its own.
+    assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("1"));
+}
+
 /// Two results of one claim on the same device (two requests, each with its own shareID) hold
 /// the cores of both: a later claim must not get any of them, also after a driver restart.
 #[tokio::test]

@@ -340,7 +340,10 @@ pub fn prepare(
                 fits.push((
                     r,
                     crate::config::Skip {
-                        mps: profile.is_some_and(|p| p.discovery == "nvidia") && mig.is_none(),
+                        // A MIG device counts as taking MPS, so that the section is refused
+                        // on it: a claim's MPS edits go on the vendor's common device, which
+                        // every request of that vendor gets, a MIG request's as well.
+                        mps: profile.is_some_and(|p| p.discovery == "nvidia"),
                         neuron: profile.is_some_and(|p| p.selection.logical_core_size_env.is_some()),
                     },
                 ));

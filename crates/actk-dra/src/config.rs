@@ -25,10 +25,12 @@
 //! applies to every request, one with `requests` to those named (a `request/subrequest` also
 //! matches its base request); entries from the class come first, the claim's after them, and a
 //! later entry's `sharing` (or `neuron`) replaces an earlier one's. A section of an entry for
-//! every request that is for another kind of device (MPS, for whole NVIDIA GPUs; `neuron`, for
-//! Neuron devices) is left out for a request whose device is not that kind, as NVIDIA's DRA
-//! driver skips a `GpuConfig` without requests for a MIG device: a claim for a GPU and a Neuron
-//! device can say `MPS` once ([`Skip`]).
+//! every request that is for another kind of device (MPS, for NVIDIA GPUs; `neuron`, for Neuron
+//! devices) is left out for a request whose device is not that kind, when another device of
+//! the claim takes it ([`Skip`]): a claim for a GPU and Neuron cores can say `MPS` once.
+//! NVIDIA's DRA driver likewise skips a `GpuConfig` without requests for a MIG device.
+//! Entries of a DeviceClass name the requests that use the class (current allocators), so an
+//! admin's section is never left out this way.
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -194,7 +196,8 @@ impl DeviceConfig {
 /// that the claim is refused with the device named rather than the setting lost in silence.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Skip {
-    /// `sharing` with `strategy: MPS` (for whole NVIDIA GPUs, not MIG devices).
+    /// `sharing` with `strategy: MPS` (for NVIDIA GPUs; `claim::prepare` counts a MIG device
+    /// as one, so that MPS is refused on it rather than left out).
     pub mps: bool,
     /// `neuron` (for devices whose profile has a logical core size variable).
     pub neuron: bool,

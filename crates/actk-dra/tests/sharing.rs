@@ -356,6 +356,24 @@ async fn a_config_for_every_request_of_a_mixed_claim_applies_where_it_fits() {
     assert_eq!(var(&common_env(dir.path(), 1, "neuron"), "NEURON_RT_VISIBLE_CORES"), Some("1"));
 }
 
+/// MPS from an entry for every request is not left out for a MIG device in a claim with a whole
+/// GPU: it is refused there, as when the entry names it (the claim's MPS settings would reach
+/// the MIG request's containers too).
+#[tokio::test]
+async fn mps_for_every_request_is_refused_on_a_mig_device_beside_a_whole_gpu() {
+    let Some(Node { f: _f, dir, claims, d }) = node("nvidia-dgx-a100", true) else { return };
+    let mps = json!([{"source": "FromClaim", "opaque": {"driver": "actk.dev", "parameters":
+        {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"}}}}]);
+    claims.put(claim(1, &[("gpu", "nvidia-4", Value::Null), ("mig", "nvidia-0-mig-2-0", Value::Null)], mps.clone()));
+    let e = d.prepare(&want(1)).await.unwrap_err();
+    assert!(e.contains("sharing.strategy: MPS on MIG device nvidia-0-mig-2-0 is not supported"), "{e}");
+    assert!(!dir.path().join(format!("cdi/actk.dev-claim_{}.json", uid(1))).exists());
+    // The whole GPU alone takes it.
+    claims.put(claim(2, &[("gpu", "nvidia-4", Value::Null)], mps));
+    d.prepare(&want(2)).await.unwrap();
+    assert_eq!(var(&common_env(dir.path(), 2, "nvidia"), "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
+}
+
 /// Two results of one claim on the same device (two requests, each with its own shareID) hold
 /// the cores of both: a later claim must not get any of them, also after a driver restart.
 #[tokio::test]

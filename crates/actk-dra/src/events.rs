@@ -106,8 +106,22 @@ pub struct Notice {
     pub reason: &'static str,
     /// What happened, where, and what to do.
     pub message: String,
-    /// For an allocated device: (device name, whether it is ready) for the claim's status.
-    pub device: Option<(String, bool)>,
+    /// For an allocated device: its entry of the claim's `status.devices`.
+    pub device: Option<DeviceStatus>,
+}
+
+/// An allocated device's entry in the claim's `status.devices` (resource.k8s.io/v1
+/// AllocatedDeviceStatus): the API server keys it by driver, pool, device and `shareID`, and
+/// refuses an entry that matches no allocation result, so a share of a device allocated with
+/// consumable capacity (KEP-5075, a result with `shareID`) must name its share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStatus {
+    /// The device's name in the pool.
+    pub device: String,
+    /// The allocation result's `shareID`, when it has one.
+    pub share_id: Option<String>,
+    /// Whether its condition `Ready` is True.
+    pub ready: bool,
 }
 
 fn claim_object(c: &ResourceClaim) -> Object {
@@ -308,7 +322,7 @@ pub fn notices(
                                 r.device, claim.name
                             )
                         },
-                        device: Some((r.device.clone(), ready)),
+                        device: Some(DeviceStatus { device: r.device.clone(), share_id: r.share_id.clone(), ready }),
                     });
                 }
             }
@@ -473,14 +487,22 @@ mod tests {
             ProfileState::Published { whole: ["nvidia-0".to_string()].into(), mig: BTreeSet::new(), unhealthy: 0 };
         let mut s = state(fine);
         let n = notices("n1", &s, &classes(), &[allocated("nvidia-0")]);
-        assert_eq!((n[0].reason, n[0].device.clone()), (DEVICE_HEALTHY, Some(("nvidia-0".into(), true))));
+        let status = |ready| Some(DeviceStatus { device: "nvidia-0".into(), share_id: None, ready });
+        assert_eq!((n[0].reason, n[0].device.clone()), (DEVICE_HEALTHY, status(true)));
         s.unhealthy.insert("nvidia-0".into(), "/dev/nvidia0 is gone".into());
         s.devices.clear();
         let n = notices("n1", &s, &classes(), &[allocated("nvidia-0")]);
         assert_eq!(n[0].reason, DEVICE_UNHEALTHY);
         assert!(n[0].message.contains("/dev/nvidia0 is gone"), "{}", n[0].message);
         assert_eq!(n[0].objects[1], pod_object("ns", "user", "p2"));
-        assert_eq!(n[0].device, Some(("nvidia-0".into(), false)));
+        assert_eq!(n[0].device, status(false));
+        // A share of a device allocated with consumable capacity names its share: the API
+        // server keys status.devices by shareID too.
+        let mut shared = allocated("nvidia-0");
+        let devices = shared.status.as_mut().unwrap().allocation.as_mut().unwrap().devices.as_mut().unwrap();
+        devices.results.as_mut().unwrap()[0].share_id = Some("7c5f0a1e-0000-4000-8000-000000000001".into());
+        let n = notices("n1", &s, &classes(), &[shared]);
+        assert_eq!(n[0].device.as_ref().unwrap().share_id.as_deref(), Some("7c5f0a1e-0000-4000-8000-000000000001"));
         s.unhealthy.clear();
         assert_eq!(notices("n1", &s, &classes(), &[allocated("nvidia-0")])[0].reason, DEVICE_GONE);
         // Devices of another pool are that node's driver's business.

@@ -2,7 +2,7 @@
 //! ResourceSlices (resource.k8s.io/v1).
 
 use crate::driver::ClaimSource;
-use crate::events::{self, Notice, Object, PoolState};
+use crate::events::{self, DeviceStatus, Notice, Object, PoolState};
 use crate::slice::{DRIVER, NodeRef};
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
@@ -188,43 +188,52 @@ async fn post_event(client: &kube::Client, node: &str, o: &Object, reason: &str,
         .map_err(|e| format!("posting an event on {} {}/{}: {e}", o.kind, o.namespace, o.name))
 }
 
-/// Sets the condition `Ready` of allocated device `device` in `claim`'s status (server-side
-/// apply of `status.devices`, field manager [`FIELD_MANAGER`]).
+/// The server-side apply body that sets condition `Ready` of `status`'s device (with its
+/// `shareID`, when the allocation result has one) in a claim's `status.devices`, at `now`
+/// (RFC 3339).
+pub fn device_status_patch(node: &str, status: &DeviceStatus, n: &Notice, now: &str) -> serde_json::Value {
+    let mut entry = serde_json::json!({
+        "driver": DRIVER, "pool": node, "device": status.device,
+        "conditions": [{
+            "type": "Ready", "status": if status.ready { "True" } else { "False" },
+            "reason": n.reason, "message": n.message, "lastTransitionTime": now,
+        }]
+    });
+    if let Some(share) = &status.share_id {
+        entry["shareID"] = share.as_str().into();
+    }
+    serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "status": {"devices": [entry]}})
+}
+
+/// Sets the condition `Ready` of an allocated device in `claim`'s status (server-side apply of
+/// `status.devices`, field manager [`FIELD_MANAGER`]; [`device_status_patch`]).
 async fn device_condition(
     client: &kube::Client,
     node: &str,
     claim: &Object,
-    device: &str,
+    status: &DeviceStatus,
     n: &Notice,
-    ready: bool,
 ) -> Result<(), String> {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let patch = serde_json::json!({
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "status": {"devices": [{
-            "driver": DRIVER, "pool": node, "device": device,
-            "conditions": [{
-                "type": "Ready", "status": if ready { "True" } else { "False" },
-                "reason": n.reason, "message": n.message, "lastTransitionTime": now,
-            }]
-        }]}
-    });
+    let patch = device_status_patch(node, status, n, &k8s_openapi::jiff::Timestamp::now().to_string());
     Api::<ResourceClaim>::namespaced(client.clone(), &claim.namespace)
         .patch_status(&claim.name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
         .map(|_| ())
         .map_err(|e| {
-            format!("setting condition Ready of device {device} in claim {}/{}: {e}", claim.namespace, claim.name)
+            format!(
+                "setting condition Ready of device {} in claim {}/{}: {e}",
+                status.device, claim.namespace, claim.name
+            )
         })
 }
 
 /// Tells users why claims cannot be served on this node (see [`crate::events`]): every `period`,
 /// judges the claims against the pool's `state` and posts what is new. Runs forever.
 pub async fn report(client: kube::Client, node: String, mut state: watch::Receiver<Arc<PoolState>>, period: Duration) {
-    // (object uid, reason, message) already posted; devices whose Ready=False was set.
+    // (object uid, reason, message) already posted; devices (claim uid, device, shareID) whose
+    // Ready=False was set.
     let mut posted: BTreeSet<(String, &'static str, String)> = BTreeSet::new();
-    let mut not_ready: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut not_ready: BTreeSet<(String, String, Option<String>)> = BTreeSet::new();
     let mut warned = false;
     loop {
         let pool = state.borrow_and_update().clone();
@@ -248,23 +257,23 @@ pub async fn report(client: kube::Client, node: String, mut state: watch::Receiv
                 let notices = events::notices(&node, &pool, &classes, &claims);
                 let live: BTreeSet<&str> = claims.iter().filter_map(|c| c.metadata.uid.as_deref()).collect();
                 posted.retain(|(uid, _, _)| live.contains(uid.as_str()));
-                not_ready.retain(|(uid, _)| live.contains(uid.as_str()));
+                not_ready.retain(|(uid, _, _)| live.contains(uid.as_str()));
                 for n in &notices {
                     let claim = &n.objects[0];
-                    if let Some((device, ready)) = &n.device {
-                        let key = (claim.uid.clone(), device.clone());
+                    if let Some(status) = &n.device {
+                        let key = (claim.uid.clone(), status.device.clone(), status.share_id.clone());
                         // A healthy device is news only after it was not.
-                        if *ready && !not_ready.contains(&key) {
+                        if status.ready && !not_ready.contains(&key) {
                             continue;
                         }
-                        if !*ready
+                        if !status.ready
                             && not_ready.contains(&key)
                             && posted.contains(&(claim.uid.clone(), n.reason, n.message.clone()))
                         {
                             continue;
                         }
-                        match device_condition(&client, &node, claim, device, n, *ready).await {
-                            Ok(()) if *ready => {
+                        match device_condition(&client, &node, claim, status, n).await {
+                            Ok(()) if status.ready => {
                                 not_ready.remove(&key);
                             }
                             Ok(()) => {
@@ -276,7 +285,7 @@ pub async fn report(client: kube::Client, node: String, mut state: watch::Receiv
                     if !posted.insert((claim.uid.clone(), n.reason, n.message.clone())) {
                         continue;
                     }
-                    if n.device.as_ref().is_some_and(|(_, r)| *r) {
+                    if n.device.as_ref().is_some_and(|d| d.ready) {
                         posted.retain(|(uid, r, _)| !(uid == &claim.uid && *r != events::DEVICE_HEALTHY));
                     }
                     tracing::warn!("{}", n.message);
@@ -297,6 +306,8 @@ pub async fn report(client: kube::Client, node: String, mut state: watch::Receiv
 
 #[cfg(test)]
 mod tests {
+    use crate::events::{self, DeviceStatus, Notice};
+
     /// Building a TLS client needs exactly one rustls crypto provider (found on a real API server:
     /// without kube's `ring` feature the driver panicked at its first connection).
     #[tokio::test]
@@ -311,5 +322,33 @@ mod tests {
         super::client(Some(&kc)).await.expect("client builds");
         let err = super::client(Some(&dir.path().join("missing"))).await.err().unwrap();
         assert!(format!("{err:#}").contains("missing"), "{err:#}");
+    }
+
+    /// The entry names the result's share where it has one (the API server refuses a
+    /// `status.devices` entry that matches no allocation result, keyed by shareID since
+    /// KEP-5075), and has no `shareID` where the result has none.
+    #[test]
+    fn the_status_patch_names_the_share_of_a_shared_allocation() {
+        let n = Notice {
+            objects: vec![],
+            reason: events::DEVICE_UNHEALTHY,
+            message: "device nvidia-4 is unhealthy".into(),
+            device: None,
+        };
+        let share = "7c5f0a1e-0000-4000-8000-000000000001";
+        let mut st = DeviceStatus { device: "nvidia-4".into(), share_id: Some(share.into()), ready: false };
+        let p = super::device_status_patch("node-a", &st, &n, "2026-12-05T12:00:00Z");
+        let e = &p["status"]["devices"][0];
+        assert_eq!(
+            (&e["driver"], &e["pool"], &e["device"], &e["shareID"]),
+            (&"actk.dev".into(), &"node-a".into(), &"nvidia-4".into(), &share.into())
+        );
+        assert_eq!(e["conditions"][0]["status"], "False");
+        assert_eq!(e["conditions"][0]["reason"], events::DEVICE_UNHEALTHY);
+        st.share_id = None;
+        st.ready = true;
+        let p = super::device_status_patch("node-a", &st, &n, "2026-12-05T12:00:00Z");
+        assert!(p["status"]["devices"][0].get("shareID").is_none(), "{p}");
+        assert_eq!(p["status"]["devices"][0]["conditions"][0]["status"], "True");
     }
 }

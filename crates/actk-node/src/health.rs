@@ -519,10 +519,18 @@ impl Drop for XidWatch {
     }
 }
 
+/// The longest [`spawn_xid_watch`] waits for its NVML event set to be registered: nvmlInit
+/// on an 8-GPU node without persistence mode takes seconds (each GPU is initialised).
+pub const XID_ARM_WAIT: Duration = Duration::from_secs(10);
+
 /// Start the NVML watch of `gpus` under `root` in a thread: critical Xids, rises of the
 /// volatile uncorrected ECC count, GPUs NVML cannot reach; its findings are merged into the
 /// [`HealthMap`] of a [`Monitor`]. `None` when the policy disables Xid checks or there is
 /// nothing to watch. NVML that cannot be loaded is logged and leaves health to the probes.
+///
+/// Returns once the watch is armed (its NVML event set registered; NVML drops Xids raised
+/// before that), once it failed, or after [`XID_ARM_WAIT`], whichever is first: a device the
+/// caller then reports healthy is watched from that moment on.
 pub fn spawn_xid_watch(root: &Path, gpus: Vec<WatchedGpu>, policy: XidPolicy, poll: Duration) -> Option<XidWatch> {
     if policy.disabled || gpus.is_empty() {
         if policy.disabled {
@@ -534,6 +542,7 @@ pub fn spawn_xid_watch(root: &Path, gpus: Vec<WatchedGpu>, policy: XidPolicy, po
     let stop = Arc::new(AtomicBool::new(false));
     let (shared, stopped) = (state.clone(), stop.clone());
     let root = root.to_path_buf();
+    let (armed_tx, armed_rx) = std::sync::mpsc::sync_channel::<()>(1);
     let spawned = std::thread::Builder::new().name("xid-watch".into()).spawn(move || {
         let host = HostRoot::new(&root);
         let uuids: Vec<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
@@ -604,13 +613,24 @@ pub fn spawn_xid_watch(root: &Path, gpus: Vec<WatchedGpu>, policy: XidPolicy, po
             }
         };
         let stop = || stopped.load(Ordering::Relaxed);
-        if let Err(e) = actk_core::discover::nvml::watch_xids(&host, &uuids, poll, &stop, &mut on_event, &mut on_tick) {
+        let mut armed = || {
+            let _ = armed_tx.try_send(());
+        };
+        let watched =
+            actk_core::discover::nvml::watch_xids(&host, &uuids, poll, &stop, &mut armed, &mut on_event, &mut on_tick);
+        if let Err(e) = watched {
             tracing::warn!("Xid watch not running: {e}; GPU health comes from device nodes and sysfs only");
         }
     });
     if let Err(e) = spawned {
         tracing::warn!("Xid watch thread not started: {e}");
         return None;
+    }
+    // Ok: armed; Disconnected: the watch failed (and said why); Timeout: NVML is slow to load.
+    if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed_rx.recv_timeout(XID_ARM_WAIT) {
+        tracing::warn!(
+            "Xid watch not armed after {XID_ARM_WAIT:?} (NVML slow to initialise?); Xids raised before it is are not seen"
+        );
     }
     Some(XidWatch { state, stop })
 }

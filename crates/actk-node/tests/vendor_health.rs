@@ -109,6 +109,29 @@ fn habanalabs_status_and_hard_resets_make_the_gaudi_unhealthy() {
     wait(&mut m, "accel7 healthy after the quiet time", |h| sick(h).is_empty());
 }
 
+/// NVML delivers only Xids raised after the watch registered its event set; a monitor that
+/// exists watches, so an Xid right after it was made is seen (it was lost while the watch's
+/// thread was still loading NVML; CI saw the DRA driver miss one that way).
+#[test]
+fn an_xid_right_after_the_monitor_starts_is_seen() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let state = nvml_double::State::of(&f.root).unwrap();
+    let profiles = profile::builtin();
+    let inv = discover_with(&f.root, &profiles, &DiscoverOptions::default());
+    let p = profiles.iter().find(|p| p.discovery == "nvidia").unwrap();
+    // NVML takes 300 ms to initialise from now on: the watch's thread is still in nvmlInit
+    // when a monitor that did not wait for it returns.
+    nvml_double::set_init_delay(&f.root, 300).unwrap();
+    let opts = HealthOptions {
+        policy: XidPolicy::new(&[], Duration::from_secs(60), None, None),
+        poll: Duration::from_millis(100),
+    };
+    let mut m = Monitor::new(&f.root, p, inv.vendor(&p.name).unwrap(), &opts);
+    nvml_double::raise_xid(&f.root, &state.gpu_uuid(6), 79).unwrap();
+    let h = wait(&mut m, "Xid 79 on GPU 6", |h| !sick(h).is_empty());
+    assert_eq!(sick(&h), [(6, ProblemKind::Faulty, "xid-79".to_string())]);
+}
+
 #[test]
 fn nvidia_xids_ecc_and_lost_gpus_come_through_the_nvml_double() {
     let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };

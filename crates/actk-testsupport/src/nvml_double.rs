@@ -131,6 +131,17 @@ pub fn set_uncorrected_ecc(root: &Path, uuid: &str, count: u64) -> Result<()> {
     append(root, "ecc", &format!("ecc\tuuid={uuid}\tuncorrected={count}"))
 }
 
+/// Make every nvmlInit from now on take `ms` milliseconds (as on a node without persistence
+/// mode, where nvmlInit initialises each GPU); 0 makes it immediate again.
+pub fn set_init_delay(root: &Path, ms: u64) -> Result<()> {
+    let dir = state_dir(root);
+    if !dir.join("state.tsv").is_file() {
+        bail!("{} has no NVML double (no nvml-double/state.tsv)", root.display());
+    }
+    let p = dir.join("init_ms");
+    std::fs::write(&p, format!("{ms}\n")).with_context(|| format!("writing {}", p.display()))
+}
+
 /// Make the GPU with UUID `uuid` answer every query with NVML_ERROR_GPU_IS_LOST.
 pub fn lose_gpu(root: &Path, uuid: &str) -> Result<()> {
     append(root, "lost", uuid)

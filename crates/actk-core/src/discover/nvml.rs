@@ -437,9 +437,11 @@ pub struct XidEvent {
 }
 
 /// Watch Xid events of the GPUs with UUIDs `gpus` under `host` until `stop()` is true, calling
-/// `on_event` for each, and `on_tick` after every wait (about every `poll`) with a probe
-/// function that says whether a GPU answers NVML and what its ECC counters say (`Err(why)`
-/// when lost). Blocks the calling thread; meant for a thread of its own.
+/// `armed` once the event set is registered (NVML delivers only events raised after that, so a
+/// caller that must not miss one waits for it), `on_event` for each event, and `on_tick` after
+/// every wait (about every `poll`) with a probe function that says whether a GPU answers NVML
+/// and what its ECC counters say (`Err(why)` when lost). Blocks the calling thread; meant for
+/// a thread of its own.
 ///
 /// Errors: NVML cannot be loaded or no GPU accepts event registration.
 pub fn watch_xids(
@@ -447,6 +449,7 @@ pub fn watch_xids(
     gpus: &[String],
     poll: Duration,
     stop: &dyn Fn() -> bool,
+    armed: &mut dyn FnMut(),
     on_event: &mut dyn FnMut(XidEvent),
     on_tick: &mut dyn FnMut(Probe<'_>),
 ) -> Result<(), String> {
@@ -481,6 +484,7 @@ pub fn watch_xids(
     if registered == 0 {
         return Err("no GPU accepted Xid event registration".into());
     }
+    armed();
     let probe = |uuid: &str| -> Result<GpuState, String> {
         let dev = nvml.device_by_uuid(uuid).map_err(|e| e.to_string())?;
         dev.pci_info().map_err(|e| e.to_string())?;

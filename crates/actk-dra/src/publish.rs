@@ -204,6 +204,36 @@ pub fn device_plugin_profiles(
     out
 }
 
+/// `found`, a rediscovery, with every device of `before` (the previous discovery) that had
+/// device nodes and now has none or is gone, as `before` had it: its nodes, attributes and MIG
+/// devices. Such a device stays in the pool, its health probe finds its nodes gone
+/// (`device-node-gone`, naming the path) and it is tainted rather than silently dropped, and
+/// the kubelet is told it is unhealthy; once discovery finds it with nodes again, the new entry
+/// is used. A vendor `found` lacks altogether (its driver unloaded) keeps its `before` entry.
+/// Vendors stay in the order of `profiles`. Used where the server keeps device taints; where it
+/// drops them, a lost device leaves the pool anyway.
+pub fn keep_lost(before: &Inventory, mut found: Inventory, profiles: &[Profile]) -> Inventory {
+    for old in &before.vendors {
+        let Some(new) = found.vendors.iter_mut().find(|v| v.profile == old.profile) else {
+            if old.devices.iter().any(|d| !d.nodes.is_empty()) {
+                found.vendors.push(old.clone());
+            }
+            continue;
+        };
+        for d in old.devices.iter().filter(|d| !d.nodes.is_empty()) {
+            match new.devices.iter_mut().find(|n| n.index == d.index) {
+                Some(n) if n.nodes.is_empty() => *n = d.clone(),
+                Some(_) => {}
+                None => new.devices.push(d.clone()),
+            }
+        }
+        new.devices.sort_by_key(|d| d.index);
+    }
+    let rank = |name: &str| profiles.iter().position(|p| p.name == name).unwrap_or(usize::MAX);
+    found.vendors.sort_by_key(|v| rank(&v.profile));
+    found
+}
+
 /// `inv` without the devices in `unhealthy` (slice device names).
 pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
     let mut out = inv.clone();
@@ -326,7 +356,13 @@ pub async fn run<S: Sink>(
     let mut said_lock_error = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
-            found = actk_core::discover::discover(&cfg.root, &cfg.profiles);
+            let fresh = actk_core::discover::discover(&cfg.root, &cfg.profiles);
+            // Where taints are kept, a device whose node went away between two health checks
+            // is tainted as lost, as the health check would have, not dropped.
+            found = match mode {
+                TaintMode::Taint { .. } if last_discovery.is_some() => keep_lost(&found, fresh, &cfg.profiles),
+                _ => fresh,
+            };
             if last_discovery.is_none() {
                 for w in &found.warnings {
                     tracing::warn!("discovery: {w}");
@@ -576,5 +612,61 @@ pub async fn run<S: Sink>(
             });
         }
         tokio::time::sleep(cfg.health).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actk_core::inventory::{Device, DeviceNode, VendorInventory};
+
+    fn gpu(index: u32, with_node: bool) -> Device {
+        let nodes = if with_node {
+            vec![DeviceNode {
+                path: format!("/dev/nvidia{index}"),
+                host_path: format!("/dev/nvidia{index}").into(),
+                node_type: 'c',
+                major: 195,
+                minor: index,
+                file_mode: None,
+                gid: None,
+            }]
+        } else {
+            vec![]
+        };
+        Device { index, model: Some(format!("gpu {index} {with_node}")), nodes, ..Default::default() }
+    }
+
+    fn vendor(profile: &str, devices: Vec<Device>) -> VendorInventory {
+        VendorInventory { profile: profile.into(), kind: format!("{profile}.com/x"), devices, ..Default::default() }
+    }
+
+    fn inv(vendors: Vec<VendorInventory>) -> Inventory {
+        Inventory { vendors, ..Default::default() }
+    }
+
+    #[test]
+    fn a_lost_device_keeps_its_last_entry_and_a_found_one_takes_the_new() {
+        let profiles = actk_core::profile::builtin();
+        let before = inv(vec![
+            vendor("nvidia", vec![gpu(0, true), gpu(1, true), gpu(2, true)]),
+            vendor("neuron", vec![gpu(0, true)]),
+        ]);
+        // GPU 0 without its node, GPU 1 found anew, GPU 2 gone; Neuron's driver unloaded.
+        let found = inv(vec![vendor("nvidia", vec![gpu(0, false), Device { index: 1, ..gpu(1, true) }])]);
+        let mut renamed = found.clone();
+        renamed.vendors[0].devices[1].model = Some("new".into());
+        let kept = keep_lost(&before, renamed, &profiles);
+        let names: Vec<_> = kept.vendors.iter().map(|v| v.profile.as_str()).collect();
+        assert_eq!(names, ["nvidia", "neuron"]);
+        let nv = &kept.vendors[0].devices;
+        assert_eq!(nv.iter().map(|d| d.index).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(nv[0], before.vendors[0].devices[0], "node-less: the last entry");
+        assert_eq!(nv[1].model.as_deref(), Some("new"), "found with its node: the new entry");
+        assert_eq!(nv[2], before.vendors[0].devices[2], "gone: the last entry");
+        assert_eq!(kept.vendors[1], before.vendors[1]);
+        // A device never seen with a node is not invented.
+        let none = keep_lost(&inv(vec![vendor("nvidia", vec![gpu(3, false)])]), found.clone(), &profiles);
+        assert_eq!(none, found);
     }
 }

@@ -71,6 +71,11 @@ const POOL: &str = "node-a";
 /// Starts the publisher over `f` serving `profile` with `mode` and error recovery `recovery`,
 /// and the health service on a socket, and opens the kubelet's v1 health stream.
 async fn start(f: &Fixture, profile: &str, mode: TaintMode, recovery: Duration) -> Node {
+    start_with(f, profile, mode, recovery, Duration::from_secs(60)).await
+}
+
+/// [`start`], rediscovering every `rediscover`.
+async fn start_with(f: &Fixture, profile: &str, mode: TaintMode, recovery: Duration, rediscover: Duration) -> Node {
     let (tx, slices) = mpsc::unbounded_channel();
     let (inv_tx, _inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
     let (report_tx, report_rx) = watch::channel(Arc::new(HealthReport::default()));
@@ -79,7 +84,7 @@ async fn start(f: &Fixture, profile: &str, mode: TaintMode, recovery: Duration) 
         profiles: actk_core::profile::builtin(),
         served: Some([profile.to_string()].into()),
         health: Duration::from_millis(50),
-        rediscover: Duration::from_secs(60),
+        rediscover,
         allow_device_plugin_overlap: false,
         state: None,
         node_choice: None,
@@ -226,6 +231,34 @@ async fn a_removed_device_node_is_tainted_reported_and_recovers() {
     let msg = n.health_until("nvidia-0", UNHEALTHY, SECONDS).await;
     assert!(msg.contains("/dev/nvidia1") && msg.contains("device-node-gone"), "{msg}");
     eprintln!("taint published {took:?} after the node was removed");
+    assert!(std::process::Command::new("mknod").arg(&node).args(["c", "195", "1"]).status().unwrap().success());
+    n.slice_until("nvidia-0", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
+    n.health_until("nvidia-0", HEALTHY, SECONDS).await;
+}
+
+/// A rediscovery that runs before the health check sees the node gone finds the GPU without
+/// a node; the GPU stays in the slice, tainted as lost, and the kubelet is told (it left the
+/// slice untold when discovery saw it first, on a 1.37 cluster).
+#[tokio::test]
+async fn a_gpu_rediscovery_finds_without_its_node_stays_tainted() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    // Rediscovery every 20 ms, health every 50 ms: discovery usually sees the node gone first.
+    let mut n = start_with(&f, "nvidia", TAINTS, Duration::from_secs(60), Duration::from_millis(20)).await;
+    n.slice_until("nvidia-0", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
+    n.health_until("nvidia-0", HEALTHY, SECONDS).await;
+    let node = f.path("/dev/nvidia1");
+    std::fs::remove_file(&node).unwrap();
+    let p = n.slice_until("nvidia-0", SECONDS, |t| t.is_none_or(|t| !t.is_empty())).await;
+    let p: BTreeMap<_, _> = p.into_iter().collect();
+    assert_eq!(p.get("nvidia-0"), Some(&taint("device-node-gone", "NoSchedule")), "{p:?}");
+    let msg = n.health_until("nvidia-0", UNHEALTHY, SECONDS).await;
+    assert!(msg.contains("/dev/nvidia1"), "{msg}");
+    // Several rediscoveries later it is still there, still tainted.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while let Ok(p) = n.slices.try_recv() {
+        let p: BTreeMap<_, _> = p.into_iter().collect();
+        assert_eq!(p.get("nvidia-0"), Some(&taint("device-node-gone", "NoSchedule")), "{p:?}");
+    }
     assert!(std::process::Command::new("mknod").arg(&node).args(["c", "195", "1"]).status().unwrap().success());
     n.slice_until("nvidia-0", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
     n.health_until("nvidia-0", HEALTHY, SECONDS).await;

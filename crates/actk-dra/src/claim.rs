@@ -340,9 +340,10 @@ pub fn prepare(
                 fits.push((
                     r,
                     crate::config::Skip {
-                        // A MIG device counts as taking MPS, so that the section is refused
-                        // on it: a claim's MPS edits go on the vendor's common device, which
-                        // every request of that vendor gets, a MIG request's as well.
+                        // A MIG device counts as taking MPS, so that a section for every
+                        // request is refused on it rather than silently left out: MPS on MIG
+                        // is not supported, and a container of both requests would be an MPS
+                        // client of its MIG device too.
                         mps: profile.is_some_and(|p| p.discovery == "nvidia"),
                         neuron: profile.is_some_and(|p| p.selection.logical_core_size_env.is_some()),
                     },
@@ -423,9 +424,19 @@ pub fn prepare(
             container_edits: edits,
             ..Default::default()
         });
+        // MPS edits on a device of their own, given only with the requests that asked for MPS:
+        // a container of another request of the claim is no MPS client.
+        if let Some(mps) = sharing.mps.get(vi) {
+            cdi_devices.push(CdiDevice {
+                name: mps_name(&want.uid, &inventory.vendors[*vi].profile),
+                container_edits: mps.clone(),
+                ..Default::default()
+            });
+        }
     }
     let mut prepared = Vec::new();
     let mut common_given: BTreeSet<(&str, usize)> = BTreeSet::new();
+    let mut mps_given: BTreeSet<(&str, usize)> = BTreeSet::new();
     for (request, device, vi, idx, mig) in &picked {
         let spec = &generated[vi];
         let edits: ContainerEdits = match mig {
@@ -453,6 +464,12 @@ pub fn prepare(
         let mut ids = Vec::new();
         if common_given.insert((request, *vi)) {
             ids.push(format!("{CLAIM_KIND}={}", common_name(&want.uid, &inventory.vendors[*vi].profile)));
+        }
+        if sharing.mps.contains_key(vi)
+            && sharing.mps_requests.contains(&(request.to_string(), *vi))
+            && mps_given.insert((request, *vi))
+        {
+            ids.push(format!("{CLAIM_KIND}={}", mps_name(&want.uid, &inventory.vendors[*vi].profile)));
         }
         ids.push(format!("{CLAIM_KIND}={name}"));
         prepared.push(PreparedDevice {
@@ -482,11 +499,15 @@ struct Share<'a> {
     config: Option<crate::config::DeviceConfig>,
 }
 
-/// What sharing adds to a claim: env and mounts for each vendor's common device, and the cores
-/// the claim now holds.
+/// What sharing adds to a claim: env for each vendor's common device (its cores), MPS client
+/// env and mounts for each vendor's MPS device with the requests that asked for MPS, and the
+/// cores the claim now holds.
 #[derive(Default)]
 struct SharingEdits {
     edits: BTreeMap<usize, ContainerEdits>,
+    mps: BTreeMap<usize, ContainerEdits>,
+    /// (request, vendor) of every result whose config is `sharing.strategy: MPS`.
+    mps_requests: BTreeSet<(String, usize)>,
     cores: BTreeMap<String, Vec<u32>>,
 }
 
@@ -654,6 +675,7 @@ fn sharing_edits(
                 (Some(c), Some(t)) if t > 0 => u32::try_from(c.saturating_mul(100).div_ceil(t)).unwrap_or(100),
                 _ => 100,
             };
+            out.mps_requests.insert((base_request(&r.request).to_string(), sh.vendor));
             let e = mps.entry(sh.vendor).or_default();
             e.percent = e.percent.max(percent);
             if let Some(p) = m.and_then(|m| m.active_thread_percentage) {
@@ -684,7 +706,7 @@ fn sharing_edits(
     }
     for (vi, MpsShare { percent, limits, configured }) in mps {
         let Some(node) = opts.mps.as_ref() else { continue };
-        let e = out.edits.entry(vi).or_default();
+        let e = out.mps.entry(vi).or_default();
         for (k, v) in actk_core::sharing::mps_client_env(configured.unwrap_or(percent), &limits) {
             e.env.push(format!("{k}={v}"));
         }
@@ -700,6 +722,13 @@ fn sharing_edits(
         }
     }
     Ok(out)
+}
+
+/// CDI device name of `profile`'s MPS client edits in claim `uid`'s spec, given with the results
+/// of the requests whose config is `sharing.strategy: MPS`.
+pub fn mps_name(uid: &str, profile: &str) -> String {
+    let p = device_name(profile, 0);
+    format!("{uid}-{}-mps", p.trim_end_matches("-0"))
 }
 
 /// CDI device name of `profile`'s common edits in claim `uid`'s spec.

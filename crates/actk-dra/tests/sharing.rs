@@ -103,6 +103,14 @@ fn common_env(dir: &Path, n: u32, profile: &str) -> Vec<String> {
     s.devices.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name}")).container_edits.env.clone()
 }
 
+/// The env of the MPS device of `profile` in claim `n`'s spec (what the containers of the
+/// requests that asked for MPS get; empty when there is none).
+fn mps_env(dir: &Path, n: u32, profile: &str) -> Vec<String> {
+    let s = spec(dir, n);
+    let name = format!("{}-{profile}-mps", uid(n));
+    s.devices.iter().find(|d| d.name == name).map(|d| d.container_edits.env.clone()).unwrap_or_default()
+}
+
 fn var<'a>(env: &'a [String], name: &str) -> Option<&'a str> {
     env.iter().rev().find_map(|e| e.strip_prefix(name)?.strip_prefix('='))
 }
@@ -176,23 +184,24 @@ async fn a_quarter_of_a_gpu_by_memory_with_mps_or_time_slicing() {
         d.prepare(&want(n)).await.unwrap();
     }
     let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
-    let env = common_env(dir.path(), 1, "nvidia");
+    let env = mps_env(dir.path(), 1, "nvidia");
     assert_eq!(var(&env, "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
     assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=20389M").as_str()));
     assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("25"));
-    assert_eq!(var(&env, "NVIDIA_VISIBLE_DEVICES"), Some("void"));
+    assert_eq!(var(&common_env(dir.path(), 1, "nvidia"), "NVIDIA_VISIBLE_DEVICES"), Some("void"));
     let s = spec(dir.path(), 1);
-    let common = &s.devices.iter().find(|x| x.name.ends_with("-nvidia-common")).unwrap().container_edits;
+    let on_mps = &s.devices.iter().find(|x| x.name.ends_with("-nvidia-mps")).unwrap().container_edits;
     let mounts: Vec<(&str, &str)> =
-        common.mounts.iter().map(|m| (m.host_path.as_str(), m.container_path.as_str())).collect();
+        on_mps.mounts.iter().map(|m| (m.host_path.as_str(), m.container_path.as_str())).collect();
     let pipe = dir.path().join("mps/pipe");
     assert!(mounts.contains(&(pipe.to_str().unwrap(), "/tmp/nvidia-mps")), "{mounts:?}");
     assert!(mounts.iter().any(|(_, c)| *c == "/dev/shm"), "{mounts:?}");
     // Time-slicing (no config): the GPU, no MPS.
     let env = common_env(dir.path(), 2, "nvidia");
     assert!(!env.iter().any(|e| e.starts_with("CUDA_MPS")), "{env:?}");
+    assert!(mps_env(dir.path(), 2, "nvidia").is_empty());
     // The configured limits win over the consumed share.
-    let env = common_env(dir.path(), 3, "nvidia");
+    let env = mps_env(dir.path(), 3, "nvidia");
     assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=8192M").as_str()));
     assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("10"));
     // Every claim gets GPU 0's node; unpreparing one leaves the others' specs.
@@ -334,10 +343,10 @@ async fn a_config_for_every_request_of_a_mixed_claim_applies_where_it_fits() {
     let results = [("gpu", "nvidia-0", Value::Null), ("nc", "neuron-1", json!({"cores": "2"}))];
     claims.put(claim(1, &results, cfg(Value::Null)));
     d.prepare(&want(1)).await.unwrap();
-    let gpu = common_env(dir.path(), 1, "nvidia");
+    let gpu = [common_env(dir.path(), 1, "nvidia"), mps_env(dir.path(), 1, "nvidia")].concat();
     assert_eq!(var(&gpu, "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"), "{gpu:?}");
     assert!(!gpu.iter().any(|e| e.starts_with("NEURON_")), "{gpu:?}");
-    let nc = common_env(dir.path(), 1, "neuron");
+    let nc = [common_env(dir.path(), 1, "neuron"), mps_env(dir.path(), 1, "neuron")].concat();
     // neuron-1's physical cores 2 and 3 are logical core 1.
     assert_eq!(var(&nc, "NEURON_RT_VISIBLE_CORES"), Some("1"), "{nc:?}");
     assert_eq!(var(&nc, "NEURON_LOGICAL_NC_CONFIG"), Some("2"), "{nc:?}");
@@ -371,7 +380,33 @@ async fn mps_for_every_request_is_refused_on_a_mig_device_beside_a_whole_gpu() {
     // The whole GPU alone takes it.
     claims.put(claim(2, &[("gpu", "nvidia-4", Value::Null)], mps));
     d.prepare(&want(2)).await.unwrap();
-    assert_eq!(var(&common_env(dir.path(), 2, "nvidia"), "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
+    assert_eq!(var(&mps_env(dir.path(), 2, "nvidia"), "CUDA_MPS_PIPE_DIRECTORY"), Some("/tmp/nvidia-mps"));
+}
+
+/// A claim with an MPS request and a time-sliced one: only the MPS request's devices name the
+/// MPS device, so a container that references the other request is no MPS client (its CUDA
+/// would otherwise go through the daemon under the first request's limits).
+#[tokio::test]
+async fn only_the_requests_that_ask_for_mps_get_it() {
+    let Some(Node { f: _f, dir, claims, d }) = node("nvidia-dgx-h100", true) else { return };
+    let cfg = json!([{"source": "FromClaim", "requests": ["shared"], "opaque": {"driver": "actk.dev", "parameters":
+        {"apiVersion": "actk.dev/v1", "kind": "DeviceConfig", "sharing": {"strategy": "MPS"}}}}]);
+    let results =
+        [("shared", "nvidia-0", Value::Null), ("shared", "nvidia-1", Value::Null), ("own", "nvidia-2", Value::Null)];
+    claims.put(claim(1, &results, cfg));
+    let prepared = d.prepare(&want(1)).await.unwrap();
+    let ids = |request: &str| -> Vec<String> {
+        prepared.iter().filter(|p| p.request == request).flat_map(|p| p.cdi_ids.clone()).collect()
+    };
+    let mps = format!("actk.dev/claim={}-nvidia-mps", uid(1));
+    let common = format!("actk.dev/claim={}-nvidia-common", uid(1));
+    assert_eq!(ids("shared").iter().filter(|i| **i == mps).count(), 1, "{prepared:?}");
+    assert_eq!(ids("own").iter().filter(|i| **i == common).count(), 1, "{prepared:?}");
+    assert!(!ids("own").contains(&mps), "{prepared:?}");
+    let env = mps_env(dir.path(), 1, "nvidia");
+    let limits = var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT").unwrap();
+    assert_eq!(limits.split(',').count(), 2, "the two MPS GPUs, not the third: {limits}");
+    assert!(!common_env(dir.path(), 1, "nvidia").iter().any(|e| e.starts_with("CUDA_MPS")));
 }
 
 /// Two results of one claim on the same device (two requests, each with its own shareID) hold
@@ -426,7 +461,7 @@ async fn mps_limits_come_from_the_consumed_memory_in_any_form() {
     let uuid = "GPU-fb142024-48b7-541d-86b5-8bdac2e02a4e";
     claims.put(claim(2, &[("gpu", "nvidia-0", json!({"memory": "131072e3"}))], mps_config(json!({}))));
     d.prepare(&want(2)).await.unwrap();
-    let env = common_env(dir.path(), 2, "nvidia");
+    let env = mps_env(dir.path(), 2, "nvidia");
     assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=125M").as_str()));
     assert_eq!(var(&env, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some("1"));
     for (n, consumed) in [(3, json!({"memory": "-5Gi"})), (4, json!({}))] {
@@ -448,6 +483,6 @@ async fn a_pinned_memory_limit_above_the_consumed_memory_is_cut_to_it() {
         mps_config(json!({"pinnedMemoryLimit": "80Gi"})),
     ));
     d.prepare(&want(1)).await.unwrap();
-    let env = common_env(dir.path(), 1, "nvidia");
+    let env = mps_env(dir.path(), 1, "nvidia");
     assert_eq!(var(&env, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), Some(format!("{uuid}=20389M").as_str()));
 }

@@ -378,7 +378,7 @@ async fn run(
     // The telemetry grant, served whatever the node's devices (and outside the readiness set,
     // which follows the devices' resources).
     if let Some(name) = grant {
-        always.push(serve_grant(&s, name, Arc::new(profiles.clone()), &metrics, &ledger));
+        always.push(serve_grant(&s, name, Arc::new(profiles.clone()), &metrics));
     }
     let _always = Tasks(always);
     let mut first = true;
@@ -479,21 +479,10 @@ fn serve_grant(
     name: String,
     profiles: Arc<Vec<actk_core::profile::Profile>>,
     metrics: &Arc<Metrics>,
-    ledger: &Arc<Ledger>,
 ) -> tokio::task::JoinHandle<()> {
-    let cfg = ManagerConfig {
+    let cfg = manager::Sockets {
         socket_dir: s.socket_dir.clone(),
         kubelet_socket: s.kubelet_socket.clone(),
-        allocate: Arc::new(AllocateOptions {
-            strategies: vec![Strategy::DeviceSpecs],
-            host_mount: s.host_mount.clone(),
-            capabilities: None,
-            spec_dirs: Vec::new(),
-            logical_core_size: 0,
-            nri_gate: false,
-        }),
-        strict_topology: false,
-        ledger: ledger.clone(),
         // Its own readiness, never written: the plugin's follows the devices' resources.
         readiness: Arc::new(manager::Readiness::new(None)),
     };
@@ -550,8 +539,11 @@ fn serve(
         }
     }
     let cfg = Arc::new(ManagerConfig {
-        socket_dir: s.socket_dir.clone(),
-        kubelet_socket: s.kubelet_socket.clone(),
+        sockets: manager::Sockets {
+            socket_dir: s.socket_dir.clone(),
+            kubelet_socket: s.kubelet_socket.clone(),
+            readiness: readiness.clone(),
+        },
         allocate: Arc::new(AllocateOptions {
             strategies: s.strategies.clone(),
             host_mount: s.host_mount.clone(),
@@ -562,7 +554,6 @@ fn serve(
         }),
         strict_topology: s.strict_topology,
         ledger: ledger.clone(),
-        readiness: readiness.clone(),
     });
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
     // and the MIG resources): actk-node's engine, with the NVML watch for NVIDIA GPUs and the

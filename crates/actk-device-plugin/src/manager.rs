@@ -46,21 +46,29 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Time limit of one connect or Register call.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// What every resource's manager shares.
+/// Where a served resource's socket lives and whom it registers with (kubelet device plugin
+/// API v1beta1, Registration): what [`serve_socket`] needs of any DevicePlugin service.
+#[derive(Debug, Clone)]
+pub struct Sockets {
+    /// Directory of the plugin sockets (the kubelet's `/var/lib/kubelet/device-plugins`).
+    pub socket_dir: PathBuf,
+    /// The kubelet's Registration socket (`kubelet.sock` in that directory).
+    pub kubelet_socket: PathBuf,
+    /// The pod's readiness file, told of each registration.
+    pub readiness: Arc<Readiness>,
+}
+
+/// What every device resource's manager shares: its sockets and how it allocates.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
-    /// Directory of the plugin sockets.
-    pub socket_dir: PathBuf,
-    /// The kubelet's Registration socket.
-    pub kubelet_socket: PathBuf,
+    /// Sockets and registration.
+    pub sockets: Sockets,
     /// Allocate answers.
     pub allocate: Arc<AllocateOptions>,
     /// Whether a poor placement is an error.
     pub strict_topology: bool,
     /// What is held, shared by every resource (crate::held).
     pub ledger: Arc<Ledger>,
-    /// The pod's readiness file.
-    pub readiness: Arc<Readiness>,
 }
 
 /// Whether every resource being served has registered, kept in a file for an exec readiness
@@ -203,7 +211,7 @@ pub async fn run(
             .until(alive)
         }
     };
-    serve_socket(&res.name, &res.socket_name(), res.units.len(), &cfg, &metrics, make).await
+    serve_socket(&res.name, &res.socket_name(), res.units.len(), &cfg.sockets, &metrics, make).await
 }
 
 /// Serves the DevicePlugin service that `make` builds for resource `name` on socket file
@@ -211,14 +219,8 @@ pub async fn run(
 /// is only logged. `make` gets the notifier to call when a ListAndWatch stream ends and the
 /// receiver whose sender is dropped when this session ends ([`Plugin::until`]). Returns only
 /// if the tokio runtime shuts down.
-pub async fn serve_socket<P, F>(
-    name: &str,
-    endpoint: &str,
-    units: usize,
-    cfg: &ManagerConfig,
-    metrics: &Metrics,
-    make: F,
-) where
+pub async fn serve_socket<P, F>(name: &str, endpoint: &str, units: usize, cfg: &Sockets, metrics: &Metrics, make: F)
+where
     P: crate::api::device_plugin_server::DevicePlugin,
     F: Fn(Arc<Notify>, watch::Receiver<()>) -> P,
 {
@@ -292,7 +294,7 @@ impl<T> Drop for AbortOnDrop<T> {
 async fn session(
     name: &str,
     units: usize,
-    cfg: &ManagerConfig,
+    cfg: &Sockets,
     sock: &Path,
     own: Option<(u64, u64)>,
     endpoint: &str,

@@ -33,9 +33,9 @@
 //! [`crate::servers`]) the Node's labels decide which served profiles the driver takes on this
 //! node, and the servers file tells the device plugin.
 
-use actk_core::inventory::Inventory;
+use actk_core::inventory::{Device, Inventory};
 use actk_core::profile::Profile;
-use actk_node::health::{HealthOptions, Problem};
+use actk_node::health::{HealthOptions, Problem, ProblemKind};
 use k8s_openapi::api::resource::v1::Device as SliceDevice;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -204,34 +204,88 @@ pub fn device_plugin_profiles(
     out
 }
 
-/// `found`, a rediscovery, with every device of `before` (the previous discovery) that had
-/// device nodes and now has none or is gone, as `before` had it: its nodes, attributes and MIG
-/// devices. Such a device stays in the pool, its health probe finds its nodes gone
-/// (`device-node-gone`, naming the path) and it is tainted rather than silently dropped, and
-/// the kubelet is told it is unhealthy; once discovery finds it with nodes again, the new entry
-/// is used. A vendor `found` lacks altogether (its driver unloaded) keeps its `before` entry.
-/// Vendors stay in the order of `profiles`. Used where the server keeps device taints; where it
-/// drops them, a lost device leaves the pool anyway.
-pub fn keep_lost(before: &Inventory, mut found: Inventory, profiles: &[Profile]) -> Inventory {
+/// What [`keep_lost`] made of a rediscovery: the inventory to publish, and the problem of each
+/// device it kept although discovery lost it, by slice device name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Kept {
+    /// The rediscovery with the lost devices kept.
+    pub inventory: Inventory,
+    /// Each kept device's problem ([`ProblemKind::Lost`]: `device-node-gone` when discovery
+    /// found it without a usable node, `device-gone` when it no longer found it at all).
+    pub lost: BTreeMap<String, Problem>,
+}
+
+/// Whether `a` and `b` are the same device: the same UUID where both have one, else the same
+/// PCI function, else the same index. Indexes are positions (NVIDIA numbers the GPUs in
+/// /proc/driver/nvidia/gpus order), so one that left shifts the others' indexes.
+fn same_device(a: &Device, b: &Device) -> bool {
+    match (&a.uuid, &b.uuid, &a.pci_bus_id, &b.pci_bus_id) {
+        (Some(x), Some(y), _, _) => x == y,
+        (_, _, Some(x), Some(y)) => x == y,
+        _ => a.index == b.index,
+    }
+}
+
+/// `found`, a rediscovery, with every device of `before` (the previous discovery, kept devices
+/// included) that had device nodes and now has none or is gone, as `before` had it (its nodes,
+/// attributes and MIG devices), so that it stays in the pool tainted and the kubelet hears it
+/// is unhealthy, rather than leaving the pool untold. Devices are matched by identity
+/// ([`same_device`]): one found without nodes keeps its entry under its new index; one gone
+/// keeps its old index unless another device holds that index now (it is then dropped, and
+/// logged). A vendor `found` lacks altogether (its driver unloaded) keeps its `before` entry.
+/// Each kept device is lost explicitly ([`Kept::lost`]): its node may still be there (NVIDIA's
+/// are static), so the health probe alone would call it healthy. Once discovery finds it with
+/// nodes again, the new entry is used. Vendors stay in the order of `profiles`. Used where the
+/// server keeps device taints; where it drops them, a lost device leaves the pool anyway.
+pub fn keep_lost(before: &Inventory, mut found: Inventory, profiles: &[Profile]) -> Kept {
+    let mut lost = BTreeMap::new();
+    let gone = |p: &str, d: &Device, why: &str| {
+        let id = d.uuid.as_deref().or(d.pci_bus_id.as_deref()).unwrap_or("no id");
+        Problem::new(ProblemKind::Lost, "device-gone", format!("{} ({id}) {why}", device_name(p, d.index)))
+    };
     for old in &before.vendors {
+        let had: Vec<&Device> = old.devices.iter().filter(|d| !d.nodes.is_empty()).collect();
         let Some(new) = found.vendors.iter_mut().find(|v| v.profile == old.profile) else {
-            if old.devices.iter().any(|d| !d.nodes.is_empty()) {
-                found.vendors.push(old.clone());
+            if !had.is_empty() {
+                for d in &had {
+                    let why = format!("is no longer found: discovery finds no {} device", old.kind);
+                    lost.insert(device_name(&old.profile, d.index), gone(&old.profile, d, &why));
+                }
+                let mut v = old.clone();
+                v.devices.retain(|d| !d.nodes.is_empty());
+                found.vendors.push(v);
             }
             continue;
         };
-        for d in old.devices.iter().filter(|d| !d.nodes.is_empty()) {
-            match new.devices.iter_mut().find(|n| n.index == d.index) {
-                Some(n) if n.nodes.is_empty() => *n = d.clone(),
+        for d in had {
+            let index_taken = new.devices.iter().any(|n| n.index == d.index);
+            match new.devices.iter_mut().find(|n| same_device(n, d)) {
+                Some(n) if n.nodes.is_empty() => {
+                    let paths: Vec<&str> = d.nodes.iter().map(|x| x.path.as_str()).collect();
+                    let p = Problem::new(
+                        ProblemKind::Lost,
+                        "device-node-gone",
+                        format!("discovery finds it without a usable device node (it had {})", paths.join(", ")),
+                    );
+                    lost.insert(device_name(&old.profile, n.index), p);
+                    *n = Device { index: n.index, ..d.clone() };
+                }
                 Some(_) => {}
-                None => new.devices.push(d.clone()),
+                None if index_taken => tracing::warn!(
+                    "device {} is gone and its name is another device's now; it leaves the pool",
+                    device_name(&old.profile, d.index)
+                ),
+                None => {
+                    lost.insert(device_name(&old.profile, d.index), gone(&old.profile, d, "is no longer found"));
+                    new.devices.push(d.clone());
+                }
             }
         }
         new.devices.sort_by_key(|d| d.index);
     }
     let rank = |name: &str| profiles.iter().position(|p| p.name == name).unwrap_or(usize::MAX);
     found.vendors.sort_by_key(|v| rank(&v.profile));
-    found
+    Kept { inventory: found, lost }
 }
 
 /// `inv` without the devices in `unhealthy` (slice device names).
@@ -336,6 +390,8 @@ pub async fn run<S: Sink>(
     let mut inv = Inventory::default();
     let mut found = Inventory::default();
     let mut monitors = Monitors::default();
+    // Devices keep_lost kept although discovery lost them, with why.
+    let mut lost: BTreeMap<String, Problem> = BTreeMap::new();
     let health_opts = cfg
         .health_engine
         .options
@@ -356,11 +412,30 @@ pub async fn run<S: Sink>(
     let mut said_lock_error = false;
     loop {
         if last_discovery.is_none_or(|t| t.elapsed() >= cfg.rediscover) {
-            let fresh = actk_core::discover::discover(&cfg.root, &cfg.profiles);
-            // Where taints are kept, a device whose node went away between two health checks
-            // is tainted as lost, as the health check would have, not dropped.
+            // Off the runtime's thread, as the engines' start below: NVML's initialisation takes
+            // seconds on a node without persistence mode, and NodePrepareResources waits on it.
+            let (root, profiles) = (cfg.root.clone(), cfg.profiles.clone());
+            let fresh = match tokio::task::spawn_blocking(move || actk_core::discover::discover(&root, &profiles)).await
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    tracing::warn!("discovery failed: {e}; keeping what the last one found");
+                    found.clone()
+                }
+            };
+            // Where taints are kept, a device discovery lost (its node gone, or itself) stays in
+            // the pool tainted as lost, not dropped untold.
             found = match mode {
-                TaintMode::Taint { .. } if last_discovery.is_some() => keep_lost(&found, fresh, &cfg.profiles),
+                TaintMode::Taint { .. } if last_discovery.is_some() => {
+                    let kept = keep_lost(&found, fresh, &cfg.profiles);
+                    for (name, p) in &kept.lost {
+                        if !lost.contains_key(name) {
+                            tracing::warn!("device {name}: {}", p.reason);
+                        }
+                    }
+                    lost = kept.lost;
+                    kept.inventory
+                }
                 _ => fresh,
             };
             if last_discovery.is_none() {
@@ -432,7 +507,20 @@ pub async fn run<S: Sink>(
             warned_overlap = overlap;
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
             inv = served(&found, here.as_ref(), &excluded);
-            monitors.update(&inv, &cfg.profiles, &health_opts);
+            let (m, i, p, o) = (std::mem::take(&mut monitors), inv.clone(), cfg.profiles.clone(), health_opts.clone());
+            monitors = match tokio::task::spawn_blocking(move || {
+                let mut m = m;
+                m.update(&i, &p, &o);
+                m
+            })
+            .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!("the health engines could not be started: {e}; starting them again next time");
+                    Monitors::default()
+                }
+            };
             if published.is_some() {
                 match sink.intact(generation).await {
                     Ok(true) => {}
@@ -448,7 +536,14 @@ pub async fn run<S: Sink>(
             }
             last_discovery = Some(Instant::now());
         }
-        let judged = monitors.check();
+        let mut judged = monitors.check();
+        for (name, p) in &lost {
+            if let Some(j) = judged.get_mut(name)
+                && j.as_ref().is_none_or(|q| q.kind < p.kind)
+            {
+                *j = Some(p.clone());
+            }
+        }
         let problems: BTreeMap<String, Problem> =
             judged.iter().filter_map(|(n, p)| Some((n.clone(), p.clone()?))).collect();
         for (name, p) in &problems {
@@ -494,11 +589,15 @@ pub async fn run<S: Sink>(
         }
         if published.as_ref() != Some(&devices) {
             if sent.as_ref() != Some(&devices) {
-                // Tainted devices stay preparable: a claim that tolerates the taint is the
-                // admin's choice; withdrawn ones are not.
+                // A faulty device that is tainted stays preparable: a claim that tolerates the
+                // taint is the admin's choice (a diagnostics job). A lost one (its node gone,
+                // or itself) is not there to prepare, tolerated or not; withdrawn ones neither.
                 let usable = match mode {
                     TaintMode::Withdraw => without(&inv, &unhealthy),
-                    TaintMode::Taint { .. } => inv.clone(),
+                    TaintMode::Taint { .. } => without(
+                        &inv,
+                        &problems.iter().filter(|(_, p)| p.kind == ProblemKind::Lost).map(|(n, _)| n.clone()).collect(),
+                    ),
                 };
                 tx.send_replace(Arc::new(usable));
                 sent = Some(devices.clone());
@@ -657,16 +756,51 @@ mod tests {
         let mut renamed = found.clone();
         renamed.vendors[0].devices[1].model = Some("new".into());
         let kept = keep_lost(&before, renamed, &profiles);
-        let names: Vec<_> = kept.vendors.iter().map(|v| v.profile.as_str()).collect();
+        let names: Vec<_> = kept.inventory.vendors.iter().map(|v| v.profile.as_str()).collect();
         assert_eq!(names, ["nvidia", "neuron"]);
-        let nv = &kept.vendors[0].devices;
+        let nv = &kept.inventory.vendors[0].devices;
         assert_eq!(nv.iter().map(|d| d.index).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(nv[0], before.vendors[0].devices[0], "node-less: the last entry");
         assert_eq!(nv[1].model.as_deref(), Some("new"), "found with its node: the new entry");
         assert_eq!(nv[2], before.vendors[0].devices[2], "gone: the last entry");
-        assert_eq!(kept.vendors[1], before.vendors[1]);
+        assert_eq!(kept.inventory.vendors[1], before.vendors[1]);
+        let codes: Vec<(&str, &str)> = kept.lost.iter().map(|(n, p)| (n.as_str(), p.code.as_str())).collect();
+        assert_eq!(codes, [("neuron-0", "device-gone"), ("nvidia-0", "device-node-gone"), ("nvidia-2", "device-gone")]);
+        assert!(kept.lost.values().all(|p| p.kind == ProblemKind::Lost));
+        assert!(kept.lost["nvidia-0"].reason.contains("/dev/nvidia0"), "{:?}", kept.lost);
         // A device never seen with a node is not invented.
         let none = keep_lost(&inv(vec![vendor("nvidia", vec![gpu(3, false)])]), found.clone(), &profiles);
-        assert_eq!(none, found);
+        assert_eq!(none, Kept { inventory: found, lost: BTreeMap::new() });
+    }
+
+    /// NVIDIA indexes are positions: when a GPU leaves, the next one takes its index. Devices
+    /// are matched by UUID, so no GPU is published twice and none under another's name.
+    #[test]
+    fn devices_are_matched_by_identity_not_by_index() {
+        let profiles = actk_core::profile::builtin();
+        let with_uuid = |index: u32, uuid: &str, node: bool| Device { uuid: Some(uuid.into()), ..gpu(index, node) };
+        let before = inv(vec![vendor(
+            "nvidia",
+            vec![with_uuid(0, "GPU-a", true), with_uuid(1, "GPU-b", true), with_uuid(2, "GPU-c", true)],
+        )]);
+        // GPU-b left; GPU-c is index 1 now, and found without its node.
+        let found = inv(vec![vendor("nvidia", vec![with_uuid(0, "GPU-a", true), with_uuid(1, "GPU-c", false)])]);
+        let kept = keep_lost(&before, found, &profiles);
+        let nv = &kept.inventory.vendors[0].devices;
+        let ids: Vec<(u32, &str)> = nv.iter().map(|d| (d.index, d.uuid.as_deref().unwrap())).collect();
+        // GPU-b's name, nvidia-1, is GPU-c's now: GPU-b is not kept (logged), and GPU-c is not
+        // published twice.
+        assert_eq!(ids, [(0, "GPU-a"), (1, "GPU-c")]);
+        assert_eq!(nv[1].nodes, before.vendors[0].devices[2].nodes, "GPU-c's last nodes, under its new index");
+        let codes: Vec<(&str, &str)> = kept.lost.iter().map(|(n, p)| (n.as_str(), p.code.as_str())).collect();
+        assert_eq!(codes, [("nvidia-1", "device-node-gone")]);
+        // GPU-b left from the end: its name is free, so it is kept, lost.
+        let found = inv(vec![vendor("nvidia", vec![with_uuid(0, "GPU-a", true), with_uuid(2, "GPU-c", true)])]);
+        let kept = keep_lost(&before, found, &profiles);
+        let ids: Vec<(u32, &str)> =
+            kept.inventory.vendors[0].devices.iter().map(|d| (d.index, d.uuid.as_deref().unwrap())).collect();
+        assert_eq!(ids, [(0, "GPU-a"), (1, "GPU-b"), (2, "GPU-c")]);
+        assert_eq!(kept.lost.keys().collect::<Vec<_>>(), ["nvidia-1"]);
+        assert!(kept.lost["nvidia-1"].reason.contains("GPU-b"), "{:?}", kept.lost);
     }
 }

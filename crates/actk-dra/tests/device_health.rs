@@ -55,6 +55,8 @@ impl Sink for Recorder {
 /// The publisher and health service of one fixture, and the kubelet's side of both.
 struct Node {
     slices: mpsc::UnboundedReceiver<Published>,
+    /// What the publisher offers to prepare.
+    inventory: watch::Receiver<Arc<actk_core::inventory::Inventory>>,
     health: tonic::Streaming<health_v1::NodeWatchResourcesResponse>,
     _dir: tempfile::TempDir,
     task: tokio::task::JoinHandle<()>,
@@ -77,7 +79,7 @@ async fn start(f: &Fixture, profile: &str, mode: TaintMode, recovery: Duration) 
 /// [`start`], rediscovering every `rediscover`.
 async fn start_with(f: &Fixture, profile: &str, mode: TaintMode, recovery: Duration, rediscover: Duration) -> Node {
     let (tx, slices) = mpsc::unbounded_channel();
-    let (inv_tx, _inv_rx) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
+    let (inv_tx, inventory) = watch::channel(Arc::new(actk_core::inventory::Inventory::default()));
     let (report_tx, report_rx) = watch::channel(Arc::new(HealthReport::default()));
     let cfg = PublishConfig {
         root: f.root.clone(),
@@ -119,7 +121,7 @@ async fn start_with(f: &Fixture, profile: &str, mode: TaintMode, recovery: Durat
         .await
         .unwrap()
         .into_inner();
-    Node { slices, health, _dir: dir, task }
+    Node { slices, inventory, health, _dir: dir, task }
 }
 
 /// A driver with no inventory (the health service shares the DRA socket; these tests prepare
@@ -231,6 +233,10 @@ async fn a_removed_device_node_is_tainted_reported_and_recovers() {
     let msg = n.health_until("nvidia-0", UNHEALTHY, SECONDS).await;
     assert!(msg.contains("/dev/nvidia1") && msg.contains("device-node-gone"), "{msg}");
     eprintln!("taint published {took:?} after the node was removed");
+    // Lost: not offered to prepare, even to a claim that tolerates the taint.
+    let usable = n.inventory.borrow().clone();
+    let left: Vec<u32> = usable.vendor("nvidia").unwrap().devices.iter().map(|d| d.index).collect();
+    assert_eq!(left, [1], "the lost GPU is not preparable");
     assert!(std::process::Command::new("mknod").arg(&node).args(["c", "195", "1"]).status().unwrap().success());
     n.slice_until("nvidia-0", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
     n.health_until("nvidia-0", HEALTHY, SECONDS).await;
@@ -264,6 +270,30 @@ async fn a_gpu_rediscovery_finds_without_its_node_stays_tainted() {
     n.health_until("nvidia-0", HEALTHY, SECONDS).await;
 }
 
+/// A GPU that discovery no longer finds at all (it left /proc/driver/nvidia/gpus, as on a PCI
+/// remove) while its node stays (NVIDIA's nodes are static): the probe alone would call it
+/// healthy; it is kept in the slice tainted `device-gone`, reported unhealthy, and not offered
+/// to prepare; back in procfs, it is published whole again.
+#[tokio::test]
+async fn a_gpu_discovery_no_longer_finds_is_tainted_gone_though_its_node_stays() {
+    let Some(f) = fixture::prepare("hetero-nvidia-neuron").unwrap() else { return };
+    let mut n = start_with(&f, "nvidia", TAINTS, Duration::from_secs(60), Duration::from_millis(50)).await;
+    n.slice_until("nvidia-1", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
+    // GPU index 1 is the second bus id in procfs order (SOURCES.md): 0000:00:1c.0.
+    let proc = real(&f, "/proc/driver/nvidia/gpus/0000:00:1c.0");
+    let aside = f.root.join("gpu-1-removed");
+    std::fs::rename(&proc, &aside).unwrap();
+    let p = n.slice_until("nvidia-1", SECONDS, |t| t.is_none_or(|t| !t.is_empty())).await;
+    let p: BTreeMap<_, _> = p.into_iter().collect();
+    assert_eq!(p.get("nvidia-1"), Some(&taint("device-gone", "NoSchedule")), "{p:?}");
+    assert_eq!(p.get("nvidia-0"), Some(&vec![]), "{p:?}");
+    let usable =
+        n.inventory.wait_for(|i| i.vendor("nvidia").is_some_and(|v| v.devices.len() == 1)).await.unwrap().clone();
+    assert_eq!(usable.vendor("nvidia").unwrap().devices[0].index, 0, "the lost GPU is not offered to prepare");
+    std::fs::rename(&aside, &proc).unwrap();
+    n.slice_until("nvidia-1", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
+}
+
 #[tokio::test]
 async fn nvml_xids_taint_the_gpu_and_application_xids_do_not() {
     let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
@@ -278,6 +308,9 @@ async fn nvml_xids_taint_the_gpu_and_application_xids_do_not() {
     assert!(tainted["nvidia-2"].is_empty(), "Xid 13 is an application error");
     let msg = n.health_until("nvidia-3", UNHEALTHY, SECONDS).await;
     assert!(msg.contains("Xid 79"), "{msg}");
+    // Faulty, not lost: still preparable for a claim that tolerates the taint.
+    let usable = n.inventory.borrow().clone();
+    assert_eq!(usable.vendor("nvidia").unwrap().devices.len(), 8, "a faulty GPU stays preparable");
     // Quiet for the recovery time: the taint goes.
     n.slice_until("nvidia-3", SECONDS, |t| t.is_some_and(Vec::is_empty)).await;
     n.health_until("nvidia-3", HEALTHY, SECONDS).await;

@@ -74,7 +74,8 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(kind: ProblemKind, code: impl Into<String>, reason: impl Into<String>) -> Problem {
+    /// A problem of `kind`; `code` must be a valid label value (see [`Problem::code`]).
+    pub fn new(kind: ProblemKind, code: impl Into<String>, reason: impl Into<String>) -> Problem {
         Problem { kind, code: code.into(), reason: reason.into() }
     }
 }

@@ -132,6 +132,24 @@ fn an_xid_right_after_the_monitor_starts_is_seen() {
     assert_eq!(sick(&h), [(6, ProblemKind::Faulty, "xid-79".to_string())]);
 }
 
+/// A GPU that refuses Xid event registration (NOT_SUPPORTED) is left out of the watch, and the
+/// GPUs registered before and after it are still watched (nvml-wrapper frees the event set on
+/// that error; the whole watch used to stop).
+#[test]
+fn a_gpu_without_xid_events_leaves_the_others_watched() {
+    let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };
+    let state = nvml_double::State::of(&f.root).unwrap();
+    nvml_double::refuse_events(&f.root, &state.gpu_uuid(2)).unwrap();
+    let mut m = monitor(&f, "nvidia", Duration::from_secs(60));
+    nvml_double::raise_xid(&f.root, &state.gpu_uuid(1), 79).unwrap();
+    nvml_double::raise_xid(&f.root, &state.gpu_uuid(5), 48).unwrap();
+    let h = wait(&mut m, "Xids on GPUs 1 and 5", |h| sick(h).len() == 2);
+    assert_eq!(
+        sick(&h),
+        [(1, ProblemKind::Faulty, "xid-79".to_string()), (5, ProblemKind::Faulty, "xid-48".to_string())]
+    );
+}
+
 #[test]
 fn nvidia_xids_ecc_and_lost_gpus_come_through_the_nvml_double() {
     let Some(f) = fixture::prepare("nvidia-dgx-h100").unwrap() else { return };

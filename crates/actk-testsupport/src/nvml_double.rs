@@ -142,6 +142,12 @@ pub fn set_init_delay(root: &Path, ms: u64) -> Result<()> {
     std::fs::write(&p, format!("{ms}\n")).with_context(|| format!("writing {}", p.display()))
 }
 
+/// Make the GPU with UUID `uuid` refuse Xid event registration (NVML_ERROR_NOT_SUPPORTED, as a
+/// GPU without Xid events answers).
+pub fn refuse_events(root: &Path, uuid: &str) -> Result<()> {
+    append(root, "no_events", uuid)
+}
+
 /// Make the GPU with UUID `uuid` answer every query with NVML_ERROR_GPU_IS_LOST.
 pub fn lose_gpu(root: &Path, uuid: &str) -> Result<()> {
     append(root, "lost", uuid)

@@ -454,8 +454,10 @@ pub fn watch_xids(
     on_tick: &mut dyn FnMut(Probe<'_>),
 ) -> Result<(), String> {
     let nvml = open(host).map_err(|e| e.to_string())?;
-    let mut set = nvml.create_event_set().map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
-    let mut registered = 0;
+    let new_set = || nvml.create_event_set().map_err(|e| format!("nvmlEventSetCreate: {e}"));
+    let mut set = new_set()?;
+    // GPUs registered in `set` so far.
+    let mut watched: Vec<&str> = Vec::new();
     for uuid in gpus {
         let dev = match nvml.device_by_uuid(uuid.as_str()) {
             Ok(d) => d,
@@ -466,22 +468,28 @@ pub fn watch_xids(
         };
         set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
             Ok(s) => {
-                registered += 1;
+                watched.push(uuid);
                 s
             }
             Err(e) => {
-                tracing::warn!("Xid watch: GPU {uuid} does not report Xid events: {e}");
-                match e.error {
-                    // The set is gone after an Unknown error (nvml-wrapper freed it).
-                    NvmlError::Unknown | NvmlError::SetReleaseFailed => {
-                        nvml.create_event_set().map_err(|e| format!("nvmlEventSetCreate: {e}"))?
-                    }
-                    _ => return Err(format!("Xid watch: registering GPU {uuid}: {e}")),
+                // A GPU without Xid events (NOT_SUPPORTED: a vGPU, an old board) is left out, as
+                // NVIDIA's device plugin leaves it out. nvml-wrapper frees the set on every
+                // error, so the GPUs registered before it go into a new one.
+                tracing::warn!(
+                    "Xid watch: GPU {uuid} does not report Xid events: {e}; its health comes from its nodes"
+                );
+                let mut again = new_set()?;
+                for w in &watched {
+                    let d = nvml.device_by_uuid(*w).map_err(|e| format!("Xid watch: GPU {w}: {e}"))?;
+                    again = d
+                        .register_events(EventTypes::CRITICAL_XID_ERROR, again)
+                        .map_err(|e| format!("Xid watch: registering GPU {w} again: {e}"))?;
                 }
+                again
             }
         };
     }
-    if registered == 0 {
+    if watched.is_empty() {
         return Err("no GPU accepted Xid event registration".into());
     }
     armed();

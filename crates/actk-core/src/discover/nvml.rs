@@ -23,8 +23,14 @@
 //! nvmlEventSetWait_v2, nvmlEventSetFree, nvmlSystemGetCudaDriverVersion_v2,
 //! nvmlDeviceGetCudaComputeCapability; and for the telemetry exporter ([`Telemetry`]):
 //! nvmlDeviceGetUtilizationRates, nvmlDeviceGetTemperature, nvmlDeviceGetPowerUsage,
-//! nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetTotalEccErrors.
+//! nvmlDeviceGetEnforcedPowerLimit, nvmlDeviceGetTotalEccErrors; and to make and remove MIG
+//! instances on demand ([`dynamic`]): nvmlDeviceGetGpuInstancePossiblePlacements_v2,
+//! nvmlDeviceCreateGpuInstanceWithPlacement, nvmlGpuInstanceDestroy,
+//! nvmlGpuInstanceGetComputeInstanceProfileInfo, nvmlGpuInstanceCreateComputeInstance,
+//! nvmlGpuInstanceGetComputeInstanceById, nvmlComputeInstanceGetInfo_v2,
+//! nvmlComputeInstanceDestroy.
 
+pub mod dynamic;
 mod raw;
 
 use super::{HostRoot, normalize_pci};
@@ -296,22 +302,28 @@ fn mig_devices(gpu: &nvml_wrapper::Device<'_>, total_mib: Option<u64>, problems:
             engines: attrs
                 .as_ref()
                 .map(|a| {
-                    [
-                        ("copyEngines", a.shared_copy_engine_count),
-                        ("decoders", a.shared_decoder_count),
-                        ("encoders", a.shared_encoder_count),
-                        ("jpegEngines", a.shared_jpeg_count),
-                        ("ofaEngines", a.shared_ofa_count),
-                    ]
-                    .into_iter()
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(k, n)| (k.to_string(), n))
-                    .collect()
+                    engines(
+                        a.shared_copy_engine_count,
+                        a.shared_decoder_count,
+                        a.shared_encoder_count,
+                        a.shared_jpeg_count,
+                        a.shared_ofa_count,
+                    )
                 })
                 .unwrap_or_default(),
         });
     }
     out
+}
+
+/// Engine counts by name as [`MigInfo::engines`] has them (`copyEngines`, `decoders`,
+/// `encoders`, `jpegEngines`, `ofaEngines`), zero counts left out.
+fn engines(copy: u32, dec: u32, enc: u32, jpeg: u32, ofa: u32) -> std::collections::BTreeMap<String, u32> {
+    [("copyEngines", copy), ("decoders", dec), ("encoders", enc), ("jpegEngines", jpeg), ("ofaEngines", ofa)]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| (k.to_string(), n))
+        .collect()
 }
 
 fn nvlinks(gpu: &nvml_wrapper::Device<'_>) -> Vec<(u32, LinkPeer)> {

@@ -4,7 +4,8 @@
 //!
 //! - [`State::of`]: the records of `<root>/nvml-double/state.tsv` (what the double answers);
 //! - [`raise_xid`]: append an Xid event the double delivers to event sets created before;
-//! - [`lose_gpu`] / [`recover_gpu`]: make every query of a GPU answer GPU_IS_LOST, and undo it.
+//! - [`lose_gpu`] / [`recover_gpu`]: make every query of a GPU answer GPU_IS_LOST, and undo it;
+//! - [`enable_mig`]: switch a GPU to MIG mode, as an administrator does before MIG devices are made.
 
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
@@ -161,4 +162,73 @@ pub fn recover_gpu(root: &Path, uuid: &str) -> Result<()> {
     let tmp = p.with_extension("tmp");
     std::fs::write(&tmp, kept).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &p).with_context(|| format!("replacing {}", p.display()))
+}
+
+/// Switch GPU `gpu_index` of the prepared fixture `root` to MIG mode, as an administrator's
+/// `nvidia-smi -i N -mig 1` (and GPU reset) does: its `gpu` record says `mig=enabled`; every
+/// other line of `nvml-double/state.tsv` is kept. Written as the double writes the file (under
+/// the flock on `state.lock`, into a temporary file renamed over it), so a process that has the
+/// double loaded sees it at its next nvmlInit. Errors: no double, no such GPU, or I/O.
+pub fn enable_mig(root: &Path, gpu_index: u32) -> Result<()> {
+    let dir = state_dir(root);
+    let path = dir.join("state.tsv");
+    let lock_path = dir.join("state.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    lock.lock().with_context(|| format!("locking {}", lock_path.display()))?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let index = format!("index={gpu_index}");
+    let mut found = false;
+    let out: String = text
+        .lines()
+        .map(|l| {
+            let mut fields: Vec<&str> = l.split('\t').collect();
+            if fields.first() == Some(&"gpu") && fields.contains(&index.as_str()) {
+                found = true;
+                for f in &mut fields {
+                    if f.starts_with("mig=") {
+                        *f = "mig=enabled";
+                    }
+                }
+            }
+            fields.join("\t") + "\n"
+        })
+        .collect();
+    if !found {
+        bail!("{} has no gpu record with {index}", path.display());
+    }
+    let tmp = dir.join(".state.tsv.enable_mig.tmp");
+    std::fs::write(&tmp, out).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn giprofile_placements_parse_as_fields() {
+        let s = State::parse(
+            "giprofile\tgpu=all\tindex=2\tid=9\tslices=3\tname=3g.40gb\tplacements=0,4\tplacement_size=4\n",
+        );
+        let p = s.all("giprofile").next().unwrap();
+        assert_eq!((p.get("placements"), p.num("placement_size"), p.num("id")), ("0,4", 4, 9));
+    }
+
+    #[test]
+    fn enable_mig_changes_only_that_gpus_mode() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir(state_dir(dir.path()))?;
+        let text = "# comment\nsystem\tdriver=1\ngpu\tindex=0\tmig=disabled\tcc=9.0\ngpu\tindex=1\tmig=disabled\ngi\tgpu=0\tid=1\n";
+        std::fs::write(state_dir(dir.path()).join("state.tsv"), text)?;
+        enable_mig(dir.path(), 1)?;
+        let after = std::fs::read_to_string(state_dir(dir.path()).join("state.tsv"))?;
+        assert_eq!(after, text.replace("index=1\tmig=disabled", "index=1\tmig=enabled"));
+        assert!(enable_mig(dir.path(), 7).is_err());
+        Ok(())
+    }
 }

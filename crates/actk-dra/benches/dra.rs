@@ -19,7 +19,7 @@ use actk_dra::driver::{Driver, MemoryClaims};
 use actk_dra::plugin::{self, Socket};
 use actk_dra::publish::{self, PublishConfig, Sink};
 use actk_dra::service::DraService;
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,7 +60,8 @@ impl Sink for First {
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(true)
     }
-    async fn publish(&mut self, _: i64, devices: Vec<Device>) -> Result<(), String> {
+    async fn publish(&mut self, _: i64, pool: actk_dra::slice::Pool) -> Result<(), String> {
+        let devices = pool.devices;
         if let Some(tx) = self.0.take() {
             let _ = tx.send(devices.len());
         }
@@ -84,6 +85,7 @@ async fn time_to_first_slice(root: &Path) -> (Duration, usize) {
         defer_to: None,
         metrics: None,
         health_engine: Default::default(),
+        dynamic_mig: None,
     };
     let t = Instant::now();
     let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));
@@ -219,6 +221,7 @@ fn main() {
                     defer_to: None,
                     metrics: None,
                     health_engine: Default::default(),
+                    dynamic_mig: None,
                 };
                 let t = Instant::now();
                 let task = tokio::spawn(publish::run(cfg, First(Some(tx)), 1, inv_tx, watch::channel(Some(Ok(()))).1));

@@ -22,7 +22,6 @@ use actk_dra::publish::{self, HealthConfig, PublishConfig, Sink};
 use actk_node::health::{HealthOptions, XidPolicy};
 use actk_testsupport::fixture::{self, Fixture};
 use actk_testsupport::nvml_double;
-use k8s_openapi::api::resource::v1::Device;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +37,8 @@ impl Sink for Recorder {
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(true)
     }
-    async fn publish(&mut self, _: i64, devices: Vec<Device>) -> Result<(), String> {
+    async fn publish(&mut self, _: i64, pool: actk_dra::slice::Pool) -> Result<(), String> {
+        let devices = pool.devices;
         let _ = self.0.send(devices.into_iter().map(|d| (d.name, d.taints.is_some_and(|t| !t.is_empty()))).collect());
         Ok(())
     }
@@ -158,6 +158,7 @@ async fn bench_dra(case: &Case, f: &Fixture, interval: Duration, rounds: u32) ->
             taints: TaintMode::Taint { lost_no_execute: false },
             report: Some((Arc::new(report_tx), "node-a".into())),
         },
+        dynamic_mig: None,
     };
     let task = tokio::spawn(publish::run(cfg, Recorder(tx), 1, inv_tx, watch::channel(Some(Ok(()))).1));
     let dir = tempfile::tempdir().unwrap();

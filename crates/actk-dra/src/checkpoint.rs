@@ -4,8 +4,11 @@
 //!
 //! Format (JSON, `version` 1): `{"version": 1, "node": "...", "claims": {"<uid>": {"claim":
 //! {"namespace", "uid", "name"}, "devices": [{"request", "pool", "device", "cdi_ids"}],
-//! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core within the device>, ...]}}}}` (`cores` only
-//! for claims that share devices in cores). Written atomically (temporary file in the same
+//! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core within the device>, ...]},
+//! "made": [{"device", "gpu_uuid", "start", "gpu_instance", "compute_instance", "uuid"}]}},
+//! "making": {"<uid>": [<placement>, ...]}}` (`cores` only for claims that share devices in
+//! cores, `made` only for claims with MIG devices made for them, `making` only while a prepare
+//! makes some). Written atomically (temporary file in the same
 //! directory, fsync, rename, fsync of the directory), so a crash leaves the old or the new
 //! checkpoint, never a mix.
 
@@ -35,6 +38,27 @@ pub struct Entry {
     /// shared nothing.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cores: BTreeMap<String, Vec<u32>>,
+    /// MIG devices the driver made for the claim (dynamic MIG, [`crate::mig`]), destroyed at
+    /// unprepare; absent in checkpoints of earlier releases and of claims without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made: Vec<Made>,
+}
+
+/// A MIG device made at prepare for a placement device ([`crate::mig::Placement`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Made {
+    /// The placement device allocated (`nvidia-0-mig-3g-40gb-4`).
+    pub device: String,
+    /// The GPU's UUID.
+    pub gpu_uuid: String,
+    /// First memory slice of its GPU instance (the placement's).
+    pub start: u32,
+    /// GPU instance id NVML gave it.
+    pub gpu_instance: u32,
+    /// Compute instance id.
+    pub compute_instance: u32,
+    /// The MIG device's UUID (`MIG-...`).
+    pub uuid: String,
 }
 
 /// The whole checkpoint.
@@ -46,6 +70,12 @@ pub struct Checkpoint {
     pub node: String,
     /// Prepared claims by UID.
     pub claims: BTreeMap<String, Entry>,
+    /// MIG devices being made for a claim (by UID) whose prepare has not finished: written
+    /// before NVML is asked, so that a driver killed in between finds and destroys what it
+    /// made (at the claim's next prepare or its unprepare), and the publisher does not publish
+    /// them as MIG devices of their own. Absent in checkpoints of earlier releases.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub making: BTreeMap<String, Vec<crate::mig::Placement>>,
 }
 
 /// Why the checkpoint cannot be read or written; each names the file.
@@ -72,7 +102,7 @@ pub enum CheckpointError {
 impl Checkpoint {
     /// An empty checkpoint for `node`.
     pub fn new(node: &str) -> Checkpoint {
-        Checkpoint { version: VERSION, node: node.to_string(), claims: BTreeMap::new() }
+        Checkpoint { version: VERSION, node: node.to_string(), claims: BTreeMap::new(), making: BTreeMap::new() }
     }
 
     /// Reads `path`; a missing file is an empty checkpoint for `node`.
@@ -160,6 +190,14 @@ mod tests {
                 }],
                 spec: Some("actk.dev-claim_u1.json".into()),
                 cores: [("neuron-1".to_string(), vec![2, 3])].into(),
+                made: vec![Made {
+                    device: "nvidia-0-mig-3g-40gb-4".into(),
+                    gpu_uuid: "GPU-0".into(),
+                    start: 4,
+                    gpu_instance: 2,
+                    compute_instance: 0,
+                    uuid: "MIG-0".into(),
+                }],
             },
         );
         c.save(&p).unwrap();

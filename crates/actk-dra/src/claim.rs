@@ -270,6 +270,9 @@ pub fn base_request(request: &str) -> &str {
 /// `node` (its pool) from `inventory`. `taken_cores` are the cores other prepared claims hold
 /// of devices shared in `cores` (slice device name -> cores numbered within the device); a claim that consumed N cores of a
 /// device gets its N lowest cores not taken, in `NEURON_RT_VISIBLE_CORES` ([`sharing_edits`]).
+/// `made` maps each placement device of the claim (dynamic MIG, [`crate::mig`]) to the slice
+/// device name of the MIG device made for it, which `inventory` holds; the answer keeps the
+/// placement's name.
 ///
 /// Errors: [`ClaimError::UidMismatch`], [`ClaimError::NotAllocated`], [`ClaimError::OtherPool`],
 /// [`ClaimError::UnknownDevice`] (naming every such device and the node's devices),
@@ -281,7 +284,7 @@ pub fn base_request(request: &str) -> &str {
 /// [`ClaimError::Spec`].
 // The error names the claim and the devices; it is built once per failed claim, so its size
 // does not matter.
-#[allow(clippy::result_large_err)]
+#[allow(clippy::result_large_err, clippy::too_many_arguments)]
 pub fn prepare(
     want: &ClaimRef,
     claim: &ResourceClaim,
@@ -289,6 +292,7 @@ pub fn prepare(
     inventory: &Inventory,
     profiles: &[Profile],
     taken_cores: &BTreeMap<String, BTreeSet<u32>>,
+    made: &BTreeMap<String, String>,
     opts: &SpecOptions,
 ) -> Result<Prepared, ClaimError> {
     check_uid(want)?;
@@ -333,7 +337,7 @@ pub fn prepare(
                 node: node.to_string(),
             });
         }
-        match by_name.get(&r.device) {
+        match by_name.get(made.get(&r.device).unwrap_or(&r.device)) {
             Some(&(vi, idx, mig)) => {
                 picked.push((base_request(&r.request), &r.device, vi, idx, mig));
                 let profile = profiles.iter().find(|p| p.name == inventory.vendors[vi].profile);
@@ -361,7 +365,7 @@ pub fn prepare(
         let skip = crate::config::Skip { mps: any_mps && !f.mps, neuron: any_neuron && !f.neuron };
         let cfg = crate::config::for_request(configs, &r.request, skip)
             .map_err(|message| ClaimError::Config { claim: want.clone(), message })?;
-        let &(vi, idx, mig) = &by_name[&r.device];
+        let &(vi, idx, mig) = &by_name[made.get(&r.device).unwrap_or(&r.device)];
         shares.push(Share { result: r, vendor: vi, index: idx, mig: mig.is_some(), config: cfg });
     }
     if !unknown.is_empty() {
@@ -775,9 +779,23 @@ mod tests {
         };
         let inv = Inventory::default();
         let opts = SpecOptions::default();
-        assert!(prepare(&want(UID), &obj("tenant-a", "gpus"), "n", &inv, &[], &Default::default(), &opts).is_ok());
+        assert!(
+            prepare(
+                &want(UID),
+                &obj("tenant-a", "gpus"),
+                "n",
+                &inv,
+                &[],
+                &Default::default(),
+                &Default::default(),
+                &opts
+            )
+            .is_ok()
+        );
         for (ns, name) in [("tenant-b", "gpus"), ("tenant-a", "other")] {
-            let e = prepare(&want(UID), &obj(ns, name), "n", &inv, &[], &Default::default(), &opts).unwrap_err();
+            let e =
+                prepare(&want(UID), &obj(ns, name), "n", &inv, &[], &Default::default(), &Default::default(), &opts)
+                    .unwrap_err();
             assert!(matches!(&e, ClaimError::OtherClaim { where_, .. } if where_ == "the API server"), "{e}");
         }
     }

@@ -10,11 +10,15 @@
 //! node-scoped write policy lets it through.
 //!
 //! Probed: `devices[].taints` (DRADeviceTaints, KEP-5055: alpha in 1.33, beta and on by default
-//! in 1.36, GA in 1.37). Everything else the driver writes is in `resource.k8s.io/v1` as 1.34
-//! serves it.
+//! in 1.36, GA in 1.37) and `sharedCounters` (DRAPartitionableDevices, KEP-4815: alpha in 1.33,
+//! beta and on by default in 1.36; used by dynamic MIG, [`crate::mig`]). Everything else
+//! the driver writes is in `resource.k8s.io/v1` as 1.34 serves it.
 
 use crate::slice::DRIVER;
-use k8s_openapi::api::resource::v1::{Device, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{
+    Counter, CounterSet, Device, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 
@@ -32,6 +36,10 @@ pub struct ApiFeatures {
     pub resource_versions: Vec<String>,
     /// Whether the server keeps device taints in ResourceSlices; `None` when the probe failed.
     pub device_taints: Option<bool>,
+    /// Whether the server keeps shared counters in ResourceSlices (DRAPartitionableDevices,
+    /// KEP-4815: alpha in 1.33, beta and on by default from 1.36); `None` when the probe failed
+    /// or was not made.
+    pub partitionable_devices: Option<bool>,
 }
 
 /// Why the driver cannot work with this API server.
@@ -68,8 +76,13 @@ impl ApiFeatures {
             Some(false) => "dropped (DRADeviceTaints off)",
             None => "not probed",
         };
+        let counters = match self.partitionable_devices {
+            Some(true) => "kept",
+            Some(false) => "dropped (DRAPartitionableDevices off)",
+            None => "not probed",
+        };
         format!(
-            "API server {}: {GROUP} {}; device taints in ResourceSlices {taints}",
+            "API server {}: {GROUP} {}; device taints in ResourceSlices {taints}; shared counters {counters}",
             self.server_version,
             self.resource_versions.join(", ")
         )
@@ -130,12 +143,20 @@ pub async fn discover(client: &kube::Client, node: &str) -> Result<ApiFeatures, 
         minor: parse_version(&info.major, &info.minor),
         resource_versions: versions,
         device_taints: None,
+        partitionable_devices: None,
     };
     if f.check().is_ok() {
         f.device_taints = match probe_taints(client, node).await {
             Ok(kept) => Some(kept),
             Err(e) => {
                 tracing::warn!("cannot probe whether the API server keeps device taints: {e}");
+                None
+            }
+        };
+        f.partitionable_devices = match probe_counters(client, node).await {
+            Ok(kept) => Some(kept),
+            Err(e) => {
+                tracing::warn!("cannot probe whether the API server keeps shared counters: {e}");
                 None
             }
         };
@@ -163,6 +184,36 @@ pub fn probe_slice(node: &str) -> ResourceSlice {
             ..Default::default()
         },
     }
+}
+
+/// The probe slice of shared counters: one counter set and no devices (1.37 refuses both in
+/// one slice), in `node`'s pool, never stored (dry run).
+pub fn probe_counters_slice(node: &str) -> ResourceSlice {
+    ResourceSlice {
+        metadata: ObjectMeta { name: Some(format!("{node}-{DRIVER}-probe-counters")), ..Default::default() },
+        spec: ResourceSliceSpec {
+            driver: DRIVER.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool { name: node.into(), generation: 0, resource_slice_count: 1 },
+            shared_counters: Some(vec![CounterSet {
+                name: "probe".into(),
+                counters: [("probe".to_string(), Counter { value: Quantity("1".into()) })].into(),
+            }]),
+            ..Default::default()
+        },
+    }
+}
+
+/// Whether the server kept the probe slice's counter set (dry-run server-side apply).
+async fn probe_counters(client: &kube::Client, node: &str) -> Result<bool, String> {
+    let s = probe_counters_slice(node);
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let pp = PatchParams::apply(crate::kube::FIELD_MANAGER).force().dry_run();
+    let back = Api::<ResourceSlice>::all(client.clone())
+        .patch(&name, &pp, &Patch::Apply(&s))
+        .await
+        .map_err(|e| format!("dry-run apply of ResourceSlice {name}: {e}"))?;
+    Ok(back.spec.shared_counters.is_some_and(|c| !c.is_empty()))
 }
 
 /// Whether the server kept the probe slice's taint (dry-run server-side apply).

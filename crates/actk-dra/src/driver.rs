@@ -10,6 +10,12 @@
 //!    checkpoint; when the checkpoint cannot be written the spec is removed again, so an error
 //!    leaves nothing behind.
 //!
+//! With dynamic MIG ([`Driver::with_dynamic_mig`], [`crate::mig`]) prepare also makes the MIG
+//! device of each placement device the claim was allocated, under the lock: the checkpoint
+//! records that it is making them (`making`) before NVML is asked, the entry lists what was
+//! made, and any failure destroys it again. Unprepare destroys them first; while NVML refuses
+//! (a process still uses one) nothing else is removed and the kubelet calls again.
+//!
 //! Unprepare of one claim removes its spec (a missing one is fine) and its checkpoint entry
 //! (with the cores it held). Claims sharing a device each have their own spec, so the others
 //! keep theirs: the device stays for them.
@@ -28,7 +34,7 @@
 //! So one tenant's UID under another's claim name (or a namespace that does not exist) neither
 //! answers with the first tenant's devices nor removes its spec.
 
-use crate::checkpoint::{Checkpoint, Entry};
+use crate::checkpoint::{Checkpoint, Entry, Made};
 use crate::claim::{self, ClaimError, ClaimRef, PreparedDevice, SpecOptions};
 use actk_core::cdi::validate::Format;
 use actk_core::inventory::Inventory;
@@ -73,6 +79,15 @@ pub struct Driver {
     state: Mutex<Checkpoint>,
     metrics: Option<crate::metrics::DraMetrics>,
     lock_file: Option<PathBuf>,
+    dynamic_mig: Option<DynamicMig>,
+}
+
+/// What prepare needs to make MIG devices ([`Driver::with_dynamic_mig`]).
+struct DynamicMig {
+    /// The host root whose NVML makes them.
+    root: PathBuf,
+    /// The placements the publisher offers.
+    placements: watch::Receiver<Arc<crate::mig::Placements>>,
 }
 
 /// The checkpoint while both locks are held (this process's and the node-wide file lock);
@@ -129,6 +144,7 @@ impl Driver {
             state: Mutex::new(cp),
             metrics: None,
             lock_file: None,
+            dynamic_mig: None,
         })
     }
 
@@ -148,6 +164,18 @@ impl Driver {
     /// checkpoint (tests that make the checkpoint's directory unusable).
     pub fn with_lock_file(mut self, path: PathBuf) -> Driver {
         self.lock_file = Some(path);
+        self
+    }
+
+    /// The driver making the MIG device of each placement device a claim was allocated
+    /// (dynamic MIG, [`crate::mig`]) through the NVML of host root `root`, for the placements
+    /// the publisher offers on `placements`.
+    pub fn with_dynamic_mig(
+        mut self,
+        root: PathBuf,
+        placements: watch::Receiver<Arc<crate::mig::Placements>>,
+    ) -> Driver {
+        self.dynamic_mig = Some(DynamicMig { root, placements });
         self
     }
 
@@ -248,13 +276,64 @@ impl Driver {
                 }
             }
         }
-        let prepared = claim::prepare(want, &obj, &self.node, &inventory, &self.profiles, &taken, &self.spec_options)
-            .map_err(|e| e.to_string())?;
+        // Dynamic MIG: the MIG devices of the claim's placement devices are made now, with the
+        // checkpoint saying so first; from here on an error destroys them again, so nothing is
+        // left half made.
+        let wanted = self.wanted_placements(want, &obj, &inventory)?;
+        if let Some(left) = st.making.get(&want.uid).cloned() {
+            // A prepare of this claim was killed while making: what it made goes first.
+            self.destroy_at(&left).await.map_err(|e| format!("claim {want}: {e}"))?;
+            let mut next = st.clone();
+            next.making.remove(&want.uid);
+            next.save(&self.checkpoint_path).map_err(|e| format!("claim {want}: {e}"))?;
+            *st = next;
+        }
+        if !wanted.is_empty() {
+            let mut next = st.clone();
+            next.making.insert(want.uid.clone(), wanted.iter().map(|(_, p)| p.clone()).collect());
+            next.save(&self.checkpoint_path).map_err(|e| format!("claim {want}: {e}"))?;
+            *st = next;
+        }
+        let (inventory, made, aliases) = match self.make_migs(want, inventory, wanted).await {
+            Ok(m) => m,
+            Err(e) => {
+                let mut next = st.clone();
+                next.making.remove(&want.uid);
+                return Err(match next.save(&self.checkpoint_path) {
+                    Ok(()) => {
+                        *st = next;
+                        e
+                    }
+                    Err(c) => format!("{e}; {c}"),
+                });
+            }
+        };
+        let made_ref = &made;
+        let undo = |why: String| async move {
+            match self.destroy_migs(made_ref).await {
+                Ok(()) => why,
+                Err(e) => format!("{why}; {e}"),
+            }
+        };
+        let prepared = match claim::prepare(
+            want,
+            &obj,
+            &self.node,
+            &inventory,
+            &self.profiles,
+            &taken,
+            &aliases,
+            &self.spec_options,
+        ) {
+            Ok(p) => p,
+            Err(e) => return Err(undo(e.to_string()).await),
+        };
         let file = claim::spec_file_name(&want.uid);
         let path = self.cdi_dir.join(&file);
-        if let Some(spec) = &prepared.spec {
-            actk_core::cdi::write::write_spec(spec, &path, Format::Json)
-                .map_err(|e| format!("claim {want}: cannot write its CDI spec: {e}"))?;
+        if let Some(spec) = &prepared.spec
+            && let Err(e) = actk_core::cdi::write::write_spec(spec, &path, Format::Json)
+        {
+            return Err(undo(format!("claim {want}: cannot write its CDI spec: {e}")).await);
         }
         let mut next = st.clone();
         next.claims.insert(
@@ -264,13 +343,15 @@ impl Driver {
                 devices: prepared.devices.clone(),
                 spec: prepared.spec.is_some().then_some(file),
                 cores: prepared.cores.clone(),
+                made: made.clone(),
             },
         );
+        next.making.remove(&want.uid);
         if let Err(e) = next.save(&self.checkpoint_path) {
             if prepared.spec.is_some() {
                 let _ = std::fs::remove_file(&path);
             }
-            return Err(format!("claim {want}: {e}; its CDI spec was removed again"));
+            return Err(undo(format!("claim {want}: {e}; its CDI spec was removed again")).await);
         }
         *st = next;
         if let Some(m) = &self.metrics {
@@ -292,6 +373,21 @@ impl Driver {
         claim::check_uid(claim).map_err(|e| e.to_string())?;
         let mut st = self.hold().await?;
         Self::same_claim(&st, claim)?;
+        // The MIG devices made for it first: while one cannot be destroyed (a process still
+        // uses it), nothing else is removed and the kubelet calls again.
+        if let Some(e) = st.claims.get(&claim.uid)
+            && !e.made.is_empty()
+        {
+            self.destroy_migs(&e.made).await.map_err(|e| format!("claim {claim}: {e}"))?;
+        }
+        if let Some(left) = st.making.get(&claim.uid).cloned() {
+            // Its prepare was killed while making MIG devices.
+            self.destroy_at(&left).await.map_err(|e| format!("claim {claim}: {e}"))?;
+            let mut next = st.clone();
+            next.making.remove(&claim.uid);
+            next.save(&self.checkpoint_path).map_err(|e| format!("claim {claim}: {e}"))?;
+            *st = next;
+        }
         let path = self.cdi_dir.join(claim::spec_file_name(&claim.uid));
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -312,7 +408,134 @@ impl Driver {
     }
 }
 
+/// The MIG devices made for a claim, the inventory that holds them, and each placement
+/// device's MIG device name ([`claim::prepare`]'s `made`).
+type MadeMigs = (Arc<Inventory>, Vec<Made>, std::collections::BTreeMap<String, String>);
+
 impl Driver {
+    /// The placement devices (dynamic MIG) `claim` was allocated on this node, with where
+    /// their MIG devices go; none without dynamic MIG.
+    ///
+    /// Errors: a placement's GPU is not usable here now (lost, withdrawn), naming the claim.
+    fn wanted_placements(
+        &self,
+        want: &ClaimRef,
+        claim: &ResourceClaim,
+        inventory: &Inventory,
+    ) -> Result<Vec<(String, crate::mig::Placement)>, String> {
+        let Some(dm) = &self.dynamic_mig else { return Ok(Vec::new()) };
+        let offered = dm.placements.borrow().clone();
+        let mut wanted: Vec<(String, crate::mig::Placement)> = Vec::new();
+        let results = claim.status.as_ref().and_then(|s| s.allocation.as_ref()).and_then(|a| a.devices.as_ref());
+        for r in results.and_then(|d| d.results.as_ref()).into_iter().flatten() {
+            if r.driver == crate::slice::DRIVER
+                && r.pool == self.node
+                && let Some(p) = offered.get(&r.device)
+                && !wanted.iter().any(|(n, _)| *n == r.device)
+            {
+                wanted.push((r.device.clone(), p.clone()));
+            }
+        }
+        for (name, p) in &wanted {
+            let usable = inventory
+                .vendors
+                .iter()
+                .flat_map(|v| &v.devices)
+                .any(|d| d.uuid.as_deref() == Some(p.gpu_uuid.as_str()) && !d.nodes.is_empty());
+            if !usable {
+                return Err(format!(
+                    "claim {want}: device {name} is a MIG device of GPU {}, which is not usable on this node now (lost or unhealthy)",
+                    p.gpu_uuid
+                ));
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Makes the MIG device of each of `wanted` and returns `inventory` with them.
+    ///
+    /// Errors (nothing left made): NVML cannot be loaded, refuses the placement (taken by a
+    /// MIG device made outside the driver), or discovery does not find the new MIG device;
+    /// each names the claim.
+    async fn make_migs(
+        &self,
+        want: &ClaimRef,
+        inventory: Arc<Inventory>,
+        wanted: Vec<(String, crate::mig::Placement)>,
+    ) -> Result<MadeMigs, String> {
+        let Some(dm) = self.dynamic_mig.as_ref().filter(|_| !wanted.is_empty()) else {
+            return Ok((inventory, Vec::new(), Default::default()));
+        };
+        let root = dm.root.clone();
+        let profiles: Vec<Profile> = self.profiles.clone();
+        let want_s = want.to_string();
+        tokio::task::spawn_blocking(move || make_blocking(&root, &profiles, &inventory, &wanted))
+            .await
+            .map_err(|e| format!("claim {want_s}: making its MIG devices: {e}"))?
+            .map_err(|e| format!("claim {want_s}: {e}"))
+    }
+
+    /// Destroys the MIG devices at `placements` that a killed prepare may have made.
+    ///
+    /// Errors: NVML cannot be loaded or refuses.
+    async fn destroy_at(&self, placements: &[crate::mig::Placement]) -> Result<(), String> {
+        let Some(dm) = &self.dynamic_mig else { return Ok(()) };
+        let (root, profiles, placements) = (dm.root.clone(), self.profiles.clone(), placements.to_vec());
+        tokio::task::spawn_blocking(move || {
+            let inv = actk_core::discover::discover(&root, &profiles);
+            let mut found = Vec::new();
+            for p in &placements {
+                let m = inv
+                    .vendors
+                    .iter()
+                    .flat_map(|v| &v.devices)
+                    .filter(|d| d.uuid.as_deref() == Some(&p.gpu_uuid))
+                    .find_map(|d| {
+                        d.mig
+                            .as_ref()?
+                            .devices
+                            .iter()
+                            .find(|m| m.placement.start == p.start && m.placement.size == p.size)
+                            .cloned()
+                    });
+                if let Some(m) = m {
+                    found.push(Made {
+                        device: String::new(),
+                        gpu_uuid: p.gpu_uuid.clone(),
+                        start: p.start,
+                        gpu_instance: m.gpu_instance,
+                        compute_instance: m.compute_instance,
+                        uuid: m.uuid.clone(),
+                    });
+                }
+            }
+            if found.is_empty() { Ok(()) } else { destroy_blocking(&root, &found) }
+        })
+        .await
+        .map_err(|e| format!("destroying MIG devices: {e}"))?
+    }
+
+    /// Destroys `made` (a device already gone is fine).
+    ///
+    /// Errors: NVML cannot be loaded or refuses (a process still uses the device), naming the
+    /// devices not destroyed.
+    async fn destroy_migs(&self, made: &[Made]) -> Result<(), String> {
+        if made.is_empty() {
+            return Ok(());
+        }
+        let Some(dm) = &self.dynamic_mig else {
+            return Err(format!(
+                "the MIG devices {} were made for it and dynamic MIG is off now; turn it on (--dynamic-mig) to destroy them, or destroy them with nvidia-smi mig -dci / -dgi",
+                made.iter().map(|m| m.uuid.as_str()).collect::<Vec<_>>().join(", ")
+            ));
+        };
+        let root = dm.root.clone();
+        let made = made.to_vec();
+        tokio::task::spawn_blocking(move || destroy_blocking(&root, &made))
+            .await
+            .map_err(|e| format!("destroying MIG devices: {e}"))?
+    }
+
     /// Errors when the checkpoint holds `want.uid` for a claim of another namespace or name.
     fn same_claim(st: &Checkpoint, want: &ClaimRef) -> Result<(), String> {
         match st.claims.get(&want.uid) {
@@ -322,6 +545,109 @@ impl Driver {
             _ => Ok(()),
         }
     }
+}
+
+/// Makes each of `wanted` (placement device name, placement) through the root's NVML, then
+/// reads the GPUs' MIG devices again (their capability nodes) and returns `inventory` with them.
+fn make_blocking(
+    root: &Path,
+    profiles: &[Profile],
+    inventory: &Inventory,
+    wanted: &[(String, crate::mig::Placement)],
+) -> Result<MadeMigs, String> {
+    use actk_core::discover::nvml::{self, dynamic};
+    let host = actk_core::discover::HostRoot::new(root);
+    let lib = nvml::open(&host).map_err(|e| format!("cannot make its MIG devices: {e}"))?;
+    let mut made: Vec<Made> = Vec::new();
+    for (name, p) in wanted {
+        match dynamic::create(&lib, &p.gpu_uuid, p.profile_index, p.start) {
+            Ok(c) => {
+                tracing::info!(
+                    "made MIG device {} ({} at memory slice {} of GPU {}, GI {} CI {}) for {name}",
+                    c.uuid,
+                    p.mig_profile,
+                    p.start,
+                    p.gpu_uuid,
+                    c.gpu_instance,
+                    c.compute_instance
+                );
+                made.push(Made {
+                    device: name.clone(),
+                    gpu_uuid: p.gpu_uuid.clone(),
+                    start: p.start,
+                    gpu_instance: c.gpu_instance,
+                    compute_instance: c.compute_instance,
+                    uuid: c.uuid,
+                });
+            }
+            Err(e) => {
+                let mut why = format!("cannot make device {name} ({} at memory slice {}): {e}", p.mig_profile, p.start);
+                if let Err(d) = destroy_with(&lib, &made) {
+                    why.push_str(&format!("; {d}"));
+                }
+                return Err(why);
+            }
+        }
+    }
+    drop(lib);
+    // The new MIG devices as discovery describes them (their capability nodes).
+    let vendors: std::collections::BTreeSet<&str> = inventory
+        .vendors
+        .iter()
+        .filter(|v| v.devices.iter().any(|d| wanted.iter().any(|(_, p)| d.uuid.as_deref() == Some(&p.gpu_uuid))))
+        .map(|v| v.profile.as_str())
+        .collect();
+    let some: Vec<Profile> = profiles.iter().filter(|p| vendors.contains(p.name.as_str())).cloned().collect();
+    let fresh = actk_core::discover::discover(root, &some);
+    let mut out = inventory.clone();
+    let mut aliases = std::collections::BTreeMap::new();
+    for m in &made {
+        let found = fresh.vendors.iter().flat_map(|v| &v.devices).find_map(|d| {
+            let mig = d.mig.as_ref()?.devices.iter().find(|x| x.uuid == m.uuid)?;
+            Some(mig.clone())
+        });
+        let Some(mig) = found else {
+            let mut why = format!("MIG device {} was made for {} but discovery does not find it", m.uuid, m.device);
+            if let Err(d) = destroy_blocking(root, &made) {
+                why.push_str(&format!("; {d}"));
+            }
+            return Err(why);
+        };
+        for v in &mut out.vendors {
+            let profile = v.profile.clone();
+            for d in v.devices.iter_mut().filter(|d| d.uuid.as_deref() == Some(m.gpu_uuid.as_str())) {
+                let state = d.mig.get_or_insert_with(Default::default);
+                state.enabled = true;
+                state.devices.retain(|x| x.uuid != mig.uuid && x.index != mig.index);
+                state.devices.push(mig.clone());
+                aliases.insert(m.device.clone(), crate::slice::mig_device_name(&profile, d.index, &mig));
+            }
+        }
+    }
+    Ok((Arc::new(out), made, aliases))
+}
+
+/// Destroys `made` through the root's NVML.
+fn destroy_blocking(root: &Path, made: &[Made]) -> Result<(), String> {
+    let host = actk_core::discover::HostRoot::new(root);
+    let lib = actk_core::discover::nvml::open(&host).map_err(|e| {
+        format!(
+            "cannot destroy MIG devices {}: {e}",
+            made.iter().map(|m| m.uuid.as_str()).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    destroy_with(&lib, made)
+}
+
+fn destroy_with(lib: &nvml_wrapper::Nvml, made: &[Made]) -> Result<(), String> {
+    let mut failed = Vec::new();
+    for m in made.iter().rev() {
+        match actk_core::discover::nvml::dynamic::destroy(lib, &m.gpu_uuid, m.gpu_instance, m.compute_instance) {
+            Ok(()) => tracing::info!("destroyed MIG device {} ({})", m.uuid, m.device),
+            Err(e) => failed.push(format!("{} ({}): {e}", m.uuid, m.device)),
+        }
+    }
+    if failed.is_empty() { Ok(()) } else { Err(format!("cannot destroy MIG device(s) {}", failed.join("; "))) }
 }
 
 /// Claims held in memory, keyed by `(namespace, name)`: the [`ClaimSource`] of tests, benches

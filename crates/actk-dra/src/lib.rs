@@ -26,6 +26,7 @@ pub mod events;
 pub mod health;
 pub mod kube;
 pub mod metrics;
+pub mod mig;
 pub mod plugin;
 pub mod publish;
 pub mod servers;

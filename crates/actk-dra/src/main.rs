@@ -85,6 +85,13 @@ struct Cli {
     /// DRAConsumableCapacity, claims pinned to one device), `off` never.
     #[arg(long, env = "ACTK_DRA_SHARING", default_value = "auto", value_parser = ["auto", "on", "off"])]
     sharing: String,
+    /// Dynamic MIG: on GPUs in MIG mode, publish every placement of every MIG profile as a
+    /// device that consumes the GPU's memory slices (KEP-4815 shared counters, kept by the API
+    /// server where DRAPartitionableDevices is on: beta and on by default from 1.36), make the
+    /// MIG device at NodePrepareResources and destroy it at NodeUnprepareResources. Off by
+    /// default: it changes the GPUs' MIG layout (never the MIG mode).
+    #[arg(long, env = "ACTK_DRA_DYNAMIC_MIG")]
+    dynamic_mig: bool,
     /// Host path of the node's CUDA MPS control daemon's pipe directory, for claims whose
     /// DeviceConfig asks for `sharing.strategy: MPS` (unset: such claims are refused).
     #[arg(long, env = "ACTK_DRA_MPS_PIPE_DIRECTORY")]
@@ -221,26 +228,49 @@ async fn run(cli: Cli) -> Result<()> {
     for gone in plugin::remove_stale(&[&cli.registry_dir, &cli.plugin_dir], DRIVER, &sockets) {
         tracing::info!("removed {}: its driver process is gone", gone.display());
     }
-    let driver = Arc::new(
-        Driver::new(
-            node.name.clone(),
-            profiles.clone(),
-            cli.cdi_dir.clone(),
-            cli.plugin_dir.join(actk_dra::checkpoint::FILE_NAME),
-            SpecOptions {
-                host_mount: cli.host_mount.clone(),
-                capabilities: cli.capabilities.clone(),
-                ldcache_hook: cli.ldcache_hook.clone(),
-                mps: cli.mps_pipe_directory.clone().map(|pipe_directory| actk_dra::claim::MpsNode {
-                    pipe_directory,
-                    shm_directory: cli.mps_shm_directory.clone(),
-                }),
-            },
-            inv_rx.clone(),
-            Arc::new(actk_dra::kube::ApiClaims(client.clone())),
-        )?
-        .with_metrics(metrics.clone()),
-    );
+    // Dynamic MIG where asked for and the API server keeps shared counters.
+    let (placements_tx, placements_rx) = watch::channel(Arc::new(actk_dra::mig::Placements::new()));
+    let dynamic_mig = match (cli.dynamic_mig, api.partitionable_devices) {
+        (false, _) => None,
+        (true, Some(true)) => {
+            tracing::info!("dynamic MIG: MIG placements are published and made at prepare");
+            Some(publish::DynamicMigConfig {
+                node: node.name.clone(),
+                checkpoint: cli.plugin_dir.join(actk_dra::checkpoint::FILE_NAME),
+                placements: Arc::new(placements_tx),
+            })
+        }
+        (true, kept) => {
+            tracing::warn!(
+                "--dynamic-mig is set but the API server {} shared counters (DRAPartitionableDevices: beta and on by default from Kubernetes 1.36); MIG devices are published as they exist",
+                if kept == Some(false) { "drops" } else { "could not be asked whether it keeps" }
+            );
+            None
+        }
+    };
+    let mut driver = Driver::new(
+        node.name.clone(),
+        profiles.clone(),
+        cli.cdi_dir.clone(),
+        cli.plugin_dir.join(actk_dra::checkpoint::FILE_NAME),
+        SpecOptions {
+            host_mount: cli.host_mount.clone(),
+            capabilities: cli.capabilities.clone(),
+            ldcache_hook: cli.ldcache_hook.clone(),
+            mps: cli.mps_pipe_directory.clone().map(|pipe_directory| actk_dra::claim::MpsNode {
+                pipe_directory,
+                shm_directory: cli.mps_shm_directory.clone(),
+            }),
+        },
+        inv_rx.clone(),
+        Arc::new(actk_dra::kube::ApiClaims(client.clone())),
+    )?
+    .with_metrics(metrics.clone());
+    if cli.dynamic_mig {
+        // Even where nothing is offered now, the MIG devices made earlier are destroyed.
+        driver = driver.with_dynamic_mig(cli.root.clone(), placements_rx);
+    }
+    let driver = Arc::new(driver);
     driver.remove_orphan_specs().await;
     let (state_tx, state_rx) = watch::channel(Arc::new(actk_dra::events::PoolState::default()));
     // Why a claim cannot be served here, as Events and claim conditions (actk_dra::events).
@@ -288,6 +318,7 @@ async fn run(cli: Cli) -> Result<()> {
             taints: taint_mode,
             report: Some((Arc::new(health_tx), node.name.clone())),
         },
+        dynamic_mig,
     };
     // Registration before publication: the publisher discovers and hands the driver its
     // inventory at once, but publishes only once the kubelet has registered the driver.

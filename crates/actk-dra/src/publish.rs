@@ -46,7 +46,7 @@ use tokio::sync::watch;
 use crate::events::{PoolState, ProfileState};
 use crate::health::{Monitors, Reporter, TaintMode};
 use crate::servers::{self, Server, ServersFile};
-use crate::slice::{self, NodeRef, device_name};
+use crate::slice::{self, NodeRef, Pool, device_name};
 
 /// What the publisher needs.
 #[derive(Debug, Clone)]
@@ -78,6 +78,21 @@ pub struct PublishConfig {
     pub metrics: Option<crate::metrics::DraMetrics>,
     /// How device health is judged and acted on.
     pub health_engine: HealthConfig,
+    /// Dynamic MIG ([`crate::mig`]); `None`: off (the default), MIG devices are published as
+    /// they exist.
+    pub dynamic_mig: Option<DynamicMigConfig>,
+}
+
+/// What the publisher needs for dynamic MIG.
+#[derive(Debug, Clone)]
+pub struct DynamicMigConfig {
+    /// The node's name, as the driver's checkpoint records it.
+    pub node: String,
+    /// The driver's checkpoint: the MIG devices it made for prepared claims
+    /// ([`crate::checkpoint::Made`]), which are not published again.
+    pub checkpoint: PathBuf,
+    /// Where the placements offered go, for the driver to make them at prepare.
+    pub placements: Arc<watch::Sender<Arc<crate::mig::Placements>>>,
 }
 
 /// How the publisher judges device health and what it does with an unhealthy device.
@@ -315,6 +330,37 @@ pub fn judged_devices(inv: &Inventory, problems: &BTreeMap<String, Problem>, mod
     }
 }
 
+/// The pool of `devices` with dynamic MIG's `plan`: the MIG devices the driver made left out
+/// (their placement devices stand for them), the placement devices added with their GPU's
+/// health (left out in [`TaintMode::Withdraw`], else with its taint), and the counter sets.
+pub fn with_placements(
+    mut devices: Vec<SliceDevice>,
+    plan: &crate::mig::Plan,
+    problems: &BTreeMap<String, Problem>,
+    mode: TaintMode,
+) -> Pool {
+    if !plan.hidden.is_empty() {
+        devices.retain(|d| {
+            let attrs = d.attributes.as_ref();
+            let uuid = attrs.and_then(|a| a.get("uuid")).and_then(|u| u.string.as_deref());
+            !(attrs.is_some_and(|a| a.contains_key("migProfile")) && uuid.is_some_and(|u| plan.hidden.contains(u)))
+        });
+    }
+    for d in &plan.devices {
+        let problem = plan.parent.get(&d.name).and_then(|gpu| problems.get(gpu));
+        match (mode, problem) {
+            (TaintMode::Withdraw, Some(_)) => continue,
+            (TaintMode::Taint { lost_no_execute }, Some(p)) => {
+                let mut d = d.clone();
+                d.taints = Some(vec![crate::health::taint(p, lost_no_execute)]);
+                devices.push(d);
+            }
+            (_, None) => devices.push(d.clone()),
+        }
+    }
+    Pool { devices, counter_sets: plan.counter_sets.clone() }
+}
+
 /// Where the slices go: the API server in the driver, a recorder in tests.
 pub trait Sink: Send {
     /// The Node's allocatable resources (what a device plugin serves on it) and labels (the
@@ -331,11 +377,7 @@ pub trait Sink: Send {
         async { Ok(0) }
     }
     /// Publishes the pool at `generation`. Errors: the API server's message.
-    fn publish(
-        &mut self,
-        generation: i64,
-        devices: Vec<SliceDevice>,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+    fn publish(&mut self, generation: i64, pool: Pool) -> impl Future<Output = Result<(), String>> + Send;
 }
 
 /// The API server as a [`Sink`].
@@ -361,8 +403,8 @@ impl Sink for ApiSink {
         let now = crate::kube::current_slices(&self.client, &self.node.name).await?;
         Ok(now.iter().map(|s| s.spec.pool.generation).max().unwrap_or(0))
     }
-    async fn publish(&mut self, generation: i64, devices: Vec<SliceDevice>) -> Result<(), String> {
-        let slices = slice::slices(&self.node, generation, devices);
+    async fn publish(&mut self, generation: i64, pool: Pool) -> Result<(), String> {
+        let slices = slice::slices(&self.node, generation, pool);
         crate::kube::apply_slices(&self.client, &self.node.name, &slices).await
     }
 }
@@ -384,7 +426,10 @@ pub async fn run<S: Sink>(
     mut registration: watch::Receiver<Option<Result<(), String>>>,
 ) {
     let mut generation = first_generation;
-    let mut published: Option<Vec<SliceDevice>> = None;
+    let mut published: Option<Pool> = None;
+    // Dynamic MIG: each GPU's profiles (read once), and what the last discovery offers.
+    let mut layouts = crate::mig::Layouts::new();
+    let mut plan = crate::mig::Plan::default();
     let mut warned_overlap: BTreeMap<String, String> = BTreeMap::new();
     let mut last_discovery: Option<Instant> = None;
     let mut inv = Inventory::default();
@@ -415,12 +460,28 @@ pub async fn run<S: Sink>(
             // Off the runtime's thread, as the engines' start below: NVML's initialisation takes
             // seconds on a node without persistence mode, and NodePrepareResources waits on it.
             let (root, profiles) = (cfg.root.clone(), cfg.profiles.clone());
-            let fresh = match tokio::task::spawn_blocking(move || actk_core::discover::discover(&root, &profiles)).await
+            let dynamic = cfg.dynamic_mig.clone();
+            let mut known = std::mem::take(&mut layouts);
+            let (fresh, owned) = match tokio::task::spawn_blocking(move || {
+                let inv = actk_core::discover::discover(&root, &profiles);
+                let owned = match &dynamic {
+                    Some(dm) => {
+                        crate::mig::read_layouts(&root, &inv, &mut known);
+                        crate::mig::owned(&dm.checkpoint, &dm.node)
+                    }
+                    None => BTreeSet::new(),
+                };
+                (inv, owned, known)
+            })
+            .await
             {
-                Ok(f) => f,
+                Ok((f, owned, known)) => {
+                    layouts = known;
+                    (f, owned)
+                }
                 Err(e) => {
                     tracing::warn!("discovery failed: {e}; keeping what the last one found");
-                    found.clone()
+                    (found.clone(), BTreeSet::new())
                 }
             };
             // Where taints are kept, a device discovery lost (its node gone, or itself) stays in
@@ -507,6 +568,17 @@ pub async fn run<S: Sink>(
             warned_overlap = overlap;
             let excluded: BTreeSet<String> = warned_overlap.keys().cloned().collect();
             inv = served(&found, here.as_ref(), &excluded);
+            if let Some(dm) = &cfg.dynamic_mig {
+                plan = crate::mig::plan(&inv, &layouts, &owned);
+                let offered = Arc::new(plan.placements.clone());
+                dm.placements.send_if_modified(|old| {
+                    let changed = **old != *offered;
+                    if changed {
+                        *old = offered.clone();
+                    }
+                    changed
+                });
+            }
             let (m, i, p, o) = (std::mem::take(&mut monitors), inv.clone(), cfg.profiles.clone(), health_opts.clone());
             monitors = match tokio::task::spawn_blocking(move || {
                 let mut m = m;
@@ -566,6 +638,7 @@ pub async fn run<S: Sink>(
         unhealthy_before = unhealthy.clone();
         let mut devices = judged_devices(&inv, &problems, mode);
         slice::share(&mut devices, &cfg.profiles);
+        let pool = with_placements(devices.clone(), &plan, &problems, mode);
         if let Some((reporter, pool)) = &cfg.health_engine.report {
             // Every device the pool holds or would hold, healthy or not, for the kubelet.
             let report = crate::health::HealthReport {
@@ -587,7 +660,7 @@ pub async fn run<S: Sink>(
                 changed
             });
         }
-        if published.as_ref() != Some(&devices) {
+        if published.as_ref() != Some(&pool) {
             if sent.as_ref() != Some(&devices) {
                 // A faulty device that is tainted stays preparable: a claim that tolerates the
                 // taint is the admin's choice (a diagnostics job). A lost one (its node gone,
@@ -656,15 +729,23 @@ pub async fn run<S: Sink>(
             if published.is_some() {
                 generation += 1;
             }
-            match sink.publish(generation, devices.clone()).await {
+            match sink.publish(generation, pool.clone()).await {
                 Ok(()) => {
                     tracing::info!(
-                        "published pool generation {generation}: {} device(s){}",
-                        devices.len(),
-                        if devices.is_empty() {
+                        "published pool generation {generation}: {} device(s){}{}",
+                        pool.devices.len(),
+                        if pool.devices.is_empty() {
                             String::new()
                         } else {
-                            format!(" ({})", devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "))
+                            format!(
+                                " ({})",
+                                pool.devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", ")
+                            )
+                        },
+                        if pool.counter_sets.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {} counter set(s)", pool.counter_sets.len())
                         }
                     );
                     if let Some(m) = &cfg.metrics {
@@ -689,7 +770,7 @@ pub async fn run<S: Sink>(
                         }
                         m.pool(generation, &per, &sick);
                     }
-                    published = Some(devices);
+                    published = Some(pool);
                 }
                 Err(e) => {
                     tracing::warn!("publishing the ResourceSlices failed: {e}; retrying");

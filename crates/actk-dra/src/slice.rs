@@ -49,7 +49,7 @@
 use actk_core::inventory::{Device, Inventory, VendorInventory};
 use actk_node::topology::{self, Node, Shape};
 use k8s_openapi::api::resource::v1::{
-    Device as SliceDevice, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    CounterSet, Device as SliceDevice, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -496,15 +496,50 @@ pub fn slice_name(node: &str, i: usize) -> String {
     format!("{node}-{DRIVER}-{i}")
 }
 
-/// The ResourceSlices of `node`'s pool at `generation` holding `devices`, at most
-/// [`MAX_DEVICES_PER_SLICE`] each; one slice without devices when there are none (so that the
+/// What a pool publishes: its devices and the counter sets its partitionable devices consume
+/// (KEP-4815; empty without dynamic MIG, [`crate::mig`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pool {
+    /// The devices.
+    pub devices: Vec<SliceDevice>,
+    /// The shared counter sets.
+    pub counter_sets: Vec<CounterSet>,
+}
+
+impl From<Vec<SliceDevice>> for Pool {
+    fn from(devices: Vec<SliceDevice>) -> Pool {
+        Pool { devices, counter_sets: Vec::new() }
+    }
+}
+
+/// Most devices one ResourceSlice may hold when any of them has a taint or consumes counters
+/// (resource.k8s.io/v1 `ResourceSliceMaxDevicesWithAdvancedFeatures`, 1.35+).
+pub const MAX_ADVANCED_DEVICES_PER_SLICE: usize = 64;
+
+/// Most counter sets one ResourceSlice may hold (`ResourceSliceMaxCounterSets`).
+pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
+
+/// The ResourceSlices of `node`'s pool at `generation` holding `pool`: first the counter sets,
+/// at most [`MAX_COUNTER_SETS_PER_SLICE`] a slice and no devices beside them (1.37's validation:
+/// "only one of devices and sharedCounters"), then the devices, at most
+/// [`MAX_DEVICES_PER_SLICE`] each ([`MAX_ADVANCED_DEVICES_PER_SLICE`] when any device has a
+/// taint or consumes counters); one slice without devices when there is nothing (so that the
 /// scheduler sees the pool is empty rather than unknown).
-pub fn slices(node: &NodeRef, generation: i64, devices: Vec<SliceDevice>) -> Vec<ResourceSlice> {
-    let chunks: Vec<Vec<SliceDevice>> = if devices.is_empty() {
-        vec![Vec::new()]
+pub fn slices(node: &NodeRef, generation: i64, pool: Pool) -> Vec<ResourceSlice> {
+    let Pool { devices, counter_sets } = pool;
+    let advanced = devices.iter().any(|d| d.taints.is_some() || d.consumes_counters.is_some());
+    let per = if advanced { MAX_ADVANCED_DEVICES_PER_SLICE } else { MAX_DEVICES_PER_SLICE };
+    // Each slice: its counter sets or its devices.
+    type Chunk = (Option<Vec<CounterSet>>, Option<Vec<SliceDevice>>);
+    let mut chunks: Vec<Chunk> =
+        counter_sets.chunks(MAX_COUNTER_SETS_PER_SLICE).map(|c| (Some(c.to_vec()), None)).collect();
+    if devices.is_empty() {
+        if chunks.is_empty() {
+            chunks.push((None, Some(Vec::new())));
+        }
     } else {
-        devices.chunks(MAX_DEVICES_PER_SLICE).map(<[SliceDevice]>::to_vec).collect()
-    };
+        chunks.extend(devices.chunks(per).map(|d| (None, Some(d.to_vec()))));
+    }
     let count = chunks.len() as i64;
     let owner = node.uid.as_ref().map(|uid| {
         vec![OwnerReference {
@@ -519,7 +554,7 @@ pub fn slices(node: &NodeRef, generation: i64, devices: Vec<SliceDevice>) -> Vec
     chunks
         .into_iter()
         .enumerate()
-        .map(|(i, devs)| ResourceSlice {
+        .map(|(i, (shared_counters, devs))| ResourceSlice {
             metadata: ObjectMeta {
                 name: Some(slice_name(&node.name, i)),
                 owner_references: owner.clone(),
@@ -529,7 +564,8 @@ pub fn slices(node: &NodeRef, generation: i64, devices: Vec<SliceDevice>) -> Vec
                 driver: DRIVER.into(),
                 node_name: Some(node.name.clone()),
                 pool: ResourcePool { name: node.name.clone(), generation, resource_slice_count: count },
-                devices: Some(devs),
+                devices: devs,
+                shared_counters,
                 ..Default::default()
             },
         })
@@ -543,6 +579,7 @@ pub fn same_content(a: &[ResourceSlice], b: &[ResourceSlice]) -> bool {
         && a.iter().zip(b).all(|(x, y)| {
             x.metadata.name == y.metadata.name
                 && x.spec.devices == y.spec.devices
+                && x.spec.shared_counters == y.spec.shared_counters
                 && x.spec.node_name == y.spec.node_name
                 && x.spec.driver == y.spec.driver
                 && x.spec.pool.resource_slice_count == y.spec.pool.resource_slice_count
@@ -825,14 +862,44 @@ mod tests {
         let devs: Vec<SliceDevice> =
             (0..130).map(|i| SliceDevice { name: device_name("x", i), ..Default::default() }).collect();
         let node = NodeRef { name: "n1".into(), uid: Some("u".into()) };
-        let s = slices(&node, 7, devs);
+        let s = slices(&node, 7, devs.into());
         assert_eq!(s.len(), 2);
         assert!(s.iter().all(|x| x.spec.pool.resource_slice_count == 2 && x.spec.pool.generation == 7));
         assert_eq!(s[1].spec.devices.as_ref().unwrap().len(), 2);
         assert_eq!(s[0].metadata.name.as_deref(), Some("n1-actk.dev-0"));
         assert_eq!(s[0].metadata.owner_references.as_ref().unwrap()[0].kind, "Node");
-        let empty = slices(&node, 1, Vec::new());
+        let empty = slices(&node, 1, Pool::default());
         assert_eq!(empty.len(), 1);
         assert_eq!(empty[0].spec.devices.as_deref(), Some(&[][..]));
+    }
+
+    #[test]
+    fn counter_sets_go_in_slices_of_their_own_and_advanced_devices_64_a_slice() {
+        use k8s_openapi::api::resource::v1::DeviceCounterConsumption;
+        let sets: Vec<CounterSet> =
+            (0..9).map(|i| CounterSet { name: format!("nvidia-{i}-slices"), ..Default::default() }).collect();
+        let devs: Vec<SliceDevice> = (0..65)
+            .map(|i| SliceDevice {
+                name: device_name("x", i),
+                consumes_counters: Some(vec![DeviceCounterConsumption {
+                    counter_set: "nvidia-0-slices".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            })
+            .collect();
+        let node = NodeRef { name: "n1".into(), uid: None };
+        let s = slices(&node, 3, Pool { devices: devs, counter_sets: sets });
+        // 8 + 1 counter sets, then 64 + 1 devices.
+        assert_eq!(s.len(), 4);
+        assert!(s.iter().all(|x| x.spec.pool.resource_slice_count == 4));
+        assert_eq!(s[0].spec.shared_counters.as_ref().unwrap().len(), 8);
+        assert_eq!(s[1].spec.shared_counters.as_ref().unwrap().len(), 1);
+        assert!(s[..2].iter().all(|x| x.spec.devices.is_none()), "no devices beside counter sets (1.37)");
+        assert!(s[2..].iter().all(|x| x.spec.shared_counters.is_none()));
+        assert_eq!(s[2].spec.devices.as_ref().unwrap().len(), 64);
+        // Only counter sets: no empty device slice beside them.
+        let only = slices(&node, 1, Pool { devices: vec![], counter_sets: vec![CounterSet::default()] });
+        assert_eq!(only.len(), 1);
     }
 }

@@ -413,6 +413,12 @@ fn bad_values_are_refused_naming_the_value() {
     assert!(env.contains(&("ACTK_ROOT".into(), "/host/var/lib/actk/simulated-node".into())), "{env:?}");
     assert!(env.contains(&("ACTK_DRA_HOST_MOUNT".into(), "/host".into())), "{env:?}");
     assert!(!env.iter().any(|(n, _)| n == "ACTK_DRA_LDCACHE_HOOK"), "no hook without node setup: {env:?}");
+    assert!(!env.iter().any(|(n, _)| n == "ACTK_DRA_DYNAMIC_MIG"), "dynamic MIG is off by default: {env:?}");
+    let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false", "dra.dynamicMig=true"]).unwrap();
+    let env = env_of(&daemonsets(&all)[0]["spec"]["template"]["spec"]["containers"][0]);
+    assert!(env.contains(&("ACTK_DRA_DYNAMIC_MIG".into(), "true".into())), "{env:?}");
+    let err = template(&helm, &["dra.enabled=true", "dra.dynamicMig=yes"]).expect_err("a string is refused");
+    assert!(err.contains("dynamicMig"), "{err}");
     let root = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root").unwrap();
     assert_eq!(
         (root["mountPath"].clone(), root["readOnly"].clone()),

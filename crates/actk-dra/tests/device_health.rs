@@ -13,7 +13,6 @@ use actk_dra::publish::{self, HealthConfig, PublishConfig, Sink};
 use actk_node::health::{HealthOptions, XidPolicy};
 use actk_testsupport::fixture::{self, Fixture};
 use actk_testsupport::nvml_double;
-use k8s_openapi::api::resource::v1::Device;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,7 +33,8 @@ impl Sink for Recorder {
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(true)
     }
-    async fn publish(&mut self, _: i64, devices: Vec<Device>) -> Result<(), String> {
+    async fn publish(&mut self, _: i64, pool: actk_dra::slice::Pool) -> Result<(), String> {
+        let devices = pool.devices;
         let p = devices
             .into_iter()
             .map(|d| {
@@ -101,6 +101,7 @@ async fn start_with(f: &Fixture, profile: &str, mode: TaintMode, recovery: Durat
             taints: mode,
             report: Some((Arc::new(report_tx), POOL.into())),
         },
+        dynamic_mig: None,
     };
     let registered = watch::channel(Some(Ok(()))).1;
     let task = tokio::spawn(publish::run(cfg, Recorder { tx }, 1, inv_tx, registered));

@@ -291,7 +291,7 @@ fn hetero_node_publishes_both_kinds_in_one_pool() {
     let Some((_, devs)) = devices_of("hetero-nvidia-neuron") else { return };
     assert_eq!(names(&devs), ["nvidia-0", "nvidia-1", "neuron-0", "neuron-1"]);
     let node = NodeRef { name: "node-a".into(), uid: Some("1234".into()) };
-    let slices = slice::slices(&node, 3, devs.clone());
+    let slices = slice::slices(&node, 3, devs.clone().into());
     assert_eq!(slices.len(), 1);
     let sl = &slices[0];
     assert_eq!(sl.spec.driver, DRIVER);
@@ -316,7 +316,7 @@ fn hetero_node_publishes_both_kinds_in_one_pool() {
 fn empty_node_publishes_an_empty_pool() {
     let Some((_, devs)) = devices_of("empty") else { return };
     assert!(devs.is_empty());
-    let s = slice::slices(&NodeRef { name: "n".into(), uid: None }, 1, devs);
+    let s = slice::slices(&NodeRef { name: "n".into(), uid: None }, 1, devs.into());
     assert_eq!(s.len(), 1);
     assert!(s[0].metadata.owner_references.is_none());
 }

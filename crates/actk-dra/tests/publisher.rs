@@ -5,7 +5,6 @@
 
 use actk_dra::publish::{self, PublishConfig, Sink};
 use actk_testsupport::fixture;
-use k8s_openapi::api::resource::v1::Device;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +25,8 @@ impl Sink for Recorder {
     async fn intact(&mut self, _: i64) -> Result<bool, String> {
         Ok(!self.wiped.swap(false, std::sync::atomic::Ordering::SeqCst))
     }
-    async fn publish(&mut self, generation: i64, devices: Vec<Device>) -> Result<(), String> {
+    async fn publish(&mut self, generation: i64, pool: actk_dra::slice::Pool) -> Result<(), String> {
+        let devices = pool.devices;
         let _ = self.tx.send((generation, devices.into_iter().map(|d| d.name).collect()));
         Ok(())
     }
@@ -46,6 +46,7 @@ fn config(root: &std::path::Path) -> PublishConfig {
         defer_to: None,
         metrics: None,
         health_engine: Default::default(),
+        dynamic_mig: None,
     }
 }
 
@@ -259,8 +260,9 @@ impl Sink for Newest {
     async fn newest_generation(&mut self) -> Result<i64, String> {
         Ok(self.newest.load(std::sync::atomic::Ordering::SeqCst))
     }
-    async fn publish(&mut self, generation: i64, devices: Vec<Device>) -> Result<(), String> {
+    async fn publish(&mut self, generation: i64, pool: actk_dra::slice::Pool) -> Result<(), String> {
+        let devices = pool.devices;
         self.newest.fetch_max(generation, std::sync::atomic::Ordering::SeqCst);
-        self.inner.publish(generation, devices).await
+        self.inner.publish(generation, devices.into()).await
     }
 }

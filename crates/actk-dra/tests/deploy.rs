@@ -417,6 +417,11 @@ fn bad_values_are_refused_naming_the_value() {
     let all = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false", "dra.dynamicMig=true"]).unwrap();
     let env = env_of(&daemonsets(&all)[0]["spec"]["template"]["spec"]["containers"][0]);
     assert!(env.contains(&("ACTK_DRA_DYNAMIC_MIG".into(), "true".into())), "{env:?}");
+    let sc = &daemonsets(&all)[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!((&sc["privileged"], &sc["allowPrivilegeEscalation"]), (&true.into(), &true.into()), "{sc}");
+    let plain = template(&helm, &["dra.enabled=true", "devicePlugin.enabled=false"]).unwrap();
+    let sc = &daemonsets(&plain)[0]["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(sc["privileged"], false, "unprivileged without dynamic MIG: {sc}");
     let err = template(&helm, &["dra.enabled=true", "dra.dynamicMig=yes"]).expect_err("a string is refused");
     assert!(err.contains("dynamicMig"), "{err}");
     let root = c["volumeMounts"].as_array().unwrap().iter().find(|m| m["name"] == "host-root").unwrap();

@@ -299,3 +299,24 @@ fn static_instances_of_the_a100_can_be_destroyed() {
     assert!(f.path(&cap_dir(3, 2, None)).join("access").is_file());
     assert!(!f.path(&cap_dir(3, 2, Some(1))).exists());
 }
+
+/// A MIG device made again at the same placement gets the same instance ids and a new UUID (as
+/// on a GPU, where MIG UUIDs do not survive re-creation); destroying by the old UUID then
+/// leaves the new device alone, so a retried unprepare never takes another claim's device.
+#[test]
+fn destroy_by_uuid_never_takes_the_device_that_got_the_ids_since() {
+    let Some(f) = prepare("nvidia-dgx-a100") else { return };
+    nvml_double::enable_mig(&f.root, 4).unwrap();
+    let gpu = gpu_uuid(&f, 4);
+    let lib = open(&f);
+    let first = dynamic::create(&lib, &gpu, GI_3_SLICE, 4).unwrap();
+    assert_eq!(dynamic::destroy_by_uuid(&lib, &gpu, &first.uuid), Ok(true));
+    assert!(migs(&f.root, 4).is_empty());
+    let second = dynamic::create(&lib, &gpu, GI_3_SLICE, 4).unwrap();
+    assert_eq!((second.gpu_instance, second.compute_instance), (first.gpu_instance, first.compute_instance));
+    assert_ne!(second.uuid, first.uuid, "a new MIG device, a new UUID");
+    assert_eq!(dynamic::destroy_by_uuid(&lib, &gpu, &first.uuid), Ok(false), "the old one is gone already");
+    assert_eq!(migs(&f.root, 4).iter().map(|m| m.uuid.as_str()).collect::<Vec<_>>(), [second.uuid.as_str()]);
+    // A GPU NVML no longer knows has nothing left to destroy.
+    assert_eq!(dynamic::destroy_by_uuid(&lib, "GPU-00000000-0000-0000-0000-000000000000", &second.uuid), Ok(false));
+}

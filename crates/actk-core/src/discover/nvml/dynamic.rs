@@ -290,6 +290,33 @@ fn find_mig(gpu: &Device<'_>, gi: u32, ci: u32) -> Option<(u32, String)> {
     })
 }
 
+/// Destroy MIG device `mig_uuid` of GPU `gpu_uuid`, found by its UUID among the GPU's MIG
+/// devices (so that an id NVML has since given to another instance is never destroyed), as
+/// [`destroy`] does. `Ok(false)` when there is nothing to destroy: no such MIG device any more,
+/// the GPU's MIG mode off, or the GPU itself gone (not found, or lost: its instances went
+/// with it). `Ok(true)` when it was destroyed.
+///
+/// Errors: as [`destroy`].
+pub fn destroy_by_uuid(nvml: &Nvml, gpu_uuid: &str, mig_uuid: &str) -> Result<bool, MigAdminError> {
+    let dev = match nvml.device_by_uuid(gpu_uuid) {
+        Ok(d) => d,
+        Err(NvmlError::NotFound | NvmlError::GpuLost) => return Ok(false),
+        Err(e) => return Err(nvml_err(gpu_uuid, "nvmlDeviceGetHandleByUUID", e)),
+    };
+    if !matches!(dev.mig_mode(), Ok(m) if m.current == 1) {
+        return Ok(false);
+    }
+    let found = (0..dev.mig_device_count().unwrap_or(7)).find_map(|index| {
+        let m = dev.mig_device_by_index(index).ok()?;
+        (m.uuid().ok()? == mig_uuid)
+            .then(|| Some((raw::gpu_instance_id(&m).ok()?, raw::compute_instance_id(&m).ok()?)))?
+    });
+    match found {
+        Some((gi, ci)) => destroy(nvml, gpu_uuid, gi, ci).map(|()| true),
+        None => Ok(false),
+    }
+}
+
 /// Whether some MIG device of `gpu` still belongs to GPU instance `gi`.
 fn gi_has_migs(gpu: &Device<'_>, gi: u32) -> bool {
     (0..gpu.mig_device_count().unwrap_or(7))

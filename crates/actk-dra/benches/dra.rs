@@ -6,7 +6,9 @@
 //! - time from publisher start (discovery, health probes, slices built) to the first published
 //!   pool, on the DGX fixture and on a 64-device host, median of several starts;
 //! - the same prepare done in-process without gRPC, to separate the driver's work (spec build,
-//!   atomic spec write, checkpoint write) from the transport.
+//!   atomic spec write, checkpoint write) from the transport;
+//! - prepare and unprepare of a dynamic MIG claim (the MIG device made and destroyed through
+//!   the NVML double) against a static MIG device's claim, on the DGX A100 fixture.
 //!
 //! The cluster figures (driver start to a slice in the API server, pod start with a claim
 //! against the device plugin path) are in benches/dra-bench.sh, which needs the test cluster.
@@ -234,5 +236,83 @@ fn main() {
             println!("publisher start to first pool (64 devices, median of 9):      {:.1} ms", b50.as_secs_f64() * 1e3);
             println!("64 devices / DGX 8 devices: {:.2}x", b50.as_secs_f64() / d50.as_secs_f64());
         }
+        dynamic_mig().await;
     });
+}
+
+/// A claim for one MIG device of the DGX A100 fixture, `n`-th of its kind `kind`.
+fn mig_claim(kind: &str, n: usize, device: &str) -> (ResourceClaim, ClaimRef) {
+    let uid = format!("00000000-0000-4000-9{}00-{n:012}", if kind == "dyn" { 1 } else { 2 });
+    let name = format!("{kind}{n}");
+    let c = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "bench", "name": name, "uid": uid},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "mig", "driver": "actk.dev", "pool": "node-a", "device": device}
+        ]}}}
+    }))
+    .unwrap();
+    (c, ClaimRef { namespace: "bench".into(), uid, name })
+}
+
+/// Issue 27: prepare and unprepare latency of a dynamic MIG claim (a 3g.40gb made at prepare
+/// and destroyed at unprepare through the NVML double, on the DGX A100 fixture's GPU 4 in MIG
+/// mode) against a claim for a static MIG device of the same fixture (GPU 0's 3g.40gb), in
+/// one run, in-process. The double's create and destroy rewrite its state file and the
+/// capability files; on a real node they are ioctls to the kernel driver, whose own time
+/// (tens of ms per GPU instance, NVIDIA's figures) this does not include.
+async fn dynamic_mig() {
+    const RUNS: usize = 40;
+    let Some(f) = actk_testsupport::fixture::prepare("nvidia-dgx-a100").unwrap() else { return };
+    actk_testsupport::nvml_double::enable_mig(&f.root, 4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = actk_core::profile::builtin();
+    let inv = actk_core::discover::discover(&f.root, &profiles);
+    let mut layouts = actk_dra::mig::Layouts::new();
+    actk_dra::mig::read_layouts(&f.root, &inv, &mut layouts);
+    let plan = actk_dra::mig::plan(&inv, &layouts, &Default::default());
+    assert!(plan.placements.contains_key("nvidia-4-mig-3g-40gb-4"));
+    let (_p_tx, p_rx) = watch::channel(Arc::new(plan.placements));
+    let (_inv_tx, inv_rx) = watch::channel(Arc::new(inv));
+    let claims = Arc::new(MemoryClaims::default());
+    let driver = Driver::new(
+        "node-a".into(),
+        profiles,
+        dir.path().join("cdi"),
+        dir.path().join("plugin/checkpoint.json"),
+        SpecOptions { host_mount: "/".into(), ..Default::default() },
+        inv_rx,
+        claims.clone(),
+    )
+    .unwrap()
+    .with_dynamic_mig(f.root.clone(), p_rx);
+    let mut figures = Vec::new();
+    for (kind, device) in [("static", "nvidia-0-mig-2-0"), ("dyn", "nvidia-4-mig-3g-40gb-4")] {
+        let (mut prep, mut unprep) = (Vec::new(), Vec::new());
+        for n in 0..RUNS {
+            let (c, want) = mig_claim(kind, n, device);
+            claims.put(c);
+            let t = Instant::now();
+            driver.prepare(&want).await.unwrap();
+            prep.push(t.elapsed());
+            let t = Instant::now();
+            driver.unprepare(&want).await.unwrap();
+            unprep.push(t.elapsed());
+        }
+        let (p50, p99, _) = pct(prep);
+        let (u50, u99, _) = pct(unprep);
+        println!(
+            "MIG claim, {kind:>6} ({device}, {RUNS} runs): prepare p50 {} p99 {}; unprepare p50 {} p99 {}",
+            us(p50),
+            us(p99),
+            us(u50),
+            us(u99)
+        );
+        figures.push((p50, u50));
+    }
+    println!(
+        "dynamic / static MIG claim, p50: prepare {:.1}x, unprepare {:.1}x",
+        figures[1].0.as_secs_f64() / figures[0].0.as_secs_f64(),
+        figures[1].1.as_secs_f64() / figures[0].1.as_secs_f64()
+    );
 }

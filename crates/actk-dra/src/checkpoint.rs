@@ -2,7 +2,7 @@
 //! restarted driver answers NodePrepareResources for them the same way without the API server
 //! and knows which transient specs are its own.
 //!
-//! Format (JSON, `version` 1): `{"version": 1, "node": "...", "claims": {"<uid>": {"claim":
+//! Format (JSON, `version` 1, or [`VERSION_MADE`] while MIG devices are made for a claim): `{"version": 1, "node": "...", "claims": {"<uid>": {"claim":
 //! {"namespace", "uid", "name"}, "devices": [{"request", "pool", "device", "cdi_ids"}],
 //! "spec": "<file name in the CDI dir>", "cores": {"<device>": [<core within the device>, ...]},
 //! "made": [{"device", "gpu_uuid", "start", "gpu_instance", "compute_instance", "uuid"}]}},
@@ -20,6 +20,12 @@ use std::path::{Path, PathBuf};
 
 /// Version of the file format this driver writes and reads.
 pub const VERSION: u32 = 1;
+
+/// The version written while any claim has MIG devices made for it ([`Entry::made`],
+/// [`Checkpoint::making`]): a driver of an earlier release, which would drop those fields and
+/// so never destroy the devices (and publish them as free static MIG devices), refuses such a
+/// checkpoint naming the file instead. Both versions are read.
+pub const VERSION_MADE: u32 = 2;
 
 /// File name of the checkpoint in the driver's plugin directory.
 pub const FILE_NAME: &str = "checkpoint.json";
@@ -117,8 +123,8 @@ impl Checkpoint {
         };
         let invalid = |message: String| CheckpointError::Invalid { path: path.to_path_buf(), message };
         let c: Checkpoint = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        if c.version != VERSION {
-            return Err(invalid(format!("version {} (this driver reads {VERSION})", c.version)));
+        if c.version != VERSION && c.version != VERSION_MADE {
+            return Err(invalid(format!("version {} (this driver reads {VERSION} and {VERSION_MADE})", c.version)));
         }
         if c.node != node {
             return Err(invalid(format!("it is for node {:?}, this is {node:?}", c.node)));
@@ -131,7 +137,10 @@ impl Checkpoint {
     /// Errors: [`CheckpointError::Io`] naming the file; the old file is then unchanged.
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
         let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
-        let text = serde_json::to_string_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
+        let mut c = self.clone();
+        let made = !c.making.is_empty() || c.claims.values().any(|e| !e.made.is_empty());
+        c.version = if made { VERSION_MADE } else { VERSION };
+        let text = serde_json::to_string_pretty(&c).map_err(|e| io(std::io::Error::other(e)))?;
         write_atomic(path, text.as_bytes(), 0o600).map_err(io)
     }
 }
@@ -201,7 +210,10 @@ mod tests {
             },
         );
         c.save(&p).unwrap();
-        assert_eq!(Checkpoint::load(&p, "n1").unwrap(), c);
+        let mut read = Checkpoint::load(&p, "n1").unwrap();
+        assert_eq!(read.version, VERSION_MADE, "made MIG devices: an earlier release refuses the file");
+        read.version = VERSION;
+        assert_eq!(read, c);
         let err = Checkpoint::load(&p, "n2").unwrap_err().to_string();
         assert!(err.contains("for node \"n1\""), "{err}");
         std::fs::write(&p, "{\"version\": 1, \"node\": \"n1\", \"claims\": {").unwrap();

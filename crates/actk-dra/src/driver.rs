@@ -280,11 +280,21 @@ impl Driver {
         // checkpoint saying so first; from here on an error destroys them again, so nothing is
         // left half made.
         let wanted = self.wanted_placements(want, &obj, &inventory)?;
-        if let Some(left) = st.making.get(&want.uid).cloned() {
-            // A prepare of this claim was killed while making: what it made goes first.
-            self.destroy_at(&left).await.map_err(|e| format!("claim {want}: {e}"))?;
+        // What an earlier prepare of this claim left: MIG devices a killed prepare was making,
+        // or made for an entry whose spec has gone since. Destroyed first, so that this
+        // prepare makes its devices from nothing (NVML would refuse their placements).
+        let stale: Vec<Made> = st.claims.get(&want.uid).map(|e| e.made.clone()).unwrap_or_default();
+        let left = st.making.get(&want.uid).cloned();
+        if !stale.is_empty() || left.is_some() {
+            self.destroy_migs(&stale).await.map_err(|e| format!("claim {want}: {e}"))?;
+            if let Some(left) = &left {
+                self.destroy_at(left).await.map_err(|e| format!("claim {want}: {e}"))?;
+            }
             let mut next = st.clone();
             next.making.remove(&want.uid);
+            if let Some(e) = next.claims.get_mut(&want.uid) {
+                e.made.clear();
+            }
             next.save(&self.checkpoint_path).map_err(|e| format!("claim {want}: {e}"))?;
             *st = next;
         }
@@ -296,64 +306,61 @@ impl Driver {
         }
         let (inventory, made, aliases) = match self.make_migs(want, inventory, wanted).await {
             Ok(m) => m,
-            Err(e) => {
-                let mut next = st.clone();
-                next.making.remove(&want.uid);
-                return Err(match next.save(&self.checkpoint_path) {
-                    Ok(()) => {
-                        *st = next;
-                        e
-                    }
-                    Err(c) => format!("{e}; {c}"),
-                });
+            Err(Unmade { why, clean }) => {
+                // Nothing left made: the record goes. Something left made: the record stays, for
+                // the claim's next prepare or its unprepare to destroy it.
+                return Err(if clean { self.forget_making(&mut st, want, why) } else { why });
             }
-        };
-        let made_ref = &made;
-        let undo = |why: String| async move {
-            match self.destroy_migs(made_ref).await {
-                Ok(()) => why,
-                Err(e) => format!("{why}; {e}"),
-            }
-        };
-        let prepared = match claim::prepare(
-            want,
-            &obj,
-            &self.node,
-            &inventory,
-            &self.profiles,
-            &taken,
-            &aliases,
-            &self.spec_options,
-        ) {
-            Ok(p) => p,
-            Err(e) => return Err(undo(e.to_string()).await),
         };
         let file = claim::spec_file_name(&want.uid);
         let path = self.cdi_dir.join(&file);
-        if let Some(spec) = &prepared.spec
-            && let Err(e) = actk_core::cdi::write::write_spec(spec, &path, Format::Json)
-        {
-            return Err(undo(format!("claim {want}: cannot write its CDI spec: {e}")).await);
-        }
-        let mut next = st.clone();
-        next.claims.insert(
-            want.uid.clone(),
-            Entry {
-                claim: want.clone(),
-                devices: prepared.devices.clone(),
-                spec: prepared.spec.is_some().then_some(file),
-                cores: prepared.cores.clone(),
-                made: made.clone(),
-            },
-        );
-        next.making.remove(&want.uid);
-        if let Err(e) = next.save(&self.checkpoint_path) {
-            if prepared.spec.is_some() {
-                let _ = std::fs::remove_file(&path);
+        let outcome: Result<claim::Prepared, String> = async {
+            let prepared = claim::prepare(
+                want,
+                &obj,
+                &self.node,
+                &inventory,
+                &self.profiles,
+                &taken,
+                &aliases,
+                &self.spec_options,
+            )
+            .map_err(|e| e.to_string())?;
+            if let Some(spec) = &prepared.spec {
+                actk_core::cdi::write::write_spec(spec, &path, Format::Json)
+                    .map_err(|e| format!("claim {want}: cannot write its CDI spec: {e}"))?;
             }
-            return Err(undo(format!("claim {want}: {e}; its CDI spec was removed again")).await);
+            let mut next = st.clone();
+            next.claims.insert(
+                want.uid.clone(),
+                Entry {
+                    claim: want.clone(),
+                    devices: prepared.devices.clone(),
+                    spec: prepared.spec.is_some().then(|| file.clone()),
+                    cores: prepared.cores.clone(),
+                    made: made.clone(),
+                },
+            );
+            next.making.remove(&want.uid);
+            if let Err(e) = next.save(&self.checkpoint_path) {
+                if prepared.spec.is_some() {
+                    let _ = std::fs::remove_file(&path);
+                }
+                return Err(format!("claim {want}: {e}; its CDI spec was removed again"));
+            }
+            *st = next;
+            Ok(prepared)
         }
-        *st = next;
+        .await;
+        let prepared = match outcome {
+            Ok(p) => p,
+            Err(why) => {
+                return Err(match self.destroy_migs(&made).await {
+                    Ok(()) => self.forget_making(&mut st, want, why),
+                    Err(e) => format!("{why}; {e}"),
+                });
+            }
+        };
         if let Some(m) = &self.metrics {
             m.prepared_claims(st.claims.len());
         }
@@ -379,6 +386,13 @@ impl Driver {
             && !e.made.is_empty()
         {
             self.destroy_migs(&e.made).await.map_err(|e| format!("claim {claim}: {e}"))?;
+            // Destroyed: the entry no longer names them (their ids may be given to others).
+            let mut next = st.clone();
+            if let Some(e) = next.claims.get_mut(&claim.uid) {
+                e.made.clear();
+            }
+            next.save(&self.checkpoint_path).map_err(|e| format!("claim {claim}: {e}"))?;
+            *st = next;
         }
         if let Some(left) = st.making.get(&claim.uid).cloned() {
             // Its prepare was killed while making MIG devices.
@@ -412,6 +426,12 @@ impl Driver {
 /// device's MIG device name ([`claim::prepare`]'s `made`).
 type MadeMigs = (Arc<Inventory>, Vec<Made>, std::collections::BTreeMap<String, String>);
 
+/// Why a claim's MIG devices were not made, and whether nothing of them is left (`clean`).
+struct Unmade {
+    why: String,
+    clean: bool,
+}
+
 impl Driver {
     /// The placement devices (dynamic MIG) `claim` was allocated on this node, with where
     /// their MIG devices go; none without dynamic MIG.
@@ -433,6 +453,14 @@ impl Driver {
                 && let Some(p) = offered.get(&r.device)
                 && !wanted.iter().any(|(n, _)| *n == r.device)
             {
+                // Admin access consumes no counters: the placement stays allocatable to
+                // others, and a MIG device made for it would block theirs.
+                if r.admin_access == Some(true) {
+                    return Err(format!(
+                        "claim {want}: device {} is a MIG device made on demand (dynamic MIG), which admin access cannot claim (it would hold the placement without the scheduler counting it); claim a MIG device that exists, or the GPU",
+                        r.device
+                    ));
+                }
                 wanted.push((r.device.clone(), p.clone()));
             }
         }
@@ -462,17 +490,17 @@ impl Driver {
         want: &ClaimRef,
         inventory: Arc<Inventory>,
         wanted: Vec<(String, crate::mig::Placement)>,
-    ) -> Result<MadeMigs, String> {
+    ) -> Result<MadeMigs, Unmade> {
         let Some(dm) = self.dynamic_mig.as_ref().filter(|_| !wanted.is_empty()) else {
             return Ok((inventory, Vec::new(), Default::default()));
         };
         let root = dm.root.clone();
         let profiles: Vec<Profile> = self.profiles.clone();
-        let want_s = want.to_string();
-        tokio::task::spawn_blocking(move || make_blocking(&root, &profiles, &inventory, &wanted))
-            .await
-            .map_err(|e| format!("claim {want_s}: making its MIG devices: {e}"))?
-            .map_err(|e| format!("claim {want_s}: {e}"))
+        match tokio::task::spawn_blocking(move || make_blocking(&root, &profiles, &inventory, &wanted)).await {
+            Ok(Ok(m)) => Ok(m),
+            Ok(Err(u)) => Err(Unmade { why: format!("claim {want}: {}", u.why), clean: u.clean }),
+            Err(e) => Err(Unmade { why: format!("claim {want}: making its MIG devices: {e}"), clean: false }),
+        }
     }
 
     /// Destroys the MIG devices at `placements` that a killed prepare may have made.
@@ -495,7 +523,9 @@ impl Driver {
                             .as_ref()?
                             .devices
                             .iter()
-                            .find(|m| m.placement.start == p.start && m.placement.size == p.size)
+                            .find(|m| {
+                                m.placement.start == p.start && m.placement.size == p.size && m.profile == p.mig_profile
+                            })
                             .cloned()
                     });
                 if let Some(m) = m {
@@ -536,6 +566,23 @@ impl Driver {
             .map_err(|e| format!("destroying MIG devices: {e}"))?
     }
 
+    /// Removes the record that `want`'s MIG devices are being made (they are not: nothing of
+    /// them is left) and returns `why`, with the checkpoint's error when it cannot be saved.
+    fn forget_making(&self, st: &mut Held<'_>, want: &ClaimRef, why: String) -> String {
+        if !st.making.contains_key(&want.uid) {
+            return why;
+        }
+        let mut next = (**st).clone();
+        next.making.remove(&want.uid);
+        match next.save(&self.checkpoint_path) {
+            Ok(()) => {
+                **st = next;
+                why
+            }
+            Err(e) => format!("{why}; {e}"),
+        }
+    }
+
     /// Errors when the checkpoint holds `want.uid` for a claim of another namespace or name.
     fn same_claim(st: &Checkpoint, want: &ClaimRef) -> Result<(), String> {
         match st.claims.get(&want.uid) {
@@ -548,17 +595,30 @@ impl Driver {
 }
 
 /// Makes each of `wanted` (placement device name, placement) through the root's NVML, then
-/// reads the GPUs' MIG devices again (their capability nodes) and returns `inventory` with them.
+/// reads the GPUs' MIG devices again (their capability nodes) and returns `inventory` with
+/// them. On an error, what it made is destroyed again; `clean` says whether that worked.
 fn make_blocking(
     root: &Path,
     profiles: &[Profile],
     inventory: &Inventory,
     wanted: &[(String, crate::mig::Placement)],
-) -> Result<MadeMigs, String> {
+) -> Result<MadeMigs, Unmade> {
     use actk_core::discover::nvml::{self, dynamic};
     let host = actk_core::discover::HostRoot::new(root);
-    let lib = nvml::open(&host).map_err(|e| format!("cannot make its MIG devices: {e}"))?;
+    let lib =
+        nvml::open(&host).map_err(|e| Unmade { why: format!("cannot make its MIG devices: {e}"), clean: true })?;
     let mut made: Vec<Made> = Vec::new();
+    // What is made is destroyed again when a later step fails.
+    let undo = |lib: &nvml_wrapper::Nvml, made: &[Made], mut why: String| {
+        let clean = match destroy_with(lib, made) {
+            Ok(()) => true,
+            Err(d) => {
+                why.push_str(&format!("; {d}"));
+                false
+            }
+        };
+        Unmade { why, clean }
+    };
     for (name, p) in wanted {
         match dynamic::create(&lib, &p.gpu_uuid, p.profile_index, p.start) {
             Ok(c) => {
@@ -581,16 +641,13 @@ fn make_blocking(
                 });
             }
             Err(e) => {
-                let mut why = format!("cannot make device {name} ({} at memory slice {}): {e}", p.mig_profile, p.start);
-                if let Err(d) = destroy_with(&lib, &made) {
-                    why.push_str(&format!("; {d}"));
-                }
-                return Err(why);
+                let why = format!("cannot make device {name} ({} at memory slice {}): {e}", p.mig_profile, p.start);
+                return Err(undo(&lib, &made, why));
             }
         }
     }
-    drop(lib);
-    // The new MIG devices as discovery describes them (their capability nodes).
+    // The GPUs' MIG devices as discovery describes them now (the new ones' capability nodes;
+    // MIG device indexes may have moved).
     let vendors: std::collections::BTreeSet<&str> = inventory
         .vendors
         .iter()
@@ -602,25 +659,18 @@ fn make_blocking(
     let mut out = inventory.clone();
     let mut aliases = std::collections::BTreeMap::new();
     for m in &made {
-        let found = fresh.vendors.iter().flat_map(|v| &v.devices).find_map(|d| {
-            let mig = d.mig.as_ref()?.devices.iter().find(|x| x.uuid == m.uuid)?;
-            Some(mig.clone())
-        });
-        let Some(mig) = found else {
-            let mut why = format!("MIG device {} was made for {} but discovery does not find it", m.uuid, m.device);
-            if let Err(d) = destroy_blocking(root, &made) {
-                why.push_str(&format!("; {d}"));
-            }
-            return Err(why);
+        let found = fresh.vendors.iter().flat_map(|v| &v.devices).find(|d| d.uuid.as_deref() == Some(&m.gpu_uuid));
+        let Some(now) = found.and_then(|d| d.mig.clone()).filter(|g| g.devices.iter().any(|x| x.uuid == m.uuid)) else {
+            let why = format!("MIG device {} was made for {} but discovery does not find it", m.uuid, m.device);
+            return Err(undo(&lib, &made, why));
         };
         for v in &mut out.vendors {
             let profile = v.profile.clone();
             for d in v.devices.iter_mut().filter(|d| d.uuid.as_deref() == Some(m.gpu_uuid.as_str())) {
-                let state = d.mig.get_or_insert_with(Default::default);
-                state.enabled = true;
-                state.devices.retain(|x| x.uuid != mig.uuid && x.index != mig.index);
-                state.devices.push(mig.clone());
-                aliases.insert(m.device.clone(), crate::slice::mig_device_name(&profile, d.index, &mig));
+                d.mig = Some(now.clone());
+                if let Some(mig) = now.devices.iter().find(|x| x.uuid == m.uuid) {
+                    aliases.insert(m.device.clone(), crate::slice::mig_device_name(&profile, d.index, mig));
+                }
             }
         }
     }
@@ -639,11 +689,14 @@ fn destroy_blocking(root: &Path, made: &[Made]) -> Result<(), String> {
     destroy_with(&lib, made)
 }
 
+/// Destroys each of `made` by its UUID (one no longer there is fine; an instance id NVML has
+/// since given to another device is never destroyed).
 fn destroy_with(lib: &nvml_wrapper::Nvml, made: &[Made]) -> Result<(), String> {
     let mut failed = Vec::new();
     for m in made.iter().rev() {
-        match actk_core::discover::nvml::dynamic::destroy(lib, &m.gpu_uuid, m.gpu_instance, m.compute_instance) {
-            Ok(()) => tracing::info!("destroyed MIG device {} ({})", m.uuid, m.device),
+        match actk_core::discover::nvml::dynamic::destroy_by_uuid(lib, &m.gpu_uuid, &m.uuid) {
+            Ok(true) => tracing::info!("destroyed MIG device {} ({})", m.uuid, m.device),
+            Ok(false) => tracing::info!("MIG device {} ({}) is gone already", m.uuid, m.device),
             Err(e) => failed.push(format!("{} ({}): {e}", m.uuid, m.device)),
         }
     }

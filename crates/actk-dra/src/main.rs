@@ -248,7 +248,7 @@ async fn run(cli: Cli) -> Result<()> {
             None
         }
     };
-    let mut driver = Driver::new(
+    let driver = Driver::new(
         node.name.clone(),
         profiles.clone(),
         cli.cdi_dir.clone(),
@@ -266,11 +266,9 @@ async fn run(cli: Cli) -> Result<()> {
         Arc::new(actk_dra::kube::ApiClaims(client.clone())),
     )?
     .with_metrics(metrics.clone());
-    if cli.dynamic_mig {
-        // Even where nothing is offered now, the MIG devices made earlier are destroyed.
-        driver = driver.with_dynamic_mig(cli.root.clone(), placements_rx);
-    }
-    let driver = Arc::new(driver);
+    // Always: with --dynamic-mig off (or no placement offered) nothing is made, but MIG devices
+    // made earlier for claims still prepared are destroyed at their unprepare.
+    let driver = Arc::new(driver.with_dynamic_mig(cli.root.clone(), placements_rx));
     driver.remove_orphan_specs().await;
     let (state_tx, state_rx) = watch::channel(Arc::new(actk_dra::events::PoolState::default()));
     // Why a claim cannot be served here, as Events and claim conditions (actk_dra::events).

@@ -313,6 +313,16 @@ pub fn without(inv: &Inventory, unhealthy: &BTreeSet<String>) -> Inventory {
     out
 }
 
+/// `inv` without the MIG devices whose UUIDs are in `hidden`.
+pub fn without_migs(mut inv: Inventory, hidden: &BTreeSet<String>) -> Inventory {
+    if !hidden.is_empty() {
+        for m in inv.vendors.iter_mut().flat_map(|v| &mut v.devices).filter_map(|d| d.mig.as_mut()) {
+            m.devices.retain(|x| !hidden.contains(&x.uuid));
+        }
+    }
+    inv
+}
+
 /// The slice devices of `inv` with what `problems` says of them: in [`TaintMode::Withdraw`]
 /// the unhealthy ones left out, else each with its device taint.
 pub fn judged_devices(inv: &Inventory, problems: &BTreeMap<String, Problem>, mode: TaintMode) -> Vec<SliceDevice> {
@@ -463,13 +473,18 @@ pub async fn run<S: Sink>(
             let dynamic = cfg.dynamic_mig.clone();
             let mut known = std::mem::take(&mut layouts);
             let (fresh, owned) = match tokio::task::spawn_blocking(move || {
+                // What the driver made, read before and after discovery: a prepare or unprepare
+                // between the reads is in one of them, so its MIG device is never taken for
+                // one made outside the driver.
+                let before = dynamic.as_ref().map(|dm| crate::mig::owned(&dm.checkpoint, &dm.node));
                 let inv = actk_core::discover::discover(&root, &profiles);
-                let owned = match &dynamic {
-                    Some(dm) => {
+                let owned = match (&dynamic, before) {
+                    (Some(dm), Some(mut owned)) => {
                         crate::mig::read_layouts(&root, &inv, &mut known);
-                        crate::mig::owned(&dm.checkpoint, &dm.node)
+                        owned.extend(crate::mig::owned(&dm.checkpoint, &dm.node));
+                        owned
                     }
-                    None => BTreeSet::new(),
+                    _ => BTreeSet::new(),
                 };
                 (inv, owned, known)
             })
@@ -672,7 +687,9 @@ pub async fn run<S: Sink>(
                         &problems.iter().filter(|(_, p)| p.kind == ProblemKind::Lost).map(|(n, _)| n.clone()).collect(),
                     ),
                 };
-                tx.send_replace(Arc::new(usable));
+                // The MIG devices the driver made are its claims' placements, not devices to
+                // prepare by their own names.
+                tx.send_replace(Arc::new(without_migs(usable, &plan.hidden)));
                 sent = Some(devices.clone());
             }
             if !is_registered(&registration.borrow_and_update()) {

@@ -79,7 +79,13 @@ macro_rules! dra_version {
                 let mut out = $v::NodePrepareResourcesResponse::default();
                 for c in req.into_inner().claims {
                     let claim = ClaimRef { namespace: c.namespace, uid: c.uid, name: c.name };
-                    let result = self.0.prepare(&claim).await;
+                    // In a task of its own: the kubelet gives up on a call after 45 s, which
+                    // drops this future; a prepare that is making MIG devices must still finish
+                    // and record them (or undo them), not stop half-way.
+                    let (driver, c) = (self.0.clone(), claim.clone());
+                    let result = tokio::spawn(async move { driver.prepare(&c).await })
+                        .await
+                        .unwrap_or_else(|e| Err(format!("claim {claim}: prepare failed: {e}")));
                     if let Some(m) = self.0.metrics() {
                         m.claim("prepare", result.is_ok());
                     }
@@ -123,7 +129,11 @@ macro_rules! dra_version {
                 let mut out = $v::NodeUnprepareResourcesResponse::default();
                 for c in req.into_inner().claims {
                     let claim = ClaimRef { namespace: c.namespace, uid: c.uid, name: c.name };
-                    let result = self.0.unprepare(&claim).await;
+                    // In a task of its own, as prepare: a destroy under way finishes.
+                    let (driver, c) = (self.0.clone(), claim.clone());
+                    let result = tokio::spawn(async move { driver.unprepare(&c).await })
+                        .await
+                        .unwrap_or_else(|e| Err(format!("claim {claim}: unprepare failed: {e}")));
                     if let Some(m) = self.0.metrics() {
                         m.claim("unprepare", result.is_ok());
                     }

@@ -255,3 +255,85 @@ async fn a_placement_taken_outside_the_driver_is_refused_and_nothing_is_left() {
     assert!(names(&p).contains(&"nvidia-4-mig-3g-40gb-4"));
     task.abort();
 }
+
+/// The NVML of the fixture and GPU 4's UUID.
+fn nvml4(root: &Path) -> (nvml_wrapper::Nvml, String) {
+    let lib = actk_core::discover::nvml::open(&actk_core::discover::HostRoot::new(root)).unwrap();
+    (lib, nvml_double::State::of(root).unwrap().gpu_uuid(4))
+}
+
+/// Writes into the driver's checkpoint that claim `n` is being made at `placement`, as a driver
+/// killed between recording it and finishing leaves it.
+fn killed_while_making(dir: &Path, n: u32, placement: &str, root: &Path) {
+    let path = dir.join("plugin/checkpoint.json");
+    let mut cp = actk_dra::checkpoint::Checkpoint::load(&path, NODE).unwrap();
+    let mut layouts = actk_dra::mig::Layouts::new();
+    let inv = actk_core::discover::discover(root, &actk_core::profile::builtin());
+    actk_dra::mig::read_layouts(root, &inv, &mut layouts);
+    let plan = actk_dra::mig::plan(&inv, &layouts, &Default::default());
+    cp.making.insert(uid(n), vec![plan.placements[placement].clone()]);
+    cp.save(&path).unwrap();
+}
+
+#[tokio::test]
+async fn what_a_killed_prepare_made_is_destroyed_by_the_next_prepare_or_the_unprepare() {
+    let Some(Node { f, dir, claims, driver, mut pools, task }) = node() else { return };
+    next(&mut pools).await;
+    let (lib, gpu4) = nvml4(&f.root);
+    // Killed after NVML made the 3g.40gb at 4 and before the checkpoint said so.
+    killed_while_making(dir.path(), 3, "nvidia-4-mig-3g-40gb-4", &f.root);
+    let left = actk_core::discover::nvml::dynamic::create(&lib, &gpu4, 2, 4).unwrap();
+    claims.put(claim(3, "nvidia-4-mig-3g-40gb-4"));
+    // The kubelet calls again: what was left goes, the claim gets a device of its own.
+    driver.prepare(&want(3)).await.unwrap();
+    let now = migs(&f.root, 4);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].2, left.uuid, "the leftover was destroyed and a new one made");
+    let cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("plugin/checkpoint.json")).unwrap()).unwrap();
+    assert_eq!(cp["claims"][uid(3)]["made"][0]["uuid"], json!(now[0].2));
+    assert!(cp.get("making").is_none(), "{cp}");
+    driver.unprepare(&want(3)).await.unwrap();
+    assert!(migs(&f.root, 4).is_empty());
+
+    // Killed again; this time the pod is deleted instead: unprepare destroys the leftover.
+    killed_while_making(dir.path(), 4, "nvidia-4-mig-3g-40gb-4", &f.root);
+    actk_core::discover::nvml::dynamic::create(&lib, &gpu4, 2, 4).unwrap();
+    driver.unprepare(&want(4)).await.unwrap();
+    assert!(migs(&f.root, 4).is_empty());
+    let cp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("plugin/checkpoint.json")).unwrap()).unwrap();
+    assert!(cp.get("making").is_none(), "{cp}");
+    task.abort();
+}
+
+#[tokio::test]
+async fn unprepare_destroys_only_the_device_it_made_even_where_its_ids_were_reused() {
+    let Some(Node { f, dir: _dir, claims, driver, mut pools, task }) = node() else { return };
+    next(&mut pools).await;
+    claims.put(claim(5, "nvidia-4-mig-3g-40gb-4"));
+    driver.prepare(&want(5)).await.unwrap();
+    let made = migs(&f.root, 4)[0].2.clone();
+    // Someone destroys it with nvidia-smi and makes a 3g.40gb at 4 again: same GI, new UUID.
+    let (lib, gpu4) = nvml4(&f.root);
+    assert_eq!(actk_core::discover::nvml::dynamic::destroy_by_uuid(&lib, &gpu4, &made), Ok(true));
+    let theirs = actk_core::discover::nvml::dynamic::create(&lib, &gpu4, 2, 4).unwrap();
+    driver.unprepare(&want(5)).await.unwrap();
+    assert_eq!(migs(&f.root, 4).into_iter().map(|m| m.2).collect::<Vec<_>>(), [theirs.uuid]);
+    task.abort();
+}
+
+#[tokio::test]
+async fn admin_access_to_a_placement_is_refused_and_makes_nothing() {
+    let Some(Node { f, dir, claims, driver, mut pools, task }) = node() else { return };
+    next(&mut pools).await;
+    let mut c = claim(6, "nvidia-4-mig-1g-10gb-0");
+    c.status.as_mut().unwrap().allocation.as_mut().unwrap().devices.as_mut().unwrap().results.as_mut().unwrap()[0]
+        .admin_access = Some(true);
+    claims.put(c);
+    let e = driver.prepare(&want(6)).await.unwrap_err();
+    assert!(e.contains(&uid(6)) && e.contains("nvidia-4-mig-1g-10gb-0") && e.contains("admin access"), "{e}");
+    assert!(migs(&f.root, 4).is_empty());
+    assert!(!dir.path().join(format!("cdi/actk.dev-claim_{}.json", uid(6))).exists());
+    task.abort();
+}

@@ -3,7 +3,7 @@
 //! mapping (KEP-5004) that serves an unchanged `limits: {nvidia.com/gpu: 2}` pod from the DRA
 //! driver or from the device plugin, whichever the node label `actk.dev/nvidia.server` names,
 //! with the same container view; the driver's metrics; the node-scoped write guard on
-//! ResourceSlices; and what a user sees for bad input.
+//! ResourceSlices; what a user sees for bad input; and dynamic MIG (issue 27, 1.36+).
 //!
 //! `#[ignore]`d like every cluster test: `make test-k8s` runs them alone, one at a time.
 
@@ -655,5 +655,162 @@ fn dra_roll_the_driver_under_a_running_claim() -> Result<()> {
         c.delete_pod(p)?;
     }
     c.kubectl(&["delete", "resourceclaimtemplate", "roll-held", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+    Ok(())
+}
+
+/// GPU 4's MIG devices in the NVML double's state (what `nvidia-smi -L` would list): (GPU
+/// instance profile id, first memory slice), sorted.
+fn gpu4_migs(root: &std::path::Path) -> Result<Vec<(u64, u64)>> {
+    let state = actk_testsupport::nvml_double::State::of(root)?;
+    let mut out = Vec::new();
+    for m in state.migs(4) {
+        let gi = state.gi(4, m.num("gi")).with_context(|| format!("no gi record for {}", m.get("uuid")))?;
+        out.push((gi.num("profile_id"), gi.num("start")));
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// Makes the DRA driver's view of the host root writable (a `kubectl patch` of its
+/// DaemonSet, then the rollout): on the simulated node the NVML double keeps the MIG instances
+/// it makes in files of the fixture root (its state file, the capability access files), where
+/// a real node keeps them in the kernel driver. The chart never mounts the root writable.
+fn writable_root_for_the_nvml_double(c: &Cluster) -> Result<()> {
+    let list = c.get_json(&["daemonsets", "-n", "kube-system", "-l", "app.kubernetes.io/component=dra-driver"])?;
+    let ds = &list["items"][0];
+    let name = ds["metadata"]["name"].as_str().context("no DRA driver DaemonSet")?.to_string();
+    let mounts =
+        ds["spec"]["template"]["spec"]["containers"][0]["volumeMounts"].as_array().cloned().unwrap_or_default();
+    let i = mounts.iter().position(|m| m["name"] == "host-root").context("no host-root mount")?;
+    let at = format!("/spec/template/spec/containers/0/volumeMounts/{i}");
+    let mut ops = vec![json!({"op": "replace", "path": format!("{at}/readOnly"), "value": false})];
+    if !mounts[i]["recursiveReadOnly"].is_null() {
+        ops.insert(0, json!({"op": "remove", "path": format!("{at}/recursiveReadOnly")}));
+    }
+    c.kubectl_ok(&[
+        "patch",
+        "daemonset",
+        &name,
+        "-n",
+        "kube-system",
+        "--type=json",
+        "-p",
+        &Value::from(ops).to_string(),
+    ])?;
+    c.kubectl_ok(&["rollout", "status", "daemonset", &name, "-n", "kube-system", "--timeout=180s"])?;
+    Ok(())
+}
+
+/// Issue 27, dynamic MIG (KEP-4815 partitionable devices) on the DGX A100 fixture with GPU 4
+/// put in MIG mode and left empty (`nvidia-smi -i 4 -mig 1`), the chart's `dra.dynamicMig`
+/// on. Where the API server keeps shared counters (1.36+): GPU 4 offers its 25 placements
+/// over the counter set of its 8 memory slices; two pods claiming a 3g.40gb of GPU 4 each get
+/// one, made at prepare (the NVML double's state lists them) and seen in the container as
+/// the GPU's node and the two capability nodes; a third stays Pending (no placement left that
+/// does not overlap); deleting a pod destroys its MIG device and the third gets the freed
+/// placement; with every pod gone GPU 4 is empty again. On 1.34 (the gate is alpha and off)
+/// the driver says the API server drops shared counters and offers no placement.
+#[test]
+#[ignore = "needs the test cluster: make test runs it alone"]
+fn dra_dynamic_mig_devices_are_made_for_their_pods_and_destroyed_with_them() -> Result<()> {
+    let Some(a100) = fixture::prepare("nvidia-dgx-a100")? else { return Ok(()) };
+    actk_testsupport::nvml_double::enable_mig(&a100.root, 4)?;
+    let Some(c) = Cluster::start(&Default::default())? else { return Ok(()) };
+    c.install(&a100.root, &format!("{DRA_ONLY}  dynamicMig: true\n"))?;
+    let is_placement = |d: &Value| d["attributes"]["dynamicMig"]["bool"] == true;
+    if c.kube_version() < (1, 36) {
+        c.wait_until("the driver's word on shared counters", Duration::from_secs(120), || {
+            Ok(c.plugin_logs().contains("--dynamic-mig is set but the API server drops shared counters").then_some(()))
+        })?;
+        let devices = c.wait_until("the pool", Duration::from_secs(60), || {
+            let d = published(&c)?;
+            Ok((!d.is_empty()).then_some(d))
+        })?;
+        ensure!(!devices.iter().any(is_placement), "placements offered without shared counters");
+        eprintln!("Kubernetes {:?}: shared counters dropped; dynamic MIG is 1.36+", c.kube_version());
+        return Ok(());
+    }
+    writable_root_for_the_nvml_double(&c)?;
+    let placements = c
+        .wait_until("GPU 4's placements", Duration::from_secs(120), || {
+            let p: Vec<Value> = published(&c)?
+                .into_iter()
+                .filter(|d| is_placement(d) && d["attributes"]["parentIndex"]["int"] == 4)
+                .collect();
+            Ok((p.len() == 25).then_some(p))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+    let three: Vec<&str> = placements
+        .iter()
+        .filter(|d| d["attributes"]["migProfile"]["string"] == "3g.40gb")
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    assert_eq!(three, ["nvidia-4-mig-3g-40gb-0", "nvidia-4-mig-3g-40gb-4"]);
+    // The counter set, in a slice of its own, as the API server stored it.
+    let slices = c.get_json(&["resourceslices"])?;
+    let set = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["spec"]["nodeName"] == c.node_name())
+        .flat_map(|s| s["spec"]["sharedCounters"].as_array().cloned().unwrap_or_default())
+        .find(|s| s["name"] == "nvidia-4-slices")
+        .context("no counter set nvidia-4-slices")?;
+    let memory_slices =
+        set["counters"].as_object().map_or(0, |m| m.keys().filter(|k| k.starts_with("memory-slice-")).count());
+    assert_eq!(memory_slices, 8, "{set}");
+    ensure!(gpu4_migs(&a100.root)?.is_empty(), "GPU 4 starts empty");
+
+    c.kubectl(&["delete", "resourceclaimtemplate", "dyn-3g", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+    c.apply(
+        &json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "dyn-3g", "namespace": TEST_NAMESPACE},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "actk-nvidia-mig",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"actk.dev\"].migProfile == \"3g.40gb\" && device.attributes[\"actk.dev\"].parentIndex == 4"}}]
+            }}]}}}
+        })
+        .to_string(),
+    )?;
+    let pods = ["dyn-a", "dyn-b", "dyn-c"];
+    for p in pods {
+        c.delete_pod(p)?;
+    }
+    for p in &pods[..2] {
+        c.apply(&one_gpu_claim_pod(p, "dyn-3g").to_string())?;
+    }
+    let mut held = Vec::new();
+    for p in &pods[..2] {
+        c.wait_pod_phase(p, &["Running"], Duration::from_secs(120))
+            .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+        let (gpus, claim, _) = held_gpus(&c, p)?;
+        assert_eq!(gpus, ["nvidia4"], "{p}");
+        let caps = c.exec(p, &["ls", "/dev/nvidia-caps"])?;
+        assert_eq!(caps.split_whitespace().count(), 2, "{p}: the GI and CI capability nodes:\n{caps}");
+        let cl = c.get_json(&["resourceclaim", &claim, "-n", TEST_NAMESPACE])?;
+        held.push(
+            cl["status"]["allocation"]["devices"]["results"][0]["device"].as_str().unwrap_or_default().to_string(),
+        );
+    }
+    held.sort();
+    assert_eq!(held, ["nvidia-4-mig-3g-40gb-0", "nvidia-4-mig-3g-40gb-4"], "two placements that do not overlap");
+    // 3g.40gb is profile id 9 on the A100 (nvidia-smi mig -lgip).
+    assert_eq!(gpu4_migs(&a100.root)?, [(9, 0), (9, 4)], "made at prepare");
+    c.apply(&one_gpu_claim_pod("dyn-c", "dyn-3g").to_string())?;
+    let why = c.unschedulable("dyn-c")?;
+    ensure!(why.contains("cannot allocate all claims"), "{why}");
+    c.delete_pod("dyn-a")?;
+    c.wait_pod_phase("dyn-c", &["Running"], Duration::from_secs(120))
+        .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+    assert_eq!(gpu4_migs(&a100.root)?.len(), 2, "dyn-a's destroyed, dyn-c's made");
+    for p in ["dyn-b", "dyn-c"] {
+        c.delete_pod(p)?;
+    }
+    c.wait_until("GPU 4 empty again", Duration::from_secs(60), || Ok(gpu4_migs(&a100.root)?.is_empty().then_some(())))
+        .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
+    c.kubectl(&["delete", "resourceclaimtemplate", "dyn-3g", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
     Ok(())
 }

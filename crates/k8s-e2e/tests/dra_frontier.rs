@@ -708,7 +708,8 @@ fn writable_root_for_the_nvml_double(c: &Cluster) -> Result<()> {
 /// one, made at prepare (the NVML double's state lists them) and seen in the container as
 /// the GPU's node and the two capability nodes; a third stays Pending (no placement left that
 /// does not overlap); deleting a pod destroys its MIG device and the third gets the freed
-/// placement; with every pod gone GPU 4 is empty again. On 1.34 (the gate is alpha and off)
+/// placement; a 4g.40gb, which overlaps the 3g.40gb at 0, waits; with every pod gone GPU 4 is
+/// empty again. On 1.34 (the gate is alpha and off)
 /// the driver says the API server drops shared counters and offers no placement.
 #[test]
 #[ignore = "needs the test cluster: make test runs it alone"]
@@ -806,6 +807,26 @@ fn dra_dynamic_mig_devices_are_made_for_their_pods_and_destroyed_with_them() -> 
     c.wait_pod_phase("dyn-c", &["Running"], Duration::from_secs(120))
         .map_err(|e| anyhow::anyhow!("{e}; driver log:\n{}", c.plugin_logs()))?;
     assert_eq!(gpu4_migs(&a100.root)?.len(), 2, "dyn-a's destroyed, dyn-c's made");
+    // A 4g.40gb (memory slices 0-3) overlaps the 3g.40gb at 0: never allocated beside it.
+    let four_g = json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "dyn-4g", "namespace": TEST_NAMESPACE},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "actk-nvidia-mig",
+            "selectors": [{"cel": {"expression":
+                "device.attributes[\"actk.dev\"].migProfile == \"4g.40gb\" && device.attributes[\"actk.dev\"].parentIndex == 4"}}]
+        }}]}}}
+    });
+    c.kubectl(&["delete", "resourceclaimtemplate", "dyn-4g", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+    c.apply(&four_g.to_string())?;
+    c.delete_pod("dyn-4g")?;
+    c.apply(&one_gpu_claim_pod("dyn-4g", "dyn-4g").to_string())?;
+    let why = c.unschedulable("dyn-4g")?;
+    ensure!(why.contains("cannot allocate all claims"), "{why}");
+    c.delete_pod("dyn-4g")?;
+    c.kubectl(&["delete", "resourceclaimtemplate", "dyn-4g", "-n", TEST_NAMESPACE, "--ignore-not-found"]);
+    assert_eq!(gpu4_migs(&a100.root)?.len(), 2, "nothing made for the waiting 4g.40gb");
     for p in ["dyn-b", "dyn-c"] {
         c.delete_pod(p)?;
     }

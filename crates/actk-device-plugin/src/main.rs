@@ -5,6 +5,7 @@
 //!
 //! Configuration: flags > environment variables > config file > defaults (see `--help`).
 
+use actk_core::inventory::{Inventory, VendorInventory};
 use actk_device_plugin::allocate::{AllocateOptions, Strategy};
 use actk_device_plugin::config::{DEFAULT_CONFIG, FileConfig, Overrides, Settings};
 use actk_device_plugin::dra_servers::DraServers;
@@ -387,7 +388,7 @@ async fn run(
     // node late, one that went, a driver upgrade with other files), then serve the new one.
     loop {
         let (inventory, res) = loop {
-            let inventory = actk_core::discover::discover(&s.root, &profiles);
+            let inventory = discover_off_thread(&s.root, &profiles).await;
             let build = resources::BuildOptions {
                 ids: s.device_ids,
                 filter: s.resources.as_deref(),
@@ -438,11 +439,11 @@ async fn run(
         let left_seen = dra.profiles().0;
         ledger.learn(&res);
         readiness.serving(res.iter().map(|r| r.name.clone()));
-        let tasks = serve(&s, res, &metrics, &ledger, &readiness);
+        let tasks = serve(&s, res, &metrics, &ledger, &readiness).await;
         let changed = loop {
             tokio::select! {
                 _ = tokio::time::sleep(REDISCOVER) => {
-                    if fingerprint(&actk_core::discover::discover(&s.root, &profiles)) != seen {
+                    if fingerprint(&discover_off_thread(&s.root, &profiles).await) != seen {
                         break None;
                     }
                     if dra.profiles().0 != left_seen {
@@ -498,7 +499,7 @@ fn serve_grant(
 }
 
 /// What discovery found, as text: devices, their nodes, shared nodes, host files.
-fn fingerprint(inventory: &actk_core::inventory::Inventory) -> String {
+fn fingerprint(inventory: &Inventory) -> String {
     serde_json::to_string(&inventory.vendors).unwrap_or_default()
 }
 
@@ -513,9 +514,24 @@ impl Drop for Tasks {
     }
 }
 
+/// Discovery under `root`, on tokio's blocking pool: it loads NVML (seconds in nvmlInit on a
+/// node without persistence mode), and the kubelet's calls to the resources already served
+/// wait on the runtime's thread meanwhile.
+async fn discover_off_thread(root: &std::path::Path, profiles: &[actk_core::profile::Profile]) -> Inventory {
+    let (root, profiles) = (root.to_path_buf(), profiles.to_vec());
+    let (r, p) = (root.clone(), profiles.clone());
+    match tokio::task::spawn_blocking(move || actk_core::discover::discover(&r, &p)).await {
+        Ok(inv) => inv,
+        Err(e) => {
+            tracing::warn!("discovery on the blocking pool failed ({e}); discovering here");
+            actk_core::discover::discover(&root, &profiles)
+        }
+    }
+}
+
 /// Serves `res` (a manager per resource, a health loop per vendor); returns the tasks, which
 /// stop when dropped.
-fn serve(
+async fn serve(
     s: &Settings,
     res: Vec<resources::Resource>,
     metrics: &Arc<Metrics>,
@@ -558,23 +574,48 @@ fn serve(
     // One health loop per vendor, shared by its resources (neuron and neuroncore; nvidia.com/gpu
     // and the MIG resources): actk-node's engine, with the NVML watch for NVIDIA GPUs and the
     // vendor's error counters.
-    let mut health_rx = BTreeMap::new();
+    // The engines are made on tokio's blocking pool: an NVIDIA engine returns once its NVML Xid
+    // watch is armed (nvmlInit: seconds without persistence mode).
+    let policy = health::XidPolicy::new(
+        &s.ignored_xids,
+        s.xid_recovery,
+        std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
+        std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
+    );
+    let opts = health::HealthOptions { policy, poll: s.health_interval };
+    let mut vendors: BTreeMap<String, (actk_core::profile::Profile, VendorInventory)> = BTreeMap::new();
+    for r in &res {
+        vendors.entry(r.vendor.profile.clone()).or_insert_with(|| (r.profile.clone(), r.vendor.clone()));
+    }
+    let make = {
+        let root = s.root.clone();
+        move |vendors: BTreeMap<String, (actk_core::profile::Profile, VendorInventory)>| {
+            vendors
+                .into_iter()
+                .map(|(name, (profile, vendor))| {
+                    let m = health::Monitor::new(&root, &profile, &vendor, &opts);
+                    (name, (vendor.kind.clone(), m))
+                })
+                .collect::<BTreeMap<_, _>>()
+        }
+    };
+    let monitors = match tokio::task::spawn_blocking({
+        let (make, vendors) = (make.clone(), vendors.clone());
+        move || make(vendors)
+    })
+    .await
+    {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!("starting the health engines on the blocking pool failed ({e}); starting them here");
+            make(vendors)
+        }
+    };
+    let health_rx: BTreeMap<String, _> =
+        monitors.into_iter().map(|(name, (kind, m))| (name, health::spawn(kind, m, s.health_interval))).collect();
     let mut tasks = Vec::new();
     for r in res {
-        let rx = health_rx
-            .entry(r.vendor.profile.clone())
-            .or_insert_with(|| {
-                let policy = health::XidPolicy::new(
-                    &s.ignored_xids,
-                    s.xid_recovery,
-                    std::env::var("DP_DISABLE_HEALTHCHECKS").ok().as_deref(),
-                    std::env::var("DP_ENABLE_HEALTHCHECKS").ok().as_deref(),
-                );
-                let opts = health::HealthOptions { policy, poll: s.health_interval };
-                let monitor = health::Monitor::new(&s.root, &r.profile, &r.vendor, &opts);
-                health::spawn(r.vendor.kind.clone(), monitor, s.health_interval)
-            })
-            .clone();
+        let Some(rx) = health_rx.get(&r.vendor.profile).cloned() else { continue };
         tracing::info!(
             "serving {} ({} devices) on {}",
             r.name,

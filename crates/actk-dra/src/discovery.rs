@@ -164,67 +164,63 @@ pub async fn discover(client: &kube::Client, node: &str) -> Result<ApiFeatures, 
     Ok(f)
 }
 
-/// The probe slice: one device with one taint, in `node`'s pool, never stored (dry run).
-pub fn probe_slice(node: &str) -> ResourceSlice {
+/// A probe slice of `node`'s pool named `<node>-actk.dev-<suffix>` holding `spec`'s
+/// devices or counter sets, never stored (dry run).
+fn probe(node: &str, suffix: &str, spec: ResourceSliceSpec) -> ResourceSlice {
     ResourceSlice {
-        metadata: ObjectMeta { name: Some(format!("{node}-{DRIVER}-probe")), ..Default::default() },
+        metadata: ObjectMeta { name: Some(format!("{node}-{DRIVER}-{suffix}")), ..Default::default() },
         spec: ResourceSliceSpec {
             driver: DRIVER.into(),
             node_name: Some(node.into()),
             pool: ResourcePool { name: node.into(), generation: 0, resource_slice_count: 1 },
-            devices: Some(vec![Device {
-                name: "probe-0".into(),
-                taints: Some(vec![DeviceTaint {
-                    key: format!("{DRIVER}/probe"),
-                    effect: "NoSchedule".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }]),
-            ..Default::default()
+            ..spec
         },
     }
+}
+
+/// The probe slice of taints: one device with one taint.
+pub fn probe_slice(node: &str) -> ResourceSlice {
+    let device = Device {
+        name: "probe-0".into(),
+        taints: Some(vec![DeviceTaint {
+            key: format!("{DRIVER}/probe"),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    probe(node, "probe", ResourceSliceSpec { devices: Some(vec![device]), ..Default::default() })
 }
 
 /// The probe slice of shared counters: one counter set and no devices (1.37 refuses both in
-/// one slice), in `node`'s pool, never stored (dry run).
+/// one slice).
 pub fn probe_counters_slice(node: &str) -> ResourceSlice {
-    ResourceSlice {
-        metadata: ObjectMeta { name: Some(format!("{node}-{DRIVER}-probe-counters")), ..Default::default() },
-        spec: ResourceSliceSpec {
-            driver: DRIVER.into(),
-            node_name: Some(node.into()),
-            pool: ResourcePool { name: node.into(), generation: 0, resource_slice_count: 1 },
-            shared_counters: Some(vec![CounterSet {
-                name: "probe".into(),
-                counters: [("probe".to_string(), Counter { value: Quantity("1".into()) })].into(),
-            }]),
-            ..Default::default()
-        },
-    }
+    let set = CounterSet {
+        name: "probe".into(),
+        counters: [("probe".to_string(), Counter { value: Quantity("1".into()) })].into(),
+    };
+    probe(node, "probe-counters", ResourceSliceSpec { shared_counters: Some(vec![set]), ..Default::default() })
 }
 
-/// Whether the server kept the probe slice's counter set (dry-run server-side apply).
-async fn probe_counters(client: &kube::Client, node: &str) -> Result<bool, String> {
-    let s = probe_counters_slice(node);
-    let name = s.metadata.name.clone().unwrap_or_default();
+/// What the API server makes of `slice` on a dry-run server-side apply (nothing is stored).
+async fn dry_run(client: &kube::Client, slice: &ResourceSlice) -> Result<ResourceSlice, String> {
+    let name = slice.metadata.name.clone().unwrap_or_default();
     let pp = PatchParams::apply(crate::kube::FIELD_MANAGER).force().dry_run();
-    let back = Api::<ResourceSlice>::all(client.clone())
-        .patch(&name, &pp, &Patch::Apply(&s))
+    Api::<ResourceSlice>::all(client.clone())
+        .patch(&name, &pp, &Patch::Apply(slice))
         .await
-        .map_err(|e| format!("dry-run apply of ResourceSlice {name}: {e}"))?;
+        .map_err(|e| format!("dry-run apply of ResourceSlice {name}: {e}"))
+}
+
+/// Whether the server kept the probe slice's counter set.
+async fn probe_counters(client: &kube::Client, node: &str) -> Result<bool, String> {
+    let back = dry_run(client, &probe_counters_slice(node)).await?;
     Ok(back.spec.shared_counters.is_some_and(|c| !c.is_empty()))
 }
 
-/// Whether the server kept the probe slice's taint (dry-run server-side apply).
+/// Whether the server kept the probe slice's taint.
 async fn probe_taints(client: &kube::Client, node: &str) -> Result<bool, String> {
-    let s = probe_slice(node);
-    let name = s.metadata.name.clone().unwrap_or_default();
-    let pp = PatchParams::apply(crate::kube::FIELD_MANAGER).force().dry_run();
-    let back = Api::<ResourceSlice>::all(client.clone())
-        .patch(&name, &pp, &Patch::Apply(&s))
-        .await
-        .map_err(|e| format!("dry-run apply of ResourceSlice {name}: {e}"))?;
+    let back = dry_run(client, &probe_slice(node)).await?;
     Ok(back.spec.devices.iter().flatten().any(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty())))
 }
 
@@ -269,5 +265,11 @@ mod tests {
         assert_eq!(s.spec.pool.name, "n1");
         let j = serde_json::to_value(&s).unwrap();
         assert_eq!(j["spec"]["devices"][0]["taints"][0]["effect"], "NoSchedule");
+        // The counters' probe: its own name, a counter set and no devices beside it (1.37).
+        let c = serde_json::to_value(probe_counters_slice("n1")).unwrap();
+        assert_eq!(c["metadata"]["name"], "n1-actk.dev-probe-counters");
+        assert_eq!((&c["spec"]["nodeName"], &c["spec"]["pool"]["name"]), (&"n1".into(), &"n1".into()));
+        assert_eq!(c["spec"]["sharedCounters"][0]["counters"]["probe"]["value"], "1");
+        assert!(c["spec"]["devices"].is_null(), "{c}");
     }
 }

@@ -31,9 +31,9 @@
 //!   would refuse them) and its profile's instance counter counts it.
 
 use actk_core::discover::nvml::dynamic::GiProfile;
-use actk_core::inventory::{Device, Inventory, VendorInventory};
+use actk_core::inventory::Inventory;
 use k8s_openapi::api::resource::v1::{
-    Counter, CounterSet, Device as SliceDevice, DeviceAttribute, DeviceCapacity, DeviceCounterConsumption,
+    Counter, CounterSet, Device as SliceDevice, DeviceAttribute, DeviceCounterConsumption,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, BTreeSet};
@@ -151,14 +151,6 @@ pub fn owned(path: &std::path::Path, node: &str) -> BTreeSet<(String, u32)> {
     }
 }
 
-fn string(v: impl Into<String>) -> DeviceAttribute {
-    DeviceAttribute { string: Some(v.into()), ..Default::default() }
-}
-
-fn int(v: i64) -> DeviceAttribute {
-    DeviceAttribute { int: Some(v), ..Default::default() }
-}
-
 fn one() -> Counter {
     Counter { value: Quantity("1".into()) }
 }
@@ -221,8 +213,12 @@ pub fn plan(inventory: &Inventory, layouts: &Layouts, owned: &BTreeSet<(String, 
                     }
                     out.devices.push(SliceDevice {
                         name: name.clone(),
-                        attributes: Some(attributes(v, d, uuid, p, pl.start, pl.size)),
-                        capacity: Some(capacity(p)),
+                        attributes: Some({
+                            let mut a = crate::slice::mig_attributes(v, d, &p.name, pl.start, pl.size);
+                            a.insert("dynamicMig".into(), DeviceAttribute { bool: Some(true), ..Default::default() });
+                            a
+                        }),
+                        capacity: Some(crate::slice::mig_capacity(p.memory_mib, p.multiprocessors, &p.engines)),
                         consumes_counters: Some(vec![DeviceCounterConsumption {
                             counter_set: set.clone(),
                             counters: consumed,
@@ -250,55 +246,10 @@ pub fn plan(inventory: &Inventory, layouts: &Layouts, owned: &BTreeSet<(String, 
     out
 }
 
-fn attributes(
-    v: &VendorInventory,
-    d: &Device,
-    uuid: &str,
-    p: &GiProfile,
-    start: u32,
-    size: u32,
-) -> BTreeMap<String, DeviceAttribute> {
-    let mut attrs: BTreeMap<String, DeviceAttribute> = BTreeMap::new();
-    attrs.insert("kind".into(), string(&v.kind));
-    attrs.insert("profile".into(), string(&v.profile));
-    attrs.insert("vendor".into(), string(v.kind.split('/').next().unwrap_or_default()));
-    if let Some(ver) = v.driver_version.as_deref().and_then(crate::slice::semver_of) {
-        attrs.insert("driverVersion".into(), DeviceAttribute { version: Some(ver), ..Default::default() });
-    }
-    if let Some(model) = &d.model {
-        attrs.insert("model".into(), string(model));
-    }
-    attrs.insert("parentUUID".into(), string(uuid));
-    attrs.insert("parentIndex".into(), int(i64::from(d.index)));
-    attrs.insert("migProfile".into(), string(&p.name));
-    attrs.insert("placementStart".into(), int(i64::from(start)));
-    attrs.insert("placementSize".into(), int(i64::from(size)));
-    attrs.insert("dynamicMig".into(), DeviceAttribute { bool: Some(true), ..Default::default() });
-    if let Some(n) = d.numa_node {
-        attrs.insert(crate::slice::NUMA_NODE.into(), int(i64::from(n)));
-    }
-    attrs
-}
-
-fn capacity(p: &GiProfile) -> BTreeMap<String, DeviceCapacity> {
-    let cap = |v: String| DeviceCapacity { value: Quantity(v), ..Default::default() };
-    let mut c: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
-    if p.memory_mib > 0 {
-        c.insert("memory".into(), cap(format!("{}Mi", p.memory_mib)));
-    }
-    if p.multiprocessors > 0 {
-        c.insert("multiprocessors".into(), cap(p.multiprocessors.to_string()));
-    }
-    for (k, n) in &p.engines {
-        c.insert(k.clone(), cap(n.to_string()));
-    }
-    c
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actk_core::inventory::{DeviceNode, Mig, MigDevice, MigPlacement};
+    use actk_core::inventory::{Device, DeviceNode, Mig, MigDevice, MigPlacement, VendorInventory};
 
     /// A100-80GB's GPU instance profiles and placements (`nvidia-smi mig -lgip` / `-lgipp`).
     fn a100() -> Vec<GiProfile> {

@@ -409,6 +409,32 @@ pub fn mig_device_name(profile: &str, gpu: u32, m: &actk_core::inventory::MigDev
 /// reports them. The chart's DeviceClass `actk-nvidia-mig` selects these (`migProfile` set);
 /// `actk-nvidia` leaves them out.
 pub fn mig_slice_device(vendor: &VendorInventory, d: &Device, m: &actk_core::inventory::MigDevice) -> SliceDevice {
+    let mut attrs = mig_attributes(vendor, d, &m.profile, m.placement.start, m.placement.size);
+    attrs.insert("uuid".into(), string(&m.uuid));
+    attrs.insert("migIndex".into(), int(i64::from(m.index)));
+    attrs.insert("gpuInstance".into(), int(i64::from(m.gpu_instance)));
+    attrs.insert("computeInstance".into(), int(i64::from(m.compute_instance)));
+    let capacity = mig_capacity(m.memory_mib, m.multiprocessors, &m.engines);
+    SliceDevice {
+        name: mig_device_name(&vendor.profile, d.index, m),
+        attributes: Some(attrs),
+        capacity: (!capacity.is_empty()).then_some(capacity),
+        ..Default::default()
+    }
+}
+
+/// The attributes a MIG device of GPU `d` has once its profile and placement are known: `kind`,
+/// `profile`, `vendor`, `driverVersion` as the GPU's, `model` and the NUMA node of the parent,
+/// `parentUUID`, `parentIndex`, `migProfile`, `placementStart`, `placementSize`. Shared by the
+/// MIG devices that exist ([`mig_slice_device`]) and the placements of dynamic MIG
+/// ([`crate::mig`]).
+pub(crate) fn mig_attributes(
+    vendor: &VendorInventory,
+    d: &Device,
+    mig_profile: &str,
+    start: u32,
+    size: u32,
+) -> BTreeMap<String, DeviceAttribute> {
     let mut attrs: BTreeMap<String, DeviceAttribute> = BTreeMap::new();
     attrs.insert("kind".into(), string(&vendor.kind));
     attrs.insert("profile".into(), string(&vendor.profile));
@@ -423,33 +449,34 @@ pub fn mig_slice_device(vendor: &VendorInventory, d: &Device, m: &actk_core::inv
         attrs.insert("parentUUID".into(), string(u));
     }
     attrs.insert("parentIndex".into(), int(i64::from(d.index)));
-    attrs.insert("migProfile".into(), string(&m.profile));
-    attrs.insert("uuid".into(), string(&m.uuid));
-    attrs.insert("migIndex".into(), int(i64::from(m.index)));
-    attrs.insert("gpuInstance".into(), int(i64::from(m.gpu_instance)));
-    attrs.insert("computeInstance".into(), int(i64::from(m.compute_instance)));
-    attrs.insert("placementStart".into(), int(i64::from(m.placement.start)));
-    attrs.insert("placementSize".into(), int(i64::from(m.placement.size)));
+    attrs.insert("migProfile".into(), string(mig_profile));
+    attrs.insert("placementStart".into(), int(i64::from(start)));
+    attrs.insert("placementSize".into(), int(i64::from(size)));
     if let Some(n) = d.numa_node {
         attrs.insert(NUMA_NODE.into(), int(i64::from(n)));
     }
-    let mut capacity: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
+    attrs
+}
+
+/// A MIG device's capacities: `memory` (the GPU instance's, `<MiB>Mi`), `multiprocessors` and
+/// the engines, as NVML reports them; zero values left out.
+pub(crate) fn mig_capacity(
+    memory_mib: u64,
+    multiprocessors: u32,
+    engines: &BTreeMap<String, u32>,
+) -> BTreeMap<String, DeviceCapacity> {
     let cap = |v: String| DeviceCapacity { value: Quantity(v), ..Default::default() };
-    if m.memory_mib > 0 {
-        capacity.insert("memory".into(), cap(format!("{}Mi", m.memory_mib)));
+    let mut capacity: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
+    if memory_mib > 0 {
+        capacity.insert("memory".into(), cap(format!("{memory_mib}Mi")));
     }
-    if m.multiprocessors > 0 {
-        capacity.insert("multiprocessors".into(), cap(m.multiprocessors.to_string()));
+    if multiprocessors > 0 {
+        capacity.insert("multiprocessors".into(), cap(multiprocessors.to_string()));
     }
-    for (k, n) in &m.engines {
+    for (k, n) in engines {
         capacity.insert(k.clone(), cap(n.to_string()));
     }
-    SliceDevice {
-        name: mig_device_name(&vendor.profile, d.index, m),
-        attributes: Some(attrs),
-        capacity: (!capacity.is_empty()).then_some(capacity),
-        ..Default::default()
-    }
+    capacity
 }
 
 /// Slice devices of every vendor in `inventory` whose profile is in `profiles` (all when

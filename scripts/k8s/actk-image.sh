@@ -44,7 +44,7 @@ if [ "$profile" = release ]; then dir=$repo/target/dist; else dir=$target/debug;
 # The sources the binaries come from, as one digest ("" outside a git checkout: always build).
 sources_digest() {
   (cd "$repo" && git rev-parse --git-dir >/dev/null 2>&1) || return 0
-  (cd "$repo" && git ls-files -z -co --exclude-standard -- Cargo.toml Cargo.lock 'rust-toolchain*' crates scripts/build-release.sh \
+  (cd "$repo" && git ls-files -z -co --exclude-standard -- Cargo.toml Cargo.lock 'rust-toolchain*' crates scripts/build-release.sh scripts/lib/hot-text-link.sh \
     | sort -z | xargs -0 -r sha256sum 2>/dev/null; echo "$profile") | sha256sum | cut -c1-32
 }
 stamp=$dir/.actk-image-sources

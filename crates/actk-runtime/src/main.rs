@@ -15,6 +15,9 @@ mod args;
 mod bundle;
 mod features;
 mod log;
+// The static musl build's memcpy and memmove (x86_64: musl's are rep movsq; see the module).
+#[cfg(any(test, all(target_env = "musl", target_arch = "x86_64")))]
+mod mem;
 
 use actk_core::config::Config;
 use actk_core::plan::{PlanContext, PlanOptions, plan_with};

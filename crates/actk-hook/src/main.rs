@@ -26,6 +26,10 @@
 
 mod cuda_compat;
 mod log;
+// actk-runtime's memcpy and memmove for the static musl build (musl's are rep movsq; issue 31).
+#[cfg(all(target_env = "musl", target_arch = "x86_64"))]
+#[path = "../../actk-runtime/src/mem.rs"]
+mod mem;
 mod prestart;
 mod state;
 mod update_ldcache;

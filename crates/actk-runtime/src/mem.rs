@@ -15,6 +15,8 @@
 //! direction flag set. Linked in, these two symbols replace musl's (the archive's members are
 //! then never pulled in: `memmove.o` is the only user of `memcpy.o`'s `__memcpy_fwd`).
 //!
+//! actk-hook, the other static binary, includes this file as its own module.
+//!
 //! No crate provides C-ABI memory routines for a static musl program: `compiler_builtins`
 //! has them only for targets without a libc.
 #![allow(unsafe_code)]

@@ -57,12 +57,12 @@ var=CARGO_TARGET_$(echo "$shim_target" | tr 'a-z-' 'A-Z_')_RUSTFLAGS
 # Linked by scripts/lib/hot-text-link.sh: rust-lld, with the functions a container start runs
 # (crates/actk-runtime/hot-text.txt) packed at the front of .text, 22 fewer page faults per
 # create (issue 31). It writes what it matched to target/<triple>/release/<binary>.hot-text.
-rm -f "target/$shim_target/release/actk-runtime.hot-text"
 env "$var=-C target-feature=+crt-static -C relocation-model=static -C linker=$PWD/scripts/lib/hot-text-link.sh" \
-  ACTK_HOT_TEXT_DIR="$PWD" \
+  ACTK_HOT_TEXT_DIR="$PWD" ACTK_GCC_LD="$(rustc --print sysroot)/lib/rustlib/$host/bin/gcc-ld" \
   CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
   "$cargo" build --release --target "$shim_target" -p actk-runtime -p actk-hook "$@" >&2
-# Only a link writes the report: a build with nothing to link prints none.
+# Only a link writes the report (it stays beside the binary it describes): a build with
+# nothing to link prints the last one.
 [ ! -f "target/$shim_target/release/actk-runtime.hot-text" ] || cat "target/$shim_target/release/actk-runtime.hot-text" >&2
 for b in actk-runtime actk-hook; do
   file -b "target/$shim_target/release/$b" | grep -q "statically linked" \

@@ -21,7 +21,8 @@
 # what it matched to <target dir>/<profile>/<binary>.hot-text (scripts/build-release.sh prints
 # it; regenerate the list when "as written" falls well below the listed count).
 #
-# Args: those rustc gives a cc linker. Env: ACTK_HOT_TEXT_DIR, the repository root (the lists
+# Args: those rustc gives a cc linker. Env: ACTK_GCC_LD, the toolchain's gcc-ld directory (default:
+# the one of `rustc` on PATH); ACTK_HOT_TEXT_DIR, the repository root (the lists
 # are read from it); unset, or no list for the binary being linked: cc with rust-lld, unordered.
 # Without rust-lld next to rustc (gcc-ld/ld.lld of the toolchain): plain cc, unordered.
 set -euo pipefail

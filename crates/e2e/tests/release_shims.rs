@@ -224,3 +224,109 @@ fn release_build_from_a_cargo_test_reuses_the_shells_build() {
         .collect();
     assert!(compiled.is_empty(), "the build from a cargo test compiled again what a shell's had built: {compiled:?}");
 }
+
+/// A symbol name without the hashes of its build, as scripts/lib/hot-text-link.sh matches a
+/// listed name that this build spells otherwise: legacy mangling's trailing `17h<16 hex>E` is
+/// dropped, v0's crate disambiguators `Cs<base62>_` become `Cs_`.
+fn without_hashes(name: &str) -> String {
+    let mut s = name;
+    if let Some(cut) = s.len().checked_sub(20)
+        && s.is_char_boundary(cut)
+    {
+        let tail = &s[cut..];
+        if tail.starts_with("17h") && tail.ends_with('E') && tail[3..19].bytes().all(|b| b.is_ascii_hexdigit()) {
+            s = &s[..cut];
+        }
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("Cs") {
+        out.push_str(&rest[..i + 2]);
+        let after = &rest[i + 2..];
+        let n = after.bytes().take_while(u8::is_ascii_alphanumeric).count();
+        if n > 0 && after.as_bytes().get(n) == Some(&b'_') {
+            rest = &after[n..];
+        } else {
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The functions a container start runs (crates/actk-runtime/hot-text.txt) lie together in the
+/// release actk-runtime, as scripts/lib/hot-text-link.sh links it (issue 31): a create then
+/// faults in about 15 64 KiB windows of text instead of 38 (docs/performance.md). Reads the
+/// binary's symbol table (`nm`): at least 90 % of the listed functions must be there, found as
+/// written or without their build's hashes, and the span from the first to the end of the last
+/// must be no more than 1.2 times their total size plus 64 KiB (packed: 1.00; the same
+/// functions where a plain link puts them: 3.3). Fails when the list has gone stale (functions
+/// renamed or gone: run scripts/hot-text.sh) or the link stopped ordering.
+#[test]
+fn the_release_runtime_packs_the_functions_a_start_runs() {
+    let Some(dir) = release_dir() else {
+        skip_or_fail("Run scripts/build-release.sh --shims-only.", "the release actk-runtime is not built");
+        return;
+    };
+    let exe = dir.join("actk-runtime");
+    let nm = std::process::Command::new("nm").arg("-S").arg("--defined-only").arg(&exe).output().expect("running nm");
+    assert!(nm.status.success(), "nm {}: {:?}", exe.display(), text(&nm));
+    // "ADDRESS SIZE TYPE NAME" for the functions (text symbols, weak ones included).
+    let mut at: std::collections::HashMap<String, (u64, u64)> = std::collections::HashMap::new();
+    let mut by_key: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&nm.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 4 || !matches!(f[2], "t" | "T" | "w" | "W") {
+            continue;
+        }
+        let (Ok(addr), Ok(size)) = (u64::from_str_radix(f[0], 16), u64::from_str_radix(f[1], 16)) else { continue };
+        at.insert(f[3].to_string(), (addr, size));
+        by_key.entry(without_hashes(f[3])).or_default().push(f[3].to_string());
+    }
+    let list = std::fs::read_to_string(engines::workspace_root().join("crates/actk-runtime/hot-text.txt")).unwrap();
+    let listed: Vec<&str> = list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).collect();
+    let mut placed: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let mut missing = Vec::new();
+    for name in &listed {
+        let names = match at.get(*name) {
+            Some(_) => vec![name.to_string()],
+            None => by_key.get(&without_hashes(name)).cloned().unwrap_or_default(),
+        };
+        if names.is_empty() {
+            missing.push(*name);
+        }
+        for n in names {
+            let (addr, size) = at[&n];
+            placed.insert(addr, size);
+        }
+    }
+    assert!(
+        missing.len() * 10 <= listed.len(),
+        "{} of the {} functions in hot-text.txt are not in {} (run scripts/hot-text.sh): {:?}",
+        missing.len(),
+        listed.len(),
+        exe.display(),
+        &missing[..missing.len().min(10)]
+    );
+    let first = *placed.keys().next().unwrap();
+    let end = placed.iter().map(|(a, s)| a + s).max().unwrap();
+    let total: u64 = placed.values().sum();
+    assert!(
+        (end - first) as f64 <= 1.2 * total as f64 + 65536.0,
+        "the {} functions a start runs ({total} bytes) span {} bytes of {}: not packed (is it linked by scripts/lib/hot-text-link.sh?)",
+        placed.len(),
+        end - first,
+        exe.display()
+    );
+}
+
+#[test]
+fn hashes_are_left_out_as_the_linker_matches_names() {
+    assert_eq!(without_hashes("_ZN9actk_core4plan9plan_with17h2fa75e689b44afacE"), "_ZN9actk_core4plan9plan_with");
+    assert_eq!(
+        without_hashes("_RNvMs_NtNtNtNtCsaz6eC2DG7lh_3std3sys7process4unix6commonNtB4_7Command8setup_io"),
+        "_RNvMs_NtNtNtNtCs_3std3sys7process4unix6commonNtB4_7Command8setup_io"
+    );
+    assert_eq!(without_hashes("memcpy"), "memcpy");
+    assert_eq!(without_hashes("_ZN4core3fmt5write17hE"), "_ZN4core3fmt5write17hE");
+}

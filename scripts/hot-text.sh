@@ -5,10 +5,11 @@
 #
 # The functions come from callgrind (valgrind): every function that runs, up to the exec of the
 # low-level runtime, in a create by CDI spec and a create by discovery on the NVIDIA DGX H100,
-# AMD MI300X, AWS trn1 and Intel Gaudi2 fixtures (8 devices asked for), then in state, start and
-# delete. First appearance orders them: the NVIDIA create by spec, the path most starts take,
-# comes first. Names are the mangled symbols of this build; hot-text-link.sh matches them again
-# at every link, so that a later build with other hashes still finds them.
+# AMD MI300X, AWS trn1 and Intel Gaudi2 fixtures (8 devices asked for), and in state, start and
+# delete. First appearance orders them: state, start and delete first (what every call runs),
+# then the NVIDIA create by spec, the path most starts take. Names are the mangled symbols of
+# this build; hot-text-link.sh matches them again at every link, so that a later build with
+# other hashes still finds them.
 #
 # Usage: scripts/hot-text.sh [SHIM]   SHIM default: the static actk-runtime that
 #        `scripts/build-release.sh --shims-only` builds (it is built when missing).
@@ -77,10 +78,14 @@ for fx in nvidia-dgx-h100 amd-mi300x aws-trn1-32xlarge gaudi2; do
     order+=("$work/$fx-$m.cg"*)
   done
   if [ "$vendor" = nvidia ]; then
+    # First in the list: what every call runs (state, start and delete are little more than
+    # that), so that those calls fault in the fewest windows of text.
+    common=()
     for c in state start delete; do
       run "$c" "$d/cdi.toml" "$c" hot-text
-      order+=("$work/$c.cg"*)
+      common+=("$work/$c.cg"*)
     done
+    order=("${common[@]}" "${order[@]}")
   fi
 done
 

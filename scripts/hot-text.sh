@@ -94,8 +94,10 @@ out=$repo/crates/actk-runtime/hot-text.txt
   echo "# The functions actk-runtime runs in a container start, laid out together at the front of"
   echo "# .text by scripts/lib/hot-text-link.sh (issue 31). Written by scripts/hot-text.sh; do not edit."
   echo "# $("$shim" --version 2>/dev/null | head -n 1), $(rustc --version), $("$vg" --version)"
-  # Symbols only: callgrind also names unnamed code by address and the C start-up as "(below main)".
-  names "${order[@]}" | grep -E '^[A-Za-z_.$][A-Za-z0-9_.$]*$' | awk '!seen[$0]++'
+  # Symbols only: callgrind also names unnamed code by address and the C start-up as "(below main)",
+  # so the start-up of every call (crt1's _start, musl's __libc_start_main) is named here.
+  { printf '%s\n' _start _start_c __libc_start_main libc_start_main_stage2 main
+    names "${order[@]}"; } | grep -E '^[A-Za-z_.$][A-Za-z0-9_.$]*$' | awk '!seen[$0]++'
 } >"$out.new"
 mv "$out.new" "$out"
 echo "hot-text: $(grep -vc '^#' "$out") functions in $out" >&2

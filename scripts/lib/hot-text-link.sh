@@ -29,40 +29,68 @@ set -euo pipefail
 
 out=
 objs=()
-prev=
+# The arguments rustc gives, with those of a response file (`@FILE`, one per line, which rustc
+# writes when the command line is too long) read for the output and the objects; cc reads the
+# file itself.
+args=()
 for a in "$@"; do
+  if [ "${a#@}" != "$a" ] && [ -f "${a#@}" ]; then
+    mapfile -t more <"${a#@}"
+    args+=("${more[@]}")
+  else
+    args+=("$a")
+  fi
+done
+prev=
+for a in "${args[@]}"; do
   [ "$prev" = -o ] && out=$a
   case $a in *.o) objs+=("$a") ;; esac
   prev=$a
 done
 
-gcc_ld=${ACTK_GCC_LD:-$(rustc --print sysroot 2>/dev/null)/lib/rustlib/$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')/bin/gcc-ld}
+# deps/actk_runtime-<hash> -> actk-runtime; its report beside the binary, written by every
+# link (a link that does not order says why), so that it never describes an earlier link.
+name=${out##*/}
+name=${name%-*}
+name=${name//_/-}
+report=
+[ -z "$out" ] || report=$(dirname "$(dirname "$out")")/$name.hot-text
+unordered() { # WHY: link with "$@" left as rustc gave them
+  [ -z "$report" ] || echo "hot text of $name: not ordered ($1)" >"$report"
+}
+
+gcc_ld=${ACTK_GCC_LD:-}
+if [ -z "$gcc_ld" ] && command -v rustc >/dev/null; then
+  gcc_ld=$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/gcc-ld
+fi
 if [ ! -x "$gcc_ld/ld.lld" ]; then
+  unordered "no rust-lld (gcc-ld/ld.lld of the toolchain): linked by cc's own linker"
   exec cc "$@"
 fi
 lld=(-fuse-ld=lld "-B$gcc_ld")
 
-# deps/actk_runtime-<hash> -> actk-runtime
-name=${out##*/}
-name=${name%-*}
-name=${name//_/-}
 list=${ACTK_HOT_TEXT_DIR:+$ACTK_HOT_TEXT_DIR/crates/$name/hot-text.txt}
 if [ -z "$out" ] || [ -z "$list" ] || [ ! -f "$list" ] || [ ${#objs[@]} = 0 ]; then
+  unordered "no list ${list:-(ACTK_HOT_TEXT_DIR unset)}, or no objects"
   exec cc "${lld[@]}" "$@"
 fi
 
 order=$out.hot-text-order
-report=$(dirname "$(dirname "$out")")/$name.hot-text
 # Defined functions of the objects (the LTO module holds all Rust code; libc's come from its
-# archive and are listed by their plain names, which never change).
-nm --defined-only -P "${objs[@]}" 2>/dev/null | awk '$2 ~ /^[TtWw]$/ { print $1 }' >"$order.defined"
+# archive and are listed by their plain names, which never change). A failing nm fails the
+# link, with its message.
+nm --defined-only -P "${objs[@]}" | awk '$2 ~ /^[TtWw]$/ { print $1 }' >"$order.defined"
+if [ ! -s "$order.defined" ]; then
+  echo "hot-text-link: nm found no functions in ${objs[*]}" >&2
+  exit 1
+fi
 awk -v report="$report" -v list="$list" '
   function key(s) {
     sub(/17h[0-9a-f]+E$/, "", s)
     gsub(/Cs[0-9A-Za-z]+_/, "Cs_", s)
     return s
   }
-  FNR == NR { defined[$1] = 1; k = key($1); bykey[k] = bykey[k] " " $1; next }
+  FILENAME == ARGV[1] { defined[$1] = 1; k = key($1); bykey[k] = bykey[k] " " $1; next }
   /^#/ || NF == 0 { next }
   {
     listed++

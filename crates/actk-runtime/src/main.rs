@@ -64,7 +64,7 @@ mod heap {
             // The heap grows by mappings of at least 1 MiB instead of dlmalloc's 64 KiB: a
             // create's heap (about 0.3 MiB at its peak) is one mmap(2) instead of seven. Pages
             // are faulted in as they are first written either way (issue 31).
-            let _accepted = heap.set_granularity(1 << 20);
+            assert!(heap.set_granularity(1 << 20), "a power of two, above dlmalloc's minimum");
             SpinDlmalloc { locked: AtomicBool::new(false), heap: UnsafeCell::new(heap) }
         }
 

@@ -112,8 +112,9 @@ trap cleanup EXIT
 # path name by name, as on a kernel before 5.6, and callgrind counts that fallback. Forky's
 # 3.27 implements openat2 (docs/performance.md: how to run it from its extracted .deb).
 if [ "$callgrind" != 0 ]; then
-  printf '#include <fcntl.h>\n#include <linux/openat2.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <errno.h>\nint main(void){struct open_how h={.flags=O_RDONLY};return syscall(SYS_openat2,AT_FDCWD,"/",&h,sizeof h)<0&&errno==ENOSYS;}\n' >"$work/openat2.c"
-  if gcc -o "$work/openat2" "$work/openat2.c" 2>/dev/null && ! valgrind --tool=none -q "$work/openat2" 2>/dev/null; then
+  # shellcheck source=scripts/lib/valgrind-openat2.sh
+  . "$repo/scripts/lib/valgrind-openat2.sh"
+  if ! valgrind_has_openat2 valgrind "$work"; then
     echo "runtime-bench: $(valgrind --version) has no openat2: callgrind's discovery rows count the path walk of kernels before 5.6" >&2
   fi
 fi

@@ -38,9 +38,9 @@ actk=${ACTK_BIN_DIR:-$repo/target/dist}/actk
 work=$(mktemp -d /tmp/actk-hot-text-XXXXXX)
 [ -n "${ACTK_HOT_TEXT_KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
 
-printf '#include <fcntl.h>\n#include <linux/openat2.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <errno.h>\nint main(void){struct open_how h={.flags=O_RDONLY};return syscall(SYS_openat2,AT_FDCWD,"/",&h,sizeof h)<0&&errno==ENOSYS;}\n' >"$work/openat2.c"
-gcc -o "$work/openat2" "$work/openat2.c"
-"$vg" --tool=none -q "$work/openat2" || need "$("$vg" --version) answers openat2(2) with ENOSYS: set VALGRIND to one that has it (3.22 or later)"
+# shellcheck source=scripts/lib/valgrind-openat2.sh
+. "$repo/scripts/lib/valgrind-openat2.sh"
+valgrind_has_openat2 "$vg" "$work" || need "$("$vg" --version) answers openat2(2) with ENOSYS: set VALGRIND to one that has it (3.22 or later)"
 
 # Every function with a cost in a callgrind profile, by mangled name, in the profile's order.
 names() { sed -n 's/^c\{0,1\}fn=([0-9]*) //p' "$@" | sed "s/'[0-9]*\$//"; }

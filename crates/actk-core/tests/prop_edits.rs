@@ -97,9 +97,11 @@ fn edits() -> impl Strategy<Value = ContainerEdits> {
         prop::option::of(0i64..300),
         prop::option::of(0i64..300),
         prop::option::of(0u32..0o777),
+        prop::option::of(prop::sample::select(vec!["/run/nvidia/driver", ""])),
     )
-        .prop_map(|(p, t, ma, mi, mode)| CdiDeviceNode {
+        .prop_map(|(p, t, ma, mi, mode, under)| CdiDeviceNode {
             path: p.to_string(),
+            host_path: under.map(|u| format!("{u}{p}")),
             node_type: t.map(String::from),
             major: ma,
             minor: mi,
@@ -107,11 +109,15 @@ fn edits() -> impl Strategy<Value = ContainerEdits> {
             ..Default::default()
         });
     let dest = prop::sample::select(vec!["/usr/lib/libcuda.so.1", "/usr/bin/nvidia-smi", "/proc", "/dev"]);
-    let mount = (dest, prop::collection::vec(prop::sample::select(vec!["ro", "nosuid", "bind", "rbind"]), 0..3))
-        .prop_map(|(d, o)| CdiMount {
+    let mount = (
+        dest,
+        prop::collection::vec(prop::sample::select(vec!["ro", "nosuid", "bind", "rbind"]), 0..3),
+        prop::option::of(prop::sample::select(vec!["", "bind", "tmpfs"])),
+    )
+        .prop_map(|(d, o, t)| CdiMount {
             host_path: format!("/host{d}"),
             container_path: d.to_string(),
-            mount_type: None,
+            mount_type: t.map(String::from),
             options: o.into_iter().map(String::from).collect(),
         });
     let stage = prop_oneof![5 => prop::sample::select(HOOK_STAGES.to_vec()).prop_map(String::from), 1 => "[a-z]{1,6}"];
@@ -332,6 +338,39 @@ fn config_json_edits_are_idempotent_and_keep_every_field() {
                     EditError::BadEdit { .. } => prop_assert!(false, "well-formed edit refused: {shown}"),
                 }
             }
+        }
+        Ok(())
+    });
+}
+
+/// Issue 31: what actk-runtime writes, config.json serialised with the deferred mounts and
+/// device entries in place (edits::apply_deferred), is byte for byte the document edits::apply_in
+/// gives, with and without a user namespace (device nodes become bind mounts there), and the
+/// two fail alike.
+#[test]
+fn deferred_lists_serialise_as_the_applied_document() {
+    let strategy = (
+        0..REALSPECS.len(),
+        prop::collection::vec((key(), json()), 0..4),
+        prop::collection::vec(any::<usize>(), 4),
+        edits(),
+        any::<bool>(),
+    );
+    check("config.json-deferred", strategy, |(which, extra, picks, e, userns)| {
+        let mut doc: Value = serde_json::from_str(REALSPECS[which]).expect("realspec is JSON");
+        mutate(&mut doc, &extra, &picks);
+        let mut applied = doc.clone();
+        let mut deferred_doc = doc;
+        match (edits::apply_in(&mut applied, &e, userns), edits::apply_deferred(&mut deferred_doc, &e, userns)) {
+            (Ok(()), Ok(d)) => {
+                let want = serde_json::to_string(&applied).expect("serialises");
+                let got = serde_json::to_string(&d.with(&deferred_doc)).expect("serialises");
+                prop_assert_eq!(&got, &want, "edits: {:?}", e);
+                d.write_into(&mut deferred_doc);
+                prop_assert_eq!(&deferred_doc, &applied, "write_into differs from apply_in");
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "apply_in {:?}, apply_deferred {:?}", a, b.map(|_| ())),
         }
         Ok(())
     });

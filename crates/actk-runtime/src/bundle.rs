@@ -12,8 +12,9 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-/// Replaces `path` with `value` serialised as JSON (field order kept), atomically.
-pub fn write_atomic(path: &Path, value: &serde_json::Value) -> Result<()> {
+/// Replaces `path` with `value` serialised as compact JSON (a `serde_json::Value` keeps its
+/// field order), atomically.
+pub fn write_atomic<T: serde::Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
     // Room for a typical edited config.json up front (tens of KB): growing by doubling copied

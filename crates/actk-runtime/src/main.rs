@@ -224,6 +224,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
     let mut spec: serde_json::Value =
         serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", config_json.display()))?;
     let mut changed = false;
+    let mut deferred = None;
 
     let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config), process_ends: true })?;
@@ -240,8 +241,11 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
                 anyhow::bail!("{}: {}", p.summary(), refused.join("; "));
             }
         }
-        edits::apply_in(&mut spec, &p.edits, in_user_namespace())
-            .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?;
+        // The added mounts and device entries are written straight from the edits (issue 31).
+        deferred = Some(
+            edits::apply_deferred(&mut spec, &p.edits, in_user_namespace())
+                .with_context(|| format!("cannot apply device edits to {}", config_json.display()))?,
+        );
         if p.serves_nvidia() {
             let n = edits::remove_legacy_nvidia_hook(&mut spec);
             if n > 0 {
@@ -269,6 +273,12 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
     for u in &hooks.skipped {
         warn(&format!("hooks file skipped: {u}"));
     }
+    if !hooks.hooks.is_empty()
+        && let Some(d) = deferred.take()
+    {
+        // A hooks.d condition (`hasBindMounts`) reads the mounts as they will be written.
+        d.write_into(&mut spec);
+    }
     let added = hooksd::merge(&mut spec, &hooks.hooks)?;
     for f in &added {
         tracing::info!("{}: hooks from {}", bundle.display(), f.display());
@@ -276,11 +286,15 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
     changed |= !added.is_empty();
 
     if changed {
-        bundle::write_atomic(&config_json, &spec)?;
+        match &deferred {
+            Some(d) => bundle::write_atomic(&config_json, &d.with(&spec))?,
+            None => bundle::write_atomic(&config_json, &spec)?,
+        }
     }
     // The process execs the low-level runtime next, which discards all memory at once: freeing
     // the spec, the plan and the profiles piece by piece first is work for nothing (a tenth of
     // a container start's instructions; issue 14).
+    std::mem::forget(deferred);
     std::mem::forget((spec, p, ctx, hooks));
     Ok(())
 }

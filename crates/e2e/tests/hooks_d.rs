@@ -2,6 +2,7 @@
 //! dir that podman and actk-runtime both read, with the real runc and podman 4.3.
 
 use actk_testsupport::engines::{self, ActkConfig, Bundle, actk_runtime, expect_success, podman, unique_name};
+use actk_testsupport::fixture;
 use anyhow::Result;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -116,5 +117,46 @@ fn item5_podman_and_actk_runtime_sharing_a_hooks_dir_run_each_hook_once() -> Res
     let lines = fs::read_to_string(&log).unwrap_or_default();
     let count = |hook: &str| lines.lines().filter(|l| l.starts_with(&format!("{hook} "))).count();
     assert_eq!((count("current-hook"), count("legacy-hook")), (1, 1), "each hook must run once: {lines}");
+    Ok(())
+}
+
+/// A hooks.d hook `when: {hasBindMounts: true}` sees the mounts actk-runtime adds (issue 31:
+/// the added mounts are written straight from the edits, and a hooks.d condition must still see
+/// them): on a bundle without bind mounts of its own, the hook runs for a container asking for
+/// a GPU (the driver libraries are bind-mounted) and not for one asking for nothing.
+#[test]
+fn has_bind_mounts_hook_sees_the_driver_mounts_actk_adds() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("nvidia-dgx-h100")? else { return Ok(()) };
+    let cfg = ActkConfig::new(&fx.root)?;
+    let log = cfg.dir().join("ran.log");
+    let hook = recording_hook(cfg.dir(), "binds-hook", &log)?;
+    fs::write(
+        cfg.hooks_dir().join("binds.json"),
+        format!(
+            r#"{{"version": "1.0.0", "hook": {{"path": "{}"}}, "when": {{"hasBindMounts": true}}, "stages": ["prestart"]}}"#,
+            hook.display()
+        ),
+    )?;
+    let cfg_path = cfg.write()?;
+    let mut ids = Vec::new();
+    for (tag, env) in [("gpu", &["NVIDIA_VISIBLE_DEVICES=1"][..]), ("plain", &[][..])] {
+        let bundle = Bundle::busybox(&["true"], env)?;
+        let spec: serde_json::Value = serde_json::from_slice(&fs::read(bundle.path().join("config.json"))?)?;
+        let binds = spec["mounts"].as_array().into_iter().flatten().filter(|m| {
+            m["type"] == "bind"
+                || m["options"].as_array().is_some_and(|o| o.iter().any(|x| x == "bind" || x == "rbind"))
+        });
+        assert_eq!(binds.count(), 0, "the bundle must have no bind mounts of its own: {spec}");
+        let id = unique_name(&format!("e2e-binds-{tag}"));
+        let o =
+            actk_runtime(&cfg_path, &[OsArg::from("run"), "--bundle".into(), bundle.path().into(), id.as_str().into()]);
+        expect_success(&format!("actk-runtime run with a hasBindMounts hook ({tag})"), &o);
+        ids.push(id);
+    }
+    let lines: Vec<String> = fs::read_to_string(&log).unwrap_or_default().lines().map(String::from).collect();
+    assert_eq!(lines, [format!("binds-hook {}", ids[0])], "the hook runs for the GPU container only");
     Ok(())
 }

@@ -227,6 +227,33 @@ fn spec_level_defects_refuse_the_file_both_ways() {
         assert_eq!(c.served, 0, "{case}: {c:?}");
         assert!(c.lazy_only.is_empty(), "{case}: {c:?}");
     }
+    // `devices` before the spec-level edits, as `actk cdi generate` and nvidia-ctk write it:
+    // the lazy reading does not scan what follows the devices (issue 31) and leaves it to its
+    // reading of the spec-level part, which must refuse the same defects there.
+    let devices_first = |edits: &str| {
+        format!(
+            r#"{{"cdiVersion":"0.7.0","kind":"vendor.com/dev","devices":{},{edits}}}"#,
+            json!([device("0", 0), device("1", 1), device("2", 2)])
+        )
+    };
+    let good_edits = r#""containerEdits":{"env":["SPEC=1"]}"#;
+    let c = compare("devices-first.json", &devices_first(good_edits));
+    assert_eq!((c.served, c.lazy_only.len()), (3, 0), "devices-first: {c:?}");
+    let cases = vec![
+        ("after-spec-env", devices_first(r#""containerEdits":{"env":["=x"]}"#)),
+        ("after-bad-json", devices_first(r#""containerEdits":{"env":["A=1",]}"#)),
+        ("after-second-devices", devices_first(&format!(r#"{good_edits},"devices":[]"#))),
+        ("after-escaped-devices", devices_first(&format!(r#"{good_edits},"d\u0065vices":[]"#))),
+        ("after-dup-key", devices_first(&format!(r#"{good_edits},"kind":"vendor.com/dev""#))),
+        ("after-unknown", devices_first(&format!(r#"{good_edits},"extra":1"#))),
+        ("after-trailing", format!("{} x", devices_first(good_edits))),
+        ("after-open-string", devices_first(r#""containerEdits":{"env":["A=1]}"#)),
+    ];
+    for (case, text) in cases {
+        let c = compare(&format!("{case}.json"), &text);
+        assert_eq!(c.served, 0, "{case}: {c:?}");
+        assert!(c.lazy_only.is_empty(), "{case}: {c:?}");
+    }
     // Every device broken: the whole reading refuses the file ("none of its 3 device(s) is
     // usable"), the lazy one each device as it is named.
     let bad = |n: &str| json!({"name": n, "containerEdits": {"deviceNodes": [{"path": "rel"}]}});

@@ -234,16 +234,20 @@ pub const DEVICE_DEPTH: usize = 64;
 /// of `devices`, in order, each checked as a valid JSON value by [`value_end`].
 #[derive(Debug)]
 pub struct Split<'a> {
-    /// `{` + every other top-level member's text, joined by `,` + `}`.
+    /// `{` + the text of every member before `devices`, joined by `,` + the file's text after
+    /// the `devices` member (its other members, the closing `}` and what follows), unscanned:
+    /// the reader of `rest` must judge it as a whole JSON document, and refuse a `devices` key
+    /// in it (the file had two).
     pub rest: String,
     /// Each device's JSON text, a slice of the input.
     pub devices: Vec<&'a str>,
 }
 
-/// Splits a JSON spec file's text ([`Split`]), or `None` when the text is not one JSON object
-/// (with only whitespace around it) whose members are valid JSON, with exactly one `devices`
-/// member, an array; or when a top-level key has an escape (it might spell `devices`), or a
-/// value nests deeper than [`DEVICE_DEPTH`]. `None` means: read the file whole.
+/// Splits a JSON spec file's text ([`Split`]), or `None` when the text up to the end of the
+/// `devices` member is not the start of one JSON object whose members are valid JSON and whose
+/// `devices` member is an array (a file without one gives `None`); or when a key before it has
+/// an escape (it might spell `devices`), or a value nests deeper than [`DEVICE_DEPTH`]. What
+/// follows `devices` is left to the reader of [`Split::rest`]. `None` means: read the file whole.
 pub fn split_devices(text: &str) -> Option<Split<'_>> {
     let b = text.as_bytes();
     let mut i = skip_ws(b, 0);
@@ -252,7 +256,6 @@ pub fn split_devices(text: &str) -> Option<Split<'_>> {
     }
     let mut rest = String::with_capacity(256);
     rest.push('{');
-    let mut devices: Option<Vec<&str>> = None;
     i = skip_ws(b, i + 1);
     if b.get(i) != Some(&b'}') {
         loop {
@@ -271,7 +274,7 @@ pub fn split_devices(text: &str) -> Option<Split<'_>> {
             }
             i = skip_ws(b, i + 1);
             if key == b"devices" {
-                if devices.is_some() || b.get(i) != Some(&b'[') {
+                if b.get(i) != Some(&b'[') {
                     return None;
                 }
                 let mut list = Vec::with_capacity(b.len() / 512 + 1);
@@ -293,7 +296,26 @@ pub fn split_devices(text: &str) -> Option<Split<'_>> {
                         }
                     }
                 }
-                devices = Some(list);
+                // The members after `devices` are not scanned (issue 31: the spec-level edits
+                // that `actk cdi generate` and nvidia-ctk write there are most of the file):
+                // their text goes into `rest` as it is, and the reader of `rest` judges it. Only
+                // the grammar at the seam is checked here: a comma must lead to a key.
+                i = skip_ws(b, i);
+                match *b.get(i)? {
+                    b'}' => rest.push_str(&text[i..]),
+                    b',' => {
+                        let key = skip_ws(b, i + 1);
+                        if b.get(key) != Some(&b'"') {
+                            return None;
+                        }
+                        if rest.len() > 1 {
+                            rest.push(',');
+                        }
+                        rest.push_str(&text[key..]);
+                    }
+                    _ => return None,
+                }
+                return Some(Split { rest, devices: list });
             } else {
                 let end = value_end(b, i, DEVICE_DEPTH)?;
                 if rest.len() > 1 {
@@ -310,11 +332,8 @@ pub fn split_devices(text: &str) -> Option<Split<'_>> {
             }
         }
     }
-    if skip_ws(b, i + 1) != b.len() {
-        return None;
-    }
-    rest.push('}');
-    Some(Split { rest, devices: devices? })
+    // No `devices` member.
+    None
 }
 
 #[cfg(test)]
@@ -402,7 +421,7 @@ mod tests {
         let text = r#" {"cdiVersion":"0.6.0", "kind":"v.com/c","devices": [ {"name":"0"} , {"name":"1","x":[1,{"y":null}]} ],"containerEdits":{"env":["A=b"]}} "#;
         let s = split_devices(text).unwrap();
         assert_eq!(s.devices, [r#"{"name":"0"}"#, r#"{"name":"1","x":[1,{"y":null}]}"#]);
-        assert_eq!(s.rest, r#"{"cdiVersion":"0.6.0","kind":"v.com/c","containerEdits":{"env":["A=b"]}}"#);
+        assert_eq!(s.rest, r#"{"cdiVersion":"0.6.0","kind":"v.com/c","containerEdits":{"env":["A=b"]}} "#);
         let rest: serde_json::Value = serde_json::from_str(&s.rest).unwrap();
         assert_eq!(rest["containerEdits"]["env"][0], "A=b");
         assert!(split_devices(r#"{"kind":"v.com/c","devices":[]}"#).unwrap().devices.is_empty());
@@ -424,17 +443,27 @@ mod tests {
     fn a_split_gives_up_where_the_whole_reading_must_judge() {
         for text in [
             r#"{"kind":"v.com/c"}"#,
-            r#"{"devices":[{"name":"0"}],"devices":[{"name":"1"}]}"#,
             r#"{"dev\u0069ces":[{"name":"0"}],"devices":[]}"#,
             r#"{"devices":{"name":"0"}}"#,
             r#"{"devices":[{"name":"0"},{"name":"1",}]}"#,
             r#"{"devices":[{"name":"0"} {"name":"1"}]}"#,
-            r#"{"devices":[{"name":"0"}]} x"#,
-            r#"{"devices":[{"name":"0"}],"kind":"a"#,
-            r#"{"devices":[{"name":"0"}],"kind":"a\x"}"#,
+            r#"{"devices":[{"name":"0"}],}"#,
+            r#"{"devices":[{"name":"0"}] "kind":"a"}"#,
             r#"[{"devices":[]}]"#,
         ] {
             assert!(split_devices(text).is_none(), "{text}");
+        }
+        // After `devices` the text is `rest`'s, unscanned: what is wrong there (a second
+        // `devices`, text after the object, a string left open or with a bad escape) is in
+        // `rest` as it was, for its reader to refuse.
+        for (text, rest) in [
+            (r#"{"devices":[{"name":"0"}],"devices":[{"name":"1"}]}"#, r#"{"devices":[{"name":"1"}]}"#),
+            (r#"{"devices":[{"name":"0"}]} x"#, "{} x"),
+            (r#"{"devices":[{"name":"0"}],"kind":"a"#, r#"{"kind":"a"#),
+            (r#"{"kind":"k", "devices":[{"name":"0"}] , "x":"a\x"}"#, r#"{"kind":"k","x":"a\x"}"#),
+        ] {
+            assert_eq!(split_devices(text).map(|s| s.rest).as_deref(), Some(rest), "{text}");
+            assert!(serde_json::from_str::<serde_json::Value>(rest).map_or(true, |v| v.get("devices").is_some()));
         }
     }
 }

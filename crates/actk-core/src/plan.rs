@@ -435,8 +435,17 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     }
     cdi_requests.extend(explicit);
     if !cdi_requests.is_empty() {
-        let reg = state.registry();
-        resolve_names(reg, &cdi_requests, &mut plan.edits)?;
+        let qualified = check_names(state.registry(), &cdi_requests)?;
+        let resolved = match state.registry.as_mut().filter(|_| opts.process_ends && ctx.registry.is_none()) {
+            // Loaded for this start and dropped with it: its edits are moved, not cloned.
+            Some(reg) => reg.resolve_into_taking(&qualified, &mut plan.edits),
+            None => state.registry().resolve_into(&qualified, &mut plan.edits),
+        };
+        resolved.map_err(|e| PlanError::UnknownCdiDevice {
+            source_name: "CDI".into(),
+            name: String::new(),
+            known: e.to_string(),
+        })?;
         for n in &req.cdi_names {
             if let Some((kind, dev)) = n.name.split_once('=') {
                 plan.served.push(Served {
@@ -962,11 +971,10 @@ fn kind_device_names(reg: &Registry, kind: &str) -> Vec<String> {
     reg.names_of_kind(kind)
 }
 
-/// Appends the edits for qualified names through the registry to `out` (de-duplicated later,
-/// once, by the caller). Each name is checked alone first, without building edits, so that an
-/// unknown one is reported with the variable or annotation that asked for it; then every name
-/// is resolved once.
-fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEdits) -> Result<(), PlanError> {
+/// The qualified names of `names`, each checked alone against the registry, without building
+/// edits, so that an unknown one is reported with the variable or annotation that asked for
+/// it; the caller then resolves them all at once (and de-duplicates the edits once).
+fn check_names(reg: &Registry, names: &[CdiNameRequest]) -> Result<Vec<QualifiedName>, PlanError> {
     let mut qualified = Vec::new();
     for req in names {
         let q = QualifiedName::parse(&req.name).map_err(|e| RequestError {
@@ -983,11 +991,7 @@ fn resolve_names(reg: &Registry, names: &[CdiNameRequest], out: &mut ContainerEd
         }
         qualified.push(q);
     }
-    reg.resolve_into(&qualified, out).map_err(|e| PlanError::UnknownCdiDevice {
-        source_name: "CDI".into(),
-        name: String::new(),
-        known: e.to_string(),
-    })
+    Ok(qualified)
 }
 
 /// Fills `type`, `major`, `minor` of device nodes that lack them from the host node

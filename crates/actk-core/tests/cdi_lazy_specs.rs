@@ -95,6 +95,22 @@ fn compare(file: &str, text: &str) -> Compared {
     }
     if !served.is_empty() {
         assert_eq!(outcome(&whole, &served), outcome(&lazy, &served), "{file}: all served names at once");
+        // A container start moves the edits out instead of cloning them (resolve_into_taking):
+        // the same edits, in the same order, from either reading, with the first name given
+        // again last (cloned for its first mention, moved for its last).
+        let mut q: Vec<QualifiedName> = served.iter().map(|n| QualifiedName::parse(n).unwrap()).collect();
+        q.push(q[0].clone());
+        for (how, reg) in [("whole", &whole), ("lazy", &lazy)] {
+            let mut cloned = ContainerEdits::default();
+            reg.resolve_into(&q, &mut cloned).unwrap();
+            let mut owned = match how {
+                "whole" => Registry::load(&[dir.path()]),
+                _ => Registry::load_for_start(&[dir.path()]),
+            };
+            let mut moved = ContainerEdits::default();
+            owned.resolve_into_taking(&q, &mut moved).unwrap();
+            assert_eq!(moved, cloned, "{file}: {how}: the edits moved out differ from the cloned ones");
+        }
     }
     c
 }

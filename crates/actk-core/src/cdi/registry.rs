@@ -369,6 +369,41 @@ impl Registry {
         Ok(())
     }
 
+    /// [`Registry::resolve_into`] for a registry that is not used again for edits: the edits are
+    /// moved out of it, not cloned (a DGX node's spec-level edits are ~60 driver mounts, cloned
+    /// at every container start; issue 31). A device named twice gets its edits cloned for the
+    /// earlier mention and moved for the last, so `edits` is what [`Registry::resolve_into`]
+    /// gives. Afterwards the registry still names its devices and reports its errors, but the
+    /// edits it handed out are empty. Errors: as [`Registry::resolve_into`], before anything is
+    /// moved.
+    pub fn resolve_into_taking(&mut self, names: &[QualifiedName], edits: &mut ContainerEdits) -> Result<(), CdiError> {
+        let mut found = Vec::with_capacity(names.len());
+        for name in names {
+            let Some((si, di)) = self.lookup(name) else {
+                return Err(self.unresolved(name));
+            };
+            self.device(si, di)?;
+            found.push((si, di));
+        }
+        let mut specs_done = Vec::new();
+        for (k, &(si, di)) in found.iter().enumerate() {
+            let loaded = &mut self.specs[si];
+            if !specs_done.contains(&si) {
+                specs_done.push(si);
+                edits.append_owned(std::mem::take(&mut loaded.spec.container_edits));
+            }
+            if found[k + 1..].contains(&(si, di)) {
+                edits.append(&self.device(si, di)?.container_edits);
+                continue;
+            }
+            match &mut loaded.lazy {
+                None => edits.append_owned(std::mem::take(&mut loaded.spec.devices[di].container_edits)),
+                Some(devices) => edits.append_owned(devices[di].take_edits()),
+            }
+        }
+        Ok(())
+    }
+
     fn unresolved(&self, name: &QualifiedName) -> CdiError {
         let qualified = name.to_string();
         if let Some(files) = self.conflicts.get(&qualified) {

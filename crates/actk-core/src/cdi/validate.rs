@@ -713,6 +713,15 @@ impl LazyDevice {
             .as_ref()
             .map_err(|e| e.as_str())
     }
+
+    /// The container edits of the device [`LazyDevice::device`] parsed, moved out (empty when
+    /// it was not parsed or was refused, or was taken before).
+    pub fn take_edits(&mut self) -> ContainerEdits {
+        match self.parsed.get_mut() {
+            Some(Ok(d)) => std::mem::take(&mut d.container_edits),
+            _ => Default::default(),
+        }
+    }
 }
 
 /// One device's text into a checked [`Device`]: the typed model straight from the text when it

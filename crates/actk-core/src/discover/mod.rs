@@ -141,6 +141,33 @@ fn is_plain(path: &Path) -> bool {
     path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
+/// The parent and last name of `path` when it is canonical: `/`, then names separated by single
+/// `/`s, none of them `.` or `..`, nothing after the last name. Such a path [`is_plain`], and
+/// these are what `Path::parent` and `Path::file_name` give for it, found with one pass over
+/// the bytes instead of std's component parser (which was a tenth of a discovery's
+/// instructions; issue 31). `None` for any other path, the root included: callers then take
+/// std's way.
+fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
+    let b = path.as_os_str().as_bytes();
+    let names = b.strip_prefix(b"/")?;
+    if !names.split(|&c| c == b'/').all(|n| !n.is_empty() && n != b"." && n != b"..") {
+        return None;
+    }
+    let i = memchr::memrchr(b'/', b)?;
+    let parent = if i == 0 { &b[..1] } else { &b[..i] };
+    Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[i + 1..])))
+}
+
+/// `Path::parent` ([`canonical_split`] first).
+fn parent_of(path: &Path) -> Option<&Path> {
+    canonical_split(path).map(|(p, _)| p).or_else(|| path.parent())
+}
+
+/// [`is_plain`] ([`canonical_split`] first).
+fn plain(path: &Path) -> bool {
+    canonical_split(path).is_some() || is_plain(path)
+}
+
 /// `ENAMETOOLONG` for a path of [`MAX_PATH`] bytes or more.
 fn check_len(path: &Path) -> io::Result<()> {
     if path.as_os_str().len() >= MAX_PATH {
@@ -252,9 +279,11 @@ impl HostRoot {
 
     fn locate_as(&self, path: &Path, last: Last) -> io::Result<Found> {
         check_len(path)?;
-        if let (Some(parent), Some(name)) = (path.parent(), path.file_name())
-            && is_plain(path)
-        {
+        let split = canonical_split(path).or_else(|| match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) if is_plain(path) => Some((parent, name)),
+            _ => None,
+        });
+        if let Some((parent, name)) = split {
             let (dir, fd) = self.resolved_dir(parent)?;
             return self.walk(dir, fd, name.as_bytes(), last);
         }
@@ -351,8 +380,8 @@ impl HostRoot {
         // `dir` and its ancestors up to the nearest memoised one, nearest first.
         let mut chain = vec![dir];
         let mut base = None;
-        if is_plain(dir) {
-            let mut ancestor = dir.parent();
+        if plain(dir) {
+            let mut ancestor = parent_of(dir);
             while let Some(a) = ancestor {
                 match self.memo_dir(a) {
                     Some(Ok(hit)) => {
@@ -365,14 +394,14 @@ impl HostRoot {
                     }
                     None => {
                         chain.push(a);
-                        ancestor = a.parent();
+                        ancestor = parent_of(a);
                     }
                 }
             }
         }
         for i in (0..chain.len()).rev() {
             let d = chain[i];
-            let found = match (base.take(), d.file_name()) {
+            let found = match (base.take(), canonical_split(d).map(|(_, n)| n).or_else(|| d.file_name())) {
                 (Some((pdir, pfd)), Some(name)) => self.walk(pdir, pfd, name.as_bytes(), Last::Dir),
                 _ => self.resolve_dir_uncached(d),
             };
@@ -998,18 +1027,39 @@ pub(crate) fn parse_numa(text: &str) -> Result<Option<u32>, String> {
 /// Normalise a PCI bus id to the long lower-case form `0000:18:00.0` (a 2-digit domain-less
 /// `18:00.0` or NVIDIA's 8-digit domain `00000000:18:00.0` are accepted). None if malformed.
 pub(crate) fn normalize_pci(id: &str) -> Option<String> {
-    let id = id.trim().to_ascii_lowercase();
-    let (rest, func) = id.rsplit_once('.')?;
-    let mut parts: Vec<&str> = rest.split(':').collect();
-    if parts.len() == 2 {
-        parts.insert(0, "0");
-    }
-    let [dom, bus, dev] = parts[..] else { return None };
+    let (rest, func) = id.trim().rsplit_once('.')?;
+    let mut parts = rest.split(':');
+    let (dom, bus, dev) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(bus), Some(dev), None, _) => ("0", bus, dev),
+        (Some(dom), Some(bus), Some(dev), None) => (dom, bus, dev),
+        _ => return None,
+    };
     let dom = u32::from_str_radix(dom, 16).ok()?;
     let bus = u8::from_str_radix(bus, 16).ok()?;
     let dev = u8::from_str_radix(dev, 16).ok()?;
     let func = u8::from_str_radix(func, 16).ok()?;
-    Some(format!("{dom:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+    // `{dom:04x}:{bus:02x}:{dev:02x}.{func:x}`, without the formatting machinery (issue 31: it
+    // runs for every GPU and device directory of a discovery).
+    let mut out = String::with_capacity(12);
+    hex(&mut out, dom, 4);
+    out.push(':');
+    hex(&mut out, bus.into(), 2);
+    out.push(':');
+    hex(&mut out, dev.into(), 2);
+    out.push('.');
+    hex(&mut out, func.into(), 1);
+    Some(out)
+}
+
+/// Appends `v` in lower-case hexadecimal, zero-padded to `width` digits (`{v:0width$x}`).
+fn hex(out: &mut String, v: u32, width: usize) {
+    let digits = (32 - v.leading_zeros()).div_ceil(4).max(1) as usize;
+    for _ in digits..width {
+        out.push('0');
+    }
+    for i in (0..digits).rev() {
+        out.push(char::from(b"0123456789abcdef"[((v >> (4 * i)) & 0xf) as usize]));
+    }
 }
 
 #[cfg(test)]
@@ -1059,6 +1109,22 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        /// canonical_split, parent_of and plain agree with std's Path::parent, Path::file_name
+        /// and is_plain on every path of `a`, `.` and `/` (absolute or not, any run of them).
+        #[test]
+        fn the_byte_split_agrees_with_std(p in "/?[a./]{0,12}") {
+            let path = Path::new(&p);
+            if let Some((parent, name)) = canonical_split(path) {
+                proptest::prop_assert_eq!(Some(parent), path.parent(), "{}", p);
+                proptest::prop_assert_eq!(Some(name), path.file_name(), "{}", p);
+                proptest::prop_assert!(is_plain(path), "{}", p);
+            }
+            proptest::prop_assert_eq!(parent_of(path), path.parent(), "{}", p);
+            proptest::prop_assert_eq!(plain(path), is_plain(path), "{}", p);
+        }
+    }
+
     use super::testutil::*;
     use super::*;
 
@@ -1205,6 +1271,25 @@ mod tests {
         assert_eq!(normalize_pci("00000000:1B:00.0").as_deref(), Some("0000:1b:00.0"));
         assert_eq!(normalize_pci("1b:00.0").as_deref(), Some("0000:1b:00.0"));
         assert_eq!(normalize_pci("garbage"), None);
+        for (id, want) in [
+            (" 0000:CE:00.1\n", Some("0000:ce:00.1")),
+            ("1:2:3.4", Some("0001:02:03.4")),
+            ("12345:ff:1f.7", Some("12345:ff:1f.7")),
+            ("a:b:c:d.0", None),
+            ("1b.0", None),
+            ("1b:100.0", None),
+            ("1b:00", None),
+        ] {
+            assert_eq!(normalize_pci(id).as_deref(), want, "{id:?}");
+        }
+        let mut s = String::new();
+        for v in [0u32, 1, 0xf, 0x10, 0xabc, 0x1234, 0x12345, u32::MAX] {
+            for w in 0..10 {
+                s.clear();
+                hex(&mut s, v, w);
+                assert_eq!(s, format!("{v:0w$x}"), "{v:#x} width {w}");
+            }
+        }
     }
 
     #[test]

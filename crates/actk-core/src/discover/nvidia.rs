@@ -24,7 +24,7 @@ pub const CAPABILITIES: &str = "/proc/driver/nvidia/capabilities";
 /// form (which sorts in PCI bus order).
 fn bus_of(dir: &str, info: &Information<'_>) -> String {
     info.get("Bus Location")
-        .and_then(|b| normalize_pci(b))
+        .and_then(normalize_pci)
         .or_else(|| normalize_pci(dir))
         .unwrap_or_else(|| dir.to_string())
 }

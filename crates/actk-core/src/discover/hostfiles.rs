@@ -252,12 +252,12 @@ fn so_base(name: &str) -> Option<&str> {
 /// profile asks for dozens of libraries, so a scan per library was most of the lookup.
 pub struct CacheIndex<'a> {
     entries: &'a [CacheEntry],
-    by_base: std::collections::HashMap<&'a str, Vec<usize>>,
+    by_base: FoldMap<&'a str, Vec<usize>>,
 }
 
 impl<'a> CacheIndex<'a> {
     fn new(entries: &'a [CacheEntry]) -> Self {
-        let mut by_base: std::collections::HashMap<&'a str, Vec<usize>> = std::collections::HashMap::new();
+        let mut by_base: FoldMap<&'a str, Vec<usize>> = FoldMap::default();
         for (i, e) in entries.iter().enumerate() {
             if let Some(b) = so_base(&e.key) {
                 by_base.entry(b).or_default().push(i);
@@ -296,7 +296,7 @@ fn version_matches(real: &Path, version: Option<&str>) -> bool {
 #[derive(Default)]
 struct Wanted<'a> {
     /// Libraries that are their own base (`libcuda.so`): any name of one has that base.
-    bases: std::collections::HashSet<&'a str>,
+    bases: std::collections::HashSet<&'a str, foldhash::fast::RandomState>,
     /// Any other name (`libfoo`, `libfoo.so.bar.so`): compared with every entry.
     others: Vec<&'a str>,
 }
@@ -318,12 +318,16 @@ impl<'a> Wanted<'a> {
     }
 }
 
+/// A map keyed by names and paths of the host's library files (foldhash, not std's SipHash: a
+/// discovery looks up every library of a profile; the host root is trusted input).
+type FoldMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Fallback listings of library directories for one pass: each directory listed at most once
 /// as it resolves (on a merged-/usr host `/lib/x86_64-linux-gnu` is `/usr/lib/x86_64-linux-gnu`),
 /// keeping the names of the [`Wanted`] libraries, sorted.
 struct DirListings<'a> {
     wanted: Wanted<'a>,
-    by_dir: std::collections::HashMap<PathBuf, Vec<String>>,
+    by_dir: FoldMap<PathBuf, Vec<String>>,
     /// The root has a usable ld.so.cache: a library it lacks is looked for by its versioned
     /// file name (`libnvidia-pkcs11.so.580.95.05`) in each directory before the directory is
     /// listed (see [`find_library`]).

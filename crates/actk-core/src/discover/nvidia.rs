@@ -23,10 +23,7 @@ pub const CAPABILITIES: &str = "/proc/driver/nvidia/capabilities";
 /// A GPU's bus id: its `Bus Location`, else its procfs directory's name, in the normalised long
 /// form (which sorts in PCI bus order).
 fn bus_of(dir: &str, info: &Information<'_>) -> String {
-    info.get("Bus Location")
-        .and_then(normalize_pci)
-        .or_else(|| normalize_pci(dir))
-        .unwrap_or_else(|| dir.to_string())
+    info.get("Bus Location").and_then(normalize_pci).or_else(|| normalize_pci(dir)).unwrap_or_else(|| dir.to_string())
 }
 
 /// `(index, directory, information text)` of the GPUs of `wanted` only, numbered by the sorted
@@ -194,17 +191,29 @@ pub(crate) fn parse_information(text: &str) -> Information<'_> {
     // By bytes, one pass per line (issue 31: `lines`, `split_once` and `trim` cost a discovery
     // 0.1 M instructions on eight GPUs, mostly the set-up of each search). The files are ASCII;
     // keys and values are trimmed of ASCII whitespace.
+    let b = text.as_bytes();
+    // `text[from..to]` with ASCII whitespace trimmed from both ends (empty when all of it is).
+    let trimmed = |mut from: usize, mut to: usize| {
+        while from < to && b[from].is_ascii_whitespace() {
+            from += 1;
+        }
+        while to > from && b[to - 1].is_ascii_whitespace() {
+            to -= 1;
+        }
+        // Both ends are next to an ASCII byte (or the text's ends), so on char boundaries.
+        text.get(from..to).unwrap_or_default()
+    };
     let mut fields = Vec::with_capacity(16);
-    for line in text.as_bytes().split(|&b| b == b'\n') {
-        let Some(colon) = memchr::memchr(b':', line) else { continue };
-        let (k, v) = (line[..colon].trim_ascii(), line[colon + 1..].trim_ascii());
-        if k.is_empty() || v.is_empty() {
-            continue;
+    let mut start = 0;
+    while start < b.len() {
+        let end = memchr::memchr(b'\n', &b[start..]).map_or(b.len(), |i| start + i);
+        if let Some(colon) = memchr::memchr(b':', &b[start..end]).map(|i| start + i) {
+            let (k, v) = (trimmed(start, colon), trimmed(colon + 1, end));
+            if !k.is_empty() && !v.is_empty() {
+                fields.push((k, v));
+            }
         }
-        // Both are slices of `text` that start and end at ASCII bytes, so they are UTF-8.
-        if let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) {
-            fields.push((k, v));
-        }
+        start = end + 1;
     }
     Information(fields)
 }

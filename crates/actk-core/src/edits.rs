@@ -122,7 +122,11 @@ pub fn apply_in(spec: &mut Value, edits: &ContainerEdits, runtime_in_userns: boo
 ///
 /// Until then `spec` still has its own `mounts` and `linux.devices` (an added list is present and
 /// empty): a reader of those lists (a hooks.d `hasBindMounts` condition) must see the written
-/// form. Errors: as [`apply_in`], and they leave `spec` partly edited likewise.
+/// form, and nothing may change those two lists before the write (the positions would no longer
+/// name their elements; checked in debug builds). Errors: as [`apply_in`]. A device node
+/// without numbers is refused before anything is changed; a later error (a field of the wrong
+/// type) leaves `spec` partly edited (cgroup rules without their device entries), so callers
+/// write it only on success.
 pub fn apply_deferred<'e>(
     spec: &mut Value,
     edits: &'e ContainerEdits,
@@ -154,7 +158,7 @@ pub fn apply_deferred<'e>(
     };
     let root =
         spec.as_object_mut().ok_or(EditError::WrongType { field: "(document)".into(), expected: "an object" })?;
-    let mut deferred = Deferred { mounts: None, devices: None, owner: process_owner(root) };
+    let mut deferred = Deferred { mounts: None, devices: None, owner: process_owner(root), lens: (0, 0) };
 
     if !edits.env.is_empty() {
         let env = array_at(root, &["process", "env"])?;
@@ -229,6 +233,7 @@ pub fn apply_deferred<'e>(
             }
         });
     }
+    deferred.lens = lens(root);
     if let Some(slots) = &mut deferred.mounts
         && let Some(Value::Array(list)) = root.get("mounts")
     {
@@ -278,6 +283,14 @@ pub struct Deferred<'e> {
     devices: Option<Vec<Entry<'e>>>,
     /// `process.user`'s (uid, gid) when not 0: the owner of a node whose edit names none.
     owner: (Option<u32>, Option<u32>),
+    /// The lengths of the `mounts` and `linux.devices` lists the positions refer to.
+    lens: (usize, usize),
+}
+
+/// The lengths of `root`'s `mounts` and `linux.devices` lists (0 where absent).
+fn lens(root: &Map<String, Value>) -> (usize, usize) {
+    let len = |v: Option<&Value>| v.and_then(Value::as_array).map_or(0, Vec::len);
+    (len(root.get("mounts")), len(root.get("linux").and_then(|l| l.get("devices"))))
 }
 
 /// One element of a deferred list: the element at this position of the list config.json has,
@@ -318,11 +331,21 @@ impl<'e> Deferred<'e> {
     /// the deferred lists in place, for serde: serialised, it is what `spec` serialises to after
     /// [`Deferred::write_into`], without building the added entries as values.
     pub fn with<'a>(&'a self, spec: &'a Value) -> WithDeferred<'a, 'e> {
+        debug_assert_eq!(
+            spec.as_object().map(lens),
+            Some(self.lens),
+            "mounts or linux.devices changed since apply_deferred"
+        );
         WithDeferred { spec, deferred: self }
     }
 
     /// Puts the deferred lists into `spec`, as [`apply_in`] leaves it.
     pub fn write_into(self, spec: &mut Value) {
+        debug_assert_eq!(
+            spec.as_object().map(lens),
+            Some(self.lens),
+            "mounts or linux.devices changed since apply_deferred"
+        );
         let owner = self.owner;
         let build = |slots: Vec<Entry<'e>>, list: &mut Vec<Value>| {
             let mut old: Vec<Option<Value>> = std::mem::take(list).into_iter().map(Some).collect();
@@ -330,7 +353,8 @@ impl<'e> Deferred<'e> {
             for e in slots {
                 let v = match e {
                     Entry::Spec(i) => old.get_mut(i).and_then(Option::take),
-                    e => serde_json::to_value(Out { e, owner }).ok(),
+                    // Strings and integers only: serialising to a value cannot fail.
+                    e => Some(serde_json::to_value(Out { e, owner }).expect("an added entry is plain JSON")),
                 };
                 list.extend(v);
             }
@@ -1319,5 +1343,70 @@ mod tests {
         mark_applied(&mut s, "nvidia.com/gpu=1").unwrap();
         assert!(is_applied(&s));
         assert_eq!(s["annotations"]["a"], "b");
+    }
+
+    /// The exact text of every kind of added entry, key order included (serde_json's `Value`
+    /// equality ignores the order of an object's keys): a device node with every field and one
+    /// taking the container user as owner, a FIFO, a `u` node, mounts with no type, an empty
+    /// type, `bind` and `tmpfs`, options with and without `bind`/`rbind`, and (in a user
+    /// namespace) a node bind-mounted from its host path. The text is what 4fdd3b4's
+    /// Value-building edits wrote.
+    #[test]
+    fn added_entries_are_written_exactly_as_before() {
+        const WANT_PLAIN: &str = r#"{"process":{"user":{"uid":1000,"gid":1001}},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/run/d","type":"tmpfs","source":"/host/run/d","options":["nosuid"]},{"destination":"/usr/lib/a.so","source":"/host/usr/lib/a.so","options":["ro","nosuid","bind"]},{"destination":"/usr/lib/b.so","source":"/host/usr/lib/b.so","options":["ro","bind"]},{"destination":"/usr/lib/c.so","type":"bind","source":"/host/usr/lib/c.so","options":["rbind","ro"]}],"linux":{"devices":[{"path":"/dev/full","type":"c","major":195,"minor":1,"fileMode":438,"uid":7,"gid":8},{"path":"/dev/owned","type":"c","major":195,"minor":2,"uid":1000,"gid":1001},{"path":"/dev/fifo","type":"p","uid":1000,"gid":1001},{"path":"/dev/raw","type":"u","major":10,"minor":3,"uid":1000,"gid":1001},{"path":"/dev/moved","type":"c","major":195,"minor":255,"uid":1000,"gid":1001}],"resources":{"devices":[{"allow":true,"type":"c","major":195,"minor":1,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":2,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":255,"access":"rwm"}]}}}"#;
+        const WANT_USERNS: &str = r#"{"process":{"user":{"uid":1000,"gid":1001}},"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev/moved","type":"bind","source":"/drv/dev/moved","options":["bind","nosuid","noexec"]},{"destination":"/run/d","type":"tmpfs","source":"/host/run/d","options":["nosuid"]},{"destination":"/usr/lib/a.so","source":"/host/usr/lib/a.so","options":["ro","nosuid","bind"]},{"destination":"/usr/lib/b.so","source":"/host/usr/lib/b.so","options":["ro","bind"]},{"destination":"/usr/lib/c.so","type":"bind","source":"/host/usr/lib/c.so","options":["rbind","ro"]}],"linux":{"devices":[{"path":"/dev/full","type":"c","major":195,"minor":1,"fileMode":438,"uid":7,"gid":8},{"path":"/dev/owned","type":"c","major":195,"minor":2,"uid":1000,"gid":1001},{"path":"/dev/fifo","type":"p","uid":1000,"gid":1001},{"path":"/dev/raw","type":"u","major":10,"minor":3,"uid":1000,"gid":1001}],"resources":{"devices":[{"allow":true,"type":"c","major":195,"minor":1,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":2,"access":"rwm"},{"allow":true,"type":"c","major":195,"minor":255,"access":"rwm"}]}}}"#;
+        let node = |path: &str, ty: Option<&str>, numbers: Option<(i64, i64)>| DeviceNode {
+            path: path.into(),
+            node_type: ty.map(String::from),
+            major: numbers.map(|n| n.0),
+            minor: numbers.map(|n| n.1),
+            ..Default::default()
+        };
+        let mount = |dest: &str, ty: Option<&str>, options: &[&str]| Mount {
+            host_path: format!("/host{dest}"),
+            container_path: dest.into(),
+            mount_type: ty.map(String::from),
+            options: options.iter().map(|o| o.to_string()).collect(),
+        };
+        let e = ContainerEdits {
+            device_nodes: vec![
+                DeviceNode {
+                    file_mode: Some(0o666),
+                    uid: Some(7),
+                    gid: Some(8),
+                    ..node("/dev/full", Some("c"), Some((195, 1)))
+                },
+                node("/dev/owned", None, Some((195, 2))),
+                node("/dev/fifo", Some("p"), None),
+                node("/dev/raw", Some("u"), Some((10, 3))),
+                DeviceNode {
+                    host_path: Some("/drv/dev/moved".into()),
+                    ..node("/dev/moved", Some("c"), Some((195, 255)))
+                },
+            ],
+            mounts: vec![
+                mount("/usr/lib/a.so", None, &["ro", "nosuid"]),
+                mount("/usr/lib/b.so", Some(""), &["ro"]),
+                mount("/usr/lib/c.so", Some("bind"), &["rbind", "ro"]),
+                mount("/run/d", Some("tmpfs"), &["nosuid"]),
+            ],
+            ..Default::default()
+        };
+        let doc = || json!({"process": {"user": {"uid": 1000, "gid": 1001}}, "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}], "linux": {}});
+        let mut s = doc();
+        apply(&mut s, &e).unwrap();
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(text, WANT_PLAIN);
+        // actk-runtime's way, deferred, gives the same bytes.
+        let mut d = doc();
+        let deferred = apply_deferred(&mut d, &e, false).unwrap();
+        assert_eq!(serde_json::to_string(&deferred.with(&d)).unwrap(), WANT_PLAIN);
+        let mut u = doc();
+        apply_in(&mut u, &e, true).unwrap();
+        let text = serde_json::to_string(&u).unwrap();
+        assert_eq!(text, WANT_USERNS);
+        let mut d = doc();
+        let deferred = apply_deferred(&mut d, &e, true).unwrap();
+        assert_eq!(serde_json::to_string(&deferred.with(&d)).unwrap(), WANT_USERNS);
     }
 }

@@ -237,7 +237,9 @@ pub fn apply_deferred<'e>(
     if let Some(slots) = &mut deferred.mounts
         && let Some(Value::Array(list)) = root.get("mounts")
     {
-        // Sorted by depth as [`sort_mounts`] sorts a whole list; each depth computed once.
+        // By the depth of the destination, stably: a mount is attached after every mount of a
+        // shallower path, so a parent never hides a child (Docker's and the reference library's
+        // order: the number of `/` in the cleaned path). Each depth computed once.
         slots.sort_by_cached_key(|e| mount_depth(entry_key(e, list, "destination").unwrap_or("")));
     }
 
@@ -786,15 +788,6 @@ fn member<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
         Value::Object(m) => m.get(key),
         _ => None,
     }
-}
-
-/// Sorts mounts by the depth of their destination, stably: a mount is attached after every
-/// mount of a shallower path, so a parent never hides a child (Docker's and the reference
-/// library's order: the number of `/` in the cleaned path).
-pub fn sort_mounts(mounts: &mut [Value]) {
-    // Each depth computed once (issue 31: sort_by_key computed two per comparison, a tenth of
-    // a create's instructions with a spec's 65 mounts); sort_by_cached_key is stable too.
-    mounts.sort_by_cached_key(|m| mount_depth(member(m, "destination").and_then(Value::as_str).unwrap_or("")));
 }
 
 /// The number of separators in `path` cleaned as Go's `filepath.Clean` does (`/` is 1, `/a/b`

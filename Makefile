@@ -149,6 +149,7 @@ verify: build
 lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p actk-runtime --features bench-stages -- -D warnings
 	scripts/check-shim-deps.sh
 
 # Container start against plain runc, the floor shim and NVIDIA's runtime (issue 31;
@@ -156,11 +157,12 @@ lint: deps
 # from the Go module proxy into /var/cache/actk/peers (a test peer, never a dependency).
 # BENCH_ROUNDS overrides the rounds; ACTK_BENCH_CALLGRIND=1 adds instruction counts. A
 # measurement, not a test: run it on a quiet machine. bench-scale: nodes of 8, 64 and 256
-# devices of every vendor; bench-paths: pod start by NRI, engine CDI and RuntimeClass on the
+# devices of every vendor; bench-stages: a create's CPU stage by stage (a build with the
+# bench-stages feature, never shipped); bench-paths: pod start by NRI, engine CDI and RuntimeClass on the
 # real cluster (scripts/k8s-node.sh, one per machine; left down); bench-dra: pod start through
 # DRA against the device plugin, NodePrepareResources p50/p99 (ACTK_KUBE_VERSION picks 1.34/1.37);
 # bench-sharing: 64 pods of an eighth of a GPU, DRA consumable capacity against time-slicing.
-.PHONY: bench-runtime bench-scale bench-paths bench-dra bench-sharing
+.PHONY: bench-runtime bench-scale bench-stages bench-paths bench-dra bench-sharing
 bench-runtime: deps
 	scripts/build-release.sh >/dev/null
 	scripts/fetch-nvidia-runtime.sh >/dev/null
@@ -169,6 +171,11 @@ bench-runtime: deps
 bench-scale: deps
 	scripts/build-release.sh >/dev/null
 	benches/runtime-bench.sh scale $(BENCH_ROUNDS)
+
+bench-stages: deps
+	scripts/build-release.sh >/dev/null
+	scripts/fetch-nvidia-runtime.sh >/dev/null
+	benches/runtime-bench.sh stages $(BENCH_ROUNDS)
 
 bench-paths: deps
 	scripts/build-release.sh >/dev/null

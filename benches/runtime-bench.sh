@@ -4,6 +4,7 @@
 #
 #   benches/runtime-bench.sh [ROUNDS]         compare (default; ROUNDS default 200)
 #   benches/runtime-bench.sh scale [ROUNDS]   nodes of 8, 64 and 256 devices (ROUNDS default 150)
+#   benches/runtime-bench.sh stages [ROUNDS]  a create's cost stage by stage (ROUNDS default 150)
 #
 # compare, per fixture (the DGX H100 asking for its 8 GPUs, the MI300X for its 8), all variants
 # interleaved in one run with the order rotating each round (benches/cycle-bench.c):
@@ -48,6 +49,17 @@
 # and discovery, for 8 of N) and, for all N, the CPU per added device from 8 to 64 and from 64
 # to 256 (linear when the two agree).
 #
+# stages, per fixture of compare: where the create's CPU goes. actk-runtime built with the cargo
+# feature `bench-stages` (crates/actk-core/src/bench_stage.rs; built here with
+# `scripts/build-release.sh --shims-only --features actk-runtime/bench-stages`, copied out, then
+# the plain shims built again in its place; ACTK_BENCH_STAGES_BIN=FILE names one built already) ends its create at the stage ACTK_BENCH_STAGE names. One variant per stage,
+# create only with true(1) as runc, all in the same interleaved rounds with NVIDIA's runtime (as
+# in compare, whose Go runtime leaves the caches cold between calls) and the musl floors; a
+# spec run and a discovery run. Before timing, every stage variant is run once and must end
+# without writing config.json (and `full`, the whole create, must write it), so that a stage name
+# the shim does not know fails the bench instead of timing the whole create. Prints each stage's
+# CPU as the paired difference from the stage before it (median [p25 p75], faults).
+#
 # ACTK_BENCH_CALLGRIND=1 adds instruction counts (valgrind's callgrind, dumped when the shim
 # calls execve): every create of the scale pass and the compare pass's actk creates once each.
 # They repeat to the instruction on a loaded machine, where CPU figures do not.
@@ -67,7 +79,7 @@
 set -euo pipefail
 
 mode=compare
-if [ "${1:-}" = scale ]; then mode=scale; shift; fi
+case ${1:-} in scale | stages) mode=$1; shift ;; esac
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ACTK_BIN_DIR:-$repo/target/dist}
 fixtures=${ACTK_BENCH_FIXTURES:-nvidia-dgx-h100 amd-mi300x}
@@ -75,7 +87,7 @@ vendors=${ACTK_BENCH_VENDORS:-nvidia amd neuron gaudi}
 baseline=${ACTK_BENCH_BASELINE:-}
 callgrind=${ACTK_BENCH_CALLGRIND:-0}
 with_nvidia=${ACTK_BENCH_NVIDIA:-1}
-if [ "$mode" = scale ]; then rounds=${1:-150}; else rounds=${1:-200}; fi
+if [ "$mode" = compare ]; then rounds=${1:-200}; else rounds=${1:-150}; fi
 
 need() { echo "runtime-bench: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || need "needs root (runc, mknod, mount)"
@@ -90,7 +102,7 @@ for t in gcc jq python3; do command -v $t >/dev/null || need "$t not on PATH"; d
 [ -x /bin/busybox ] || need "/bin/busybox missing (apt-get install busybox-static)"
 [ "$callgrind" = 0 ] || command -v valgrind >/dev/null || need "ACTK_BENCH_CALLGRIND=1 needs valgrind"
 nvidia_rt=
-if [ "$mode" = compare ] && [ "$with_nvidia" = 1 ]; then
+if [ "$mode" != scale ] && [ "$with_nvidia" = 1 ]; then
   nvidia_rt=$("$repo/scripts/fetch-nvidia-runtime.sh" | tail -n 1) || need "cannot build NVIDIA's runtime (ACTK_BENCH_NVIDIA=0 leaves it out)"
 fi
 
@@ -436,12 +448,87 @@ scale() {
   rm -rf "$d"
 }
 
+# Stages: see the header. The stage names of crates/actk-core/src/bench_stage.rs, in order.
+stage_names_cdi="start config parse profiles requests registry plan apply hooks write"
+stage_names_disc="start config parse profiles requests registry inventory plan apply hooks write"
+stages() {
+  local fx=$1 vendor request d m v prev args names
+  case $fx in
+    nvidia-dgx-h100) vendor=nvidia request="NVIDIA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 NVIDIA_DRIVER_CAPABILITIES=all" ;;
+    amd-mi300x) vendor=amd request=AMD_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ;;
+    *) need "no request known for fixture $fx" ;;
+  esac
+  d=$run/stages-$fx
+  mkdir -p "$d/cdi" "$d/nocdi"
+  sh "$repo/fixtures/prepare.sh" "$fx" "$d/root" >/dev/null
+  local caps=()
+  [ "$vendor" = nvidia ] && caps=(--capabilities all)
+  "$bin/actk" cdi generate --root "$d/root" --vendor "$vendor" "${caps[@]}" --ldcache-hook "$bin/actk-hook" --output "$d/cdi" >/dev/null
+  write_config "$d/cdi.toml" "$d/root" "$d/cdi" /bin/true
+  write_config "$d/disc.toml" "$d/root" "$d/nocdi" /bin/true
+  make_bundle "$d/orig" $request
+  cp "$d/orig/config.json" "$d/orig.json"
+  local peer=()
+  if [ -n "$nvidia_rt" ] && [ "$vendor" = nvidia ]; then
+    write_nvidia_config "$d/nvidia-true.toml" "$d/cdi" /bin/true
+    make_bundle "$d/nvidia-cdi" $request
+    peer=(-v nvidia-cdi -r "$nvidia_rt" -b "$d/nvidia-cdi" -o "$d/orig.json" -e "NVIDIA_CTK_CONFIG_FILE_PATH=$d/nvidia-true.toml")
+  fi
+  for v in "$floor" "$exec_only"; do make_bundle "$d/$v" $request; done
+  for m in cdi disc; do
+    if [ $m = cdi ]; then names=$stage_names_cdi; else names=$stage_names_disc; fi
+    args=()
+    for v in $names full; do
+      make_bundle "$d/$m-$v" $request
+      local e=()
+      [ $v = full ] || e=(-e "ACTK_BENCH_STAGE=$v")
+      # Every stage ends before the write; the whole create writes.
+      cp "$d/orig.json" "$d/$m-$v/config.json"
+      env ACTK_CONFIG="$d/$m.toml" ${e[1]:+"${e[1]}"} "$stages_bin" create --bundle "$d/$m-$v" stage-check >/dev/null \
+        || need "$fx: $m stage $v: the create failed"
+      if [ $v = full ] || [ $v = write ]; then
+        ! cmp -s "$d/orig.json" "$d/$m-$v/config.json" || need "$fx: $m stage $v: config.json was not written"
+      else
+        cmp -s "$d/orig.json" "$d/$m-$v/config.json" || need "$fx: $m stage $v: the create went past the stage (is it built with --features actk-runtime/bench-stages, and does it know the stage $v?)"
+      fi
+      args+=(-v "$m-$v" -r "$stages_bin" -b "$d/$m-$v" -o "$d/orig.json" -e "ACTK_CONFIG=$d/$m.toml" "${e[@]}")
+    done
+    args+=("${peer[@]}")
+    for v in "$floor" "$exec_only"; do args+=(-v "$v" -r "$work/$v-true" -b "$d/$v"); done
+    # A stage ends the process with exit(2), so `start` (the shim up to its own code) is not
+    # read against a floor that execs; `full - write` is the exec of the runtime.
+    prev=
+    for v in $names full; do [ -z "$prev" ] || args+=(-P "$m-$v:$prev"); prev=$m-$v; done
+    args+=(-P "$m-full:$floor" -P "$floor:$exec_only")
+    echo
+    echo "== $fx, $m: create only, true(1) as runc; $rounds interleaved rounds; each line: a stage minus the one before it"
+    $rt "$work/cycle-bench" -C 1 -n "$rounds" "${args[@]}" | tee "$d/$m.txt" | grep -E "^($m-[a-z]+|$floor) - .* create "
+  done
+  rm -rf "$d"
+}
+
+stages_bin=
+if [ "$mode" = stages ]; then
+  stages_bin=${ACTK_BENCH_STAGES_BIN:-}
+  if [ -z "$stages_bin" ]; then
+    mkdir -p "$work/stages"
+    cp "$("$repo/scripts/build-release.sh" --shims-only --features actk-runtime/bench-stages | tail -n 1)/actk-runtime" "$work/stages/actk-runtime"
+    stages_bin=$work/stages/actk-runtime
+    # The shipped build back in target/<triple>/release.
+    "$repo/scripts/build-release.sh" --shims-only >/dev/null
+  fi
+  [ -x "$stages_bin" ] || need "no stage shim $stages_bin"
+fi
+
 bins=("$bin/actk-runtime" "$bin/actk-hook" "$runc" "$work"/floor* "$work"/exec-only*)
+[ -z "$stages_bin" ] || bins+=("$stages_bin")
 [ -z "$nvidia_rt" ] || bins+=("$nvidia_rt")
 [ -z "$baseline" ] || bins+=("$baseline/actk-runtime" "$baseline/actk-hook")
 evict "${bins[@]}"
 if [ "$mode" = compare ]; then
   for fx in $fixtures; do compare "$fx"; done
+elif [ "$mode" = stages ]; then
+  for fx in $fixtures; do stages "$fx"; done
 else
   for v in $vendors; do scale "$v"; done
 fi

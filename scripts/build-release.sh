@@ -68,6 +68,12 @@ for b in actk-runtime actk-hook; do
   file -b "target/$shim_target/release/$b" | grep -q "statically linked" \
     || { echo "build-release: target/$shim_target/release/$b is not statically linked" >&2; exit 1; }
 done
+# The stage exits of benches/runtime-bench.sh's `stages` pass (feature bench-stages) never ship.
+case " $* " in
+  *bench-stages*) ;;
+  *) ! grep -q ACTK_BENCH_STAGE "target/$shim_target/release/actk-runtime" \
+       || { echo "build-release: actk-runtime was built with the bench-stages feature; it must not ship" >&2; exit 1; } ;;
+esac
 if [ "$shims_only" = 1 ]; then
   echo "$PWD/target/$shim_target/release"
   exit 0

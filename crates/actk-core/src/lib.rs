@@ -2,6 +2,7 @@
 //! host root, the inventory, the CDI model and generation, request parsing, and applying CDI
 //! edits to an OCI runtime spec. Only file reads; no privileges needed.
 
+pub mod bench_stage;
 pub mod cdi;
 pub mod config;
 pub mod devchar;

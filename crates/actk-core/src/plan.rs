@@ -237,6 +237,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
     };
     let mut req = request::collect_from(&sources, &ctx.profiles, &ctx.default_capabilities)?;
     req.refused.extend(refused_list);
+    crate::bench_stage::reached("requests");
     warnings.append(&mut req.notes);
     if !req.refused.is_empty() {
         let lines: Vec<String> = req.refused.iter().map(|r| refusal(r, ctx)).collect();
@@ -875,7 +876,11 @@ impl<'a> State<'a> {
         if let Some(r) = &ctx.registry {
             return r;
         }
-        self.registry.get_or_insert_with(|| Registry::load_for_start(&ctx.spec_dirs))
+        self.registry.get_or_insert_with(|| {
+            let r = Registry::load_for_start(&ctx.spec_dirs);
+            crate::bench_stage::reached("registry");
+            r
+        })
     }
 
     fn inventory(&mut self) -> &Inventory {
@@ -887,12 +892,14 @@ impl<'a> State<'a> {
         // A container start needs no topology (see DiscoverOptions::topology).
         let opts = crate::discover::DiscoverOptions { nvml: self.nvml, topology: false, only: self.only.clone() };
         self.inventory.get_or_insert_with(|| {
-            crate::discover::discover_roots_with(
+            let i = crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
                 &profiles_for_request(&ctx.profiles, caps),
                 &opts,
-            )
+            );
+            crate::bench_stage::reached("inventory");
+            i
         })
     }
 }

@@ -19,6 +19,7 @@ mod log;
 #[cfg(any(test, all(target_env = "musl", target_arch = "x86_64")))]
 mod mem;
 
+use actk_core::bench_stage::reached;
 use actk_core::config::Config;
 use actk_core::plan::{PlanContext, PlanOptions, plan_with};
 use actk_core::{edits, hooksd};
@@ -176,11 +177,13 @@ fn actk_main(argv: Vec<OsString>) {
 enum Never {}
 
 fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
+    reached("start");
     // The fast path (issue 14): every call but create/run only needs the low-level runtime's
     // name, read without parsing the rest of the config (Config::load_runtimes).
     let config = if inv.creates() {
         let c = Config::load_default()?;
         log::init(&c);
+        reached("config");
         Some(c)
     } else {
         None
@@ -225,9 +228,12 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
         serde_json::from_slice(&text).with_context(|| format!("{} is not valid JSON", config_json.display()))?;
     let mut changed = false;
     let mut deferred = None;
+    reached("parse");
 
     let ctx = PlanContext::from_config(config).context("cannot load vendor profiles")?;
+    reached("profiles");
     let p = plan_with(&spec, &ctx, &PlanOptions { ldcache_hook: hook_path(config), process_ends: true })?;
+    reached("plan");
     for w in &p.warnings {
         warn(w);
     }
@@ -269,6 +275,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
         changed = true;
     }
 
+    reached("apply");
     let hooks = hooksd::load_with_skipped(&config.hooks_dirs)?;
     for u in &hooks.skipped {
         warn(&format!("hooks file skipped: {u}"));
@@ -284,6 +291,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
         tracing::info!("{}: hooks from {}", bundle.display(), f.display());
     }
     changed |= !added.is_empty();
+    reached("hooks");
 
     if changed {
         match &deferred {
@@ -291,6 +299,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
             None => bundle::write_atomic(&config_json, &spec)?,
         }
     }
+    reached("write");
     // The process execs the low-level runtime next, which discards all memory at once: freeing
     // the spec, the plan and the profiles piece by piece first is work for nothing (a tenth of
     // a container start's instructions; issue 14).

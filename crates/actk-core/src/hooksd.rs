@@ -288,17 +288,17 @@ pub fn load_with_skipped(dirs: &[PathBuf]) -> Result<Loaded, HooksError> {
     let mut loaded = Loaded::default();
     let mut by_name: BTreeMap<String, (PathBuf, Vec<u8>)> = BTreeMap::new();
     for dir in dirs {
-        let rd = match std::fs::read_dir(dir) {
+        let rd = match crate::dirlist::list(dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(HooksError::Read { path: dir.clone(), source }),
         };
         let mut names = Vec::new();
         for entry in rd {
-            let entry = entry.map_err(|source| HooksError::Read { path: dir.clone(), source })?;
-            let name = entry.file_name().to_string_lossy().into_owned();
+            let name = entry.name.to_string_lossy().into_owned();
             if name.ends_with(".json") {
-                names.push((name, entry.path()));
+                let path = dir.join(&entry.name);
+                names.push((name, path));
             }
         }
         if names.is_empty() {

@@ -6,6 +6,7 @@ pub mod bench_stage;
 pub mod cdi;
 pub mod config;
 pub mod devchar;
+pub mod dirlist;
 pub mod discover;
 pub mod edits;
 pub mod hooksd;

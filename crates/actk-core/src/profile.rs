@@ -184,15 +184,14 @@ pub fn builtin() -> Vec<Profile> {
 pub fn load(dir: Option<&Path>) -> Result<Vec<Profile>, ProfileError> {
     let mut profiles = builtin();
     let dir = dir.unwrap_or(Path::new(DEFAULT_PROFILES_DIR));
-    let entries = match std::fs::read_dir(dir) {
+    let entries = match crate::dirlist::list(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(profiles),
         Err(source) => return Err(ProfileError::Io { path: dir.to_path_buf(), source }),
     };
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| ProfileError::Io { path: dir.to_path_buf(), source })?;
-        let path = entry.path();
+        let path = dir.join(&entry.name);
         if path.extension().is_some_and(|e| e == "toml") {
             files.push(path);
         }

@@ -130,7 +130,7 @@ impl Registry {
         let mut reg = Registry { dirs: dirs.iter().map(|d| d.as_ref().to_path_buf()).collect(), ..Default::default() };
         for (priority, dir) in dirs.iter().enumerate() {
             let dir = dir.as_ref();
-            let entries = match std::fs::read_dir(dir) {
+            let entries = match crate::dirlist::list(dir) {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(source) => {
@@ -143,9 +143,12 @@ impl Registry {
             };
             let dir_trust = crate::trusted::check_dir(dir);
             let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("json") | Some("yaml")))
-                .filter(|p| !p.is_dir())
+                .iter()
+                .filter(|e| {
+                    matches!(Path::new(&e.name).extension().and_then(|e| e.to_str()), Some("json") | Some("yaml"))
+                })
+                .filter(|e| !e.is_dir(dir))
+                .map(|e| dir.join(&e.name))
                 .collect();
             files.sort();
             if let Err(e) = dir_trust {

@@ -1,8 +1,8 @@
 /* Driver of benches/runtime-bench.sh (issues 14, 31): ROUNDS interleaved container cycles
  * (create, state, start, wait, delete) through several OCI runtimes, one cycle of each variant
- * per round (the order rotates each round, so drift and position hit every variant alike),
- * timing every call and accounting every process's CPU time, page faults and peak RSS exactly
- * (wait4 rusage: µs, faults, KiB).
+ * per round (the order shuffled each round, so that drift, position and the variant run just
+ * before hit every variant alike), timing every call and accounting every process's CPU time,
+ * page faults and peak RSS exactly (wait4 rusage: µs, faults, KiB).
  *
  * It is what containerd's runc shim does: it calls `RUNTIME create --bundle B --pid-file F ID`,
  * `state ID`, `start ID`, becomes the subreaper of the container's init (PR_SET_CHILD_SUBREAPER)
@@ -301,8 +301,22 @@ int main(int argc, char **argv) {
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) fail("PR_SET_CHILD_SUBREAPER: %s%s", strerror(errno), "");
     for (int r = 0; r < warmup; r++)
         for (int j = 0; j < nv; j++) cycle(&vs[j], -1);
-    for (int r = 0; r < rounds; r++)
-        for (int j = 0; j < nv; j++) cycle(&vs[(j + r) % nv], r);
+    /* A fresh order every round, shuffled (Fisher-Yates, a fixed xorshift seed so that runs
+     * repeat it). A rotation would keep the cyclic order: each variant would always run right
+     * after the same one, and what that one leaves in the caches (a shim of the same binary:
+     * warm text; a Go runtime or a large process: cold ones) moved a create's CPU by up to
+     * 0.2 ms on this project's VM, the same sign every round (issue 31). */
+    int order[MAX_VARIANTS];
+    unsigned long long seed = 0x9e3779b97f4a7c15ULL;
+    for (int j = 0; j < nv; j++) order[j] = j;
+    for (int r = 0; r < rounds; r++) {
+        for (int j = nv - 1; j > 0; j--) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            int i = (int)(seed % (unsigned long long)(j + 1)), t = order[j];
+            order[j] = order[i], order[i] = t;
+        }
+        for (int j = 0; j < nv; j++) cycle(&vs[order[j]], r);
+    }
 
     /* Calls a mode does not make are left out of what it prints. */
     int shown[NCALLS];

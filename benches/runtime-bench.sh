@@ -7,7 +7,7 @@
 #   benches/runtime-bench.sh stages [ROUNDS]  a create's cost stage by stage (ROUNDS default 150)
 #
 # compare, per fixture (the DGX H100 asking for its 8 GPUs, the MI300X for its 8), all variants
-# interleaved in one run with the order rotating each round (benches/cycle-bench.c):
+# interleaved in one run with the order shuffled each round (benches/cycle-bench.c):
 #   actk-cdi     target/dist's actk-runtime, a CDI spec on the node (`actk cdi generate`)
 #   actk-disc    the same with no spec: discovery of the host root on every create
 #   nvidia-cdi   NVIDIA's nvidia-container-runtime (DGX only; scripts/fetch-nvidia-runtime.sh

@@ -11,6 +11,7 @@
 use rustix::fs::{FileType, Mode, OFlags};
 use std::ffi::OsString;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
@@ -42,17 +43,27 @@ impl Entry {
 /// exist, `NotADirectory` when it is a file) and a failed read of its entries.
 pub fn list(dir: &Path) -> io::Result<Vec<Entry>> {
     let fd = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
-    let mut entries = rustix::fs::RawDir::new(&fd, &mut buf);
     let mut out = Vec::new();
+    for_each(&fd, |name, file_type| out.push(Entry { name: OsString::from_vec(name.to_vec()), file_type }))?;
+    Ok(out)
+}
+
+/// Calls `f` with the name (bytes, never `.` or `..`) and the recorded type of every entry of
+/// the directory open at `dir` (opened for reading, `O_DIRECTORY`), in the order the file system
+/// returns them, read by getdents64(2) into an 8 KB buffer on the stack: [`list`] and
+/// discovery's listings of the host root share it. Errors: a failed getdents64 (entries before
+/// it were passed to `f`).
+pub fn for_each(dir: &impl AsFd, mut f: impl FnMut(&[u8], FileType)) -> io::Result<()> {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
+    let mut entries = rustix::fs::RawDir::new(dir, &mut buf);
     while let Some(entry) = entries.next() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
         if name != b"." && name != b".." {
-            out.push(Entry { name: OsString::from_vec(name.to_vec()), file_type: entry.file_type() });
+            f(name, entry.file_type());
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

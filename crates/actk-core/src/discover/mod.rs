@@ -779,19 +779,13 @@ impl HostRoot {
         };
         let mut names = Vec::new();
         // getdents64 into a buffer on the stack (rustix's Dir grows heap buffers per listing).
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 8192];
-        let mut entries = rustix::fs::RawDir::new(&dir, &mut buf);
-        while let Some(entry) = entries.next() {
-            let entry = entry?;
-            let name = entry.file_name().to_bytes();
-            if name != b"."
-                && name != b".."
-                && let Ok(name) = std::str::from_utf8(name)
+        crate::dirlist::for_each(&dir, |name, _| {
+            if let Ok(name) = std::str::from_utf8(name)
                 && keep(name)
             {
                 names.push(name.to_string());
             }
-        }
+        })?;
         names.sort();
         Ok(names)
     }

@@ -1,6 +1,6 @@
 //! Listings of the directories a container start reads its configuration from (the CDI spec
-//! directories, profiles.d, hooks.d), by getdents64(2) into a buffer on the stack (rustix's
-//! `RawDir`), as discovery lists sysfs.
+//! directories, profiles.d, hooks.d) and, through [`for_each`], of discovery's host root, by
+//! getdents64(2) into a buffer on the stack (rustix's `RawDir`).
 //!
 //! Not `std::fs::read_dir` (issue 31): in the static musl shims that is musl's `opendir`, whose
 //! directory stream is a block from musl's own malloc. musl maps that block for each listing
@@ -87,7 +87,7 @@ mod tests {
         std::os::unix::fs::symlink("missing", p.join("dangling.json")).unwrap();
         std::fs::write(p.join("caf\u{e9} with space.toml"), "").unwrap();
         std::fs::write(p.join(OsStr::from_bytes(b"not-utf8-\xff.json")), "").unwrap();
-        // More names than one 4 KB getdents64 buffer holds.
+        // More names than one 8 KB getdents64 buffer holds (300 entries of about 56 bytes).
         for i in 0..300 {
             std::fs::write(p.join(format!("file-with-a-longish-name-{i:04}.yaml")), "").unwrap();
         }

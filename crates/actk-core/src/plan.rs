@@ -273,6 +273,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         capabilities: BTreeMap::new(),
         nvml: wants_mig,
         only: wanted_devices(&ctx.profiles, &req),
+        identity_only: false,
     };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
@@ -307,7 +308,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
             }
             if !device_env.is_empty() {
                 // The spec names the devices; their attributes are in the inventory.
-                let inventory = state.inventory();
+                let inventory = state.device_attributes();
                 let vendor = inventory.vendor(&vr.profile);
                 let indexes = indexes_of_names(vendor, &names);
                 let (env_edits, notes) = device_env_edits(device_env, &vr.into(), vendor, &indexes, &env)?;
@@ -471,7 +472,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
                 asked.iter().filter_map(|n| n.name.split_once('=')).map(|(_, d)| d.to_string()).collect();
             let value = asked.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(",");
             let asker = Asker { variable: &first.source, value: &value, kind: &p.kind };
-            let inventory = state.inventory();
+            let inventory = state.device_attributes();
             let vendor = inventory.vendor(&p.name);
             let indexes = indexes_of_names(vendor, &names);
             let (env_edits, notes) = device_env_edits(&p.selection.device_env, &asker, vendor, &indexes, &env)?;
@@ -497,7 +498,8 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
 /// The devices a start needs described, per profile ([`crate::discover::DiscoverOptions::only`]):
 /// for a profile asked for devices by index only, those indexes; none of a profile nobody asked
 /// for; every device (left out of the map) of a profile asked for any other way (`all`, UUIDs,
-/// MIG devices, cores, driver files only, MIG management).
+/// MIG devices, cores, driver files only, MIG management). CDI names count for a profile with
+/// device variables, whose values come from the devices the names select.
 fn wanted_devices(profiles: &[Profile], req: &request::Request) -> BTreeMap<String, BTreeSet<u32>> {
     let mut only: BTreeMap<String, BTreeSet<u32>> =
         profiles.iter().map(|p| (p.name.clone(), BTreeSet::new())).collect();
@@ -513,6 +515,23 @@ fn wanted_devices(profiles: &[Profile], req: &request::Request) -> BTreeMap<Stri
             }
             _ => {
                 every.insert(&vr.profile);
+            }
+        }
+    }
+    // Devices asked for by CDI name whose profile sets device variables (a Gaudi device handed
+    // out by the device plugin as `habana.ai/gaudi=3` gets HABANA_VISIBLE_MODULES): their
+    // attributes come from discovery, so they are wanted too; a name that is not an index
+    // (`all`, a UUID) is matched against every device.
+    for n in &req.cdi_names {
+        let Some((kind, dev)) = n.name.split_once('=') else { continue };
+        for p in profiles.iter().filter(|p| p.kind == kind && !p.selection.device_env.is_empty()) {
+            match dev.parse::<u32>() {
+                Ok(i) => {
+                    only.entry(p.name.clone()).or_default().insert(i);
+                }
+                Err(_) => {
+                    every.insert(&p.name);
+                }
             }
         }
     }
@@ -840,6 +859,8 @@ struct State<'a> {
     /// The devices discovery describes ([`crate::discover::DiscoverOptions::only`]): see
     /// [`wanted_devices`]; emptied when a request must be checked against the whole node.
     only: BTreeMap<String, BTreeSet<u32>>,
+    /// Whether `inventory` holds the devices' identity alone ([`State::device_attributes`]).
+    identity_only: bool,
 }
 
 /// The profiles to discover with for one container start: every profile keeps its devices (so
@@ -883,14 +904,43 @@ impl<'a> State<'a> {
         })
     }
 
+    /// The inventory of the devices the start asked for, with their host files and control
+    /// nodes: what serving a request by discovery needs.
     fn inventory(&mut self) -> &Inventory {
+        self.inventory_as(false)
+    }
+
+    /// The identity of the devices the start asked for and the attributes the profiles' device
+    /// variables read, nothing more ([`crate::discover::DiscoverOptions::attributes_only`]):
+    /// what a request its spec files serve needs (issue 31: a Gaudi start from a spec file read
+    /// every library and control node of the node for HABANA_VISIBLE_MODULES alone). A later
+    /// [`State::inventory`] discovers again, in full.
+    fn device_attributes(&mut self) -> &Inventory {
+        self.inventory_as(true)
+    }
+
+    fn inventory_as(&mut self, identity: bool) -> &Inventory {
         let ctx: &'a PlanContext = self.ctx;
         if let Some(i) = &ctx.inventory {
             return i;
         }
+        if self.inventory.is_some() && self.identity_only && !identity {
+            self.inventory = None;
+        }
+        if self.inventory.is_none() {
+            self.identity_only = identity;
+        }
+        let attributes_only = self.identity_only.then(|| {
+            ctx.profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect()
+        });
         let caps = &self.capabilities;
         // A container start needs no topology (see DiscoverOptions::topology).
-        let opts = crate::discover::DiscoverOptions { nvml: self.nvml, topology: false, only: self.only.clone() };
+        let opts = crate::discover::DiscoverOptions {
+            nvml: self.nvml,
+            topology: false,
+            only: self.only.clone(),
+            attributes_only,
+        };
         self.inventory.get_or_insert_with(|| {
             let i = crate::discover::discover_roots_with(
                 &ctx.root,

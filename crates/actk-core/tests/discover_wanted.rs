@@ -9,7 +9,9 @@
 //! node asked at once, and random index lists (proptest, `PROPTEST_CASES`, default 256 over
 //! all vendors). Discovery itself is compared too: the devices asked for, field for field as a
 //! full pass describes them, with the same host files and control nodes; a profile nobody
-//! asked for is not looked at.
+//! asked for is not looked at; the devices' identity alone (`attributes_only`) has each
+//! device's node and named attributes as the full pass. With the node's CDI spec files, the
+//! same holds for requests the files serve, by variable and by CDI name (`check_specs`).
 
 use actk_core::discover::{self, DiscoverOptions};
 use actk_core::inventory::Inventory;
@@ -95,7 +97,7 @@ fn vendors(profiles: &[Profile], full: &Inventory) -> Vec<(Profile, String, u32,
 
 fn check_root(name: &str, root: &std::path::Path) {
     let profiles = profile::builtin();
-    let opts = DiscoverOptions { nvml: false, topology: false, only: BTreeMap::new() };
+    let opts = DiscoverOptions { nvml: false, topology: false, only: BTreeMap::new(), attributes_only: None };
     let full = discover::discover_roots_with(root, root, &profiles, &opts);
     let found = vendors(&profiles, &full);
     if found.is_empty() {
@@ -131,7 +133,23 @@ fn check_root(name: &str, root: &std::path::Path) {
         // A profile nobody asked for is not looked at.
         let none = DiscoverOptions { only: BTreeMap::from([(p.name.clone(), BTreeSet::new())]), ..opts.clone() };
         assert!(discover::discover_roots_with(root, root, &profiles, &none).vendor(&p.name).is_none());
+        // The devices' identity alone: each device asked for, with its node and the attributes
+        // named as a full pass reads them; no host files, control nodes or other nodes.
+        let attrs: BTreeSet<String> =
+            profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect();
+        let identity = DiscoverOptions { attributes_only: Some(attrs.clone()), ..only.clone() };
+        let part = discover::discover_roots_with(root, root, &profiles, &identity);
+        let got = part.vendor(&p.name).expect("vendor asked for");
+        assert!(got.host_files.is_empty() && got.shared_nodes.is_empty(), "{name}: {} identity only", p.name);
+        assert_eq!(got.devices.len(), want.len(), "{name}: {} identity of {wanted:?}", p.name);
+        for (g, w) in got.devices.iter().zip(&want) {
+            assert_eq!((g.index, g.nodes.first()), (w.index, w.nodes.first()), "{name}: {}", p.name);
+            for a in &attrs {
+                assert_eq!(g.attributes.get(a), w.attributes.get(a), "{name}: {} device {} {a}", p.name, w.index);
+            }
+        }
     }
+    check_specs(name, root, &profiles, &full, &found);
     // Two vendors of one node at once: both by index, and one by index with the other all.
     for (i, (_, a, na, _)) in found.iter().enumerate() {
         for (_, b, nb, _) in found.iter().skip(i + 1) {
@@ -155,6 +173,61 @@ fn check_root(name: &str, root: &std::path::Path) {
         same_plan(name, root, &profiles, &full, &[(var.clone(), value.join(","))]);
         Ok(())
     });
+}
+
+/// With the node's CDI spec files (`actk cdi generate`'s, from `full`), requests the files
+/// serve plan as against the whole node too: by selection variable, and by CDI name in an
+/// annotation as the device plugin hands devices out. A profile's device variables
+/// (HABANA_VISIBLE_MODULES) come from the attributes of the devices named, which a start
+/// discovers alone (`DiscoverOptions::attributes_only`).
+fn check_specs(
+    name: &str,
+    root: &std::path::Path,
+    profiles: &[Profile],
+    full: &Inventory,
+    found: &[(Profile, String, u32, Option<String>)],
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let specs = actk_core::cdi::generate::generate_all(profiles, full, None, &Default::default()).expect("specs");
+    for s in &specs {
+        actk_core::cdi::write::write_spec_in_dir(s, dir.path(), actk_core::cdi::validate::Format::Json).expect("write");
+    }
+    let lazy = PlanContext {
+        profiles: profiles.to_vec(),
+        root: root.to_path_buf(),
+        spec_dirs: vec![dir.path().to_path_buf()],
+        ..Default::default()
+    };
+    let whole = PlanContext { inventory: Some(full.clone()), ..lazy.clone() };
+    let same = |s: &Value, what: &str| {
+        let got = outcome(plan(s, &lazy));
+        assert_eq!(got, outcome(plan(s, &whole)), "{name}: {what} planned from the devices asked for differs");
+        got
+    };
+    for (p, var, n, uuid0) in found {
+        let Some(spec) = specs.iter().find(|s| s.kind == p.kind) else { continue };
+        for value in table(*n, uuid0.as_deref()) {
+            same(&self::spec(&[(var.clone(), value.clone())]), &format!("{var}={value} with spec files"));
+        }
+        let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
+        let (first, last) = (names[0], names[names.len() - 1]);
+        let mut asks = vec![vec![first], vec![last, first], names.iter().copied().step_by(3).collect()];
+        if names.contains(&"all") {
+            asks.push(vec!["all"]);
+        }
+        for ask in asks {
+            let value: Vec<String> = ask.iter().map(|d| format!("{}={d}", p.kind)).collect();
+            let s = json!({"ociVersion": "1.0.2", "process": {"env": ["PATH=/bin"]},
+                "annotations": {"cdi.k8s.io/test": value.join(",")}});
+            let got = same(&s, &format!("CDI names {value:?}"));
+            if !p.selection.device_env.is_empty() && ask != ["all"] {
+                // The variable is set: the attributes of the named devices were found.
+                for e in &p.selection.device_env {
+                    assert!(got.contains(&format!("\"{}=", e.name)), "{name}: {value:?} set no {}: {got}", e.name);
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -57,6 +57,35 @@ fn item6_habana_visible_modules_is_set_in_the_container() -> Result<()> {
     Ok(())
 }
 
+/// Gaudi devices asked for by CDI name, as the device plugin hands them out (a `cdi.k8s.io/`
+/// annotation naming `habana.ai/gaudi=1` and `=7`), served by the spec `actk cdi generate`
+/// wrote: the container's env has HABANA_VISIBLE_MODULES=2,0 as with HABANA_VISIBLE_DEVICES.
+/// (It had none: the start's discovery left out the Gaudi devices that no variable named.)
+#[test]
+fn habana_visible_modules_is_set_for_gaudi_devices_asked_for_by_cdi_name() -> Result<()> {
+    if !engines::require_root() {
+        return Ok(());
+    }
+    let Some(fx) = fixture::prepare("gaudi2")? else { return Ok(()) };
+    let cfg = ActkConfig::new(&fx.root)?;
+    let o = Command::new(engines::bin("actk"))
+        .args(["cdi", "generate", "--vendor", "gaudi", "--root"])
+        .arg(&fx.root)
+        .arg("--output")
+        .arg(cfg.spec_dir())
+        .output()?;
+    expect_success("actk cdi generate --vendor gaudi", &o);
+    let path = cfg.write()?;
+    let b = Bundle::busybox(&["sh", "-c", "env; ls /dev/accel"], &[])?;
+    b.edit(|c| c["annotations"] = serde_json::json!({"cdi.k8s.io/e2e": "habana.ai/gaudi=1,habana.ai/gaudi=7"}))?;
+    let id = unique_name("e2e-habana-cdi");
+    let o = actk_runtime(&path, &[OsArg::from("run"), "--bundle".into(), b.path().into(), id.as_str().into()]);
+    let out = expect_success("actk-runtime run (habana.ai/gaudi=1,7 by CDI name)", &o);
+    assert!(out.lines().any(|l| l == "HABANA_VISIBLE_MODULES=2,0"), "{out}");
+    assert!(out.contains("accel1") && out.contains("accel7") && !out.contains("accel0"), "{out}");
+    Ok(())
+}
+
 /// A CUDA image requiring `cuda>=99.0` on the DGX (driver 580.95.05, CUDA 13.0) does not start,
 /// and says why; with NVIDIA_DISABLE_REQUIRE=true it starts with its GPU.
 #[test]

@@ -17,7 +17,7 @@ pub fn discover(
     warnings: &mut Warnings,
 ) -> Option<VendorInventory> {
     let mut vendor = generic::discover(host, profile, all, opts, warnings)?;
-    if !vendor.devices.is_empty() {
+    if !vendor.devices.is_empty() && opts.attributes_only.is_none() {
         let driver = profile.devices.driver.as_deref().unwrap_or("habanalabs");
         vendor.driver_version =
             host.read_to_string(format!("/sys/module/{driver}/version")).ok().map(|v| v.trim().to_string());

@@ -135,7 +135,7 @@ pub(crate) fn devices(
             Some(s) => warnings.add(host, s, format!("no sysfs entry for {path}; identity attributes unknown")),
             None => {}
         }
-        for extra in &t.extra_nodes {
+        for extra in t.extra_nodes.iter().filter(|_| opts.attributes_only.is_none()) {
             let p = extra.replace("{index}", &idx);
             match host.device_node(&p) {
                 Ok(n) => dev.nodes.push(n),
@@ -148,7 +148,8 @@ pub(crate) fn devices(
 }
 
 /// Read `profile.devices.attributes` under sysfs directory `dir` into `dev`; `numa_node` and
-/// `links` only with [`DiscoverOptions::topology`].
+/// `links` only with [`DiscoverOptions::topology`], and only the names
+/// [`DiscoverOptions::attributes_only`] lists when it is set.
 pub(crate) fn read_attributes(
     host: &HostRoot,
     profile: &Profile,
@@ -159,6 +160,9 @@ pub(crate) fn read_attributes(
 ) {
     for (name, rel) in &profile.devices.attributes {
         if !opts.topology && matches!(name.as_str(), "numa_node" | "links") {
+            continue;
+        }
+        if opts.attributes_only.as_ref().is_some_and(|only| !only.contains(name)) {
             continue;
         }
         let (is_link, rel) = match rel.strip_prefix('@') {

@@ -896,11 +896,21 @@ pub struct DiscoverOptions {
     /// sorted listing of `/proc/driver/nvidia/gpus`, AMD's needs every KFD node's properties).
     /// An empty set leaves the profile out altogether. Profiles not named: every device.
     pub only: BTreeMap<String, BTreeSet<u32>>,
+    /// The devices' identity alone (issue 31): `Some(names)` for a container start whose CDI
+    /// spec files serve its devices and that needs only some of their attributes, the names a
+    /// profile's device variables read (HABANA_VISIBLE_MODULES from `module_id`). Then no
+    /// vendor's host files or control nodes are looked for (`host_files` and `shared_nodes`
+    /// are empty), and the profile-driven reader (generic and Gaudi devices, Neuron's before
+    /// its own additions) reads of `devices.attributes` only these names, beside what tells
+    /// the profile's devices apart (the node, its `device/driver` link), and no per-device
+    /// extra node or Gaudi driver version. Every device still has its index and node, and at
+    /// least the named attributes a full pass gives it. `None` (the default): everything.
+    pub attributes_only: Option<BTreeSet<String>>,
 }
 
 impl Default for DiscoverOptions {
     fn default() -> Self {
-        DiscoverOptions { nvml: true, topology: true, only: BTreeMap::new() }
+        DiscoverOptions { nvml: true, topology: true, only: BTreeMap::new(), attributes_only: None }
     }
 }
 
@@ -944,9 +954,13 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         &driver_own
     };
     let root = host.root();
-    let ld = hostfiles::LdCache::load(driver);
-    // The library architecture is the device root's (its kernel's), whichever root has the files.
-    let arch = hostfiles::host_arch_with(&host, &ld);
+    // Host files are looked for only when the inventory is more than the devices' identity.
+    let files = opts.attributes_only.is_none().then(|| {
+        let ld = hostfiles::LdCache::load(driver);
+        // The library architecture is the device root's (its kernel's), whichever root has the files.
+        let arch = hostfiles::host_arch_with(&host, &ld);
+        (ld, arch)
+    });
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
@@ -964,9 +978,11 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         if vendor.devices.is_empty() {
             continue;
         }
-        vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
-        vendor.host_files =
-            hostfiles::find_with_cache(driver, &ld, arch, profile, vendor.driver_version.as_deref(), &mut warnings);
+        if let Some((ld, arch)) = &files {
+            vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
+            vendor.host_files =
+                hostfiles::find_with_cache(driver, ld, *arch, profile, vendor.driver_version.as_deref(), &mut warnings);
+        }
         vendors.push(vendor);
     }
     Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }

@@ -111,8 +111,7 @@ pub(crate) fn devices(
             );
         }
         let sysfs = t.sysfs.as_ref().map(|s| s.replace("{index}", &idx));
-        // Resolved as a directory, so that the reads below it start from the memo.
-        let sysfs_present = sysfs.as_ref().is_some_and(|s| host.resolve_dir(s).is_ok());
+        let sysfs_present = sysfs.as_ref().is_some_and(|s| host.is_dir(s));
         let driver =
             sysfs.as_ref().filter(|_| sysfs_present).and_then(|s| host.link_name(format!("{s}/device/driver")).ok());
         match (&t.driver, &driver) {

@@ -715,14 +715,53 @@ impl HostRoot {
         }
     }
 
+    /// Open host path `path` with `flags` in one openat2(2) from the root with
+    /// `RESOLVE_IN_ROOT`: the kernel follows every symlink on the way with the root as `/` and
+    /// stops `..` there, as [`HostRoot::walk`] does, without the walk's look-ups and handles
+    /// (issue 31: a sysfs attribute behind the class link and the `device` link cost a Gaudi
+    /// device's discovery 25 k instructions walked). Magic links (`/proc/self/...`) are refused
+    /// (`RESOLVE_NO_MAGICLINKS`). `None` where the walk must answer: openat2 unavailable, a loop
+    /// or too many links (the walk's own error), a magic link, a race with a rename (`EAGAIN`);
+    /// other errors (`ENOENT`, `ENOTDIR`) are the path's, as the walk would find them.
+    fn open_in_root(&self, path: &Path, flags: rustix::fs::OFlags) -> Option<io::Result<OwnedFd>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        if let Err(e) = check_len(path) {
+            return Some(Err(e));
+        }
+        if !self.openat2.load(Ordering::Relaxed) {
+            return None;
+        }
+        let root = match self.root_fd() {
+            Ok(fd) => fd,
+            Err(e) => return Some(Err(e)),
+        };
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(&*root, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
+            Err(Errno::NOSYS | Errno::PERM) => {
+                self.openat2.store(false, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
     /// Open host path `path` for reading, resolved in the root: in one openat2 when no symlink
-    /// is on the way ([`HostRoot::open_beneath`]); otherwise walked, and what it resolves to is
-    /// opened in its resolved directory with `O_NOFOLLOW`, so nothing outside the root is opened
-    /// either way.
+    /// is on the way ([`HostRoot::open_beneath`]), else in one with the kernel resolving in the
+    /// root ([`HostRoot::open_in_root`]); otherwise walked, and what it resolves to is opened in
+    /// its resolved directory with `O_NOFOLLOW`, so nothing outside the root is opened either
+    /// way.
     pub fn open(&self, path: &Path) -> io::Result<OwnedFd> {
         use rustix::fs::{Mode, OFlags};
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         if let Some(r) = self.open_beneath(path, OFlags::RDONLY) {
+            return r;
+        }
+        if let Some(r) = self.open_in_root(path, OFlags::RDONLY) {
             return r;
         }
         // A symlink on the way: the parent walked (and memoised), the last name opened in it.
@@ -793,9 +832,27 @@ impl HostRoot {
     /// The last component of the target of symlink `path` (sysfs `device` -> PCI bus id,
     /// `driver` -> driver name). The link itself is not followed beyond reading it.
     pub fn link_name(&self, path: impl AsRef<Path>) -> io::Result<String> {
-        let target = match self.locate(path.as_ref(), false)? {
-            Found::Entry { fd, name, .. } => rustix::fs::readlinkat(&*fd, &name, Vec::new())?,
-            Found::Dir(..) => return Err(rustix::io::Errno::INVAL.into()),
+        let path = path.as_ref();
+        // The parent opened with the kernel resolving in the root, the link read there; a path
+        // whose last name is not a plain one (`.`, `..`, a trailing `/`) is walked.
+        let bytes = path.as_os_str().as_bytes();
+        let plain_last = path.file_name().filter(|n| {
+            let n = n.as_bytes();
+            bytes.ends_with(n) && bytes.len() > n.len() && bytes[bytes.len() - n.len() - 1] == b'/'
+        });
+        let in_root = match (path.parent(), plain_last) {
+            (Some(parent), Some(name)) => {
+                use rustix::fs::OFlags;
+                self.open_in_root(parent, OFlags::PATH | OFlags::DIRECTORY).map(|dir| (dir, name))
+            }
+            _ => None,
+        };
+        let target = match in_root {
+            Some((dir, name)) => rustix::fs::readlinkat(&dir?, name, Vec::new())?,
+            None => match self.locate(path, false)? {
+                Found::Entry { fd, name, .. } => rustix::fs::readlinkat(&*fd, &name, Vec::new())?,
+                Found::Dir(..) => return Err(rustix::io::Errno::INVAL.into()),
+            },
         };
         let target = PathBuf::from(std::ffi::OsString::from_vec(target.into_bytes()));
         target
@@ -803,6 +860,17 @@ impl HostRoot {
             .and_then(OsStr::to_str)
             .map(str::to_string)
             .ok_or_else(|| io::Error::other(format!("link target {} has no name", target.display())))
+    }
+
+    /// Whether host path `path` resolves, in the root, to a directory: one openat2 with the
+    /// kernel resolving in the root where it can ([`HostRoot::open_in_root`]), else
+    /// [`HostRoot::resolve_dir`]'s walk.
+    pub fn is_dir(&self, path: impl AsRef<Path>) -> bool {
+        use rustix::fs::OFlags;
+        match self.open_in_root(path.as_ref(), OFlags::PATH | OFlags::DIRECTORY) {
+            Some(r) => r.is_ok(),
+            None => self.resolve_dir(path).is_ok(),
+        }
     }
 
     /// Whether host path `path` exists (after resolution in the root).
@@ -1576,6 +1644,9 @@ mod tests {
                     let got = h.resolve_dir(&p).map_err(|e| kind(&e));
                     if got != want {
                         bad.push(format!("seed {seed} {name} resolve_dir({p}) = {got:?}, kernel {want:?}"));
+                    }
+                    if h.is_dir(&p) != want.is_ok() {
+                        bad.push(format!("seed {seed} {name} is_dir({p}) = {}, kernel {want:?}", h.is_dir(&p)));
                     }
                 }
             }

@@ -930,9 +930,9 @@ impl<'a> State<'a> {
         if self.inventory.is_none() {
             self.identity_only = identity;
         }
-        let attributes_only = self.identity_only.then(|| {
-            ctx.profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect()
-        });
+        let attributes_only = self
+            .identity_only
+            .then(|| ctx.profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect());
         let caps = &self.capabilities;
         // A container start needs no topology (see DiscoverOptions::topology).
         let opts = crate::discover::DiscoverOptions {

@@ -90,6 +90,10 @@ struct DirCache {
     missing: std::collections::HashSet<std::ffi::OsString, foldhash::fast::RandomState>,
     /// Directory listings as asked (`/dev` is globbed by several profiles' patterns).
     listings: PathMap<Vec<String>>,
+    /// Directories as asked -> `O_PATH` handle, opened by the kernel resolving in the root
+    /// ([`HostRoot::dir_in_root`]): the files read in a sysfs device directory reached through
+    /// links (`/sys/class/neuron_device/neuron5`) open from it in one call each.
+    in_root: PathMap<Arc<OwnedFd>>,
 }
 
 /// A map keyed by a path's bytes, hashed with foldhash rather than the default SipHash: every
@@ -198,6 +202,16 @@ fn plain_dirs(rest: &[u8], last_is_dir: bool) -> (usize, usize) {
         n += 1;
         pos = stop;
     }
+}
+
+/// `path` as its parent and a plain last name (not `.` or `..`, no trailing `/`); `None`
+/// otherwise.
+fn plain_split(path: &Path) -> Option<(&Path, &OsStr)> {
+    let bytes = path.as_os_str().as_bytes();
+    let name = path.file_name()?;
+    let n = name.as_bytes();
+    let plain = bytes.ends_with(n) && bytes.len() > n.len() && bytes[bytes.len() - n.len() - 1] == b'/';
+    Some((path.parent()?, name)).filter(|_| plain && n != b"." && n != b"..")
 }
 
 impl HostRoot {
@@ -310,7 +324,7 @@ impl HostRoot {
             return kept.clone();
         }
         let fd = Arc::new(fd);
-        if c.fds.len() < self.max_dirs {
+        if c.fds.len() + c.in_root.len() < self.max_dirs {
             c.fds.insert(resolved.as_os_str().to_owned(), fd.clone());
         }
         fd
@@ -663,7 +677,7 @@ impl HostRoot {
     }
 
     /// Open plain absolute path `path` with `flags` in one openat2(2) from its nearest resolved
-    /// directory (the root at worst), refusing every symlink and `..` on the way. `None` when
+    /// directory (memoised by the walk or by [`HostRoot::dir_in_root`]; the root at worst), refusing every symlink and `..` on the way. `None` when
     /// the path has a symlink (the caller walks it), is not plain, or openat2 is unavailable;
     /// other errors (`ENOENT`, `ENOTDIR`) are the path's own, as no link came before them, and a
     /// path of [`MAX_PATH`] bytes or more fails with `ENAMETOOLONG` before any look-up.
@@ -695,7 +709,8 @@ impl HostRoot {
                 if a_end == 0 {
                     break (root, Path::new(rel));
                 }
-                if let Some((_, fd)) = cache.asked.get(OsStr::from_bytes(&bytes[..a_end])) {
+                let ancestor = OsStr::from_bytes(&bytes[..a_end]);
+                if let Some(fd) = cache.asked.get(ancestor).map(|(_, fd)| fd).or_else(|| cache.in_root.get(ancestor)) {
                     break (fd.clone(), Path::new(rel));
                 }
                 end = a_end;
@@ -750,18 +765,65 @@ impl HostRoot {
         }
     }
 
+    /// The `O_PATH` handle of directory `dir` (as asked) opened by the kernel resolving in the
+    /// root, memoised while there is room ([`HostRoot::open_in_root`]; `None` as there).
+    fn dir_in_root(&self, dir: &Path) -> Option<io::Result<Arc<OwnedFd>>> {
+        use rustix::fs::OFlags;
+        if let Some(fd) = self.cache.lock().ok().and_then(|c| c.in_root.get(dir.as_os_str()).cloned()) {
+            return Some(Ok(fd));
+        }
+        let fd = match self.open_in_root(dir, OFlags::PATH | OFlags::DIRECTORY)? {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => return Some(Err(e)),
+        };
+        // Within the one cap of kept handles (see MAX_CACHED_DIRS).
+        if let Ok(mut c) = self.cache.lock()
+            && c.fds.len() + c.in_root.len() < self.max_dirs
+        {
+            c.in_root.insert(dir.as_os_str().to_owned(), fd.clone());
+        }
+        Some(Ok(fd))
+    }
+
+    /// Open `path` (its parent `dir` as asked, its plain last name `name`) with `flags`: the
+    /// name in the parent's handle from [`HostRoot::dir_in_root`], refusing a symlink there,
+    /// which is then opened whole in the root. `None` as [`HostRoot::open_in_root`].
+    fn open_under_dir_in_root(
+        &self,
+        path: &Path,
+        dir: &Path,
+        name: &OsStr,
+        flags: rustix::fs::OFlags,
+    ) -> Option<io::Result<OwnedFd>> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::io::Errno;
+        let parent = match self.dir_in_root(dir)? {
+            Ok(fd) => fd,
+            Err(e) => return Some(Err(e)),
+        };
+        let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
+        match rustix::fs::openat2(&*parent, name, flags | OFlags::CLOEXEC, Mode::empty(), how) {
+            Ok(fd) => Some(Ok(fd)),
+            Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => self.open_in_root(path, flags),
+            Err(e) => Some(Err(e.into())),
+        }
+    }
+
     /// Open host path `path` for reading, resolved in the root: in one openat2 when no symlink
-    /// is on the way ([`HostRoot::open_beneath`]), else in one with the kernel resolving in the
-    /// root ([`HostRoot::open_in_root`]); otherwise walked, and what it resolves to is opened in
-    /// its resolved directory with `O_NOFOLLOW`, so nothing outside the root is opened either
-    /// way.
+    /// is on the way ([`HostRoot::open_beneath`]); else from its parent's handle opened by the
+    /// kernel resolving in the root, memoised for the other files there
+    /// ([`HostRoot::open_under_dir_in_root`]); otherwise walked, and what it resolves to is
+    /// opened in its resolved directory with `O_NOFOLLOW`, so nothing outside the root is
+    /// opened either way.
     pub fn open(&self, path: &Path) -> io::Result<OwnedFd> {
         use rustix::fs::{Mode, OFlags};
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         if let Some(r) = self.open_beneath(path, OFlags::RDONLY) {
             return r;
         }
-        if let Some(r) = self.open_in_root(path, OFlags::RDONLY) {
+        if let Some((dir, name)) = plain_split(path)
+            && let Some(r) = self.open_under_dir_in_root(path, dir, name, OFlags::RDONLY)
+        {
             return r;
         }
         // A symlink on the way: the parent walked (and memoised), the last name opened in it.
@@ -833,22 +895,11 @@ impl HostRoot {
     /// `driver` -> driver name). The link itself is not followed beyond reading it.
     pub fn link_name(&self, path: impl AsRef<Path>) -> io::Result<String> {
         let path = path.as_ref();
-        // The parent opened with the kernel resolving in the root, the link read there; a path
-        // whose last name is not a plain one (`.`, `..`, a trailing `/`) is walked.
-        let bytes = path.as_os_str().as_bytes();
-        let plain_last = path.file_name().filter(|n| {
-            let n = n.as_bytes();
-            bytes.ends_with(n) && bytes.len() > n.len() && bytes[bytes.len() - n.len() - 1] == b'/'
-        });
-        let in_root = match (path.parent(), plain_last) {
-            (Some(parent), Some(name)) => {
-                use rustix::fs::OFlags;
-                self.open_in_root(parent, OFlags::PATH | OFlags::DIRECTORY).map(|dir| (dir, name))
-            }
-            _ => None,
-        };
+        // The parent opened with the kernel resolving in the root (memoised), the link read
+        // there; a path whose last name is not a plain one (`.`, `..`, a trailing `/`) is walked.
+        let in_root = plain_split(path).and_then(|(dir, name)| Some((self.dir_in_root(dir)?, name)));
         let target = match in_root {
-            Some((dir, name)) => rustix::fs::readlinkat(&dir?, name, Vec::new())?,
+            Some((dir, name)) => rustix::fs::readlinkat(&*dir?, name, Vec::new())?,
             None => match self.locate(path, false)? {
                 Found::Entry { fd, name, .. } => rustix::fs::readlinkat(&*fd, &name, Vec::new())?,
                 Found::Dir(..) => return Err(rustix::io::Errno::INVAL.into()),
@@ -866,8 +917,7 @@ impl HostRoot {
     /// kernel resolving in the root where it can ([`HostRoot::open_in_root`]), else
     /// [`HostRoot::resolve_dir`]'s walk.
     pub fn is_dir(&self, path: impl AsRef<Path>) -> bool {
-        use rustix::fs::OFlags;
-        match self.open_in_root(path.as_ref(), OFlags::PATH | OFlags::DIRECTORY) {
+        match self.dir_in_root(path.as_ref()) {
             Some(r) => r.is_ok(),
             None => self.resolve_dir(path).is_ok(),
         }
@@ -1662,8 +1712,13 @@ mod tests {
     fn held_fds(h: &HostRoot) -> usize {
         use std::os::fd::AsRawFd;
         let c = h.cache.lock().unwrap();
-        let mut fds: Vec<i32> =
-            c.fds.values().chain(c.asked.values().map(|(_, fd)| fd)).map(|fd| fd.as_raw_fd()).collect();
+        let mut fds: Vec<i32> = c
+            .fds
+            .values()
+            .chain(c.asked.values().map(|(_, fd)| fd))
+            .chain(c.in_root.values())
+            .map(|fd| fd.as_raw_fd())
+            .collect();
         fds.sort();
         fds.dedup();
         fds.len()

@@ -62,8 +62,12 @@ fn dir_cap() -> usize {
 /// kernel), so each step is a lookup of one name rather than of the whole host path again, and
 /// symlinks are followed here, inside the root. Reads and listings first try the whole rest of
 /// the path in one openat2(2) from the nearest resolved directory with `RESOLVE_NO_SYMLINKS |
-/// RESOLVE_BENEATH` (the kernel refuses any symlink on the way, and `..`), and walk only when
-/// that meets a symlink: most of sysfs and procfs is plain directories.
+/// RESOLVE_BENEATH` (the kernel refuses any symlink on the way, and `..`). When that meets a
+/// symlink, a read, a link's name and a directory check that need no resolved path ask the
+/// kernel to resolve in the root instead (`RESOLVE_IN_ROOT`, the same rule: absolute links and
+/// `..` stay in the root; magic links refused), from the read's parent directory, which is
+/// kept for its siblings; only what needs the resolved path (a library's mount source, a
+/// device node's host path) or what the kernel cannot answer alike is walked.
 #[derive(Debug)]
 pub struct HostRoot {
     root: PathBuf,

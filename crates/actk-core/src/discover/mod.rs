@@ -686,8 +686,7 @@ impl HostRoot {
     /// other errors (`ENOENT`, `ENOTDIR`) are the path's own, as no link came before them, and a
     /// path of [`MAX_PATH`] bytes or more fails with `ENAMETOOLONG` before any look-up.
     fn open_beneath(&self, path: &Path, flags: rustix::fs::OFlags) -> Option<io::Result<OwnedFd>> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        use rustix::io::Errno;
+        use rustix::fs::ResolveFlags;
         if let Err(e) = check_len(path) {
             return Some(Err(e));
         }
@@ -720,10 +719,25 @@ impl HostRoot {
                 end = a_end;
             }
         };
-        let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
         // No O_NOFOLLOW: RESOLVE_NO_SYMLINKS refuses a symlink in the last name as well (ELOOP),
         // where O_NOFOLLOW with O_DIRECTORY would fail it as ENOTDIR.
-        match rustix::fs::openat2(&*dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
+        self.openat2_at(&dir, rel, flags, ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH)
+    }
+
+    /// openat2(2) of `rel` below `dir` with `flags` (and `O_CLOEXEC`) and `how`. `None` where the
+    /// walk must answer instead: a symlink refused or a loop (`ELOOP`), a magic link (`EXDEV`),
+    /// a race with a rename (`EAGAIN`), and openat2 unavailable (`ENOSYS`, or `EPERM` from a
+    /// seccomp profile that predates it: it is not tried again); other errors are `rel`'s own.
+    fn openat2_at(
+        &self,
+        dir: &OwnedFd,
+        rel: &Path,
+        flags: rustix::fs::OFlags,
+        how: rustix::fs::ResolveFlags,
+    ) -> Option<io::Result<OwnedFd>> {
+        use rustix::fs::{Mode, OFlags};
+        use rustix::io::Errno;
+        match rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
             Ok(fd) => Some(Ok(fd)),
             Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
             Err(Errno::NOSYS | Errno::PERM) => {
@@ -743,8 +757,7 @@ impl HostRoot {
     /// or too many links (the walk's own error), a magic link, a race with a rename (`EAGAIN`);
     /// other errors (`ENOENT`, `ENOTDIR`) are the path's, as the walk would find them.
     fn open_in_root(&self, path: &Path, flags: rustix::fs::OFlags) -> Option<io::Result<OwnedFd>> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        use rustix::io::Errno;
+        use rustix::fs::ResolveFlags;
         if let Err(e) = check_len(path) {
             return Some(Err(e));
         }
@@ -757,16 +770,7 @@ impl HostRoot {
         };
         let rel = path.strip_prefix("/").unwrap_or(path);
         let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
-        match rustix::fs::openat2(&*root, rel, flags | OFlags::CLOEXEC, Mode::empty(), how) {
-            Ok(fd) => Some(Ok(fd)),
-            Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => None,
-            Err(Errno::NOSYS | Errno::PERM) => {
-                self.openat2.store(false, Ordering::Relaxed);
-                None
-            }
-            Err(e) => Some(Err(e.into())),
-        }
+        self.openat2_at(&root, rel, flags, ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS)
     }
 
     /// The `O_PATH` handle of directory `dir` (as asked) opened by the kernel resolving in the
@@ -799,18 +803,13 @@ impl HostRoot {
         name: &OsStr,
         flags: rustix::fs::OFlags,
     ) -> Option<io::Result<OwnedFd>> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
-        use rustix::io::Errno;
+        use rustix::fs::ResolveFlags;
         let parent = match self.dir_in_root(dir)? {
             Ok(fd) => fd,
             Err(e) => return Some(Err(e)),
         };
         let how = ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH;
-        match rustix::fs::openat2(&*parent, name, flags | OFlags::CLOEXEC, Mode::empty(), how) {
-            Ok(fd) => Some(Ok(fd)),
-            Err(Errno::LOOP | Errno::XDEV | Errno::AGAIN) => self.open_in_root(path, flags),
-            Err(e) => Some(Err(e.into())),
-        }
+        self.openat2_at(&parent, Path::new(name), flags, how).or_else(|| self.open_in_root(path, flags))
     }
 
     /// Open host path `path` for reading, resolved in the root: in one openat2 when no symlink

@@ -144,6 +144,8 @@ fn check_root(name: &str, root: &std::path::Path) {
         assert_eq!(got.devices.len(), want.len(), "{name}: {} identity of {wanted:?}", p.name);
         for (g, w) in got.devices.iter().zip(&want) {
             assert_eq!((g.index, g.nodes.first()), (w.index, w.nodes.first()), "{name}: {}", p.name);
+            // The UUID too: a spec may name devices by it, and the names are matched on it.
+            assert_eq!(g.uuid, w.uuid, "{name}: {} device {} uuid", p.name, w.index);
             for a in &attrs {
                 assert_eq!(g.attributes.get(a), w.attributes.get(a), "{name}: {} device {} {a}", p.name, w.index);
             }

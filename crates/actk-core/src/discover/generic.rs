@@ -147,7 +147,7 @@ pub(crate) fn devices(
 }
 
 /// Read `profile.devices.attributes` under sysfs directory `dir` into `dev`; `numa_node` and
-/// `links` only with [`DiscoverOptions::topology`], and only the names
+/// `links` only with [`DiscoverOptions::topology`], and only `uuid` and the names
 /// [`DiscoverOptions::attributes_only`] lists when it is set.
 pub(crate) fn read_attributes(
     host: &HostRoot,
@@ -161,7 +161,8 @@ pub(crate) fn read_attributes(
         if !opts.topology && matches!(name.as_str(), "numa_node" | "links") {
             continue;
         }
-        if opts.attributes_only.as_ref().is_some_and(|only| !only.contains(name)) {
+        // `uuid` always: a spec may name the devices by it, and names are matched on it.
+        if opts.attributes_only.as_ref().is_some_and(|only| !only.contains(name)) && name != "uuid" {
             continue;
         }
         let (is_link, rel) = match rel.strip_prefix('@') {

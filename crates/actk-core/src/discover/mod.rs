@@ -437,7 +437,7 @@ impl HostRoot {
             // Only while handles are still cached: past that, an entry here would keep one open.
             if let Ok(mut c) = self.cache.lock()
                 && c.asked.len() < self.max_dirs
-                && c.fds.len() < self.max_dirs
+                && c.fds.len() + c.in_root.len() < self.max_dirs
             {
                 c.asked.insert(d.as_os_str().to_owned(), (p.clone(), fd.clone()));
                 // A resolved path (no symlink in it) resolves to itself: asked for later (a
@@ -898,6 +898,7 @@ impl HostRoot {
     /// `driver` -> driver name). The link itself is not followed beyond reading it.
     pub fn link_name(&self, path: impl AsRef<Path>) -> io::Result<String> {
         let path = path.as_ref();
+        check_len(path)?;
         // The parent opened with the kernel resolving in the root (memoised), the link read
         // there; a path whose last name is not a plain one (`.`, `..`, a trailing `/`) is walked.
         let in_root = plain_split(path).and_then(|(dir, name)| Some((self.dir_in_root(dir)?, name)));
@@ -1022,10 +1023,11 @@ pub struct DiscoverOptions {
     /// profile's device variables read (HABANA_VISIBLE_MODULES from `module_id`). Then no
     /// vendor's host files or control nodes are looked for (`host_files` and `shared_nodes`
     /// are empty), and the profile-driven reader (generic and Gaudi devices, Neuron's before
-    /// its own additions) reads of `devices.attributes` only these names, beside what tells
-    /// the profile's devices apart (the node, its `device/driver` link), and no per-device
-    /// extra node or Gaudi driver version. Every device still has its index and node, and at
-    /// least the named attributes a full pass gives it. `None` (the default): everything.
+    /// its own additions) reads of `devices.attributes` only these names and `uuid` (spec
+    /// device names may be UUIDs, matched on it), beside what tells the profile's devices apart
+    /// (the node, its `device/driver` link), and no per-device extra node or Gaudi driver
+    /// version. Every device still has its index, node and UUID, and at least the named
+    /// attributes a full pass gives it. `None` (the default): everything.
     pub attributes_only: Option<BTreeSet<String>>,
 }
 
@@ -1806,6 +1808,9 @@ mod tests {
             for via in ["bus", "class", "drv"] {
                 assert_eq!(h.read_to_string(format!("/sys/{via}/{i}/numa_node")).unwrap(), "0\n");
             }
+            // The walk's handles and those opened in the root share the one cap.
+            assert_eq!(h.resolve_dir(format!("/sys/bus/{i}")).unwrap(), Path::new(&format!("/sys/devices/pci0/{i}")));
+            assert!(h.is_dir(format!("/sys/drv/{i}")));
         }
         let held = held_fds(&h);
         assert!(held <= h.max_dirs, "{held} handles held, more than {}", h.max_dirs);

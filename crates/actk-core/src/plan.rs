@@ -929,28 +929,26 @@ impl<'a> State<'a> {
         }
         if self.inventory.is_none() {
             self.identity_only = identity;
-        }
-        let attributes_only = self
-            .identity_only
-            .then(|| ctx.profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect());
-        let caps = &self.capabilities;
-        // A container start needs no topology (see DiscoverOptions::topology).
-        let opts = crate::discover::DiscoverOptions {
-            nvml: self.nvml,
-            topology: false,
-            only: self.only.clone(),
-            attributes_only,
-        };
-        self.inventory.get_or_insert_with(|| {
+            let attributes_only = identity.then(|| {
+                ctx.profiles.iter().flat_map(|p| &p.selection.device_env).map(|e| e.attribute.clone()).collect()
+            });
+            // A container start needs no topology (see DiscoverOptions::topology).
+            let opts = crate::discover::DiscoverOptions {
+                nvml: self.nvml,
+                topology: false,
+                only: self.only.clone(),
+                attributes_only,
+            };
             let i = crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
-                &profiles_for_request(&ctx.profiles, caps),
+                &profiles_for_request(&ctx.profiles, &self.capabilities),
                 &opts,
             );
             crate::bench_stage::reached("inventory");
-            i
-        })
+            self.inventory = Some(i);
+        }
+        self.inventory.get_or_insert_with(Inventory::default)
     }
 }
 

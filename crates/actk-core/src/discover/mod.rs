@@ -166,6 +166,16 @@ fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[i + 1..])))
 }
 
+/// The parent and last name of a plain absolute path ([`canonical_split`], else std's parser
+/// for an [`is_plain`] path such as `/a//b/`); `None` for any other path (`.`, `..`, relative,
+/// the root), which callers walk from the root.
+fn split_last(path: &Path) -> Option<(&Path, &OsStr)> {
+    canonical_split(path).or_else(|| match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if is_plain(path) => Some((parent, name)),
+        _ => None,
+    })
+}
+
 /// `Path::parent` ([`canonical_split`] first).
 fn parent_of(path: &Path) -> Option<&Path> {
     canonical_split(path).map(|(p, _)| p).or_else(|| path.parent())
@@ -206,16 +216,6 @@ fn plain_dirs(rest: &[u8], last_is_dir: bool) -> (usize, usize) {
         n += 1;
         pos = stop;
     }
-}
-
-/// `path` as its parent and a plain last name (not `.` or `..`, no trailing `/`); `None`
-/// otherwise.
-fn plain_split(path: &Path) -> Option<(&Path, &OsStr)> {
-    let bytes = path.as_os_str().as_bytes();
-    let name = path.file_name()?;
-    let n = name.as_bytes();
-    let plain = bytes.ends_with(n) && bytes.len() > n.len() && bytes[bytes.len() - n.len() - 1] == b'/';
-    Some((path.parent()?, name)).filter(|_| plain && n != b"." && n != b"..")
 }
 
 impl HostRoot {
@@ -297,11 +297,7 @@ impl HostRoot {
 
     fn locate_as(&self, path: &Path, last: Last) -> io::Result<Found> {
         check_len(path)?;
-        let split = canonical_split(path).or_else(|| match (path.parent(), path.file_name()) {
-            (Some(parent), Some(name)) if is_plain(path) => Some((parent, name)),
-            _ => None,
-        });
-        if let Some((parent, name)) = split {
+        if let Some((parent, name)) = split_last(path) {
             let (dir, fd) = self.resolved_dir(parent)?;
             return self.walk(dir, fd, name.as_bytes(), last);
         }
@@ -681,10 +677,11 @@ impl HostRoot {
     }
 
     /// Open plain absolute path `path` with `flags` in one openat2(2) from its nearest resolved
-    /// directory (memoised by the walk or by [`HostRoot::dir_in_root`]; the root at worst), refusing every symlink and `..` on the way. `None` when
-    /// the path has a symlink (the caller walks it), is not plain, or openat2 is unavailable;
-    /// other errors (`ENOENT`, `ENOTDIR`) are the path's own, as no link came before them, and a
-    /// path of [`MAX_PATH`] bytes or more fails with `ENAMETOOLONG` before any look-up.
+    /// directory (memoised by the walk or by [`HostRoot::dir_in_root`]; the root at worst),
+    /// refusing every symlink and `..` on the way. `None` when the path has a symlink (the caller
+    /// walks it), is not plain, or openat2 is unavailable; other errors (`ENOENT`, `ENOTDIR`)
+    /// are the path's own, as no link came before them, and a path of [`MAX_PATH`] bytes or
+    /// more fails with `ENAMETOOLONG` before any look-up.
     fn open_beneath(&self, path: &Path, flags: rustix::fs::OFlags) -> Option<io::Result<OwnedFd>> {
         use rustix::fs::ResolveFlags;
         if let Err(e) = check_len(path) {
@@ -824,7 +821,7 @@ impl HostRoot {
         if let Some(r) = self.open_beneath(path, OFlags::RDONLY) {
             return r;
         }
-        if let Some((dir, name)) = plain_split(path)
+        if let Some((dir, name)) = split_last(path)
             && let Some(r) = self.open_under_dir_in_root(path, dir, name, OFlags::RDONLY)
         {
             return r;
@@ -900,8 +897,8 @@ impl HostRoot {
         let path = path.as_ref();
         check_len(path)?;
         // The parent opened with the kernel resolving in the root (memoised), the link read
-        // there; a path whose last name is not a plain one (`.`, `..`, a trailing `/`) is walked.
-        let in_root = plain_split(path).and_then(|(dir, name)| Some((self.dir_in_root(dir)?, name)));
+        // there; a path that is not plain ([`split_last`]) is walked.
+        let in_root = split_last(path).and_then(|(dir, name)| Some((self.dir_in_root(dir)?, name)));
         let target = match in_root {
             Some((dir, name)) => rustix::fs::readlinkat(&*dir?, name, Vec::new())?,
             None => match self.locate(path, false)? {

@@ -311,7 +311,7 @@ impl KfdProps {
     }
 
     /// Only the [`NUMBERING_KEYS`] of `text`, each found by searching for its line (memchr's
-    /// memmem) rather than by splitting every line before it: every KFD node is read for these,
+    /// Rabin-Karp finder) rather than by splitting every line before it: every KFD node is read for these,
     /// and location_id is the 22nd line of a real node's file (issue 31). Nothing past
     /// `simd_count` is read of a CPU node. Same values as [`KfdProps::parse`] on files as
     /// kfd_topology.c prints them (`name value`, one space).
@@ -335,15 +335,16 @@ impl KfdProps {
 /// The decimal value of the first line of `text` that starts with `name_sp` (a name and one
 /// space), if there is one and it parses.
 fn line_value(text: &[u8], name_sp: &str) -> Option<u64> {
+    let finder = memchr::arch::all::rabinkarp::Finder::new(name_sp.as_bytes());
     let mut from = 0;
     let start = loop {
-        let at = from + memchr::memmem::find(&text[from..], name_sp.as_bytes())?;
+        let at = from + finder.find(&text[from..], name_sp.as_bytes())?;
         if at == 0 || text[at - 1] == b'\n' {
             break at + name_sp.len();
         }
         from = at + 1;
     };
-    let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |e| start + e);
+    let end = memchr::arch::all::memchr::One::new(b'\n').find(&text[start..]).map_or(text.len(), |e| start + e);
     std::str::from_utf8(&text[start..end]).ok()?.trim_ascii().parse().ok()
 }
 

@@ -152,7 +152,7 @@ pub fn find_with_cache(
         }
     }
     let probe_first = ld.0.as_ref().is_ok_and(|e| !e.is_empty());
-    let mut dirs = DirListings { wanted, by_dir: Default::default(), probe_first };
+    let mut dirs = DirListings { wanted, by_dir: Default::default(), probe_first, arch_dirs: Vec::new() };
     let mut out: Vec<HostFile> = Vec::new();
     let push = |f: HostFile, out: &mut Vec<HostFile>| {
         if !out.iter().any(|o| o.container_path == f.container_path) {
@@ -241,7 +241,8 @@ fn so_base(name: &str) -> Option<&str> {
     // Each `.` a candidate, found with memchr (issue 31: `str::find(".so")` set up a two-way
     // searcher per call, 50 k instructions of a discovery).
     let b = name.as_bytes();
-    memchr::memchr_iter(b'.', b).map(|dot| dot + 3).find_map(|end| {
+    memchr::arch::all::memchr::One::new(b'.')
+        .iter(b).map(|dot| dot + 3).find_map(|end| {
         (b.get(end - 2..end) == Some(b"so") && b.get(end).is_none_or(|&c| c == b'.')).then(|| &name[..end])
     })
 }
@@ -330,20 +331,42 @@ struct DirListings<'a> {
     /// file name (`libnvidia-pkcs11.so.580.95.05`) in each directory before the directory is
     /// listed (see [`find_library`]).
     probe_first: bool,
+    /// [`lib_dirs`] of each architecture asked for so far, as (directory as named, as it
+    /// resolves), without those missing and each real directory once (on a merged-/usr host
+    /// `/lib/x86_64-linux-gnu` is `/usr/lib/x86_64-linux-gnu`): resolved once per pass, not
+    /// once per library the cache lacks (issue 31: the 18 compat32 libraries of a DGX's
+    /// profile, none of them installed, resolved four directories each).
+    arch_dirs: Vec<(LibArch, std::rc::Rc<[(String, PathBuf)]>)>,
 }
 
 impl DirListings<'_> {
-    /// Directory `dir` as it resolves and its kept names; `None` when it is missing or unreadable.
-    fn get(&mut self, host: &HostRoot, dir: &str) -> Option<(PathBuf, &[String])> {
-        let real = host.resolve_dir(dir).ok()?;
+    /// The kept names of library directory `dir` (named as [`lib_dirs`] names it), which
+    /// resolves to `real`; empty when it cannot be listed.
+    fn get(&mut self, host: &HostRoot, dir: &str, real: &Path) -> &[String] {
         let wanted = &self.wanted;
-        let names = match self.by_dir.entry(real.clone()) {
+        match self.by_dir.entry(real.to_path_buf()) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 e.insert(host.list_dir_matching(dir, |n| wanted.may_be(n)).unwrap_or_default())
             }
-        };
-        Some((real, names))
+        }
+    }
+
+    /// The library directories of `arch` that exist under `host` ([`DirListings::arch_dirs`]).
+    fn dirs_of(&mut self, host: &HostRoot, arch: LibArch) -> std::rc::Rc<[(String, PathBuf)]> {
+        if let Some((_, dirs)) = self.arch_dirs.iter().find(|(a, _)| *a == arch) {
+            return dirs.clone();
+        }
+        let mut dirs: Vec<(String, PathBuf)> = Vec::new();
+        for dir in lib_dirs(arch) {
+            let Ok(real) = host.resolve_dir(&dir) else { continue };
+            if !dirs.iter().any(|(_, r)| *r == real) {
+                dirs.push((dir, real));
+            }
+        }
+        let dirs: std::rc::Rc<[(String, PathBuf)]> = dirs.into();
+        self.arch_dirs.push((arch, dirs.clone()));
+        dirs
     }
 }
 
@@ -379,6 +402,20 @@ fn consider(
     true
 }
 
+/// `dir/lib.version` (`/usr/lib/libcuda.so.580.95.05`), built in one allocation.
+fn versioned_path(dir: &Path, lib: &str, version: &str) -> PathBuf {
+    let dir = dir.as_os_str();
+    let mut p = std::ffi::OsString::with_capacity(dir.len() + lib.len() + version.len() + 2);
+    p.push(dir);
+    if !dir.as_encoded_bytes().ends_with(b"/") {
+        p.push("/");
+    }
+    p.push(lib);
+    p.push(".");
+    p.push(version);
+    p.into()
+}
+
 /// Looks for `lib` by listing the library directories of `arch` (each real directory once).
 fn scan_dirs(
     host: &HostRoot,
@@ -389,14 +426,9 @@ fn scan_dirs(
     found: &mut Vec<(String, PathBuf)>,
     warnings: &mut Warnings,
 ) {
-    // A directory reached again by another name (/lib64 -> usr/lib64) holds the same files.
-    let mut scanned: Vec<PathBuf> = Vec::new();
-    for dir in lib_dirs(arch) {
-        let Ok(real_dir) = host.resolve_dir(&dir) else { continue };
-        if scanned.contains(&real_dir) {
-            continue;
-        }
-        scanned.push(real_dir.clone());
+    // A directory reached again by another name (/lib64 -> usr/lib64) holds the same files:
+    // each real directory is in the list once.
+    for (dir, real_dir) in dirs_seen.dirs_of(host, arch).iter() {
         // With a cache, a library it lacks is most often not installed at all (a profile
         // names every optional library of the driver): its versioned file is looked for
         // first, and only a directory that has it is listed for its soname links. Listing a
@@ -405,11 +437,11 @@ fn scan_dirs(
         // so that a stale library of another version is still named in a warning.
         if dirs_seen.probe_first
             && let Some(v) = version
-            && !host.resolve_stat(real_dir.join(format!("{lib}.{v}"))).is_ok_and(|(_, st)| is_file(&st))
+            && !host.resolve_stat(versioned_path(real_dir, lib, v)).is_ok_and(|(_, st)| is_file(&st))
         {
             continue;
         }
-        let Some((_, listing)) = dirs_seen.get(host, &dir) else { continue };
+        let listing = dirs_seen.get(host, dir, real_dir);
         // lib64 and lib hold unqualified 64-bit or 32-bit files depending on the distro (and
         // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
         let names: Vec<String> = listing.iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
@@ -457,7 +489,7 @@ fn find_library(
         );
         let mut wanted = Wanted::default();
         wanted.add(lib);
-        let mut own = DirListings { wanted, by_dir: Default::default(), probe_first: false };
+        let mut own = DirListings { wanted, by_dir: Default::default(), probe_first: false, arch_dirs: Vec::new() };
         scan_dirs(host, &mut own, lib, arch, version, &mut found, warnings);
     }
     let mut out: Vec<HostFile> = Vec::new();

@@ -155,13 +155,19 @@ fn is_plain(path: &Path) -> bool {
 /// the bytes instead of std's component parser (which was a tenth of a discovery's
 /// instructions; issue 31). `None` for any other path, the root included: callers then take
 /// std's way.
+///
+/// Byte searches in discovery use memchr's portable `arch::all` searchers, not its top-level
+/// functions: those pick an AVX2 or SSE2 routine at their first call by asking the CPU
+/// (`std_detect`, ten CPUID instructions), and CPUID traps to the hypervisor in a VM (0.9 µs
+/// each on the CI machine), which a container start pays once more for strings of a few
+/// dozen bytes.
 fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     let b = path.as_os_str().as_bytes();
     let names = b.strip_prefix(b"/")?;
     if !names.split(|&c| c == b'/').all(|n| !n.is_empty() && n != b"." && n != b"..") {
         return None;
     }
-    let i = memchr::memrchr(b'/', b)?;
+    let i = memchr::arch::all::memchr::One::new(b'/').rfind(b)?;
     let parent = if i == 0 { &b[..1] } else { &b[..i] };
     Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[i + 1..])))
 }
@@ -234,9 +240,18 @@ impl HostRoot {
     }
 
     /// Whether this is the running system's own root (`/`), where the host's own NVML (the one
-    /// on the loader's path) may be used.
+    /// on the loader's path) may be used: the root directory is the same directory as `/`
+    /// (device and inode; `/`, a link to it, or `/` bind-mounted elsewhere). False when either
+    /// cannot be stat'ed.
+    ///
+    /// Not `canonicalize() == "/"`: musl's realpath(3) reads every name of the path as a link
+    /// and returns its result in memory from musl's own malloc, which a discovery then set up
+    /// for that one string (two `brk`, a guard `mmap`, and their page faults; issue 31).
     pub fn is_system_root(&self) -> bool {
-        self.root.canonicalize().is_ok_and(|p| p == Path::new("/"))
+        match (rustix::fs::stat(&self.root), rustix::fs::stat("/")) {
+            (Ok(root), Ok(system)) => root.st_dev == system.st_dev && root.st_ino == system.st_ino,
+            _ => false,
+        }
     }
 
     /// The real path of host path `path` without resolving anything (for messages and for
@@ -703,7 +718,7 @@ impl HostRoot {
             let full = bytes.len() - bytes.iter().rev().take_while(|&&b| b == b'/').count();
             let mut end = full;
             loop {
-                let slash = memchr::memrchr(b'/', &bytes[..end])?;
+                let slash = memchr::arch::all::memchr::One::new(b'/').rfind(&bytes[..end])?;
                 let rel = OsStr::from_bytes(&bytes[slash + 1..full]);
                 let a_end = slash - bytes[..slash].iter().rev().take_while(|&&b| b == b'/').count();
                 if a_end == 0 {
@@ -1257,6 +1272,22 @@ mod tests {
 
     use super::testutil::*;
     use super::*;
+
+    #[test]
+    fn the_system_root_is_known_by_its_directory() {
+        assert!(HostRoot::new("/").is_system_root());
+        assert!(HostRoot::new("//").is_system_root());
+        assert!(HostRoot::new("/usr/..").is_system_root());
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        std::os::unix::fs::symlink("/", r.join("to-root")).unwrap();
+        std::fs::create_dir(r.join("dir")).unwrap();
+        assert!(HostRoot::new(r.join("to-root")).is_system_root(), "a link to / is /");
+        assert!(!HostRoot::new(r).is_system_root(), "a fixture root is not /");
+        assert!(!HostRoot::new(r.join("dir")).is_system_root());
+        assert!(!HostRoot::new(r.join("missing")).is_system_root());
+        assert!(!HostRoot::new("").is_system_root(), "no path is no root");
+    }
 
     #[test]
     fn resolution_stays_inside_root() {

@@ -13,6 +13,7 @@ use super::nvml::{self, LinkPeer, MigMode};
 use super::{DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::{Device, DeviceNode, Mig, MigDevice, MigPlacement, VendorInventory};
 use crate::profile::Profile;
+use memchr::arch::all::memchr::One;
 use std::collections::{BTreeMap, BTreeSet};
 
 const PROC: &str = "/proc/driver/nvidia";
@@ -204,10 +205,11 @@ pub(crate) fn parse_information(text: &str) -> Information<'_> {
         text.get(from..to).unwrap_or_default()
     };
     let mut fields = Vec::with_capacity(16);
+    let (newline, colon_at) = (One::new(b'\n'), One::new(b':'));
     let mut start = 0;
     while start < b.len() {
-        let end = memchr::memchr(b'\n', &b[start..]).map_or(b.len(), |i| start + i);
-        if let Some(colon) = memchr::memchr(b':', &b[start..end]).map(|i| start + i) {
+        let end = newline.find(&b[start..]).map_or(b.len(), |i| start + i);
+        if let Some(colon) = colon_at.find(&b[start..end]).map(|i| start + i) {
             let (k, v) = (trimmed(start, colon), trimmed(colon + 1, end));
             if !k.is_empty() && !v.is_empty() {
                 fields.push((k, v));

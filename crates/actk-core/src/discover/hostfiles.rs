@@ -286,8 +286,9 @@ impl<'a> CacheIndex<'a> {
 
 /// Whether `real` (a resolved file name) belongs to driver `version`; no version: any.
 fn version_matches(real: &Path, version: Option<&str>) -> bool {
-    let name = real.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    version.is_none_or(|v| name.ends_with(&format!(".so.{v}")))
+    let name = real.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default();
+    // `name` ends in `.so.{v}`, compared without formatting that suffix for every library.
+    version.is_none_or(|v| name.strip_suffix(v.as_bytes()).is_some_and(|rest| rest.ends_with(b".so.")))
 }
 
 /// The libraries a pass looks for by scanning directories (those the cache has no entry for):

@@ -163,13 +163,25 @@ fn is_plain(path: &Path) -> bool {
 /// dozen bytes.
 fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     let b = path.as_os_str().as_bytes();
-    let names = b.strip_prefix(b"/")?;
-    if !names.split(|&c| c == b'/').all(|n| !n.is_empty() && n != b"." && n != b"..") {
+    if b.len() < 2 || b[0] != b'/' {
         return None;
     }
-    let i = memchr::arch::all::memchr::One::new(b'/').rfind(b)?;
-    let parent = if i == 0 { &b[..1] } else { &b[..i] };
-    Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[i + 1..])))
+    // One pass: each name checked as its `/` (or the end) is reached; `last` is the last `/`.
+    let (mut last, mut start) = (0, 1);
+    for i in 1..=b.len() {
+        if i < b.len() && b[i] != b'/' {
+            continue;
+        }
+        if matches!(&b[start..i], b"" | b"." | b"..") {
+            return None;
+        }
+        if i < b.len() {
+            last = i;
+        }
+        start = i + 1;
+    }
+    let parent = if last == 0 { &b[..1] } else { &b[..last] };
+    Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[last + 1..])))
 }
 
 /// The parent and last name of a plain absolute path ([`canonical_split`], else std's parser
@@ -1260,6 +1272,13 @@ mod tests {
         #[test]
         fn the_byte_split_agrees_with_std(p in "/?[a./]{0,12}") {
             let path = Path::new(&p);
+            // canonical_split is the rule it states, on every path: `/`, then names separated
+            // by single `/`s, none empty, `.` or `..`.
+            let by_rule = p.strip_prefix('/').filter(|names| names.split('/').all(|n| !matches!(n, "" | "." | ".."))).map(|_| {
+                let i = p.rfind('/').unwrap_or(0);
+                (Path::new(if i == 0 { "/" } else { &p[..i] }), OsStr::new(&p[i + 1..]))
+            });
+            proptest::prop_assert_eq!(canonical_split(path), by_rule, "{}", p);
             if let Some((parent, name)) = canonical_split(path) {
                 proptest::prop_assert_eq!(Some(parent), path.parent(), "{}", p);
                 proptest::prop_assert_eq!(Some(name), path.file_name(), "{}", p);

@@ -320,3 +320,41 @@ fn destroy_by_uuid_never_takes_the_device_that_got_the_ids_since() {
     // A GPU NVML no longer knows has nothing left to destroy.
     assert_eq!(dynamic::destroy_by_uuid(&lib, "GPU-00000000-0000-0000-0000-000000000000", &second.uuid), Ok(false));
 }
+
+/// Two nodes' doubles read their state in two threads at once and each keeps answering what its
+/// state says. Every fixture root has its own copy of the double, and a test process (a DRA
+/// test's publisher and driver, parallel tests) loads several side by side; they share the
+/// process's libc. The double once split state.tsv's lines with strtok(3), whose position is
+/// one per process: one copy's parse cut the other's lines, and a GPU's 1g.10gb profile went
+/// missing from a dynamic-MIG test's first publish (one CI run in about forty).
+#[test]
+fn two_doubles_read_their_state_in_parallel_alike() {
+    let (Some(a), Some(b)) = (prepare("nvidia-dgx-a100"), prepare("nvidia-dgx-a100")) else { return };
+    let rounds = |f: &Fixture| {
+        let state = f.path("nvml-double/state.tsv");
+        let text = std::fs::read(&state).unwrap();
+        let uuid = gpu_uuid(f, 0);
+        let mut first = None;
+        for round in 0..600 {
+            // A new file each round (another inode), so that nvmlInit reads it again.
+            let tmp = state.with_extension("tsv.new");
+            std::fs::write(&tmp, &text).unwrap();
+            std::fs::rename(&tmp, &state).unwrap();
+            let nvml = open(f);
+            let profiles = dynamic::gi_profiles(&nvml, &uuid).unwrap();
+            let names: Vec<(String, usize)> = profiles.iter().map(|p| (p.name.clone(), p.placements.len())).collect();
+            match &first {
+                None => first = Some(names),
+                Some(want) => assert_eq!(&names, want, "{}: round {round}", f.root.display()),
+            }
+        }
+        first.unwrap()
+    };
+    let (x, y) = std::thread::scope(|s| {
+        let x = s.spawn(|| rounds(&a));
+        let y = s.spawn(|| rounds(&b));
+        (x.join().unwrap(), y.join().unwrap())
+    });
+    assert_eq!(x, y, "the same fixture answers the same profiles");
+    assert!(x.iter().any(|(n, _)| n == "1g.10gb"), "{x:?}");
+}

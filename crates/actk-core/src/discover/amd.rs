@@ -311,7 +311,7 @@ impl KfdProps {
     }
 
     /// Only the [`NUMBERING_KEYS`] of `text`, each found by searching for its line (memchr's
-    /// Rabin-Karp finder) rather than by splitting every line before it: every KFD node is read for these,
+    /// memmem) rather than by splitting every line before it: every KFD node is read for these,
     /// and location_id is the 22nd line of a real node's file (issue 31). Nothing past
     /// `simd_count` is read of a CPU node. Same values as [`KfdProps::parse`] on files as
     /// kfd_topology.c prints them (`name value`, one space).
@@ -335,16 +335,15 @@ impl KfdProps {
 /// The decimal value of the first line of `text` that starts with `name_sp` (a name and one
 /// space), if there is one and it parses.
 fn line_value(text: &[u8], name_sp: &str) -> Option<u64> {
-    let finder = memchr::arch::all::rabinkarp::Finder::new(name_sp.as_bytes());
     let mut from = 0;
     let start = loop {
-        let at = from + finder.find(&text[from..], name_sp.as_bytes())?;
+        let at = from + memchr::memmem::find(&text[from..], name_sp.as_bytes())?;
         if at == 0 || text[at - 1] == b'\n' {
             break at + name_sp.len();
         }
         from = at + 1;
     };
-    let end = memchr::arch::all::memchr::One::new(b'\n').find(&text[start..]).map_or(text.len(), |e| start + e);
+    let end = memchr::memchr(b'\n', &text[start..]).map_or(text.len(), |e| start + e);
     std::str::from_utf8(&text[start..end]).ok()?.trim_ascii().parse().ok()
 }
 
@@ -381,6 +380,40 @@ fn model_name(device_id: u64) -> Option<&'static str> {
 mod tests {
     use super::super::testutil::*;
     use super::*;
+
+    #[test]
+    fn numbering_reads_the_first_line_of_each_key() {
+        let loc = |text: &str| KfdProps::numbering(text).get("location_id").copied();
+        let head = "simd_count 4\n";
+        assert_eq!(
+            loc(&format!("{head}xlocation_id 1\nlocation_id_x 2\n location_id 3\nlocation_id 4\nlocation_id 5\n")),
+            Some(4),
+            "a line's start, the first such line"
+        );
+        assert_eq!(loc(&format!("{head}location_id 6")), Some(6), "a last line without newline");
+        assert_eq!(loc(&format!("\n\nlocation_id  7 \n{head}")), Some(7), "empty lines, spaces, any order");
+        assert_eq!(loc(&format!("{head}location_id x\nlocation_id 8\n")), None, "the first line decides");
+        assert_eq!(loc("location_id 9\nsimd_count 0\n"), None, "a CPU node: nothing but simd_count");
+        assert_eq!(loc("location_id 9\n"), None, "no simd_count: nothing");
+        assert_eq!(KfdProps::numbering("location_id 9\nsimd_count 0\n").get("simd_count"), Some(&0));
+        assert_eq!(loc(""), None);
+        // What KfdProps::parse reads, on every prefix of a real node's file and of a CPU node's.
+        for node in [
+            "cpu_cores_count 0\nsimd_count 1216\nmem_banks_count 1\nlocation_id 1280\ndomain 0\nhive_id 0\n",
+            "cpu_cores_count 96\nsimd_count 0\nmem_banks_count 1\nlocation_id 0\ndomain 0\n",
+        ] {
+            for end in 0..=node.len() {
+                let part = &node[..end];
+                let (all, some) = (KfdProps::parse(part), KfdProps::numbering(part));
+                let cpu_or_none = all.get("simd_count").is_none_or(|n| *n == 0);
+                for key in ["simd_count", "location_id", "domain"] {
+                    let want = if cpu_or_none && key != "simd_count" { None } else { all.get(key) };
+                    assert_eq!(some.get(key), want, "{key} in {part:?}");
+                }
+                assert_eq!(some.get("hive_id"), None, "only the numbering keys");
+            }
+        }
+    }
 
     #[test]
     fn kfd_properties_parse_as_far_as_asked() {

@@ -240,11 +240,16 @@ fn is_name_of(name: &str, lib: &str) -> bool {
 fn so_base(name: &str) -> Option<&str> {
     // Each `.` a candidate, found with memchr (issue 31: `str::find(".so")` set up a two-way
     // searcher per call, 50 k instructions of a discovery).
-    let b = name.as_bytes();
-    memchr::arch::all::memchr::One::new(b'.')
-        .iter(b).map(|dot| dot + 3).find_map(|end| {
-        (b.get(end - 2..end) == Some(b"so") && b.get(end).is_none_or(|&c| c == b'.')).then(|| &name[..end])
-    })
+    let (b, dots) = (name.as_bytes(), super::ByteFinder::new(b'.'));
+    let mut from = 0;
+    while let Some(dot) = dots.find(&b[from..]).map(|i| from + i) {
+        let end = dot + 3;
+        if b.get(dot + 1..end) == Some(b"so") && b.get(end).is_none_or(|&c| c == b'.') {
+            return Some(&name[..end]);
+        }
+        from = dot + 1;
+    }
+    None
 }
 
 /// ld.so.cache entries by the library they are a name of: a real cache has ~1500 entries and a

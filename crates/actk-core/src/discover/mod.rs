@@ -143,6 +143,52 @@ impl Clone for HostRoot {
     }
 }
 
+/// A byte searcher that needs no CPU feature detection ([`ByteFinder::new`]), for discovery's
+/// searches in paths and procfs lines.
+///
+/// memchr's top-level functions pick an AVX2 or SSE2 routine at their first call by asking the
+/// CPU (`std_detect`: ten CPUID instructions), and CPUID traps to the hypervisor in a VM (0.9 µs
+/// each on the CI machine): a container start paid that for strings of a few dozen bytes
+/// (issue 31). SSE2 is part of x86-64 itself, so memchr's SSE2 searcher is used there without
+/// asking; elsewhere its portable word-at-a-time one (also the fallback, never taken on x86-64).
+#[derive(Clone, Copy)]
+pub(crate) struct ByteFinder {
+    /// memchr's SSE2 searcher: always there on x86-64 (the x86_64 targets enable SSE2, which
+    /// memchr checks at compile time), `None` on other architectures.
+    #[cfg(target_arch = "x86_64")]
+    sse2: Option<memchr::arch::x86_64::sse2::memchr::One>,
+    all: memchr::arch::all::memchr::One,
+}
+
+impl ByteFinder {
+    /// A searcher for `needle`.
+    pub(crate) fn new(needle: u8) -> Self {
+        ByteFinder {
+            #[cfg(target_arch = "x86_64")]
+            sse2: memchr::arch::x86_64::sse2::memchr::One::new(needle),
+            all: memchr::arch::all::memchr::One::new(needle),
+        }
+    }
+
+    /// The position of the first `needle` in `haystack`.
+    pub(crate) fn find(&self, haystack: &[u8]) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(f) = &self.sse2 {
+            return f.find(haystack);
+        }
+        self.all.find(haystack)
+    }
+
+    /// The position of the last `needle` in `haystack`.
+    pub(crate) fn rfind(&self, haystack: &[u8]) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(f) = &self.sse2 {
+            return f.rfind(haystack);
+        }
+        self.all.rfind(haystack)
+    }
+}
+
 /// An absolute path of plain names only (`/sys/bus/pci/devices/X/numa_node`): its parent is
 /// a memo key as it stands.
 fn is_plain(path: &Path) -> bool {
@@ -155,12 +201,7 @@ fn is_plain(path: &Path) -> bool {
 /// the bytes instead of std's component parser (which was a tenth of a discovery's
 /// instructions; issue 31). `None` for any other path, the root included: callers then take
 /// std's way.
-///
-/// Byte searches in discovery use memchr's portable `arch::all` searchers, not its top-level
-/// functions: those pick an AVX2 or SSE2 routine at their first call by asking the CPU
-/// (`std_detect`, ten CPUID instructions), and CPUID traps to the hypervisor in a VM (0.9 µs
-/// each on the CI machine), which a container start pays once more for strings of a few
-/// dozen bytes.
+
 fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     let b = path.as_os_str().as_bytes();
     if b.len() < 2 || b[0] != b'/' {
@@ -730,7 +771,7 @@ impl HostRoot {
             let full = bytes.len() - bytes.iter().rev().take_while(|&&b| b == b'/').count();
             let mut end = full;
             loop {
-                let slash = memchr::arch::all::memchr::One::new(b'/').rfind(&bytes[..end])?;
+                let slash = ByteFinder::new(b'/').rfind(&bytes[..end])?;
                 let rel = OsStr::from_bytes(&bytes[slash + 1..full]);
                 let a_end = slash - bytes[..slash].iter().rev().take_while(|&&b| b == b'/').count();
                 if a_end == 0 {
@@ -1267,6 +1308,15 @@ pub(crate) mod testutil {
 #[cfg(test)]
 mod tests {
     proptest::proptest! {
+        /// ByteFinder answers as a scan does, needle present or not, at any length (SSE2's
+        /// 16-byte blocks and the tail after them).
+        #[test]
+        fn byte_finder_finds_what_a_scan_finds(hay in proptest::collection::vec(0u8..4, 0..80), needle in 0u8..5) {
+            let f = ByteFinder::new(needle);
+            proptest::prop_assert_eq!(f.find(&hay), hay.iter().position(|&b| b == needle));
+            proptest::prop_assert_eq!(f.rfind(&hay), hay.iter().rposition(|&b| b == needle));
+        }
+
         /// canonical_split, parent_of and plain agree with std's Path::parent, Path::file_name
         /// and is_plain on every path of `a`, `.` and `/` (absolute or not, any run of them).
         #[test]

@@ -10,10 +10,9 @@
 //! (CUDA_DEVICE_ORDER=PCI_BUS_ID).
 
 use super::nvml::{self, LinkPeer, MigMode};
-use super::{DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
+use super::{ByteFinder, DiscoverOptions, HostRoot, Warnings, normalize_pci, parse_numa, vendor_for};
 use crate::inventory::{Device, DeviceNode, Mig, MigDevice, MigPlacement, VendorInventory};
 use crate::profile::Profile;
-use memchr::arch::all::memchr::One;
 use std::collections::{BTreeMap, BTreeSet};
 
 const PROC: &str = "/proc/driver/nvidia";
@@ -205,7 +204,7 @@ pub(crate) fn parse_information(text: &str) -> Information<'_> {
         text.get(from..to).unwrap_or_default()
     };
     let mut fields = Vec::with_capacity(16);
-    let (newline, colon_at) = (One::new(b'\n'), One::new(b':'));
+    let (newline, colon_at) = (ByteFinder::new(b'\n'), ByteFinder::new(b':'));
     let mut start = 0;
     while start < b.len() {
         let end = newline.find(&b[start..]).map_or(b.len(), |i| start + i);

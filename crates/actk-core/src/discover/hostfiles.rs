@@ -342,8 +342,11 @@ struct DirListings<'a> {
     /// `/lib/x86_64-linux-gnu` is `/usr/lib/x86_64-linux-gnu`): resolved once per pass, not
     /// once per library the cache lacks (issue 31: the 18 compat32 libraries of a DGX's
     /// profile, none of them installed, resolved four directories each).
-    arch_dirs: Vec<(LibArch, std::rc::Rc<[(String, PathBuf)]>)>,
+    arch_dirs: Vec<(LibArch, LibDirs)>,
 }
+
+/// Library directories as (directory as named, as it resolves), shared by a pass's lookups.
+type LibDirs = std::rc::Rc<[(String, PathBuf)]>;
 
 impl DirListings<'_> {
     /// The kept names of library directory `dir` (named as [`lib_dirs`] names it), which
@@ -359,7 +362,7 @@ impl DirListings<'_> {
     }
 
     /// The library directories of `arch` that exist under `host` ([`DirListings::arch_dirs`]).
-    fn dirs_of(&mut self, host: &HostRoot, arch: LibArch) -> std::rc::Rc<[(String, PathBuf)]> {
+    fn dirs_of(&mut self, host: &HostRoot, arch: LibArch) -> LibDirs {
         if let Some((_, dirs)) = self.arch_dirs.iter().find(|(a, _)| *a == arch) {
             return dirs.clone();
         }
@@ -370,7 +373,7 @@ impl DirListings<'_> {
                 dirs.push((dir, real));
             }
         }
-        let dirs: std::rc::Rc<[(String, PathBuf)]> = dirs.into();
+        let dirs: LibDirs = dirs.into();
         self.arch_dirs.push((arch, dirs.clone()));
         dirs
     }

@@ -201,7 +201,6 @@ fn is_plain(path: &Path) -> bool {
 /// the bytes instead of std's component parser (which was a tenth of a discovery's
 /// instructions; issue 31). `None` for any other path, the root included: callers then take
 /// std's way.
-
 fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     let b = path.as_os_str().as_bytes();
     if b.len() < 2 || b[0] != b'/' {

@@ -291,7 +291,7 @@ impl<'a> CacheIndex<'a> {
 
 /// Whether `real` (a resolved file name) belongs to driver `version`; no version: any.
 fn version_matches(real: &Path, version: Option<&str>) -> bool {
-    let name = real.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default();
+    let name = real.file_name().and_then(|n| n.to_str()).unwrap_or_default().as_bytes();
     // `name` ends in `.so.{v}`, compared without formatting that suffix for every library.
     version.is_none_or(|v| name.strip_suffix(v.as_bytes()).is_some_and(|rest| rest.ends_with(b".so.")))
 }

@@ -274,6 +274,7 @@ pub fn plan_with(config_json: &Value, ctx: &PlanContext, opts: &PlanOptions) -> 
         nvml: wants_mig,
         only: wanted_devices(&ctx.profiles, &req),
         identity_only: false,
+        process_ends: opts.process_ends,
     };
     for vr in &req.vendors {
         state.capabilities.insert(vr.profile.clone(), vr.capabilities.clone());
@@ -861,6 +862,8 @@ struct State<'a> {
     only: BTreeMap<String, BTreeSet<u32>>,
     /// Whether `inventory` holds the devices' identity alone ([`State::device_attributes`]).
     identity_only: bool,
+    /// [`PlanOptions::process_ends`], passed on to discovery.
+    process_ends: bool,
 }
 
 /// The profiles to discover with for one container start: every profile keeps its devices (so
@@ -938,6 +941,7 @@ impl<'a> State<'a> {
                 topology: false,
                 only: self.only.clone(),
                 attributes_only,
+                process_ends: self.process_ends,
             };
             let i = crate::discover::discover_roots_with(
                 &ctx.root,

@@ -97,7 +97,7 @@ fn vendors(profiles: &[Profile], full: &Inventory) -> Vec<(Profile, String, u32,
 
 fn check_root(name: &str, root: &std::path::Path) {
     let profiles = profile::builtin();
-    let opts = DiscoverOptions { nvml: false, topology: false, only: BTreeMap::new(), attributes_only: None };
+    let opts = DiscoverOptions { nvml: false, topology: false, ..Default::default() };
     let full = discover::discover_roots_with(root, root, &profiles, &opts);
     let found = vendors(&profiles, &full);
     if found.is_empty() {

@@ -1093,11 +1093,23 @@ pub struct DiscoverOptions {
     /// version. Every device still has its index, node and UUID, and at least the named
     /// attributes a full pass gives it. `None` (the default): everything.
     pub attributes_only: Option<BTreeSet<String>>,
+    /// The caller ends right after the pass (actk-runtime's create execs the low-level
+    /// runtime; [`crate::plan::PlanOptions::process_ends`]): the pass's [`HostRoot`]s, their
+    /// kept directory handles (all `O_CLOEXEC`: the exec closes them) and memos, are left to
+    /// the process's end instead of closed and freed one by one (a DGX create's 25 `close`
+    /// calls; issue 31). Off by default: a long-running caller would leak them.
+    pub process_ends: bool,
 }
 
 impl Default for DiscoverOptions {
     fn default() -> Self {
-        DiscoverOptions { nvml: true, topology: true, only: BTreeMap::new(), attributes_only: None }
+        DiscoverOptions {
+            nvml: true,
+            topology: true,
+            only: BTreeMap::new(),
+            attributes_only: None,
+            process_ends: false,
+        }
     }
 }
 
@@ -1133,13 +1145,8 @@ pub fn discover_roots(root: &Path, driver_root: &Path, profiles: &[Profile]) -> 
 pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile], opts: &DiscoverOptions) -> Inventory {
     let host = HostRoot::new(root);
     // One root (the usual case): one cache of resolved directories for devices and files.
-    let driver_own;
-    let driver = if driver_root == root {
-        &host
-    } else {
-        driver_own = HostRoot::new(driver_root);
-        &driver_own
-    };
+    let driver_own = (driver_root != root).then(|| HostRoot::new(driver_root));
+    let driver = driver_own.as_ref().unwrap_or(&host);
     let root = host.root();
     // Host files are looked for only when the inventory is more than the devices' identity.
     let files = opts.attributes_only.is_none().then(|| {
@@ -1172,7 +1179,12 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         }
         vendors.push(vendor);
     }
-    Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 }
+    let inventory = Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 };
+    if opts.process_ends {
+        std::mem::forget(driver_own);
+        std::mem::forget(host);
+    }
+    inventory
 }
 
 /// A fresh [`VendorInventory`] for `profile` with no devices yet.

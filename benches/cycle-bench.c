@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_VARIANTS 16
+#define MAX_VARIANTS 24
 #define MAX_ENV 8
 enum { CREATE, STATE, START, WAIT, DELETE, CYCLE, NCALLS };
 static const char *CALLS[NCALLS] = {"create", "state", "start", "wait", "delete", "cycle"};

@@ -455,7 +455,7 @@ scale() {
 
 # Stages: see the header. The stage names of crates/actk-core/src/bench_stage.rs, in order.
 stage_names_cdi="start config parse profiles requests registry plan apply hooks write"
-stage_names_disc="start config parse profiles requests registry inventory plan apply hooks write"
+stage_names_disc="start config parse profiles requests registry ldcache devices control inventory plan apply hooks write"
 stages() {
   local fx=$1 vendor request d m v prev args names
   case $fx in

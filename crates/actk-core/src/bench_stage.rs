@@ -9,7 +9,8 @@
 //! The stages of actk-runtime's create, in order: `start` (arguments parsed), `config`
 //! (config.toml read, logging set up), `parse` (config.json read and parsed), `profiles` (vendor
 //! profiles loaded), `requests` (the container's requests collected), `registry` (CDI spec
-//! directories read), `inventory` (host discovered), `plan` (edits planned), `apply` (edits
+//! directories read), `ldcache` (discovery: the driver root's ld.so.cache read), `devices` (the first vendor's devices
+//! described), `control` (its control nodes found), `inventory` (host discovered: its host files found), `plan` (edits planned), `apply` (edits
 //! applied), `hooks` (hooks.d merged), `write` (config.json written). A start that needs no
 //! registry or no inventory never reaches that stage.
 

@@ -1155,6 +1155,7 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         let arch = hostfiles::host_arch_with(&host, &ld);
         (ld, arch)
     });
+    crate::bench_stage::reached("ldcache");
     let mut warnings = Warnings::default();
     let mut vendors = Vec::new();
     for profile in profiles {
@@ -1172,8 +1173,10 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
         if vendor.devices.is_empty() {
             continue;
         }
+        crate::bench_stage::reached("devices");
         if let Some((ld, arch)) = &files {
             vendor.shared_nodes = control_nodes(&host, profile, &mut warnings);
+            crate::bench_stage::reached("control");
             vendor.host_files =
                 hostfiles::find_with_cache(driver, ld, *arch, profile, vendor.driver_version.as_deref(), &mut warnings);
         }

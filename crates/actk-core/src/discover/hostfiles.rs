@@ -11,7 +11,7 @@
 
 use super::{HostRoot, Warnings, expand_glob};
 use crate::inventory::{HostFile, HostFileKind};
-use crate::ldcache::{self, CacheEntry, LibArch};
+use crate::ldcache::{self, EntryRef, LibArch};
 use crate::profile::Profile;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -46,11 +46,11 @@ fn lib_dirs(arch: LibArch) -> Vec<String> {
 ///
 /// x86-64 when none is a known architecture.
 pub fn host_arch(device_root: &HostRoot, driver_root: &HostRoot) -> LibArch {
-    host_arch_with(device_root, &LdCache::load(driver_root))
+    host_arch_with(device_root, &LdCache::load(driver_root).entries())
 }
 
 /// [`host_arch`] with the driver root's ld.so.cache already read.
-pub fn host_arch_with(device_root: &HostRoot, driver_cache: &LdCache) -> LibArch {
+pub fn host_arch_with(device_root: &HostRoot, driver_cache: &LdEntries<'_>) -> LibArch {
     if let Some(a) = device_root.read_to_string("/proc/sys/kernel/arch").ok().and_then(|m| LibArch::native(&m)) {
         return a;
     }
@@ -66,23 +66,38 @@ pub fn host_arch_with(device_root: &HostRoot, driver_cache: &LdCache) -> LibArch
     LibArch::native(&rustix::system::uname().machine().to_string_lossy()).unwrap_or(LibArch::X86_64)
 }
 
-/// A root's /etc/ld.so.cache, read and parsed once per discovery pass (a real one is ~100 KB):
-/// its entries (none when the file is missing), or what is wrong with it, which
-/// [`find_with_cache`] reports as a warning for each vendor that looks libraries up.
-pub struct LdCache(Result<Vec<CacheEntry>, String>);
+/// A root's /etc/ld.so.cache, read once per discovery pass: its bytes (`None` when the file is
+/// missing), or why it could not be read. [`LdCache::entries`] parses it.
+pub struct LdCache(Result<Option<Vec<u8>>, String>);
 
 impl LdCache {
     /// Read `root`'s /etc/ld.so.cache.
     pub fn load(root: &HostRoot) -> LdCache {
         LdCache(match root.read(CACHE) {
-            Ok(bytes) => {
-                ldcache::parse(&bytes).map_err(|e| format!("{e}; falling back to the standard library directories"))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("unreadable: {e}; falling back to the standard library directories")),
         })
     }
+
+    /// The cache's entries, their strings slices of the file's bytes ([`ldcache::parse_borrowed`]
+    /// within the default limits; none when the file is missing), or what is wrong with it.
+    /// Parsed once per pass: a real node's cache (30-100 KB, one to three thousand entries)
+    /// copied into a `String` each cost a third of a discovery's instructions and their
+    /// page faults (issue 31).
+    pub fn entries(&self) -> LdEntries<'_> {
+        LdEntries(match &self.0 {
+            Ok(Some(bytes)) => ldcache::parse_borrowed(bytes, &ldcache::Limits::default())
+                .map_err(|e| format!("{e}; falling back to the standard library directories")),
+            Ok(None) => Ok(Vec::new()),
+            Err(why) => Err(why.clone()),
+        })
+    }
 }
+
+/// The entries of an [`LdCache`] ([`LdCache::entries`]), or what is wrong with the file, which
+/// [`find_with_cache`] reports as a warning for each vendor that looks libraries up.
+pub struct LdEntries<'a>(Result<Vec<EntryRef<'a>>, String>);
 
 /// Where the ld.so.cache is, in any root.
 const CACHE: &str = "/etc/ld.so.cache";
@@ -120,26 +135,27 @@ pub fn find_for_arch(
     driver_version: Option<&str>,
     warnings: &mut Warnings,
 ) -> Vec<HostFile> {
-    find_with_cache(host, &LdCache::load(host), native, profile, driver_version, warnings)
+    find_with_cache(host, &LdCache::load(host).entries(), native, profile, driver_version, warnings)
 }
 
-/// [`find_for_arch`] with `host`'s ld.so.cache already read ([`LdCache::load`]).
+/// [`find_for_arch`] with `host`'s ld.so.cache already read ([`LdCache::entries`]).
 pub fn find_with_cache(
     host: &HostRoot,
-    ld: &LdCache,
+    ld: &LdEntries<'_>,
     native: LibArch,
     profile: &Profile,
     driver_version: Option<&str>,
     warnings: &mut Warnings,
 ) -> Vec<HostFile> {
     let no_entries = Vec::new();
-    let cache = CacheIndex::new(match &ld.0 {
+    let entries = match &ld.0 {
         Ok(entries) => entries,
         Err(why) => {
             warnings.add(host, CACHE, why.clone());
             &no_entries
         }
-    });
+    };
+    let cache = CacheIndex::new(entries, profile.capabilities.values().flat_map(|files| &files.libraries));
     // Fallback directory listings, read once per discovery and keeping only the names of the
     // libraries the cache lacks: a real /usr/lib/x86_64-linux-gnu holds thousands of entries
     // and most optional libraries (compat32, ngx, ...) are absent.
@@ -255,16 +271,41 @@ fn so_base(name: &str) -> Option<&str> {
 /// ld.so.cache entries by the library they are a name of: a real cache has ~1500 entries and a
 /// profile asks for dozens of libraries, so a scan per library was most of the lookup.
 pub struct CacheIndex<'a> {
-    entries: &'a [CacheEntry],
+    entries: &'a [EntryRef<'a>],
+    /// The positions of the entries of each wanted base ([`CacheIndex::new`]); a base nobody
+    /// asked for is not in it.
     by_base: FoldMap<&'a str, Vec<usize>>,
 }
 
 impl<'a> CacheIndex<'a> {
-    fn new(entries: &'a [CacheEntry]) -> Self {
+    /// The index of `entries` for libraries `libs` (any other library's entries are still
+    /// found, by a scan: [`CacheIndex::named`]). Only the entries whose base is one of theirs
+    /// are kept: a real cache's thousand other libraries cost a look-up each, not a list each
+    /// (issue 31).
+    fn new<'l>(entries: &'a [EntryRef<'a>], libs: impl IntoIterator<Item = &'l String>) -> Self {
         let mut by_base: FoldMap<&'a str, Vec<usize>> = FoldMap::default();
-        for (i, e) in entries.iter().enumerate() {
-            if let Some(b) = so_base(&e.key) {
-                by_base.entry(b).or_default().push(i);
+        let wanted: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+            libs.into_iter().map(String::as_str).filter(|l| so_base(l) == Some(l)).collect();
+        // The first 8 bytes of the wanted bases (a dozen for NVIDIA's: `libnvidi`, `libcuda.`,
+        // ...): a key that starts otherwise is none of theirs, told in a few instructions. A
+        // base shorter than that leaves every key to the look-up.
+        let mut heads: Vec<[u8; 8]> = Vec::new();
+        let all_long = wanted.iter().all(|b| b.len() >= 8);
+        if all_long {
+            heads = wanted.iter().filter_map(|b| b.as_bytes().first_chunk::<8>().copied()).collect();
+            heads.sort_unstable();
+            heads.dedup();
+        }
+        if !wanted.is_empty() {
+            for (i, e) in entries.iter().enumerate() {
+                if all_long && !e.key.as_bytes().first_chunk::<8>().is_some_and(|h| heads.contains(h)) {
+                    continue;
+                }
+                if let Some(b) = so_base(e.key)
+                    && wanted.contains(b)
+                {
+                    by_base.entry(b).or_default().push(i);
+                }
             }
         }
         CacheIndex { entries, by_base }
@@ -278,8 +319,8 @@ impl<'a> CacheIndex<'a> {
     /// The entries of `arch` whose key is library `lib` or a versioned name of it
     /// ([`is_name_of`]), in cache order. A `lib` whose own base is itself (`libcuda.so`) has
     /// all of them under that base; any other name is looked for in every entry.
-    fn named(&self, lib: &str, arch: LibArch) -> Vec<&'a CacheEntry> {
-        let ok = |e: &&CacheEntry| e.arch() == arch && is_name_of(&e.key, lib);
+    fn named(&self, lib: &str, arch: LibArch) -> Vec<&'a EntryRef<'a>> {
+        let ok = |e: &&EntryRef<'_>| e.arch() == arch && is_name_of(e.key, lib);
         if so_base(lib) == Some(lib) {
             let idx = self.by_base.get(lib).map(Vec::as_slice).unwrap_or_default();
             idx.iter().map(|&i| &self.entries[i]).filter(ok).collect()
@@ -479,7 +520,7 @@ fn find_library(
     let entries = cache.named(lib, arch);
     let mut resolved = 0;
     for e in &entries {
-        resolved += usize::from(consider(host, lib, version, &e.path, &mut found, warnings));
+        resolved += usize::from(consider(host, lib, version, e.path, &mut found, warnings));
     }
     if found.is_empty() && entries.is_empty() {
         scan_dirs(host, dirs_seen, lib, arch, version, &mut found, warnings);
@@ -491,7 +532,7 @@ fn find_library(
         // listing them for this library alone.
         warnings.add(
             host,
-            &entries[0].path,
+            entries[0].path,
             format!(
                 "ld.so.cache names {lib} here, which is not in this root (a stale cache: run ldconfig; or not all of the root is mounted); searching the library directories"
             ),
@@ -635,17 +676,18 @@ mod tests {
             "libnvidia-ml.so.580.95.05",
             "libEGL_nvidia.so.0",
             "libx.sox.so.2",
+            "libz.so.1",
+            "libnvidia-m.so.1",
         ];
-        let entries: Vec<CacheEntry> = keys
+        let paths: Vec<String> = keys.iter().map(|k| format!("/l/{k}")).collect();
+        let entries: Vec<EntryRef<'_>> = keys
             .iter()
-            .flat_map(|k| {
-                [0x0303u32, 0x0a03].map(|flags| CacheEntry { key: k.to_string(), path: format!("/l/{k}"), flags })
+            .zip(&paths)
+            .flat_map(|(k, path)| {
+                [0x0303, 0x0a03].map(|flags| EntryRef { key: k, path, flags, osversion: 0, hwcap: 0, hwcaps: None })
             })
             .collect();
-        let index = CacheIndex::new(&entries);
-        assert_eq!(index.named("libcuda.so", LibArch::X86_64).len(), 2, "libcuda.so.1 and libcuda.so");
-        assert_eq!(index.named("libcuda.so", LibArch::Aarch64).len(), 2);
-        for lib in [
+        let libs: Vec<String> = [
             "libcuda.so",
             "libcudadebugger.so",
             "libsox.so",
@@ -657,13 +699,26 @@ mod tests {
             "libx.sox",
             "libcuda",
             "libmissing.so",
-        ] {
-            for arch in [LibArch::X86_64, LibArch::Aarch64] {
-                let scan: Vec<&CacheEntry> =
-                    entries.iter().filter(|e| e.arch() == arch && is_name_of(&e.key, lib)).collect();
-                let found = index.named(lib, arch);
-                assert_eq!(found.len(), scan.len(), "{lib} {arch:?}");
-                assert!(found.iter().zip(&scan).all(|(a, b)| std::ptr::eq(*a, *b)), "{lib} {arch:?}");
+        ]
+        .map(String::from)
+        .into();
+        // Indexed for the libraries asked for, as a pass indexes it for its profile's: bases of
+        // 8 bytes or more (told apart by their first 8 bytes first), and with a shorter one too
+        // (`libz.so`, which turns that off).
+        let mut with_short = libs.clone();
+        with_short.push("libz.so".into());
+        for libs in [&libs, &with_short] {
+            let index = CacheIndex::new(&entries, libs);
+            assert_eq!(index.named("libcuda.so", LibArch::X86_64).len(), 2, "libcuda.so.1 and libcuda.so");
+            assert_eq!(index.named("libcuda.so", LibArch::Aarch64).len(), 2);
+            for lib in libs {
+                for arch in [LibArch::X86_64, LibArch::Aarch64] {
+                    let scan: Vec<&EntryRef<'_>> =
+                        entries.iter().filter(|e| e.arch() == arch && is_name_of(e.key, lib)).collect();
+                    let found = index.named(lib, arch);
+                    assert_eq!(found.len(), scan.len(), "{lib} {arch:?}");
+                    assert!(found.iter().zip(&scan).all(|(a, b)| std::ptr::eq(*a, *b)), "{lib} {arch:?}");
+                }
             }
         }
     }
@@ -830,12 +885,15 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
     /// The cache flags of an arm64 cache (written by aarch64 ldconfig: 0x0a03, `libc6,AArch64`).
     #[test]
     fn item2_aarch64_cache_flags_are_aarch64() {
-        let e = CacheEntry {
+        let e = ldcache::CacheEntry {
             key: "libcuda.so.1".into(),
             path: "/lib/aarch64-linux-gnu/libcuda.so.1".into(),
             flags: 0x0a03,
         };
         assert_eq!(e.arch(), LibArch::Aarch64);
+        // Discovery reads the same entry borrowed from the file.
+        let r = EntryRef { key: &e.key, path: &e.path, flags: 0x0a03, osversion: 0, hwcap: 0, hwcaps: None };
+        assert_eq!(r.arch(), LibArch::Aarch64);
         assert_eq!(LibArch::native("aarch64\n"), Some(LibArch::Aarch64));
         assert_eq!(LibArch::native("x86_64"), Some(LibArch::X86_64));
         assert_eq!(LibArch::Aarch64.compat32(), None);

@@ -1149,11 +1149,12 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
     let driver = driver_own.as_ref().unwrap_or(&host);
     let root = host.root();
     // Host files are looked for only when the inventory is more than the devices' identity.
-    let files = opts.attributes_only.is_none().then(|| {
-        let ld = hostfiles::LdCache::load(driver);
+    let ld = opts.attributes_only.is_none().then(|| hostfiles::LdCache::load(driver));
+    let files = ld.as_ref().map(|ld| {
+        let entries = ld.entries();
         // The library architecture is the device root's (its kernel's), whichever root has the files.
-        let arch = hostfiles::host_arch_with(&host, &ld);
-        (ld, arch)
+        let arch = hostfiles::host_arch_with(&host, &entries);
+        (entries, arch)
     });
     crate::bench_stage::reached("ldcache");
     let mut warnings = Warnings::default();

@@ -97,22 +97,30 @@ impl LibArch {
 }
 
 impl CacheEntry {
-    /// The entry's architecture (x86-64 vs i386 tells a library from its compat32 copy).
+    /// The entry's architecture (x86-64 vs i386 tells a library from its compat32 copy):
+    /// [`LibArch::of_flags`].
+    pub fn arch(&self) -> LibArch {
+        LibArch::of_flags(self.flags)
+    }
+}
+
+impl LibArch {
+    /// The architecture of a cache entry with ldconfig's `flags`.
     ///
     /// ldconfig sets the x86-64 bits (0x0300) on every 64-bit entry; 32-bit entries carry no
     /// architecture bits and an ELF type of 1 (plain ELF, e.g. a library without libc
     /// dependency) to 3 (libc6), so on an x86-64 host's cache those are i386.
-    pub fn arch(&self) -> LibArch {
+    pub fn of_flags(flags: u32) -> LibArch {
         const FLAG_TYPE_MASK: u32 = 0x00ff;
         const FLAG_REQUIRED_MASK: u32 = 0xff00;
         const FLAG_X8664_LIB64: u32 = 0x0300;
         const FLAG_AARCH64_LIB64: u32 = 0x0a00;
-        let elf_type = self.flags & FLAG_TYPE_MASK;
-        match self.flags & FLAG_REQUIRED_MASK {
+        let elf_type = flags & FLAG_TYPE_MASK;
+        match flags & FLAG_REQUIRED_MASK {
             FLAG_X8664_LIB64 => LibArch::X86_64,
             FLAG_AARCH64_LIB64 => LibArch::Aarch64,
             0 if (1..=3).contains(&elf_type) => LibArch::I386,
-            _ => LibArch::Other(self.flags),
+            _ => LibArch::Other(flags),
         }
     }
 }
@@ -238,6 +246,11 @@ impl Entry {
 }
 
 impl EntryRef<'_> {
+    /// The entry's architecture: [`LibArch::of_flags`] (as [`CacheEntry::arch`]).
+    pub fn arch(&self) -> LibArch {
+        LibArch::of_flags(self.flags as u32)
+    }
+
     /// This entry with its strings copied.
     pub fn owned(&self) -> Entry {
         Entry {
@@ -288,7 +301,7 @@ pub fn parse_borrowed<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Vec<EntryR
     {
         return parse_new(rest, bytes, limits);
     }
-    let mut strings = Strings { bytes: &bytes[table_end..], limits, out: 0 };
+    let mut strings = Strings::new(&bytes[table_end..], 0, limits);
     entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &mut strings)
 }
 
@@ -301,12 +314,12 @@ fn parse_new<'a>(bytes: &'a [u8], file: &'a [u8], limits: &Limits) -> Result<Vec
         Some(_) => {}
         None => return Err(LdCacheError::Truncated { what: "header", offset: 28, len: bytes.len() }),
     }
-    nlibs
+    let table_end = nlibs
         .checked_mul(NEW_ENTRY)
         .and_then(|n| n.checked_add(NEW_HEADER))
         .filter(|&end| end <= bytes.len())
         .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
-    let mut strings = Strings { bytes, limits, out: 0 };
+    let mut strings = Strings::new(bytes, table_end, limits);
     let mut list = entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, &mut strings)?;
     if !list.iter().any(|e| e.hwcap & write::HWCAP_EXTENSION != 0) {
         return Ok(list);
@@ -409,6 +422,29 @@ struct Strings<'a, 'l> {
     bytes: &'a [u8],
     limits: &'l Limits,
     out: usize,
+    /// The NUL that ends each string, found 16 bytes at a time without asking the CPU
+    /// (issue 31: a real cache holds a few thousand strings).
+    nul: crate::discover::ByteFinder,
+    /// The longest UTF-8 prefix of `bytes[text_from..]` (where ldconfig puts the strings, after
+    /// the entry table), checked once: a string inside it is a slice of it, without checking
+    /// its bytes again (issue 31: one `from_utf8` per string was two thirds of a real cache's
+    /// parse). A string elsewhere, or one not on its character boundaries, is checked alone.
+    text: &'a str,
+    text_from: usize,
+}
+
+impl<'a, 'l> Strings<'a, 'l> {
+    /// The string table `bytes`, whose strings most often lie from `text_from` on.
+    fn new(bytes: &'a [u8], text_from: usize, limits: &'l Limits) -> Self {
+        let region = bytes.get(text_from..).unwrap_or_default();
+        #[cfg(test)]
+        let region = if tests::EACH_STRING_ALONE.get() { &[] } else { region };
+        let text = match std::str::from_utf8(region) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&region[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        Strings { bytes, limits, out: 0, nul: crate::discover::ByteFinder::new(0), text, text_from }
+    }
 }
 
 impl<'a> Strings<'a, '_> {
@@ -420,7 +456,7 @@ impl<'a> Strings<'a, '_> {
         let len = self.bytes.len();
         let tail = self.bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len })?;
         let window = &tail[..tail.len().min(self.limits.max_string + 1)];
-        let Some(nul) = window.iter().position(|&b| b == 0) else {
+        let Some(nul) = self.nul.find(window) else {
             return Err(if window.len() < tail.len() {
                 LdCacheError::Limit { what: "string length", limit: self.limits.max_string }
             } else {
@@ -428,6 +464,9 @@ impl<'a> Strings<'a, '_> {
             });
         };
         self.count(nul)?;
+        if let Some(s) = at.checked_sub(self.text_from).and_then(|o| self.text.get(o..o + nul)) {
+            return Ok(s);
+        }
         std::str::from_utf8(&tail[..nul]).map_err(|_| LdCacheError::NotUtf8(at))
     }
 
@@ -693,6 +732,71 @@ mod tests {
         evil[sec + 12..sec + 16].copy_from_slice(&(4 * 1024u32).to_le_bytes());
         let got = parse_borrowed(&evil, &Limits::default()).unwrap();
         assert!(got.iter().all(|e| e.hwcaps.is_none()), "{got:?}");
+    }
+
+    thread_local! {
+        /// Set: every string is checked alone, as before the text was checked once
+        /// ([`Strings::text`]); the reference the fast path is compared with.
+        pub(super) static EACH_STRING_ALONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Caches written with names of one- to four-byte UTF-8 characters, then damaged a few bytes
+    /// at a time (anywhere: header, entry table, strings, extension; values that start, continue
+    /// or end UTF-8 sequences, and NUL): reading the text once gives, entry for entry or error
+    /// for error, what checking each string alone gives. Offsets into the header, strings that
+    /// start inside a character and a text that stops being UTF-8 part of the way take the
+    /// string-alone path.
+    #[test]
+    fn strings_read_from_the_text_checked_once_equal_strings_checked_alone() {
+        let names = ["libcuda.so.1", "libé.so.2", "lib€x.so", "lib𝄞.so.1", "libnvidia-ml.so.1"];
+        let entries: Vec<Entry> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Entry {
+                key: n.to_string(),
+                path: format!("/usr/lib/x86_64-linux-gnu/{n}"),
+                flags: 0x0303,
+                osversion: 0,
+                hwcap: if i == 3 { write::HWCAP_EXTENSION } else { 0 },
+                hwcaps: (i == 3).then(|| "x86-64-v3".to_string()),
+            })
+            .collect();
+        let base = write::encode(&entries, "actk test");
+        let read = |bytes: &[u8], alone: bool| {
+            EACH_STRING_ALONE.set(alone);
+            let got =
+                parse_borrowed(bytes, &Limits::default()).map(|v| v.iter().map(EntryRef::owned).collect::<Vec<_>>());
+            EACH_STRING_ALONE.set(false);
+            got
+        };
+        assert_eq!(read(&base, false).unwrap(), read(&base, true).unwrap());
+        assert_eq!(read(&base, false).unwrap().len(), names.len());
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let values = [0x00u8, 0x41, 0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff, b'/'];
+        let (mut ok, mut err) = (0, 0);
+        for _ in 0..20_000 {
+            let mut bytes = base.clone();
+            for _ in 0..1 + next() % 4 {
+                // Half the changes in the strings, where the fast path works.
+                let at = if next() % 2 == 0 {
+                    let from = NEW_HEADER + names.len() * NEW_ENTRY;
+                    from + (next() as usize) % (bytes.len() - from)
+                } else {
+                    (next() as usize) % bytes.len()
+                };
+                bytes[at] = values[(next() as usize) % values.len()];
+            }
+            let (fast, alone) = (read(&bytes, false), read(&bytes, true));
+            assert_eq!(fast, alone, "{bytes:?}");
+            if fast.is_ok() { ok += 1 } else { err += 1 }
+        }
+        assert!(ok > 1000 && err > 1000, "the damage reached both outcomes: {ok} read, {err} refused");
     }
 
     #[test]

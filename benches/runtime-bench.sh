@@ -73,6 +73,10 @@
 # Needs: root, runc, gcc, jq, python3, /bin/busybox (busybox-static), the release binaries
 # (`scripts/build-release.sh` -> target/dist; ACTK_BIN_DIR overrides), go for the NVIDIA peer
 # (ACTK_BENCH_NVIDIA=0 leaves it out), musl-gcc for the musl floors, valgrind for callgrind.
+# ACTK_BENCH_NODE_LIBS=1 gives compare's fixture roots a node's ld.so.cache: this machine's own
+# libraries of /usr/lib/x86_64-linux-gnu (hard links, or copies across file systems) beside the
+# fixture's, and the cache written again by `ldconfig -r` (a node's holds one to three thousand
+# entries, a fixture's a few dozen; issue 31). The entry count is printed.
 # ACTK_BENCH_FIXTURES overrides compare's fixture list, ACTK_BENCH_VENDORS scale's
 # ("nvidia amd neuron gaudi"). ACTK_BENCH_BASELINE=DIR adds base-cdi and base-disc to compare:
 # the actk-runtime in DIR (with the actk-hook next to it), e.g. an earlier commit's target/dist,
@@ -141,6 +145,24 @@ gcc -O2 -o "$work/cycle-bench" "$repo/benches/cycle-bench.c"
 # the file than after its pages were read back from disk, which is more than most changes the
 # bench is run to compare.
 mkdir -p "$work/build"
+# ACTK_BENCH_NODE_LIBS=1: this machine's libraries added to fixture root $1, its ld.so.cache
+# written again (see the header).
+node_libs() {
+  [ "${ACTK_BENCH_NODE_LIBS:-0}" = 1 ] || return 0
+  local from=/usr/lib/x86_64-linux-gnu to=$1/usr/lib/x86_64-linux-gnu f
+  mkdir -p "$to"
+  for f in "$from"/lib*.so*; do
+    if [ -e "$to/${f##*/}" ] || [ -L "$to/${f##*/}" ]; then continue; fi
+    if [ -L "$f" ]; then
+      cp -P "$f" "$to/"
+    elif [ -f "$f" ]; then
+      ln "$f" "$to/" 2>/dev/null || cp "$f" "$to/"
+    fi
+  done
+  ldconfig -r "$1" || need "ldconfig -r $1 failed"
+  echo "node libraries: $1/etc/ld.so.cache holds $(ldconfig -C "$1/etc/ld.so.cache" -p 2>/dev/null | head -n 1)"
+}
+
 floor_build() { # CC NAME RUNC [-DEXEC_ONLY]
   "$1" -O2 -static -DRUNC_PATH="\"$3\"" ${4:-} -o "$work/build/$2" "$repo/benches/floor-shim.c"
   cp "$work/build/$2" "$work/$2"
@@ -272,6 +294,7 @@ compare() {
   d=$run/$fx
   mkdir -p "$d/cdi" "$d/nocdi"
   sh "$repo/fixtures/prepare.sh" "$fx" "$d/root" >/dev/null
+  node_libs "$d/root"
   # NVIDIA: every capability in the spec, NVSwitch nodes (`fabric`) included, as the request
   # asks for all of them (a spec without --capabilities leaves the capability-only nodes out).
   local caps=()

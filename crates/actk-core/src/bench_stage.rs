@@ -9,9 +9,11 @@
 //! The stages of actk-runtime's create, in order: `start` (arguments parsed), `config`
 //! (config.toml read, logging set up), `parse` (config.json read and parsed), `profiles` (vendor
 //! profiles loaded), `requests` (the container's requests collected), `registry` (CDI spec
-//! directories read), `ldcache` (discovery: the driver root's ld.so.cache read), `devices` (the first vendor's devices
-//! described), `control` (its control nodes found), `inventory` (host discovered: its host files found), `plan` (edits planned), `apply` (edits
-//! applied), `hooks` (hooks.d merged), `write` (config.json written). A start that needs no
+//! directories read), then inside discovery `ldcache` (the driver root's ld.so.cache read; a
+//! pass for the devices' identity alone reads none and passes it at once), `devices` (the first
+//! vendor's devices described), `control` (its control nodes found), and `inventory` (host
+//! discovered: its host files found), then `plan` (edits planned), `apply` (edits applied),
+//! `hooks` (hooks.d merged), `write` (config.json written). A start that needs no
 //! registry or no inventory never reaches that stage.
 
 /// Ends the process when `stage` is the one named by `ACTK_BENCH_STAGE` (feature

@@ -30,6 +30,26 @@ fn open_fds() -> Vec<(i32, bool)> {
 #[test]
 fn a_pass_closes_its_handles_unless_the_process_ends() {
     let profiles = profile::builtin();
+    let opts = DiscoverOptions { nvml: false, topology: false, ..Default::default() };
+    let ends = DiscoverOptions { process_ends: true, ..opts.clone() };
+
+    // First, under a small soft RLIMIT_NOFILE (before the passes below leave handles open): a
+    // root keeps at most half of it (64 at least), and a pass that kept more than an eighth of
+    // that (the DGX pass keeps about 25) closes them even when the process ends, so that the
+    // up to three passes of a create cannot take the limit.
+    if let Some(f) = actk_testsupport::fixture::prepare("nvidia-dgx-h100").expect("fixture") {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let was = getrlimit(Resource::Nofile);
+        setrlimit(Resource::Nofile, rustix::process::Rlimit { current: Some(128), maximum: was.maximum })
+            .expect("lower RLIMIT_NOFILE");
+        let before = open_fds();
+        let inv = discover_roots_with(&f.root, &f.root, &profiles, &ends);
+        let left = open_fds();
+        setrlimit(Resource::Nofile, was).expect("restore RLIMIT_NOFILE");
+        assert!(!inv.vendors.is_empty());
+        assert_eq!(left, before, "a pass under a small limit left its handles open");
+    }
+
     let mut ran = 0;
     for name in actk_testsupport::fixture::ALL {
         let Some(f) = actk_testsupport::fixture::prepare(name).expect("fixture") else {
@@ -37,12 +57,10 @@ fn a_pass_closes_its_handles_unless_the_process_ends() {
             return;
         };
         // Without topology, as a container start discovers.
-        let opts = DiscoverOptions { nvml: false, topology: false, ..Default::default() };
         let before = open_fds();
         let kept = discover_roots_with(&f.root, &f.root, &profiles, &opts);
         assert_eq!(open_fds(), before, "{name}: a pass left descriptors open");
 
-        let ends = DiscoverOptions { process_ends: true, ..opts };
         let left = discover_roots_with(&f.root, &f.root, &profiles, &ends);
         assert_eq!(format!("{left:?}"), format!("{kept:?}"), "{name}: the inventory differs");
         let after = open_fds();
@@ -53,6 +71,19 @@ fn a_pass_closes_its_handles_unless_the_process_ends() {
         }
         assert!(new.iter().all(|(_, cloexec)| *cloexec), "{name}: a handle left open is not close-on-exec: {new:?}");
         // They stay open: the next fixture counts from what is open then.
+
+        // The driver files in a root of their own (here the same tree by another path, as a
+        // driver container's root is mounted at /run/nvidia/driver): its handles too.
+        let tmp = tempfile::tempdir().unwrap();
+        let driver = tmp.path().join("driver");
+        std::os::unix::fs::symlink(&f.root, &driver).unwrap();
+        let before = open_fds();
+        let kept = discover_roots_with(&f.root, &driver, &profiles, &opts);
+        assert_eq!(open_fds(), before, "{name}: a pass with a driver root left descriptors open");
+        let left = discover_roots_with(&f.root, &driver, &profiles, &ends);
+        assert_eq!(format!("{left:?}"), format!("{kept:?}"), "{name}: the inventory with a driver root differs");
+        let new: Vec<(i32, bool)> = open_fds().into_iter().filter(|fd| !before.contains(fd)).collect();
+        assert!(new.iter().all(|(_, cloexec)| *cloexec), "{name}: a handle left open is not close-on-exec: {new:?}");
     }
     assert!(ran > 1, "fewer than two fixtures with devices");
 }

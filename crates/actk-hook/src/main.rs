@@ -26,7 +26,8 @@
 
 mod cuda_compat;
 mod log;
-// actk-runtime's memcpy and memmove for the static musl build (musl's are rep movsq; issue 31).
+// actk-runtime's memcpy, memmove, memcmp and bcmp for the static musl build (musl's copy with rep
+// movsq and compare a byte at a time; issue 31).
 #[cfg(all(target_env = "musl", target_arch = "x86_64"))]
 #[path = "../../actk-runtime/src/mem.rs"]
 mod mem;

@@ -15,7 +15,8 @@ mod args;
 mod bundle;
 mod features;
 mod log;
-// The static musl build's memcpy and memmove (x86_64: musl's are rep movsq; see the module).
+// The static musl build's memcpy, memmove, memcmp and bcmp (x86_64: musl's copy with rep movsq
+// and compare a byte at a time; see the module).
 #[cfg(any(test, all(target_env = "musl", target_arch = "x86_64")))]
 mod mem;
 

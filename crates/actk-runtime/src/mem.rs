@@ -12,8 +12,9 @@
 //! `rep movsb`, which CPUs with ERMSB (Intel since Ivy Bridge, AMD since Zen 3) run at full
 //! speed from a few hundred bytes, and CPUs with FSRM (Intel since Ice Lake, AMD since Zen 3)
 //! from the first byte. A backward-overlapping `memmove` copies from the end with the
-//! direction flag set. Linked in, these two symbols replace musl's (the archive's members are
-//! then never pulled in: `memmove.o` is the only user of `memcpy.o`'s `__memcpy_fwd`).
+//! direction flag set. Linked in, these symbols (and `memcmp` and `bcmp` below) replace
+//! musl's (the archive's members are then never pulled in: `memmove.o` is the only user of
+//! `memcpy.o`'s `__memcpy_fwd`; `memcmp.o` and `bcmp.o` define only their own).
 //!
 //! musl's `memcmp` compares a byte at a time (four instructions a byte), and its `bcmp`
 //! calls it. Rust's `==` on strings and paths ends in `bcmp`, its `Ord` in `memcmp`: a DGX

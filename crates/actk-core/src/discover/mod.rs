@@ -291,6 +291,11 @@ impl HostRoot {
         &self.root
     }
 
+    /// How many directory handles this root keeps open ([`dir_cap`] at most).
+    fn kept_handles(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.fds.len() + c.in_root.len())
+    }
+
     /// Whether this is the running system's own root (`/`), where the host's own NVML (the one
     /// on the loader's path) may be used: the root directory is the same directory as `/`
     /// (device and inode; `/`, a link to it, or `/` bind-mounted elsewhere). False when either
@@ -1097,7 +1102,8 @@ pub struct DiscoverOptions {
     /// runtime; [`crate::plan::PlanOptions::process_ends`]): the pass's [`HostRoot`]s, their
     /// kept directory handles (all `O_CLOEXEC`: the exec closes them) and memos, are left to
     /// the process's end instead of closed and freed one by one (a DGX create's 25 `close`
-    /// calls; issue 31). Off by default: a long-running caller would leak them.
+    /// calls; issue 31), as long as a root keeps no more than an eighth of its cap of handles
+    /// (see [`dir_cap`]). Off by default: a long-running caller would leak them.
     pub process_ends: bool,
 }
 
@@ -1185,8 +1191,16 @@ pub fn discover_roots_with(root: &Path, driver_root: &Path, profiles: &[Profile]
     }
     let inventory = Inventory { root: root.to_path_buf(), vendors, warnings: warnings.0 };
     if opts.process_ends {
-        std::mem::forget(driver_own);
-        std::mem::forget(host);
+        // Left to the exec only while they are few: a create may run three passes (the devices'
+        // identity, then everything, then the whole node), each with a root and a driver root,
+        // and what each leaves stays open until the exec. An eighth of the cap each (which is
+        // half the soft RLIMIT_NOFILE) keeps all of them under 3/8 of the limit; a pass that
+        // kept more closes its handles as any other does.
+        for h in [Some(host), driver_own].into_iter().flatten() {
+            if h.kept_handles() <= h.max_dirs / 8 {
+                std::mem::forget(h);
+            }
+        }
     }
     inventory
 }

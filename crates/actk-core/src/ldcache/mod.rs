@@ -439,10 +439,8 @@ impl<'a, 'l> Strings<'a, 'l> {
         let region = bytes.get(text_from..).unwrap_or_default();
         #[cfg(test)]
         let region = if tests::EACH_STRING_ALONE.get() { &[] } else { region };
-        let text = match std::str::from_utf8(region) {
-            Ok(t) => t,
-            Err(e) => std::str::from_utf8(&region[..e.valid_up_to()]).unwrap_or_default(),
-        };
+        // The valid prefix in one pass (a cache's extension block after the strings ends it).
+        let text = region.utf8_chunks().next().map_or("", |c| c.valid());
         Strings { bytes, limits, out: 0, nul: crate::discover::ByteFinder::new(0), text, text_from }
     }
 }
@@ -451,7 +449,8 @@ impl<'a> Strings<'a, '_> {
     /// The NUL-terminated string at `at`, counted against [`Limits::max_output`]. The search for
     /// its NUL looks at most `max_string + 1` bytes, and a string that is found adds its length
     /// to the count: the bytes looked at over a whole parse stay below `max_output` plus one
-    /// byte per string plus one failed search.
+    /// byte per string plus one failed search, beside the one UTF-8 check of the text
+    /// ([`Strings::new`]), which looks at each byte of the file at most once.
     fn get(&mut self, at: usize) -> Result<&'a str, LdCacheError> {
         let len = self.bytes.len();
         let tail = self.bytes.get(at..).ok_or(LdCacheError::Truncated { what: "string", offset: at, len })?;

@@ -301,7 +301,7 @@ pub fn parse_borrowed<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Vec<EntryR
     {
         return parse_new(rest, bytes, limits);
     }
-    let mut strings = Strings::new(&bytes[table_end..], 0, limits);
+    let mut strings = Strings::new(&bytes[table_end..], 0, usize::MAX, limits);
     entries(bytes, OLD_HEADER, OLD_ENTRY, nlibs, &mut strings)
 }
 
@@ -319,7 +319,10 @@ fn parse_new<'a>(bytes: &'a [u8], file: &'a [u8], limits: &Limits) -> Result<Vec
         .and_then(|n| n.checked_add(NEW_HEADER))
         .filter(|&end| end <= bytes.len())
         .ok_or(LdCacheError::Truncated { what: "entry table", offset: NEW_HEADER, len: bytes.len() })?;
-    let mut strings = Strings::new(bytes, table_end, limits);
+    // The strings ldconfig wrote: `len_strings` bytes after the entry table (the extension
+    // block, binary, follows them).
+    let len_strings = read_u32(bytes, 24, "header")? as usize;
+    let mut strings = Strings::new(bytes, table_end, table_end.saturating_add(len_strings), limits);
     let mut list = entries(bytes, NEW_HEADER, NEW_ENTRY, nlibs, &mut strings)?;
     if !list.iter().any(|e| e.hwcap & write::HWCAP_EXTENSION != 0) {
         return Ok(list);
@@ -425,8 +428,8 @@ struct Strings<'a, 'l> {
     /// The NUL that ends each string, found 16 bytes at a time without asking the CPU
     /// (issue 31: a real cache holds a few thousand strings).
     nul: crate::discover::ByteFinder,
-    /// The longest UTF-8 prefix of `bytes[text_from..]` (where ldconfig puts the strings, after
-    /// the entry table), checked once: a string inside it is a slice of it, without checking
+    /// The longest UTF-8 prefix of `bytes[text_from..text_to]` (where ldconfig puts the strings:
+    /// after the entry table, `len_strings` bytes in the new format), checked once: a string inside it is a slice of it, without checking
     /// its bytes again (issue 31: one `from_utf8` per string was two thirds of a real cache's
     /// parse). A string elsewhere, or one not on its character boundaries, is checked alone.
     text: &'a str,
@@ -434,13 +437,18 @@ struct Strings<'a, 'l> {
 }
 
 impl<'a, 'l> Strings<'a, 'l> {
-    /// The string table `bytes`, whose strings most often lie from `text_from` on.
-    fn new(bytes: &'a [u8], text_from: usize, limits: &'l Limits) -> Self {
-        let region = bytes.get(text_from..).unwrap_or_default();
+    /// The string table `bytes`, whose strings most often lie in `text_from..text_to` (cut
+    /// to the table's length).
+    fn new(bytes: &'a [u8], text_from: usize, text_to: usize, limits: &'l Limits) -> Self {
+        let region = bytes.get(text_from..text_to.min(bytes.len())).unwrap_or_default();
         #[cfg(test)]
         let region = if tests::EACH_STRING_ALONE.get() { &[] } else { region };
-        // The valid prefix in one pass (a cache's extension block after the strings ends it).
-        let text = region.utf8_chunks().next().map_or("", |c| c.valid());
+        // A second pass over the valid prefix only for a table that is not all UTF-8 (std's
+        // from_utf8 checks 16 bytes at a time where they are ASCII; utf8_chunks a byte at a time).
+        let text = match std::str::from_utf8(region) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&region[..e.valid_up_to()]).unwrap_or_default(),
+        };
         Strings { bytes, limits, out: 0, nul: crate::discover::ByteFinder::new(0), text, text_from }
     }
 }

@@ -428,10 +428,11 @@ struct Strings<'a, 'l> {
     /// The NUL that ends each string, found 16 bytes at a time without asking the CPU
     /// (issue 31: a real cache holds a few thousand strings).
     nul: crate::discover::ByteFinder,
-    /// The longest UTF-8 prefix of `bytes[text_from..text_to]` (where ldconfig puts the strings:
-    /// after the entry table, `len_strings` bytes in the new format), checked once: a string inside it is a slice of it, without checking
-    /// its bytes again (issue 31: one `from_utf8` per string was two thirds of a real cache's
-    /// parse). A string elsewhere, or one not on its character boundaries, is checked alone.
+    /// The longest UTF-8 prefix of `bytes[text_from..text_to]` (where ldconfig puts the
+    /// strings: after the entry table, `len_strings` bytes in the new format), checked once: a
+    /// string inside it is a slice of it, without checking its bytes again (issue 31: one
+    /// `from_utf8` per string was two thirds of a real cache's parse). A string elsewhere, or
+    /// one not on its character boundaries, is checked alone.
     text: &'a str,
     text_from: usize,
 }

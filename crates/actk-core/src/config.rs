@@ -169,7 +169,7 @@ impl Config {
     /// found (only an absent default file gives the defaults).
     pub fn load_default() -> Result<Config, ConfigError> {
         let l = located();
-        match std::fs::read_to_string(&l.path) {
+        match crate::rawfile::read_to_string(&l.path) {
             Ok(text) => Config::parse(&text, &l.path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => l.absent(),
             Err(source) => Err(ConfigError::Read { path: l.path.clone(), source }),
@@ -186,7 +186,7 @@ impl Config {
     /// Errors: [`ConfigError::Missing`], [`ConfigError::Read`], and parse errors of the full path.
     pub fn load_runtimes() -> Result<Vec<String>, ConfigError> {
         let l = located();
-        let text = match std::fs::read_to_string(&l.path) {
+        let text = match crate::rawfile::read_to_string(&l.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return l.absent().map(|c| c.runtimes),
             Err(source) => return Err(ConfigError::Read { path: l.path.clone(), source }),
@@ -200,7 +200,7 @@ impl Config {
     /// Loads `path`; a missing file gives [`Config::default`]. Errors: unreadable file,
     /// invalid TOML, unknown key, wrong type (each naming `path`, line and column).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
+        match crate::rawfile::read_to_string(path) {
             Ok(text) => Config::parse(&text, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(source) => Err(ConfigError::Read { path: path.to_owned(), source }),

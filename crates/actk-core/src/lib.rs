@@ -15,6 +15,7 @@ pub mod ldcache;
 pub mod plan;
 pub mod policy;
 pub mod profile;
+pub mod rawfile;
 pub mod request;
 pub mod require;
 pub mod sharing;

@@ -22,7 +22,7 @@
 //! map is the identity and only root (or the reader) is trusted.
 
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Largest spec or hooks file read (a generated spec for 64 GPUs is about 100 KB).
@@ -63,12 +63,16 @@ fn euid() -> u32 {
 /// when the namespace maps it, `None` when it is the overflow uid of an owner the namespace does
 /// not map (see the module docs).
 fn host_uid(shown: u32) -> Option<u32> {
-    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_else(|_| "0 0 4294967295".into());
+    let map =
+        crate::rawfile::read_to_string(Path::new("/proc/self/uid_map")).unwrap_or_else(|_| "0 0 4294967295".into());
     host_uid_in(&map, shown, overflow_uid())
 }
 
 fn overflow_uid() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
+    crate::rawfile::read_to_string(Path::new("/proc/sys/kernel/overflowuid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65534)
 }
 
 /// [`host_uid`] for a `uid_map` text (`inside outside count` lines, user_namespaces(7)).
@@ -133,11 +137,7 @@ pub fn check_dir(dir: &Path) -> Result<(), ReadError> {
 pub fn read(path: &Path) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io { path: path.to_path_buf(), source };
     // O_NONBLOCK: a FIFO dropped into a spec directory must not hang every container start.
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(io)?;
+    let mut f = std::fs::File::from(crate::rawfile::open_read(path, rustix::fs::OFlags::NONBLOCK).map_err(io)?);
     let md = f.metadata().map_err(io)?;
     if !md.is_file() {
         return Err(Untrusted { path: path.to_path_buf(), reason: "is not a regular file".into() }.into());

@@ -10,7 +10,7 @@
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Prefix of the temporary file's name (a dot file next to config.json).
@@ -69,7 +69,7 @@ fn create_temp(dir: &Path) -> Result<(PathBuf, File)> {
 fn create_temp_from(dir: &Path, suffixes: impl IntoIterator<Item = u64>) -> Result<(PathBuf, File)> {
     for suffix in suffixes.into_iter().take(16) {
         let tmp = dir.join(format!("{TEMP_PREFIX}{suffix:016x}"));
-        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp) {
+        match actk_core::rawfile::create_new(&tmp, 0o600) {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {

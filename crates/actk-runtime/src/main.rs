@@ -213,7 +213,7 @@ fn run(rest: &[OsString], inv: &args::Invocation) -> Result<Never> {
 fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::Invocation) -> Result<()> {
     let warn = |msg: &str| log::warn(inv.log.as_deref(), inv.log_format.as_deref(), msg);
     let config_json = bundle.join("config.json");
-    let text = match std::fs::read(&config_json) {
+    let text = match actk_core::rawfile::read(&config_json) {
         Ok(t) => t,
         // Nothing to edit: the low-level runtime says what is missing, in its own words (as a
         // caller of runc expects them).
@@ -312,7 +312,7 @@ fn prepare_bundle(bundle: &Path, config: &Config, runtime: &Path, inv: &args::In
 /// Whether this process runs in a user namespace below the initial one (its uid_map is not the
 /// identity `0 0 4294967295`): rootless podman starts the runtime inside its own namespace.
 fn in_user_namespace() -> bool {
-    std::fs::read_to_string("/proc/self/uid_map").is_ok_and(|m| {
+    actk_core::rawfile::read_to_string(Path::new("/proc/self/uid_map")).is_ok_and(|m| {
         let lines: Vec<Vec<&str>> = m.lines().map(|l| l.split_whitespace().collect()).collect();
         !matches!(lines.as_slice(), [l] if l.as_slice() == ["0", "0", "4294967295"])
     })

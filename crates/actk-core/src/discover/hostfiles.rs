@@ -156,18 +156,30 @@ pub fn find_with_cache(
         }
     };
     let cache = CacheIndex::new(entries, profile.capabilities.values().flat_map(|files| &files.libraries));
+    let probe_first = ld.0.as_ref().is_ok_and(|e| !e.is_empty());
+    // The architecture of a capability's libraries when the host may have some: none for one it
+    // cannot run ([`capability_arch`]), and none for a foreign one (compat32's i386 on x86-64)
+    // of which a usable cache has no entry at all. ldconfig indexes /lib, /usr/lib and the
+    // directories of every architecture installed (Debian's i386-linux-gnu.conf comes with
+    // libc6:i386; glibc adds /lib and /usr/lib beside lib64), and a driver install runs it, so
+    // such a host has no copy of any library of it; libnvidia-container takes compat32
+    // libraries from the cache alone. Searching the directories for each of them cost a DGX
+    // discovery 21 system calls, one per library the profile names (issue 31). The host's own
+    // architecture is always searched: a cache stale for it is what the search is there for.
+    let lib_arch = |files: &crate::profile::CapabilityFiles| {
+        capability_arch(files, native).filter(|&a| a == native || !probe_first || entries.iter().any(|e| e.arch() == a))
+    };
     // Fallback directory listings, read once per discovery and keeping only the names of the
     // libraries the cache lacks: a real /usr/lib/x86_64-linux-gnu holds thousands of entries
     // and most optional libraries (compat32, ngx, ...) are absent.
     let mut wanted = Wanted::default();
     for files in profile.capabilities.values() {
-        if let Some(arch) = capability_arch(files, native) {
+        if let Some(arch) = lib_arch(files) {
             for lib in files.libraries.iter().filter(|lib| !cache.has(lib, arch)) {
                 wanted.add(lib);
             }
         }
     }
-    let probe_first = ld.0.as_ref().is_ok_and(|e| !e.is_empty());
     let mut dirs = DirListings { wanted, by_dir: Default::default(), probe_first, arch_dirs: Vec::new() };
     let mut out: Vec<HostFile> = Vec::new();
     let push = |f: HostFile, out: &mut Vec<HostFile>| {
@@ -176,8 +188,9 @@ pub fn find_with_cache(
         }
     };
     for (cap, files) in &profile.capabilities {
-        let arch = capability_arch(files, native);
-        // Libraries of an architecture this host has no copies of (compat32 on arm64): none.
+        let arch = lib_arch(files);
+        // Libraries of an architecture this host has no copies of (compat32 on arm64, or on an
+        // x86-64 host whose cache has no i386 entry): none.
         let libraries: &[String] = if arch.is_some() { &files.libraries } else { &[] };
         let arch = arch.unwrap_or(native);
         for lib in libraries {
@@ -933,6 +946,63 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             ]
         );
         assert!(w.0.is_empty(), "{:?}", w.0);
+    }
+
+    /// With a usable cache that has no i386 entry at all, compat32 libraries are not searched
+    /// for in the directories (the host has none; libnvidia-container reads them from the cache
+    /// alone); with any i386 entry in it, or without a cache, a 32-bit library the cache lacks
+    /// is still found by the search.
+    #[test]
+    fn compat32_is_searched_only_where_the_cache_says_the_host_has_i386_libraries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        if !shared_lib(r, "usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "libcuda.so.1", false) {
+            eprintln!("SKIPPED: gcc unavailable");
+            return;
+        }
+        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n/usr/lib/i386-linux-gnu\n");
+        let ldconfig =
+            || std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success());
+        if !ldconfig() {
+            eprintln!("SKIPPED: ldconfig unavailable");
+            return;
+        }
+        // Installed after ldconfig ran: a 32-bit libcuda (ELFCLASS32, EM_386).
+        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
+        let p = crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap();
+        let found = || {
+            let mut w = Warnings::default();
+            let files = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut w);
+            files.iter().map(|f| format!("{} {}", f.capability, f.container_path)).collect::<Vec<_>>()
+        };
+        let compute = [
+            "compute /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05",
+            "compute /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+        ];
+        assert_eq!(found(), compute, "a cache without i386 entries");
+
+        // Any i386 library in the cache: the host has that architecture, so what the cache
+        // lacks of it is searched for.
+        if !shared_lib(r, "usr/lib/i386-linux-gnu/libother.so.1", "libother.so.1", true) {
+            eprintln!("SKIPPED: gcc -m32 unavailable");
+            return;
+        }
+        std::fs::remove_file(r.join("usr/lib/i386-linux-gnu/libcuda.so.580.95.05")).unwrap();
+        assert!(ldconfig());
+        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
+        let with_i386 = found();
+        assert_eq!(with_i386[0], "compat32 /usr/lib/i386-linux-gnu/libcuda.so.580.95.05", "{with_i386:?}");
+        assert_eq!(with_i386[1..], compute, "{with_i386:?}");
+
+        // No cache at all: every directory is searched, as before.
+        std::fs::remove_file(r.join("usr/lib/i386-linux-gnu/libother.so.1")).unwrap();
+        std::fs::remove_file(r.join("etc/ld.so.cache")).unwrap();
+        let no_cache = found();
+        assert_eq!(no_cache[0], "compat32 /usr/lib/i386-linux-gnu/libcuda.so.580.95.05", "{no_cache:?}");
     }
 
     /// With a cache: a library it lacks (installed after ldconfig last ran) is still found in the

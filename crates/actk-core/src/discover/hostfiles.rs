@@ -14,6 +14,7 @@ use crate::inventory::{HostFile, HostFileKind};
 use crate::ldcache::{self, EntryRef, LibArch};
 use crate::profile::Profile;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// Library directories scanned when ld.so.cache has no entry, for a library architecture:
@@ -216,7 +217,7 @@ pub fn find_with_cache(
                     {
                         // Mount at the real path so a merged-/usr alias (/lib -> usr/lib) and
                         // its target do not become two mounts of one file.
-                        let container_path = real.to_string_lossy().into_owned();
+                        let container_path = super::path_string(&real);
                         push(
                             HostFile {
                                 capability: cap.clone(),
@@ -453,7 +454,12 @@ fn consider(
     found: &mut Vec<(String, PathBuf)>,
     warnings: &mut Warnings,
 ) -> bool {
-    let Ok((real, st)) = host.resolve_stat_link(path) else { return false };
+    // A name that ends in the driver's version (`libnvidia-glcore.so.580.95.05`) is most often
+    // the file itself, looked at with one `stat`; any other (`libcuda.so.1`) most often a link,
+    // read first (one system call fewer either way; the same result).
+    let named_by_version = version.is_some_and(|v| version_matches(Path::new(path), Some(v)));
+    let resolved = if named_by_version { host.resolve_stat(path) } else { host.resolve_stat_link(path) };
+    let Ok((real, st)) = resolved else { return false };
     if !is_file(&st) {
         return true;
     }
@@ -564,14 +570,14 @@ fn find_library(
                 capability: cap.to_string(),
                 kind: HostFileKind::Library,
                 host_path: host.host_path(real),
-                container_path: real.to_string_lossy().into_owned(),
+                container_path: super::path_string(&real),
             });
         }
     }
     // Soname paths (the cache keys' paths, or links found by the scan) mount the same file.
     for (path, real) in &found {
         let path = canonical_dir(host, path);
-        if path != real.to_string_lossy() && !out.iter().any(|o| o.container_path == path) {
+        if path.as_bytes() != real.as_os_str().as_bytes() && !out.iter().any(|o| o.container_path == path) {
             out.push(HostFile {
                 capability: cap.to_string(),
                 kind: HostFileKind::Library,
@@ -588,7 +594,16 @@ fn find_library(
 fn canonical_dir(host: &HostRoot, path: &str) -> String {
     match path.rsplit_once('/') {
         Some((dir, name)) => match host.resolve_dir(if dir.is_empty() { "/" } else { dir }) {
-            Ok(d) => d.join(name).to_string_lossy().into_owned(),
+            // `d` resolved and absolute: `d/name` by bytes (Path::join parses both).
+            Ok(d) => {
+                let mut out = super::path_string(&d);
+                out.reserve(name.len() + 1);
+                if !out.ends_with('/') {
+                    out.push('/');
+                }
+                out.push_str(name);
+                out
+            }
             Err(_) => path.to_string(),
         },
         None => path.to_string(),

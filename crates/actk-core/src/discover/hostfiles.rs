@@ -570,7 +570,7 @@ fn find_library(
                 capability: cap.to_string(),
                 kind: HostFileKind::Library,
                 host_path: host.host_path(real),
-                container_path: super::path_string(&real),
+                container_path: super::path_string(real),
             });
         }
     }

@@ -111,9 +111,13 @@ pub(crate) fn devices(
             );
         }
         let sysfs = t.sysfs.as_ref().map(|s| s.replace("{index}", &idx));
-        let sysfs_present = sysfs.as_ref().is_some_and(|s| host.is_dir(s));
-        let driver =
-            sysfs.as_ref().filter(|_| sysfs_present).and_then(|s| host.link_name(format!("{s}/device/driver")).ok());
+        // The `device` directory first: where it is there (a PCI device's), the entry is too,
+        // and its handle, kept, serves the driver link and the attributes below it (one system
+        // call a device fewer than asking for the entry first; issue 31).
+        let device_dir = sysfs.as_ref().map(|s| format!("{s}/device"));
+        let has_device = device_dir.as_ref().is_some_and(|d| host.is_dir(d));
+        let sysfs_present = has_device || sysfs.as_ref().is_some_and(|s| host.is_dir(s));
+        let driver = device_dir.filter(|_| has_device).and_then(|d| host.link_name(format!("{d}/driver")).ok());
         match (&t.driver, &driver) {
             (Some(want), Some(got)) if want != got => continue,
             (Some(want), None) => {

@@ -254,6 +254,41 @@ pub(crate) fn path_string(path: &Path) -> String {
     }
 }
 
+/// Where in `path` a name ends that sysfs makes a symlink, when `path` goes on below it: every
+/// entry of `/sys/class/<class>/` and of `/sys/bus/<bus>/devices/` is one, to the device's
+/// directory under `/sys/devices` (the kernel's sysfs-rules.rst). Such a path
+/// (`/sys/bus/pci/devices/0000:05:00.0/product_name`) is not opened with symlinks refused from
+/// above that entry: that try failed with `ELOOP` before every such read or listing, two system
+/// calls of each AMD device's discovery (issue 31). Only a shortcut: either way the path
+/// resolves in the root. The byte length of the entry's path (`/sys/class/drm/renderD128`).
+fn sysfs_link_end(path: &Path) -> Option<usize> {
+    let b = path.as_os_str().as_bytes();
+    // The end of the `n`th name (1-based) of `b`, when a further name follows it.
+    let end_of = |n: usize| {
+        let mut names = 0;
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'/' {
+                i += 1;
+                continue;
+            }
+            let end = b[i..].iter().position(|&c| c == b'/').map_or(b.len(), |p| i + p);
+            names += 1;
+            if names == n {
+                return b[end..].iter().any(|&c| c != b'/').then_some(end);
+            }
+            i = end;
+        }
+        None
+    };
+    let name = |n: usize| b.split(|&c| c == b'/').filter(|s| !s.is_empty()).nth(n - 1);
+    match (name(1), name(2), name(4)) {
+        (Some(b"sys"), Some(b"class"), _) => end_of(4),
+        (Some(b"sys"), Some(b"bus"), Some(b"devices")) => end_of(5),
+        _ => None,
+    }
+}
+
 /// `ENAMETOOLONG` for a path of [`MAX_PATH`] bytes or more.
 fn check_len(path: &Path) -> io::Result<()> {
     if path.as_os_str().len() >= MAX_PATH {
@@ -768,6 +803,8 @@ impl HostRoot {
         if !self.openat2.load(Ordering::Relaxed) || !is_plain(path) {
             return None;
         }
+        // Below a sysfs link entry, only a kept directory at or below the entry can be the start.
+        let link_end = sysfs_link_end(path).unwrap_or(0);
         let root = match self.root_fd() {
             Ok(fd) => fd,
             Err(e) => return Some(Err(e)),
@@ -784,6 +821,9 @@ impl HostRoot {
                 let slash = ByteFinder::new(b'/').rfind(&bytes[..end])?;
                 let rel = OsStr::from_bytes(&bytes[slash + 1..full]);
                 let a_end = slash - bytes[..slash].iter().rev().take_while(|&&b| b == b'/').count();
+                if a_end < link_end {
+                    return None;
+                }
                 if a_end == 0 {
                     break (root, Path::new(rel));
                 }
@@ -949,11 +989,16 @@ impl HostRoot {
 
     fn list_dir_filtered(&self, path: &Path, mut keep: impl FnMut(&str) -> bool) -> io::Result<Vec<String>> {
         use rustix::fs::{Mode, OFlags};
-        let dir = match self.open_beneath(path, OFlags::RDONLY | OFlags::DIRECTORY) {
+        // No symlink on the way: one openat2 from the nearest kept directory. Else the kernel
+        // resolves it in the root, as for a read (a DRM device's `drm` directory behind its
+        // class link and its `device` link: 12 system calls walked, one here; issue 31), and
+        // only what it cannot answer is walked.
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+        let dir = match self.open_beneath(path, flags).or_else(|| self.open_in_root(path, flags)) {
             Some(r) => r?,
             None => {
                 let (_, fd) = self.resolved_dir(path)?;
-                rustix::fs::openat(&*fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?
+                rustix::fs::openat(&*fd, ".", flags | OFlags::CLOEXEC, Mode::empty())?
             }
         };
         let mut names = Vec::new();
@@ -1342,6 +1387,29 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sysfs_link_entries_are_known_by_their_place() {
+        for (p, entry) in [
+            ("/sys/bus/pci/devices/0000:05:00.0/product_name", Some("/sys/bus/pci/devices/0000:05:00.0")),
+            ("/sys/bus/pci/devices/0000:05:00.0", None),
+            ("/sys/bus/pci/devices/0000:05:00.0/", None),
+            ("/sys/bus/pci/devices", None),
+            ("/sys/bus/pci/drivers/amdgpu/bind", None),
+            ("/sys/class/drm/renderD128/device/drm", Some("/sys/class/drm/renderD128")),
+            ("/sys/class/neuron_device/neuron3/info/serial_number", Some("/sys/class/neuron_device/neuron3")),
+            ("/sys//class/drm//renderD128//device", Some("/sys//class/drm//renderD128")),
+            ("/sys/class/drm/renderD128", None),
+            ("/sys/class/kfd", None),
+            ("/sys/devices/virtual/kfd/kfd/topology", None),
+            ("/sys/module/amdgpu/version", None),
+            ("/proc/driver/nvidia/gpus/0000:1b:00.0/information", None),
+            ("/sysx/class/a/b/c", None),
+        ] {
+            let end = sysfs_link_end(Path::new(p));
+            assert_eq!(end.map(|e| &p[..e]), entry, "{p}");
+        }
+    }
+
     /// `host_path` by bytes gives what `root.join(path.strip_prefix("/"))` gave.
     #[test]
     fn host_path_by_bytes_is_std_join_of_the_path_below_the_root() {

@@ -72,6 +72,31 @@ fn read_fd_as(fd: std::os::fd::BorrowedFd<'_>, short_read_ends: bool) -> io::Res
     Ok(buf)
 }
 
+/// Reads regular file `fd` from its offset, at most `max` bytes, its size by `fstat` being
+/// `size`: into a buffer of `size + 1` bytes, so that the first read, which returns `size`
+/// bytes, is short and ends the file (a regular file's read is short only at its end). A file
+/// that grew since is read on to its end or to `max`. One read for a CDI spec file where
+/// std's `read_to_end` made three (8 KiB, the rest, and the probe that finds the end).
+pub fn read_regular(fd: impl AsFd, size: u64, max: usize) -> io::Result<Vec<u8>> {
+    let fd = fd.as_fd();
+    let mut buf: Vec<u8> = Vec::with_capacity(usize::try_from(size).unwrap_or(max).min(max).saturating_add(1));
+    while buf.len() < max {
+        if buf.len() == buf.capacity() {
+            buf.reserve_exact(buf.capacity().clamp(4096, max));
+        }
+        let asked = buf.capacity() - buf.len();
+        match rustix::io::read(fd, rustix::buffer::spare_capacity(&mut buf)) {
+            Ok(0) => break,
+            Ok(n) if n < asked => break,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    buf.truncate(max);
+    Ok(buf)
+}
+
 /// The whole of file `path` (`std::fs::read` without the `fcntl` and the `fstat`).
 pub fn read(path: &Path) -> io::Result<Vec<u8>> {
     read_fd(open_read(path, OFlags::empty())?)
@@ -156,6 +181,24 @@ mod tests {
             read_to_string(Path::new("/proc/self/uid_map")).unwrap(),
             std::fs::read_to_string("/proc/self/uid_map").unwrap()
         );
+    }
+
+    #[test]
+    fn regular_reads_take_the_whole_file_whatever_its_size_did_since_the_stat() {
+        let d = tempfile::tempdir().unwrap();
+        for n in [0usize, 1, 4095, 4096, 17_105, 70_000] {
+            let p = d.path().join(format!("f{n}"));
+            let data: Vec<u8> = (0..n).map(|i| (i * 11 % 251) as u8).collect();
+            std::fs::write(&p, &data).unwrap();
+            // The size as stat'ed, smaller (the file grew since), larger (it shrank).
+            for hint in [n as u64, (n as u64).saturating_sub(10), n as u64 + 100, 0] {
+                let fd = open_read(&p, OFlags::empty()).unwrap();
+                assert_eq!(read_regular(&fd, hint, 1 << 20).unwrap(), data, "size {n}, hint {hint}");
+            }
+            // Never more than `max`.
+            let fd = open_read(&p, OFlags::empty()).unwrap();
+            assert_eq!(read_regular(&fd, n as u64, 1000).unwrap(), data[..n.min(1000)], "size {n}, max 1000");
+        }
     }
 
     #[test]

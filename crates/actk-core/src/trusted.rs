@@ -21,7 +21,6 @@
 //! uid), as host root is: such a file is trusted when its mode is. In the initial namespace the
 //! map is the identity and only root (or the reader) is trusted.
 
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -137,7 +136,7 @@ pub fn check_dir(dir: &Path) -> Result<(), ReadError> {
 pub fn read(path: &Path) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io { path: path.to_path_buf(), source };
     // O_NONBLOCK: a FIFO dropped into a spec directory must not hang every container start.
-    let mut f = std::fs::File::from(crate::rawfile::open_read(path, rustix::fs::OFlags::NONBLOCK).map_err(io)?);
+    let f = std::fs::File::from(crate::rawfile::open_read(path, rustix::fs::OFlags::NONBLOCK).map_err(io)?);
     let md = f.metadata().map_err(io)?;
     if !md.is_file() {
         return Err(Untrusted { path: path.to_path_buf(), reason: "is not a regular file".into() }.into());
@@ -164,9 +163,7 @@ pub fn read(path: &Path) -> Result<Vec<u8>, ReadError> {
         }
         .into());
     }
-    let mut buf = Vec::with_capacity(md.len() as usize);
-    f.by_ref().take(MAX_FILE_BYTES).read_to_end(&mut buf).map_err(io)?;
-    Ok(buf)
+    crate::rawfile::read_regular(&f, md.len(), MAX_FILE_BYTES as usize).map_err(io)
 }
 
 #[cfg(test)]

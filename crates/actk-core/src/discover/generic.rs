@@ -83,7 +83,7 @@ pub(crate) fn devices(
     let mut out = Vec::new();
     for index in indexes {
         let idx = index.to_string();
-        let path = pattern.replace("{index}", &idx);
+        let path = super::fill_index(pattern, &idx);
         let node = match host.device_node(&path) {
             Ok(n) => n,
             Err(e) => {
@@ -110,14 +110,14 @@ pub(crate) fn devices(
                 ),
             );
         }
-        let sysfs = t.sysfs.as_ref().map(|s| s.replace("{index}", &idx));
+        let sysfs = t.sysfs.as_ref().map(|s| super::fill_index(s, &idx));
         // The `device` directory first: where it is there (a PCI device's), the entry is too,
         // and its handle, kept, serves the driver link and the attributes below it (one system
         // call a device fewer than asking for the entry first; issue 31).
-        let device_dir = sysfs.as_ref().map(|s| format!("{s}/device"));
+        let device_dir = sysfs.as_ref().map(|s| super::join_str(s, "device"));
         let has_device = device_dir.as_ref().is_some_and(|d| host.is_dir(d));
         let sysfs_present = has_device || sysfs.as_ref().is_some_and(|s| host.is_dir(s));
-        let driver = device_dir.filter(|_| has_device).and_then(|d| host.link_name(format!("{d}/driver")).ok());
+        let driver = device_dir.filter(|_| has_device).and_then(|d| host.link_name(super::join_str(&d, "driver")).ok());
         match (&t.driver, &driver) {
             (Some(want), Some(got)) if want != got => continue,
             (Some(want), None) => {
@@ -139,7 +139,7 @@ pub(crate) fn devices(
             None => {}
         }
         for extra in t.extra_nodes.iter().filter(|_| opts.attributes_only.is_none()) {
-            let p = extra.replace("{index}", &idx);
+            let p = super::fill_index(extra, &idx);
             match host.device_node(&p) {
                 Ok(n) => dev.nodes.push(n),
                 Err(e) => warnings.add(host, &p, format!("per-device node of {path} missing: {e}")),
@@ -173,7 +173,7 @@ pub(crate) fn read_attributes(
             Some(r) => (true, r),
             None => (false, rel.as_str()),
         };
-        let path = format!("{dir}/{rel}");
+        let path = super::join_str(dir, rel);
         let value =
             if is_link { host.link_name(&path) } else { host.read_to_string(&path).map(|s| s.trim().to_string()) };
         match value {

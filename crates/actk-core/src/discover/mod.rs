@@ -263,30 +263,59 @@ pub(crate) fn path_string(path: &Path) -> String {
 /// resolves in the root. The byte length of the entry's path (`/sys/class/drm/renderD128`).
 fn sysfs_link_end(path: &Path) -> Option<usize> {
     let b = path.as_os_str().as_bytes();
-    // The end of the `n`th name (1-based) of `b`, when a further name follows it.
-    let end_of = |n: usize| {
-        let mut names = 0;
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b'/' {
-                i += 1;
-                continue;
-            }
-            let end = b[i..].iter().position(|&c| c == b'/').map_or(b.len(), |p| i + p);
-            names += 1;
-            if names == n {
-                return b[end..].iter().any(|&c| c != b'/').then_some(end);
-            }
-            i = end;
+    // Canonical paths only (single `/`s; any other simply takes the long way): a few byte
+    // compares for the paths that are not below /sys, as every open asks.
+    let slash = |from: usize| b[from..].iter().position(|&c| c == b'/').map(|i| from + i);
+    // Where the entry's name starts: after `/sys/class/<class>/`, or `/sys/bus/<bus>/devices/`.
+    let start = if b.starts_with(b"/sys/class/") {
+        let class_end = slash(11)?;
+        if class_end == 11 {
+            return None;
         }
-        None
+        class_end + 1
+    } else if b.starts_with(b"/sys/bus/") {
+        let bus_end = slash(9)?;
+        if bus_end == 9 || !b[bus_end + 1..].starts_with(b"devices/") {
+            return None;
+        }
+        bus_end + 1 + b"devices/".len()
+    } else {
+        return None;
     };
-    let name = |n: usize| b.split(|&c| c == b'/').filter(|s| !s.is_empty()).nth(n - 1);
-    match (name(1), name(2), name(4)) {
-        (Some(b"sys"), Some(b"class"), _) => end_of(4),
-        (Some(b"sys"), Some(b"bus"), Some(b"devices")) => end_of(5),
-        _ => None,
+    let end = slash(start)?;
+    (end > start && b[end..].iter().any(|&c| c != b'/')).then_some(end)
+}
+
+/// `pattern` with every `{index}` in it replaced by `index`: `str::replace` without its two-way
+/// searcher, which it sets up for each call (600 instructions for a device path of a few dozen
+/// bytes; a Neuron or Gaudi discovery fills three patterns a device; issue 31).
+pub(crate) fn fill_index(pattern: &str, index: &str) -> String {
+    const KEY: &str = "{index}";
+    let mut out = String::with_capacity(pattern.len() + index.len());
+    let mut rest = pattern;
+    let brace = ByteFinder::new(b'{');
+    while let Some(i) = brace.find(rest.as_bytes()) {
+        out.push_str(&rest[..i]);
+        if rest[i..].starts_with(KEY) {
+            out.push_str(index);
+            rest = &rest[i + KEY.len()..];
+        } else {
+            out.push('{');
+            rest = &rest[i + 1..];
+        }
     }
+    out.push_str(rest);
+    out
+}
+
+/// `dir` + `/` + `name` (`format!("{dir}/{name}")` without the formatting machinery, 700
+/// instructions a call, several calls a device; issue 31).
+pub(crate) fn join_str(dir: &str, name: &str) -> String {
+    let mut out = String::with_capacity(dir.len() + 1 + name.len());
+    out.push_str(dir);
+    out.push('/');
+    out.push_str(name);
+    out
 }
 
 /// `ENAMETOOLONG` for a path of [`MAX_PATH`] bytes or more.
@@ -800,7 +829,7 @@ impl HostRoot {
         if let Err(e) = check_len(path) {
             return Some(Err(e));
         }
-        if !self.openat2.load(Ordering::Relaxed) || !is_plain(path) {
+        if !self.openat2.load(Ordering::Relaxed) || !plain(path) {
             return None;
         }
         // Below a sysfs link entry, only a kept directory at or below the entry can be the start.
@@ -946,7 +975,7 @@ impl HostRoot {
         }
         // A symlink on the way: the parent walked (and memoised), the last name opened in it.
         if let (Some(parent), Some(last)) = (path.parent(), path.file_name())
-            && is_plain(path)
+            && plain(path)
         {
             let (_, dir) = self.resolved_dir(parent)?;
             match rustix::fs::openat(&*dir, last, flags, Mode::empty()) {
@@ -1397,7 +1426,9 @@ mod tests {
             ("/sys/bus/pci/drivers/amdgpu/bind", None),
             ("/sys/class/drm/renderD128/device/drm", Some("/sys/class/drm/renderD128")),
             ("/sys/class/neuron_device/neuron3/info/serial_number", Some("/sys/class/neuron_device/neuron3")),
-            ("/sys//class/drm//renderD128//device", Some("/sys//class/drm//renderD128")),
+            ("/sys//class/drm//renderD128//device", None),
+            ("/sys/bus/pci/devices//0000:05:00.0/x", None),
+            ("/sys/class//renderD128/device", None),
             ("/sys/class/drm/renderD128", None),
             ("/sys/class/kfd", None),
             ("/sys/devices/virtual/kfd/kfd/topology", None),
@@ -1407,6 +1438,19 @@ mod tests {
         ] {
             let end = sysfs_link_end(Path::new(p));
             assert_eq!(end.map(|e| &p[..e]), entry, "{p}");
+        }
+    }
+
+    proptest::proptest! {
+        /// fill_index is str::replace of `{index}`, braces of every other kind left alone.
+        #[test]
+        fn fill_index_is_str_replace(pattern in "[a-z/{}]{0,12}(\\{index\\}[a-z/{}]{0,6}){0,3}", index in "[0-9]{0,4}") {
+            proptest::prop_assert_eq!(fill_index(&pattern, &index), pattern.replace("{index}", &index));
+        }
+
+        #[test]
+        fn join_str_is_the_format(dir in "[a-z/]{0,20}", name in "[a-z.]{0,12}") {
+            proptest::prop_assert_eq!(join_str(&dir, &name), format!("{dir}/{name}"));
         }
     }
 

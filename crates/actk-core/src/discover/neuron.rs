@@ -27,17 +27,17 @@ pub fn discover(
     vendor.driver_version = host.read_to_string("/sys/module/neuron/version").ok().map(|v| v.trim().to_string());
     let Some(sysfs) = &profile.devices.sysfs else { return Some(vendor) };
     for dev in &mut vendor.devices {
-        let dir = sysfs.replace("{index}", &dev.index.to_string());
-        let arch_dir = format!("{dir}/info/architecture");
+        let dir = super::fill_index(sysfs, &dev.index.to_string());
+        let arch_dir = super::join_str(&dir, "info/architecture");
         for name in host.list_dir(&arch_dir).unwrap_or_default() {
-            if let Ok(v) = host.read_to_string(format!("{arch_dir}/{name}")) {
+            if let Ok(v) = host.read_to_string(super::join_str(&arch_dir, &name)) {
                 let key = if name == "arch_type" { "architecture".to_string() } else { name };
                 dev.attributes.entry(key).or_insert_with(|| v.trim().to_string());
             }
         }
         dev.attributes.remove("device_name"); // already the model
         if dev.pci_bus_id.is_none()
-            && let Ok(bus) = host.link_name(format!("{dir}/device"))
+            && let Ok(bus) = host.link_name(super::join_str(&dir, "device"))
         {
             dev.pci_bus_id = normalize_pci(&bus);
             if opts.topology

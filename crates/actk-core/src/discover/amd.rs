@@ -98,9 +98,9 @@ pub fn discover(
         let mut dev = Device { index, ..Default::default() };
         if let Some(&uid) = props.get("unique_id").filter(|&&u| u != 0) {
             if partitioned {
-                dev.attributes.insert("unique_id".into(), format!("0x{uid:016x}"));
+                dev.attributes.insert("unique_id".into(), hex(uid, 16));
             } else {
-                dev.uuid = Some(format!("0x{uid:016x}"));
+                dev.uuid = Some(hex(uid, 16));
             }
         }
         if let Some(&loc) = props.get("location_id") {
@@ -115,14 +115,13 @@ pub fn discover(
         }
         for key in ["gfx_target_version", "device_id", "vendor_id"] {
             if let Some(v) = props.get(key) {
-                dev.attributes
-                    .insert(key.into(), if key == "gfx_target_version" { v.to_string() } else { format!("0x{v:04x}") });
+                dev.attributes.insert(key.into(), if key == "gfx_target_version" { v.to_string() } else { hex(*v, 4) });
             }
         }
         dev.attributes.insert("kfd_node".into(), node_id.to_string());
         // GPUs of one XGMI hive share this id (kfd_topology.c); 0 means the GPU is in no hive.
         if let Some(&hive) = props.get("hive_id").filter(|&&h| h != 0) {
-            dev.attributes.insert("hive_id".into(), format!("0x{hive:016x}"));
+            dev.attributes.insert("hive_id".into(), hex(hive, 16));
         }
         if let Some(bus) = &dev.pci_bus_id {
             // Read once per PCI function: the partitions of a GPU share it (issue 31: 64 CPX
@@ -376,8 +375,41 @@ fn model_name(device_id: u64) -> Option<&'static str> {
     })
 }
 
+/// `format!("0x{v:0width$x}")` without the formatting machinery: a KFD node's ids are five
+/// such strings, 800 instructions each formatted, 320 of them in a create asking for a CPX
+/// node's 64 partitions (issue 31).
+fn hex(v: u64, width: usize) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 16];
+    let mut n = 0;
+    let mut rest = v;
+    loop {
+        buf[15 - n] = DIGITS[(rest & 0xf) as usize];
+        n += 1;
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut out = String::with_capacity(2 + n.max(width));
+    out.push_str("0x");
+    for _ in n..width {
+        out.push('0');
+    }
+    // ASCII hex digits only.
+    out.push_str(std::str::from_utf8(&buf[16 - n..]).unwrap_or_default());
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        #[test]
+        fn hex_is_the_format(v in proptest::num::u64::ANY, width in 0usize..20) {
+            proptest::prop_assert_eq!(super::hex(v, width), format!("0x{v:0width$x}"));
+        }
+    }
+
     use super::super::testutil::*;
     use super::*;
 

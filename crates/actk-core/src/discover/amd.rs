@@ -406,7 +406,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn hex_is_the_format(v in proptest::num::u64::ANY, width in 0usize..20) {
-            proptest::prop_assert_eq!(super::hex(v, width), format!("0x{v:0width$x}"));
+            proptest::prop_assert_eq!(hex(v, width), format!("0x{v:0width$x}"));
         }
     }
 

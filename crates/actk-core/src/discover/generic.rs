@@ -113,7 +113,8 @@ pub(crate) fn devices(
         let sysfs = t.sysfs.as_ref().map(|s| super::fill_index(s, &idx));
         // The `device` directory first: where it is there (a PCI device's), the entry is too,
         // and its handle, kept, serves the driver link and the attributes below it (one system
-        // call a device fewer than asking for the entry first; issue 31).
+        // call a device fewer than asking for the entry first; issue 31). A device without one
+        // (a Neuron device is virtual) pays one more: the entry is then asked for after it.
         let device_dir = sysfs.as_ref().map(|s| super::join_str(s, "device"));
         let has_device = device_dir.as_ref().is_some_and(|d| host.is_dir(d));
         let sysfs_present = has_device || sysfs.as_ref().is_some_and(|s| host.is_dir(s));

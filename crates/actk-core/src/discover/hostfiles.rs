@@ -160,15 +160,27 @@ pub fn find_with_cache(
     let probe_first = ld.0.as_ref().is_ok_and(|e| !e.is_empty());
     // The architecture of a capability's libraries when the host may have some: none for one it
     // cannot run ([`capability_arch`]), and none for a foreign one (compat32's i386 on x86-64)
-    // of which a usable cache has no entry at all. ldconfig indexes /lib, /usr/lib and the
-    // directories of every architecture installed (Debian's i386-linux-gnu.conf comes with
-    // libc6:i386; glibc adds /lib and /usr/lib beside lib64), and a driver install runs it, so
-    // such a host has no copy of any library of it; libnvidia-container takes compat32
-    // libraries from the cache alone. Searching the directories for each of them cost a DGX
-    // discovery 21 system calls, one per library the profile names (issue 31). The host's own
-    // architecture is always searched: a cache stale for it is what the search is there for.
+    // when a usable cache has no entry of it at all and the host has none of its own
+    // directories (/usr/lib/i386-linux-gnu, /lib/i386-linux-gnu, /usr/lib32). ldconfig always
+    // indexes /lib and /usr/lib (where RHEL keeps 32-bit libraries; glibc adds them beside
+    // lib64), and a driver install runs it, so a 32-bit library there is in the cache;
+    // libnvidia-container takes compat32 libraries from the cache alone. A directory of the
+    // architecture's own is searched, as before, whether or not ld.so.conf names it (NVIDIA's
+    // .run installer can put compat32 libraries in /usr/lib/i386-linux-gnu on a Debian host
+    // without libc6:i386, whose i386-linux-gnu.conf would name it). Searching for each
+    // compat32 library of the DGX profile cost its discovery 21 system calls (issue 31). The
+    // host's own architecture is always searched: a cache stale for it is what the search is
+    // there for. Decided once per pass, and only for a profile that has such a capability.
+    let foreign_searched = std::cell::OnceCell::new();
     let lib_arch = |files: &crate::profile::CapabilityFiles| {
-        capability_arch(files, native).filter(|&a| a == native || !probe_first || entries.iter().any(|e| e.arch() == a))
+        capability_arch(files, native).filter(|&a| {
+            a == native
+                || !probe_first
+                || *foreign_searched.get_or_init(|| {
+                    entries.iter().any(|e| e.arch() == a)
+                        || lib_dirs(a).iter().filter(|d| d.as_str() != "/usr/lib").any(|d| host.resolve_dir(d).is_ok())
+                })
+        })
     };
     // Fallback directory listings, read once per discovery and keeping only the names of the
     // libraries the cache lacks: a real /usr/lib/x86_64-linux-gnu holds thousands of entries
@@ -963,27 +975,26 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         assert!(w.0.is_empty(), "{:?}", w.0);
     }
 
-    /// With a usable cache that has no i386 entry at all, compat32 libraries are not searched
-    /// for in the directories (the host has none; libnvidia-container reads them from the cache
-    /// alone); with any i386 entry in it, or without a cache, a 32-bit library the cache lacks
-    /// is still found by the search.
+    /// With a usable cache that has no i386 entry at all and no i386 directory of its own on the
+    /// host, compat32 libraries are not searched for (a 32-bit library in /usr/lib would be in
+    /// the cache; libnvidia-container reads them from the cache alone); with an i386 directory
+    /// (even one ld.so.conf does not name), with any i386 entry in the cache, or without a
+    /// cache, a 32-bit library the cache lacks is still found by the search.
     #[test]
-    fn compat32_is_searched_only_where_the_cache_says_the_host_has_i386_libraries() {
+    fn compat32_is_searched_only_where_the_host_may_have_i386_libraries() {
         let tmp = tempfile::tempdir().unwrap();
         let r = tmp.path();
         if !shared_lib(r, "usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "libcuda.so.1", false) {
             eprintln!("SKIPPED: gcc unavailable");
             return;
         }
-        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n/usr/lib/i386-linux-gnu\n");
+        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n");
         let ldconfig =
             || std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success());
         if !ldconfig() {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }
-        // Installed after ldconfig ran: a 32-bit libcuda (ELFCLASS32, EM_386).
-        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
         let p = crate::profile::parse(
             Path::new("t.toml"),
             "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
@@ -998,26 +1009,37 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             "compute /usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05",
             "compute /usr/lib/x86_64-linux-gnu/libcuda.so.1",
         ];
-        assert_eq!(found(), compute, "a cache without i386 entries");
+        // A 32-bit libcuda (ELFCLASS32, EM_386) in /usr/lib, put there after ldconfig ran, on a
+        // host without an i386 directory: not searched for.
+        elf(r, "/usr/lib/libcuda.so.580.95.05", 1, 3);
+        assert_eq!(found(), compute, "no i386 entry, no i386 directory");
 
-        // Any i386 library in the cache: the host has that architecture, so what the cache
-        // lacks of it is searched for.
-        if !shared_lib(r, "usr/lib/i386-linux-gnu/libother.so.1", "libother.so.1", true) {
+        // No cache at all: every directory is searched, as before.
+        let cache = std::fs::read(r.join("etc/ld.so.cache")).unwrap();
+        std::fs::remove_file(r.join("etc/ld.so.cache")).unwrap();
+        assert_eq!(found()[0], "compat32 /usr/lib/libcuda.so.580.95.05", "no cache");
+        std::fs::write(r.join("etc/ld.so.cache"), &cache).unwrap();
+        std::fs::remove_file(r.join("usr/lib/libcuda.so.580.95.05")).unwrap();
+
+        // An i386 directory that ld.so.conf does not name, holding it: searched.
+        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
+        let with_dir = found();
+        assert_eq!(with_dir[0], "compat32 /usr/lib/i386-linux-gnu/libcuda.so.580.95.05", "{with_dir:?}");
+        assert_eq!(with_dir[1..], compute, "{with_dir:?}");
+        std::fs::remove_dir_all(r.join("usr/lib/i386-linux-gnu")).unwrap();
+
+        // Any i386 library in the cache (here in /usr/lib32, named by ld.so.conf), then the
+        // 32-bit libcuda installed after ldconfig into /usr/lib: searched.
+        if !shared_lib(r, "usr/lib32/libother.so.1", "libother.so.1", true) {
             eprintln!("SKIPPED: gcc -m32 unavailable");
             return;
         }
-        std::fs::remove_file(r.join("usr/lib/i386-linux-gnu/libcuda.so.580.95.05")).unwrap();
+        file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n/usr/lib32\n");
         assert!(ldconfig());
-        elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
+        std::fs::remove_dir_all(r.join("usr/lib32")).unwrap();
+        elf(r, "/usr/lib/libcuda.so.580.95.05", 1, 3);
         let with_i386 = found();
-        assert_eq!(with_i386[0], "compat32 /usr/lib/i386-linux-gnu/libcuda.so.580.95.05", "{with_i386:?}");
-        assert_eq!(with_i386[1..], compute, "{with_i386:?}");
-
-        // No cache at all: every directory is searched, as before.
-        std::fs::remove_file(r.join("usr/lib/i386-linux-gnu/libother.so.1")).unwrap();
-        std::fs::remove_file(r.join("etc/ld.so.cache")).unwrap();
-        let no_cache = found();
-        assert_eq!(no_cache[0], "compat32 /usr/lib/i386-linux-gnu/libcuda.so.580.95.05", "{no_cache:?}");
+        assert_eq!(with_i386[0], "compat32 /usr/lib/libcuda.so.580.95.05", "{with_i386:?}");
     }
 
     /// With a cache: a library it lacks (installed after ldconfig last ran) is still found in the

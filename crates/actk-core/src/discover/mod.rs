@@ -318,6 +318,16 @@ pub(crate) fn join_str(dir: &str, name: &str) -> String {
     out
 }
 
+/// Whether `path` names a file below sysfs's device, class, bus or module trees, plain (no
+/// `.` or `..`): what [`crate::rawfile::read_sysfs_fd`] may read. Not the other file systems
+/// mounted below /sys (debugfs, tracefs, securityfs, cgroupfs under /sys/fs), whose seq_files
+/// may stop a read short before their end.
+fn is_sysfs_attribute_path(path: &Path) -> bool {
+    let b = path.as_os_str().as_bytes();
+    [&b"/sys/class/"[..], b"/sys/bus/", b"/sys/devices/", b"/sys/module/"].iter().any(|p| b.starts_with(p))
+        && plain(path)
+}
+
 /// `ENAMETOOLONG` for a path of [`MAX_PATH`] bytes or more.
 fn check_len(path: &Path) -> io::Result<()> {
     if path.as_os_str().len() >= MAX_PATH {
@@ -392,7 +402,9 @@ impl HostRoot {
     /// both paths into components for each, 1 300 instructions a call, 20 calls in a DGX
     /// discovery (issue 31). The result is the same: `path`'s leading `/`s dropped, what is
     /// left appended to the root after one `/` (none added when the root ends in one); the
-    /// root alone when nothing is left.
+    /// root alone when nothing is left. (One exception, of no use: an empty root, which
+    /// [`HostRoot::new`] keeps when the working directory is gone, gives `/x` where std gave
+    /// `x`; such a root opens nothing either way.)
     pub fn host_path(&self, path: impl AsRef<Path>) -> PathBuf {
         let path = path.as_ref().as_os_str().as_bytes();
         let rel = &path[path.iter().take_while(|&&b| b == b'/').count()..];
@@ -808,14 +820,10 @@ impl HostRoot {
         let fd = self.open(path)?;
         // procfs and sysfs files report size 0, and std's read_to_end on a File asks the size
         // first (fstat and lseek on every file, about a fifth of discovery's system calls):
-        // plain reads until the end ([`crate::rawfile::read_fd`]). Below /sys, a short first
-        // read is the end (`read_sysfs_fd`): a Neuron device's three attributes were twelve
-        // system calls, now nine (issue 31).
-        if path.as_os_str().as_bytes().starts_with(b"/sys/") {
-            crate::rawfile::read_sysfs_fd(&fd)
-        } else {
-            crate::rawfile::read_fd(&fd)
-        }
+        // plain reads until the end ([`crate::rawfile::read_fd`]). A sysfs attribute's short
+        // first read is its end (`read_sysfs_fd`): a Neuron device's three attributes were
+        // twelve system calls, now nine (issue 31).
+        if is_sysfs_attribute_path(path) { crate::rawfile::read_sysfs_fd(&fd) } else { crate::rawfile::read_fd(&fd) }
     }
 
     /// Open plain absolute path `path` with `flags` in one openat2(2) from its nearest resolved
@@ -1416,6 +1424,24 @@ pub(crate) mod testutil {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sysfs_attribute_paths_are_the_device_class_bus_and_module_trees_only() {
+        for (p, yes) in [
+            ("/sys/class/neuron_device/neuron3/core_count", true),
+            ("/sys/bus/pci/devices/0000:05:00.0/product_name", true),
+            ("/sys/devices/virtual/kfd/kfd/topology/nodes/2/properties", true),
+            ("/sys/module/amdgpu/version", true),
+            ("/sys/kernel/debug/dri/0/name", false),
+            ("/sys/fs/cgroup/cgroup.procs", false),
+            ("/sys/class/../kernel/tracing/trace", false),
+            // `.` names the same directory: std reads it away, so does the check.
+            ("/sys/class/./x/y", true),
+            ("/proc/driver/nvidia/version", false),
+        ] {
+            assert_eq!(is_sysfs_attribute_path(Path::new(p)), yes, "{p}");
+        }
+    }
+
     #[test]
     fn sysfs_link_entries_are_known_by_their_place() {
         for (p, entry) in [

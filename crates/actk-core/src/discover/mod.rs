@@ -206,20 +206,30 @@ fn canonical_split(path: &Path) -> Option<(&Path, &OsStr)> {
     if b.len() < 2 || b[0] != b'/' {
         return None;
     }
-    // One pass: each name checked as its `/` (or the end) is reached; `last` is the last `/`.
-    let (mut last, mut start) = (0, 1);
-    for i in 1..=b.len() {
-        if i < b.len() && b[i] != b'/' {
-            continue;
+    // Name by name: the byte after each `/` tells an empty name or one that may be `.` or
+    // `..`, and the next `/` is found with memchr's SSE2 search (a byte loop over the whole
+    // path was 600 instructions for a sysfs path of 50 bytes, every open of a discovery;
+    // issue 31).
+    let slashes = ByteFinder::new(b'/');
+    let mut last = 0;
+    loop {
+        let start = last + 1;
+        match b.get(start) {
+            None | Some(b'/') => return None,
+            Some(b'.') => {
+                let name = &b[start..];
+                if name == b"." || name == b".." || name.starts_with(b"./") || name.starts_with(b"../") {
+                    return None;
+                }
+            }
+            Some(_) => {}
         }
-        if matches!(&b[start..i], b"" | b"." | b"..") {
-            return None;
+        match slashes.find(&b[start..]) {
+            Some(i) => last = start + i,
+            None => break,
         }
-        if i < b.len() {
-            last = i;
-        }
-        start = i + 1;
     }
+    // `last` is the last `/` now (0 for a name right below the root).
     let parent = if last == 0 { &b[..1] } else { &b[..last] };
     Some((Path::new(OsStr::from_bytes(parent)), OsStr::from_bytes(&b[last + 1..])))
 }
@@ -1514,7 +1524,7 @@ mod tests {
         /// canonical_split, parent_of and plain agree with std's Path::parent, Path::file_name
         /// and is_plain on every path of `a`, `.` and `/` (absolute or not, any run of them).
         #[test]
-        fn the_byte_split_agrees_with_std(p in "/?[a./]{0,12}") {
+        fn the_byte_split_agrees_with_std(p in "/?[a./]{0,12}|(/[a-z.]{0,24}){1,6}/?") {
             let path = Path::new(&p);
             // canonical_split is the rule it states, on every path: `/`, then names separated
             // by single `/`s, none empty, `.` or `..`.

@@ -664,6 +664,21 @@ mod tests {
     use super::super::testutil::*;
     use super::*;
 
+    /// A profile whose `compute` and `compat32` (i386) capabilities both ask for libcuda.so.
+    fn compute_and_compat32_profile() -> Profile {
+        crate::profile::parse(
+            Path::new("t.toml"),
+            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
+        )
+        .unwrap()
+    }
+
+    /// `ldconfig -r r`: root `r`'s /etc/ld.so.cache written from its /etc/ld.so.conf; false
+    /// (the caller skips) when ldconfig is not there or fails.
+    fn ldconfig_in(r: &Path) -> bool {
+        std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success())
+    }
+
     /// A real shared library `rel` (under root `r`) with `soname`, built by gcc (`-m32` with
     /// `m32`); false (the caller skips) when gcc cannot build it.
     fn shared_lib(r: &Path, rel: &str, soname: &str, m32: bool) -> bool {
@@ -859,7 +874,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         }
         link(r, "/lib", "usr/lib");
         file(r, "/etc/ld.so.conf", "/lib/x86_64-linux-gnu\n");
-        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+        if !ldconfig_in(r) {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }
@@ -905,11 +920,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
         elf(r, "/usr/lib/i386-linux-gnu/libcuda.so.580.95.05", 1, 3);
         let host = HostRoot::new(r);
         assert_eq!(host_arch(&host, &host), LibArch::Aarch64);
-        let p = crate::profile::parse(
-            Path::new("t.toml"),
-            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
-        )
-        .unwrap();
+        let p = compute_and_compat32_profile();
         let mut w = Warnings::default();
         let files = find(&host, &p, Some("580.95.05"), &mut w);
         let got: Vec<(&str, &str)> = files.iter().map(|f| (f.capability.as_str(), f.container_path.as_str())).collect();
@@ -951,15 +962,11 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             }
         }
         file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n/usr/lib/i386-linux-gnu\n");
-        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+        if !ldconfig_in(r) {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }
-        let p = crate::profile::parse(
-            Path::new("t.toml"),
-            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
-        )
-        .unwrap();
+        let p = compute_and_compat32_profile();
         let mut w = Warnings::default();
         let files = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut w);
         let got: Vec<(&str, &str)> = files.iter().map(|f| (f.capability.as_str(), f.container_path.as_str())).collect();
@@ -989,17 +996,12 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             return;
         }
         file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n");
-        let ldconfig =
-            || std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success());
+        let ldconfig = || ldconfig_in(r);
         if !ldconfig() {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }
-        let p = crate::profile::parse(
-            Path::new("t.toml"),
-            "name = \"t\"\nkind = \"a.b/c\"\ndiscovery = \"nvidia\"\n[capabilities.compute]\nlibraries = [\"libcuda.so\"]\n[capabilities.compat32]\narch = \"i386\"\nlibraries = [\"libcuda.so\"]\n",
-        )
-        .unwrap();
+        let p = compute_and_compat32_profile();
         let found = || {
             let mut w = Warnings::default();
             let files = find(&HostRoot::new(r), &p, Some("580.95.05"), &mut w);
@@ -1054,7 +1056,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             return;
         }
         file(r, "/etc/ld.so.conf", "/usr/lib/x86_64-linux-gnu\n");
-        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+        if !ldconfig_in(r) {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }
@@ -1098,7 +1100,7 @@ firmware = ["/lib/firmware/nvidia/{driver_version}/*"]
             }
         }
         file(r, "/etc/ld.so.conf", "/opt/drv/lib\n");
-        if !std::process::Command::new("/sbin/ldconfig").arg("-r").arg(r).status().is_ok_and(|s| s.success()) {
+        if !ldconfig_in(r) {
             eprintln!("SKIPPED: ldconfig unavailable");
             return;
         }

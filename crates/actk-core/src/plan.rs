@@ -768,7 +768,9 @@ fn ldcache_hook(hook: &str, vendor: &crate::inventory::VendorInventory, edits: &
         .filter(|f| {
             f.kind == HostFileKind::Library && edits.mounts.iter().any(|m| m.container_path == f.container_path)
         })
-        .filter_map(|f| f.container_path.rsplit_once('/').map(|(d, _)| if d.is_empty() { "/" } else { d }))
+        .filter_map(|f| {
+            crate::discover::rsplit_once_byte(&f.container_path, b'/').map(|(d, _)| if d.is_empty() { "/" } else { d })
+        })
         .collect();
     dirs.sort_unstable();
     dirs.dedup();
@@ -943,12 +945,14 @@ impl<'a> State<'a> {
                 attributes_only,
                 process_ends: self.process_ends,
             };
+            let profiles = profiles_for_request(&ctx.profiles, &self.capabilities);
             let i = crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
-                &profiles_for_request(&ctx.profiles, &self.capabilities),
+                &profiles,
                 &opts,
             );
+
             crate::bench_stage::reached("inventory");
             self.inventory = Some(i);
         }

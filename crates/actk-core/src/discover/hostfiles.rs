@@ -527,7 +527,7 @@ fn scan_dirs(
         // an arm64 copy may sit next to an x86 one): only files of the wanted arch count.
         let names: Vec<String> = listing.iter().filter(|n| is_name_of(n, lib) && n.as_str() != lib).cloned().collect();
         for name in names {
-            let path = format!("{dir}/{name}");
+            let path = super::join_str(dir, &name);
             if host.resolve(&path).is_ok_and(|real| is_elf_of(host, &real, arch)) {
                 consider(host, lib, version, &path, found, warnings);
             }
@@ -604,7 +604,7 @@ fn find_library(
 /// `path` with its directory resolved in the root (so `/lib64/x` on a merged-/usr host is
 /// `/usr/lib64/x`) but its last component kept.
 fn canonical_dir(host: &HostRoot, path: &str) -> String {
-    match path.rsplit_once('/') {
+    match super::rsplit_once_byte(path, b'/') {
         Some((dir, name)) => match host.resolve_dir(if dir.is_empty() { "/" } else { dir }) {
             // `d` resolved and absolute: `d/name` by bytes (Path::join parses both).
             Ok(d) => {
@@ -630,13 +630,13 @@ fn canonical_dir(host: &HostRoot, path: &str) -> String {
 fn find_binary(host: &HostRoot, name: &str, cap: &str) -> Option<HostFile> {
     let mut first = None;
     for dir in BIN_DIRS.iter().chain(DRIVER_BIN_DIRS) {
-        let path = format!("{dir}/{name}");
+        let path = super::join_str(dir, name);
         let Ok((real, st)) = host.resolve_stat(&path) else { continue };
         if !is_file(&st) {
             continue;
         }
         let container_path =
-            if DRIVER_BIN_DIRS.contains(dir) { format!("/usr/bin/{name}") } else { canonical_dir(host, &path) };
+            if DRIVER_BIN_DIRS.contains(dir) { super::join_str("/usr/bin", name) } else { canonical_dir(host, &path) };
         let found = HostFile {
             capability: cap.to_string(),
             kind: HostFileKind::Binary,

@@ -46,7 +46,7 @@ fn information_of_wanted(
         if !wanted.contains(&index) {
             continue;
         }
-        let text = host.read_to_string(format!("{gpus_dir}/{dir}/information")).ok()?;
+        let text = host.read_to_string([gpus_dir, "/", dir, "/information"].concat()).ok()?;
         if bus_of(dir, &parse_information(&text)) != bus {
             return None;
         }
@@ -93,7 +93,7 @@ pub fn discover(
         None => {
             let mut texts: Vec<(String, String)> = Vec::new();
             for bus in listed {
-                let info_path = format!("{gpus_dir}/{bus}/information");
+                let info_path = [gpus_dir.as_str(), "/", bus.as_str(), "/information"].concat();
                 match host.read_to_string(&info_path) {
                     Ok(text) => texts.push((bus, text)),
                     Err(e) => warnings.add(host, &info_path, format!("GPU skipped, information unreadable: {e}")),
@@ -149,14 +149,16 @@ pub fn discover(
                 "no usable `Device Minor` line; GPU has no device node",
             ),
         }
-        let numa_path = format!("/sys/bus/pci/devices/{bus}/numa_node");
-        match opts.topology.then(|| host.read_to_string(&numa_path)) {
-            None => {}
-            Some(Ok(t)) => match parse_numa(&t) {
-                Ok(n) => dev.numa_node = n,
-                Err(why) => warnings.add(host, &numa_path, why),
-            },
-            Some(Err(e)) => warnings.add(host, &numa_path, format!("no PCI sysfs entry for GPU {bus}: {e}")),
+        // The path only made when read (a container start asks no topology).
+        if opts.topology {
+            let numa_path = ["/sys/bus/pci/devices/", bus.as_str(), "/numa_node"].concat();
+            match host.read_to_string(&numa_path) {
+                Ok(t) => match parse_numa(&t) {
+                    Ok(n) => dev.numa_node = n,
+                    Err(why) => warnings.add(host, &numa_path, why),
+                },
+                Err(e) => warnings.add(host, &numa_path, format!("no PCI sysfs entry for GPU {bus}: {e}")),
+            }
         }
         vendor.devices.push(dev);
     }

@@ -945,14 +945,12 @@ impl<'a> State<'a> {
                 attributes_only,
                 process_ends: self.process_ends,
             };
-            let profiles = profiles_for_request(&ctx.profiles, &self.capabilities);
             let i = crate::discover::discover_roots_with(
                 &ctx.root,
                 ctx.driver_root.as_deref().unwrap_or(&ctx.root),
-                &profiles,
+                &profiles_for_request(&ctx.profiles, &self.capabilities),
                 &opts,
             );
-
             crate::bench_stage::reached("inventory");
             self.inventory = Some(i);
         }

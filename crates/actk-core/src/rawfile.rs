@@ -50,8 +50,8 @@ pub fn read_fd(fd: impl AsFd) -> io::Result<Vec<u8>> {
 /// that would return 0. A sysfs attribute is one `show()` of at most a page, which one read of
 /// a page returns whole (`sysfs_kf_seq_show`; on a kernel with larger pages, an attribute over
 /// 4 KiB fills the page and is read on to its end), and a fixture's regular file on a local
-/// file system returns all that is asked up to its end. Not for procfs: a seq_file there may stop a read short at a record that does not
-/// fit in its own buffer.
+/// file system returns all that is asked up to its end. Not for procfs: a seq_file there may
+/// stop a read short at a record that does not fit in its own buffer.
 pub fn read_sysfs_fd(fd: impl AsFd) -> io::Result<Vec<u8>> {
     read_fd_as(fd.as_fd(), true)
 }

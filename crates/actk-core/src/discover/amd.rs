@@ -377,27 +377,11 @@ fn model_name(device_id: u64) -> Option<&'static str> {
 
 /// `format!("0x{v:0width$x}")` without the formatting machinery: a KFD node's ids are five
 /// such strings, 800 instructions each formatted, 320 of them in a create asking for a CPX
-/// node's 64 partitions (issue 31).
+/// node's 64 partitions (issue 31). The digits are [`super::hex`]'s, as PCI ids have them.
 fn hex(v: u64, width: usize) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 16];
-    let mut n = 0;
-    let mut rest = v;
-    loop {
-        buf[15 - n] = DIGITS[(rest & 0xf) as usize];
-        n += 1;
-        rest >>= 4;
-        if rest == 0 {
-            break;
-        }
-    }
-    let mut out = String::with_capacity(2 + n.max(width));
+    let mut out = String::with_capacity(2 + width.max(16));
     out.push_str("0x");
-    for _ in n..width {
-        out.push('0');
-    }
-    // ASCII hex digits only.
-    out.push_str(std::str::from_utf8(&buf[16 - n..]).unwrap_or_default());
+    super::hex(&mut out, v, width);
     out
 }
 

@@ -1405,7 +1405,7 @@ pub(crate) fn normalize_pci(id: &str) -> Option<String> {
     // `{dom:04x}:{bus:02x}:{dev:02x}.{func:x}`, without the formatting machinery (issue 31: it
     // runs for every GPU and device directory of a discovery).
     let mut out = String::with_capacity(12);
-    hex(&mut out, dom, 4);
+    hex(&mut out, dom.into(), 4);
     out.push(':');
     hex(&mut out, bus.into(), 2);
     out.push(':');
@@ -1416,8 +1416,8 @@ pub(crate) fn normalize_pci(id: &str) -> Option<String> {
 }
 
 /// Appends `v` in lower-case hexadecimal, zero-padded to `width` digits (`{v:0width$x}`).
-fn hex(out: &mut String, v: u32, width: usize) {
-    let digits = (32 - v.leading_zeros()).div_ceil(4).max(1) as usize;
+pub(crate) fn hex(out: &mut String, v: u64, width: usize) {
+    let digits = (64 - v.leading_zeros()).div_ceil(4).max(1) as usize;
     for _ in digits..width {
         out.push('0');
     }
@@ -1771,7 +1771,7 @@ mod tests {
             assert_eq!(normalize_pci(id).as_deref(), want, "{id:?}");
         }
         let mut s = String::new();
-        for v in [0u32, 1, 0xf, 0x10, 0xabc, 0x1234, 0x12345, u32::MAX] {
+        for v in [0u64, 1, 0xf, 0x10, 0xabc, 0x1234, 0x12345, u64::from(u32::MAX), u64::MAX] {
             for w in 0..10 {
                 s.clear();
                 hex(&mut s, v, w);
